@@ -1,0 +1,20 @@
+"""ddpsim dashboard: ``streamlit run app.py`` (settings in .streamlit/config.toml).
+
+The entry point draws the shared sidebar (which trace is open) and runs the
+chosen page from ddpsim/app/pages/. Add a page by adding a file there and an
+``st.Page`` below.
+"""
+from pathlib import Path
+
+import streamlit as st
+
+from ddpsim.app import state
+
+PAGES = Path(__file__).resolve().parent / "ddpsim" / "app" / "pages"
+
+st.set_page_config(page_title="ddpsim: see DDP", page_icon=":material/timeline:", layout="wide")
+page = st.navigation([
+    st.Page(PAGES / "timeline.py", title="Timeline", icon=":material/timeline:", default=True),
+])
+state.sidebar()
+page.run()

@@ -1,0 +1,136 @@
+"""Analyses: functions from a Trace to numbers and tables.
+
+One definition of each metric serves real and simulated traces alike, so that a
+prediction and a measurement are always compared like for like.
+
+Definitions (all per rank, then combined across ranks as stated):
+- *iteration time*: from the earliest forward start on any rank to the latest
+  iteration end (optimizer end, or backward end when no step is taken). With
+  no_sync accumulation every n micro-steps, a *cycle* is the n micro-steps up to
+  and including a synced one, and the iteration time is the cycle's time / n.
+- *backward compute end*: the time the last gradient became ready.
+- *exposed communication*: time from the backward compute end to the last
+  allreduce completion (buckets and the unused-parameter bitmap), clipped at 0;
+  the maximum over ranks; per cycle, divided by the cycle's micro-steps.
+- *overlap fraction*: of the time during which any allreduce is in flight, the
+  fraction before the backward compute end; the mean over ranks.
+- *steady state*: cycles that do not contain iteration 0 and whose layout is the
+  final layout (so the iteration-0 single bucket and the rebuild are excluded).
+"""
+from __future__ import annotations
+
+import statistics
+
+from ddpsim.trace import Iteration, RankTrace, Trace
+
+NS = 1e-9  # seconds per nanosecond
+
+
+def cycles(trace: Trace) -> list[list[int]]:
+    """Iteration numbers grouped into accumulation cycles, each ending in a sync."""
+    out, current = [], []
+    for it in trace.ranks[0].iterations:
+        current.append(it.iteration)
+        if it.sync:
+            out.append(current)
+            current = []
+    return out
+
+
+def steady_cycles(trace: Trace) -> list[list[int]]:
+    """Cycles in steady state (see the module docstring); never empty if any cycle exists."""
+    all_cycles = cycles(trace)
+    r0 = trace.ranks[0]
+    final = r0.layouts[-1] if r0.layouts else None
+    steady = [c for c in all_cycles
+              if 0 not in c and all(r0.layout_at(i) is final for i in c)]
+    return steady or all_cycles[1:] or all_cycles
+
+
+def _by_number(rank: RankTrace) -> dict[int, Iteration]:
+    return {it.iteration: it for it in rank.iterations}
+
+
+def comm_end_ns(it: Iteration) -> int | None:
+    ends = [b.complete_ns for b in it.buckets]
+    if it.bitmap_allreduce:
+        ends.append(it.bitmap_allreduce.complete_ns)
+    return max(ends) if ends else None
+
+
+def exposed_comm_ns(it: Iteration) -> int:
+    end = comm_end_ns(it)
+    return 0 if end is None else max(0, end - it.backward_compute_end_ns)
+
+
+def overlap_fraction(it: Iteration) -> float | None:
+    """Fraction of in-flight allreduce time before the backward compute end."""
+    spans = sorted((b.launch_ns, b.complete_ns) for b in it.buckets)
+    if it.bitmap_allreduce:
+        spans = sorted(spans + [(it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns)])
+    union, hidden, cur = 0, 0, None
+    cut = it.backward_compute_end_ns
+    for s, e in spans + [(None, None)]:
+        if cur and (s is None or s > cur[1]):
+            union += cur[1] - cur[0]
+            hidden += max(0, min(cur[1], cut) - cur[0])
+            cur = None
+        if s is not None:
+            cur = [s, e] if cur is None else [cur[0], max(cur[1], e)]
+    return hidden / union if union > 0 else None
+
+
+def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
+    """Iteration time, exposed comm and overlap for one cycle (seconds, fraction)."""
+    per_rank = [_by_number(r) for r in trace.ranks]
+    present = [m for m in per_rank if all(i in m for i in cycle)]
+    start = min(m[cycle[0]].forward.start_ns for m in present)
+    end = max(m[cycle[-1]].end_ns for m in present)
+    synced = [m[cycle[-1]] for m in present]
+    fractions = [f for f in (overlap_fraction(it) for it in synced) if f is not None]
+    return {
+        "iteration_time_s": (end - start) * NS / len(cycle),
+        "exposed_comm_s": max(exposed_comm_ns(it) for it in synced) * NS / len(cycle),
+        "overlap_fraction": statistics.mean(fractions) if fractions else 0.0,
+    }
+
+
+def summarize(trace: Trace) -> dict:
+    """The headline numbers for any trace, real or simulated (medians over steady state)."""
+    chosen = steady_cycles(trace)
+    if not chosen:
+        raise ValueError("trace has no synced iteration to summarise")
+    rows = [cycle_metrics(trace, c) for c in chosen]
+    out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    out["steady_iterations"] = [i for c in chosen for i in c]
+    out["per_bucket"] = bucket_table(trace, chosen[-1][-1])
+    return out
+
+
+def bucket_table(trace: Trace, iteration: int) -> list[dict]:
+    """Per bucket at one iteration (rank-mean): bytes, ready -> launch wait, comm time.
+
+    ``wait_s`` is how long a ready bucket waited for lower-indexed buckets to
+    launch first (DDP launches strictly in bucket order).
+    """
+    rows: dict[int, list] = {}
+    for rank in trace.ranks:
+        it = _by_number(rank).get(iteration)
+        for b in (it.buckets if it else []):
+            rows.setdefault(b.bucket, []).append(b)
+    table = []
+    for index in sorted(rows):
+        evs = rows[index]
+        table.append({
+            "bucket": index,
+            "bytes": evs[0].bytes,
+            "wait_s": statistics.mean(e.launch_ns - e.ready_ns for e in evs) * NS,
+            "comm_s": statistics.mean(e.complete_ns - e.launch_ns for e in evs) * NS,
+        })
+    return table
+
+
+def grad_ready_order(trace: Trace, rank: int = 0, iteration: int = 0) -> list[int]:
+    """Parameter indices in the order their gradients became ready."""
+    it = _by_number(trace.ranks[rank])[iteration]
+    return [g.param for g in sorted(it.grad_ready, key=lambda g: g.t_ns)]

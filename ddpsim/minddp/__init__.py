@@ -1,0 +1,13 @@
+"""minddp: a readable re-implementation of torch DistributedDataParallel.
+
+``DistributedDataParallel`` (ddp.py) + ``Reducer`` (reducer.py) match torch 2.13's DDP
+bucket for bucket; ``NaiveDDP`` (naive.py) is the no-bucket, no-overlap baseline.
+"""
+from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
+from ddpsim.minddp.ddp import DistributedDataParallel
+from ddpsim.minddp.messages import MarkedReadyTwiceError, MissingGradientError
+from ddpsim.minddp.naive import NaiveDDP
+from ddpsim.minddp.reducer import Reducer
+
+__all__ = ["DistributedDataParallel", "NaiveDDP", "Reducer", "compute_bucket_assignment_by_size",
+           "MissingGradientError", "MarkedReadyTwiceError"]

@@ -1,0 +1,126 @@
+"""Bucket assignment and the flat gradient buffers of the readable reducer.
+
+Mirrors the free function ``compute_bucket_assignment_by_size`` and the bucket
+bookkeeping of ``Reducer::initialize_buckets`` / ``initialize_bucket_views`` in
+``torch/csrc/distributed/c10d/reducer.cpp`` (torch 2.13).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+
+def compute_bucket_assignment_by_size(tensors, bucket_size_limits, expect_sparse_gradient=(),
+                                      tensor_indices=()):
+    """Mirrors ``compute_bucket_assignment_by_size`` in reducer.cpp.
+
+    Returns ``(bucket_indices, per_bucket_size_limits)`` like
+    ``torch.distributed._compute_bucket_assignment_by_size``.
+
+    Note [Bucket assignment by size]: buckets are kept per (dtype, device),
+    because one flat buffer holds one dtype on one device. Parameters are added
+    in the given order; a bucket closes as soon as its size is >= the current
+    limit *after* adding a parameter, so a parameter is never split and a bucket
+    may overshoot by one parameter. Each (dtype, device) walks through
+    ``bucket_size_limits`` one bucket at a time and then stays on the last limit
+    (that is how the small first bucket is made). Sparse-gradient parameters get
+    a bucket each. When ``tensor_indices`` is empty (construction), buckets are
+    sorted by their smallest parameter index; when it is given (the rebuild,
+    in gradient-ready order) the order of closing is kept.
+    """
+    indices = list(tensor_indices) or list(range(len(tensors)))
+    result = []  # [(indices, limit)] in the order buckets close
+    open_buckets = {}  # (dtype, device) -> [indices, bytes, limit]
+    limit_pos = {}  # (dtype, device) -> position in bucket_size_limits
+    for tensor, index in zip(tensors, indices):
+        if expect_sparse_gradient and expect_sparse_gradient[index]:
+            result.append(([index], 0))
+            continue
+        key = (tensor.dtype, tensor.device)
+        bucket = open_buckets.setdefault(key, [[], 0, 0])
+        pos = limit_pos.setdefault(key, 0)
+        bucket[0].append(index)
+        bucket[1] += tensor.numel() * tensor.element_size()
+        bucket[2] = bucket_size_limits[pos]
+        if bucket[1] >= bucket[2]:
+            result.append((bucket[0], bucket[2]))
+            open_buckets[key] = [[], 0, 0]
+            limit_pos[key] = min(pos + 1, len(bucket_size_limits) - 1)
+    # Leftover buckets: reducer.cpp walks an unordered_map here; with several
+    # dtypes in a rebuild its order is the hash order, ours is first-seen order.
+    result += [(b[0], b[2]) for b in open_buckets.values() if b[0]]
+    if not tensor_indices:
+        result.sort(key=lambda r: min(r[0]))
+    return [r[0] for r in result], [r[1] for r in result]
+
+
+def broadcast_layout(indices, limits, group):
+    """The two broadcasts of ``Reducer::sync_bucket_indices``: rank 0's layout wins.
+
+    First the flat parameter indices + the bucket count (same length on every
+    rank: each parameter once), then the bucket sizes (and, for the recorder, the
+    caps), whose count is now known from rank 0.
+    """
+    flat = torch.tensor(sum(indices, []) + [len(indices)], dtype=torch.int64)
+    dist.broadcast(flat, 0, group=group)
+    n = int(flat[-1])
+    sizes = [len(b) for b in indices] + [0] * n
+    meta = torch.tensor(sizes[:n] + (list(limits) + [0] * n)[:n], dtype=torch.int64)
+    dist.broadcast(meta, 0, group=group)
+    flat, meta = flat.tolist(), meta.tolist()
+    out, start = [], 0
+    for size in meta[:n]:
+        out.append(flat[start:start + size])
+        start += size
+    return out, meta[n:]
+
+
+@dataclass
+class Bucket:
+    """Mirrors ``Reducer::Bucket`` (reducer.hpp): one flat buffer, one allreduce."""
+
+    index: int
+    variable_indices: list[int]
+    cap_bytes: int
+    gradients: torch.Tensor  # the flat buffer that is allreduced
+    views: list[torch.Tensor]  # bucket_views_in == bucket_views_out for allreduce
+    pending: int = 0
+    future: object = None  # the allreduce's future (chained to the recorder callback)
+    event: dict | None = field(default=None, repr=False)  # RankRecorder bucket event
+
+    @property
+    def nbytes(self) -> int:
+        return self.gradients.numel() * self.gradients.element_size()
+
+    def describe(self) -> dict:
+        """The layout entry a RankRecorder expects."""
+        return {"index": self.index, "params": list(self.variable_indices),
+                "bytes": self.nbytes, "cap_bytes": self.cap_bytes}
+
+
+def make_bucket(index, variable_indices, cap_bytes, params) -> Bucket:
+    """Mirrors the body of ``initialize_buckets`` + ``initialize_bucket_views``.
+
+    Note [Gradient layout contract]: each parameter gets a view into the flat
+    buffer with the parameter's own sizes and strides (``as_strided``), because
+    AccumulateGrad creates gradients with the parameter's strides; matching them
+    keeps ``copy_`` in and out of the bucket a straight memory copy
+    (reducer.cpp, ``initialize_bucket_views``).
+    """
+    members = [params[i] for i in variable_indices]
+    first = members[0]
+    total = sum(p.numel() for p in members)
+    gradients = torch.empty(total, dtype=first.dtype, device=first.device)
+    views, offset = [], 0
+    for p in members:
+        if p.dtype != first.dtype or p.device != first.device:
+            raise ValueError("all parameters in a bucket must share dtype and device")
+        if is_non_overlapping_and_dense_or_false(p):
+            views.append(gradients.as_strided(p.size(), p.stride(), offset))
+        else:
+            views.append(gradients.narrow(0, offset, p.numel()).view(p.size()))
+        offset += p.numel()
+    return Bucket(index, list(variable_indices), cap_bytes, gradients, views)

@@ -1,0 +1,165 @@
+"""A readable DistributedDataParallel: the Python side of torch DDP
+(torch/nn/parallel/distributed.py, torch 2.13) around ``ddpsim.minddp.reducer``.
+
+Construction: ``_build_params_for_reducer`` -> broadcast parameters and buffers from
+rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
+then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, rebuild_buckets,
+buffer broadcast) -> module forward -> ``_post_forward`` (prepare_for_backward).
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddpsim.minddp.autograd import DDPSink, find_tensors
+from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
+from ddpsim.minddp.reducer import Reducer
+
+MB = 1024 * 1024
+DEFAULT_BUCKET_CAP_MB = 25  # distributed.py: _DEFAULT_BUCKET_CAP_MB
+BROADCAST_BUCKET_BYTES = 250 * MB  # distributed.py: self.broadcast_bucket_size
+
+
+def build_params_for_reducer(module: nn.Module):
+    """Mirrors ``DistributedDataParallel._build_params_for_reducer``.
+
+    named_modules() x named_parameters(recurse=False), requires_grad only; a
+    parameter shared by several modules (tied weights) counts once, under the name
+    of its first module. Returns (params, names, expect_sparse_gradient).
+    """
+    params, names, sparse, memo = [], [], [], set()
+    for module_name, m in module.named_modules():
+        for param_name, p in m.named_parameters(recurse=False):
+            if p.requires_grad and p not in memo:
+                memo.add(p)
+                params.append(p)
+                names.append(f"{module_name}.{param_name}" if module_name else param_name)
+                sparse.append(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse)
+    return params, names, sparse
+
+
+def bucket_caps(bucket_cap_mb):
+    """Mirrors ``_BucketCapacityConfig.create``: (cap, first-bucket cap) in bytes.
+
+    Note [The small first bucket]: the first bucket to be reduced holds the
+    gradients computed last; a small one (1 MiB, ``dist._DEFAULT_FIRST_BUCKET_BYTES``)
+    starts communication sooner. torch applies it only when bucket_cap_mb is left
+    at its default (None); an explicit cap is used for the first bucket too.
+    """
+    cap = int((DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MB)
+    return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap)
+
+
+class DistributedDataParallel(nn.Module):
+    """Drop-in for the part of torch DDP that training code uses."""
+
+    def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
+                 static_graph=False, gradient_as_bucket_view=False, process_group=None,
+                 recorder=None):
+        super().__init__()
+        self.module = module
+        self.process_group = process_group or dist.group.WORLD
+        self.find_unused_parameters = find_unused_parameters
+        self.static_graph = static_graph
+        self.require_backward_grad_sync = True
+        self.require_forward_param_sync = True
+        params, names, sparse = build_params_for_reducer(module)
+        if not params:
+            raise RuntimeError("DistributedDataParallel got a module with no parameter "
+                               "that requires a gradient")
+        if any(sparse):
+            raise NotImplementedError("minddp does not support sparse gradients")
+        self.modules_buffers = [b for _, b in module.named_buffers()]
+        self.sync_module_states()
+        self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_caps(bucket_cap_mb)
+        self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
+
+    def sync_module_states(self):
+        """Mirrors ``_sync_module_states``: every rank starts from rank 0's weights."""
+        tensors = [p.detach() for p in self.module.parameters()] + self.modules_buffers
+        if tensors:
+            dist._broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
+
+    def ddp_init_helper(self, params, names, gradient_as_bucket_view, recorder):
+        """Mirrors ``_ddp_init_helper``.
+
+        Note [One bucket in iteration 0]: parameter definition order is not the
+        order gradients arrive, and a rank with an unused branch could launch an
+        allreduce that pairs with a different collective elsewhere. So torch 2.13
+        starts with a single bucket ([sys.maxsize]) unless find_unused_parameters is
+        on (and static_graph off), and relies on the rebuild after iteration 0.
+        Note [Reversed buckets]: buckets come out sorted by smallest index and are
+        reversed, guessing that gradients arrive in reverse definition order.
+        """
+        if self.static_graph or not self.find_unused_parameters:
+            limits = [sys.maxsize]
+        elif self.first_bucket_bytes_cap < self.bucket_bytes_cap:
+            limits = [self.first_bucket_bytes_cap, self.bucket_bytes_cap]
+        else:
+            limits = [self.bucket_bytes_cap]
+        indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
+        self.reducer = Reducer(params, indices[::-1], per_bucket_limits[::-1],
+                               self.process_group, self.bucket_bytes_cap,
+                               self.find_unused_parameters, gradient_as_bucket_view, names,
+                               self.first_bucket_bytes_cap, recorder)
+        if self.static_graph:
+            self.reducer.static_graph = True  # Reducer::set_static_graph
+
+    @contextmanager
+    def no_sync(self):
+        """Mirrors ``no_sync``: run forward *and* backward inside to skip the allreduce."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def forward(self, *inputs, **kwargs):
+        with torch.autograd.profiler.record_function("DistributedDataParallel.forward"):
+            self.pre_forward()
+            return self.post_forward(self.module(*inputs, **kwargs))
+
+    def pre_forward(self):
+        """Mirrors ``_pre_forward``."""
+        syncing = torch.is_grad_enabled() and self.require_backward_grad_sync
+        if syncing:
+            self.reducer.prepare_for_forward()
+        if torch.is_grad_enabled():
+            self.reducer.rebuild_buckets()
+        if self.require_forward_param_sync and self.modules_buffers:
+            self.sync_buffers()
+
+    def sync_buffers(self):
+        """Mirrors ``_sync_buffers``: rank 0's buffers (e.g. BatchNorm running stats).
+
+        Note [Buffers follow rank 0]: buffers are not gradients; torch's default
+        (broadcast_buffers=True) overwrites them with rank 0's before each forward
+        that follows a synced forward (``require_forward_param_sync``).
+        """
+        self.modules_buffers = [b for _, b in self.module.named_buffers()]
+        with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(
+                tuple(self.modules_buffers)):
+            dist._broadcast_coalesced(self.process_group, self.modules_buffers,
+                                      BROADCAST_BUCKET_BYTES, 0)
+
+    def post_forward(self, output):
+        """Mirrors ``_post_forward``.
+
+        Note [The sink]: torch passes outputs through ``_DDPSink`` only with
+        find_unused_parameters (and static_graph's first iteration); minddp does it
+        on every synced forward, because the sink's backward is where minddp queues
+        its end-of-backward check (see ``Reducer.check_backward_finished``).
+        Outputs are cloned only where torch clones them.
+        """
+        if not (torch.is_grad_enabled() and self.require_backward_grad_sync):
+            self.require_forward_param_sync = False
+            return output
+        self.require_forward_param_sync = True
+        dynamic = self.find_unused_parameters and not self.static_graph
+        self.reducer.prepare_for_backward(find_tensors(output) if dynamic else [])
+        return DDPSink.pass_through(output, self.reducer.on_sink_backward, clone=dynamic)

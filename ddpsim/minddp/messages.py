@@ -1,0 +1,45 @@
+"""Errors raised by the readable DDP, worded to say what went wrong and what to do."""
+from __future__ import annotations
+
+
+class MissingGradientError(RuntimeError):
+    """A synced backward finished while some parameters never got a gradient."""
+
+
+class MarkedReadyTwiceError(RuntimeError):
+    """A parameter's gradient became ready twice in one backward."""
+
+
+def _names(indices, names) -> str:
+    return ", ".join(f"{names[i]} (index {i})" for i in indices)
+
+
+def missing_gradients(rank: int, indices, names, find_unused: bool, when: str) -> str:
+    """The text of ``ensure_prior_reduction_finished`` in reducer.cpp, with names."""
+    head = (f"minddp (rank {rank}): {when}, but {len(indices)} parameter(s) received no "
+            f"gradient: {_names(indices, names)}.\n"
+            "DDP launches a bucket's allreduce only when every parameter in the bucket "
+            "has its gradient, so these buckets were never reduced and the ranks would "
+            "disagree (torch DDP reports this at the next forward as 'Expected to have "
+            "finished reduction in the prior iteration before starting a new one').\n")
+    if find_unused:
+        return head + (
+            "find_unused_parameters=True is on, so the graph search found these "
+            "parameters in the forward graph: most likely some `forward` output did not "
+            "take part in the loss. Make every output take part in the loss.")
+    return head + (
+        "Fix it in one of two ways: pass find_unused_parameters=True to "
+        "DistributedDataParallel (it searches the autograd graph after each forward and "
+        "marks unused parameters ready), or make every parameter take part in the loss "
+        "on every rank and every iteration.")
+
+
+def marked_twice(rank: int, index: int, names) -> str:
+    """The text of ``checkAndRaiseMarkedTwiceError`` in reducer.cpp."""
+    return (f"minddp (rank {rank}): parameter {names[index]} (index {index}) was marked "
+            "ready twice in one backward: two autograd hooks fired for it (torch: 'Expected "
+            "to mark a variable ready only once'). Usual causes: the parameter is used "
+            "outside `forward`, in a second forward whose graph joins this backward, or in "
+            "several reentrant backward passes (e.g. the same layer wrapped by more than "
+            "one `checkpoint(..., use_reentrant=True)`). Use each parameter in one "
+            "forward/backward per iteration, or use_reentrant=False.")

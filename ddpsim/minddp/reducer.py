@@ -1,0 +1,372 @@
+"""A readable Reducer: torch's C++ ``Reducer`` (torch/csrc/distributed/c10d/reducer.cpp,
+torch 2.13) in Python, one method per C++ function, read top to bottom in the order
+the steps of one iteration happen.
+
+One iteration, step by step (ddpsim method -> reducer.cpp counterpart):
+ 0. construction: ``initialize_buckets`` (``Reducer::initialize_buckets``) and one
+    post-accumulate-grad hook per parameter (``grad_accumulator->add_post_hook``).
+ 1. forward begins (DDP ``_pre_forward``): ``prepare_for_forward``, then
+    ``rebuild_buckets`` (after iteration 0 only; it calls
+    ``ensure_prior_reduction_finished`` and ``sync_bucket_indices``).
+ 2. forward ends (DDP ``_post_forward``): ``prepare_for_backward``; with
+    find_unused_parameters it calls ``search_unused_parameters``.
+ 3. backward: AccumulateGrad fires ``autograd_hook`` per parameter ->
+    ``mark_variable_ready`` (copy grad / world_size into the bucket) ->
+    ``mark_bucket_ready`` -> ``all_reduce_bucket`` (strictly in bucket order);
+    after the last bucket: ``all_reduce_local_used_map`` (find_unused only) and
+    ``finalize_backward`` is queued on the autograd engine.
+ 4. backward ends: ``finalize_backward`` waits for every bucket and copies the
+    averaged gradients back (``finalize_bucket_dense`` / ``copy_bucket_to_grad``).
+static_graph's first iteration instead runs ``delay_all_reduce`` at the end.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from ddpsim.minddp import messages
+from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
+from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
+from ddpsim.record.events import RankRecorder, now_ns
+
+
+class Reducer:
+    """Mirrors ``c10d::Reducer``; see the module docstring for the order of steps."""
+
+    def __init__(self, params, bucket_indices, per_bucket_size_limits, process_group,
+                 bucket_bytes_cap, find_unused_parameters, gradient_as_bucket_view,
+                 param_names, first_bucket_bytes_cap, recorder: RankRecorder | None = None):
+        """Mirrors ``Reducer::Reducer``."""
+        self.params, self.param_names = list(params), list(param_names)
+        self.process_group = process_group
+        self.rank, self.world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
+        self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_bytes_cap, first_bucket_bytes_cap
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.recorder = recorder
+        self.static_graph = False
+        self.expect_autograd_hooks = self.require_finalize = False
+        self.first_autograd_hook_called = self.has_marked_unused_parameters = False
+        self.has_rebuilt_bucket = False
+        self.num_iterations = self.num_bwd_calls = 0
+        self.next_bucket = 0
+        self.unused_parameters, self.ready_params = [], set()
+        self.rebuilt_param_indices, self.grad_ready_order_indices = [], []
+        self.hooks_triggered = [0] * len(self.params)  # numGradHooksTriggeredMap_
+        self.hooks_left = []  # numGradHooksTriggeredMapPerIteration_
+        self.local_used_map = [0] * len(self.params)  # Note [Used-parameter bitmap]
+        self.local_used_work, self.local_used_map_reduced = None, False
+        self.delay_all_reduce_queued = False
+        self.initialize_buckets(bucket_indices, per_bucket_size_limits)
+        self.record_layout("construction")
+        me = weakref.ref(self)  # the hooks must not keep the reducer alive
+        self.grad_accumulators = [grad_accumulator(p) for p in self.params]
+        self.hooks = [acc.register_hook(  # Note [Hooks on AccumulateGrad]
+            lambda grads_in, grads_out, i=i: me() is not None and me().autograd_hook(
+                i, grads_out[0] is not None)) for i, acc in enumerate(self.grad_accumulators)]
+
+    # -- 0. buckets -----------------------------------------------------------------
+    def initialize_buckets(self, bucket_indices, per_bucket_size_limits):
+        """Mirrors ``Reducer::initialize_buckets`` (+ ``initialize_bucket_views``)."""
+        assert not self.expect_autograd_hooks, "initialize_buckets during backward"
+        self.buckets = [make_bucket(b, idx, cap, self.params) for b, (idx, cap)
+                        in enumerate(zip(bucket_indices, per_bucket_size_limits))]
+        self.variable_locators = [None] * len(self.params)
+        for bucket in self.buckets:
+            for intra, index in enumerate(bucket.variable_indices):
+                self.variable_locators[index] = (bucket.index, intra)
+        if self.gradient_as_bucket_view:  # old grads move into the new views
+            for index, (b, intra) in enumerate(self.variable_locators):
+                p, view = self.params[index], self.buckets[b].views[intra]
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                    p.grad = view
+
+    def record_layout(self, kind):
+        if self.recorder is not None:
+            it = self.recorder.iteration
+            start = it["iteration"] if it else self.num_iterations
+            self.recorder.set_layout(start, kind, [b.describe() for b in self.buckets])
+
+    # -- 1. forward begins ----------------------------------------------------------
+    def prepare_for_forward(self):
+        """Mirrors ``Reducer::prepare_for_forward``: counts iterations."""
+        self.num_iterations += 1
+
+    def should_rebuild_buckets(self):
+        """Mirrors ``Reducer::should_rebuild_buckets`` (reducer.hpp).
+
+        Note [Rebuild once, in gradient-ready order]: the construction layout
+        guesses that gradients arrive in reverse definition order. During the
+        first synced backward (the second with static_graph) the reducer records
+        the real arrival order, and at the next forward rebuilds the buckets in
+        that order, with the small first cap for the bucket reduced first. With
+        find_unused_parameters the arrival order may change per iteration, so
+        torch never rebuilds (reducer.hpp: ``(static_graph_ ||
+        !find_unused_parameters_) && !has_rebuilt_bucket_``).
+        """
+        return (self.static_graph or not self.find_unused_parameters) \
+            and not self.has_rebuilt_bucket
+
+    def rebuild_buckets(self):
+        """Mirrors ``Reducer::rebuild_buckets``; True when the layout changed."""
+        self.ensure_prior_reduction_finished()
+        if not self.should_rebuild_buckets() or not self.rebuilt_param_indices:
+            return False
+        order = self.rebuilt_param_indices
+        indices, limits = compute_bucket_assignment_by_size(
+            [self.params[i] for i in order],
+            [self.first_bucket_bytes_cap, self.bucket_bytes_cap], (), order)
+        indices, limits = self.sync_bucket_indices(indices, limits)
+        self.has_rebuilt_bucket, self.rebuilt_param_indices = True, []
+        self.initialize_buckets(indices, limits)
+        self.record_layout("rebuilt")
+        return True
+
+    def sync_bucket_indices(self, indices, limits):
+        """Mirrors ``Reducer::sync_bucket_indices``: every rank takes rank 0's layout.
+
+        Note [Broadcast the rebuilt layout]: arrival order can differ between
+        ranks (threads, unused branches), but all ranks must allreduce the same
+        buckets in the same order or the collectives mismatch, so rank 0's
+        layout is broadcast (reducer.cpp broadcasts indices + bucket sizes; we
+        also send the caps, which only the recorder uses).
+        """
+        return broadcast_layout(indices, limits, self.process_group)
+
+    def ensure_prior_reduction_finished(self):
+        """Mirrors ``Reducer::ensure_prior_reduction_finished``."""
+        if self.require_finalize:
+            missing = [i for i in range(len(self.params)) if i not in self.ready_params]
+            raise messages.MissingGradientError(messages.missing_gradients(
+                self.rank, missing, self.param_names, self.find_unused_parameters,
+                "a new forward started before the previous backward was reduced"))
+
+    # -- 2. forward ends ------------------------------------------------------------
+    def prepare_for_backward(self, outputs):
+        """Mirrors ``Reducer::prepare_for_backward`` (+ ``reset_bucket_counting``)."""
+        self.expect_autograd_hooks = True
+        self.grad_ready_order_indices = []
+        self.next_bucket = 0
+        for bucket in self.buckets:
+            bucket.pending = len(bucket.variable_indices)
+        if self.static_graph:
+            self.hooks_left = list(self.hooks_triggered)
+        self.has_marked_unused_parameters = False
+        self.ready_params = set()
+        if self.dynamic_graph_find_unused():
+            self.unused_parameters = self.search_unused_parameters(outputs)
+
+    def dynamic_graph_find_unused(self):
+        return self.find_unused_parameters and not self.static_graph
+
+    def static_graph_first_iteration(self):
+        return self.static_graph and self.num_bwd_calls == 1
+
+    def search_unused_parameters(self, outputs):
+        """Mirrors ``Reducer::search_unused_parameters``.
+
+        Note [Finding unused parameters]: walk ``grad_fn.next_functions`` from the
+        outputs; a parameter whose AccumulateGrad node is never reached gets no
+        hook this backward, so it must be marked ready by hand (at the first hook,
+        see ``autograd_hook``) or its bucket would never launch.
+        """
+        start = now_ns()
+        seen = reached_accumulators(outputs)
+        unused = [i for i, acc in enumerate(self.grad_accumulators) if acc not in seen]
+        if self.recorder is not None and self.recorder.iteration is not None:
+            self.recorder.span("graph_search", start, now_ns())
+        return unused
+
+    # -- 3. backward ----------------------------------------------------------------
+    def on_sink_backward(self):
+        """Called by ``DDPSink.backward``, the first step of every backward pass."""
+        if self.static_graph and not self.delay_all_reduce_queued:
+            self.delay_all_reduce_queued = True  # distributed.py: _DDPSink.backward
+            queue_callback(self.delay_all_reduce)
+        elif self.expect_autograd_hooks:
+            queue_callback(self.check_backward_finished)
+
+    def autograd_hook(self, index, grad_defined=True):
+        """Mirrors ``Reducer::autograd_hook``: parameter ``index`` has its gradient."""
+        if not grad_defined and not self.dynamic_graph_find_unused():
+            return  # without find_unused torch has no DDPSink: such hooks never fire
+        if not self.first_autograd_hook_called:
+            self.first_autograd_hook_called = True
+            self.num_bwd_calls += 1
+        if self.dynamic_graph_find_unused() or self.static_graph_first_iteration():
+            if self.params[index].grad is not None:  # Note [Used-parameter bitmap]
+                self.local_used_map[index] = 1
+        if self.static_graph_first_iteration():
+            self.hooks_triggered[index] += 1
+            return
+        if not self.expect_autograd_hooks:  # no_sync(): just accumulate locally
+            return
+        if self.recorder is not None and self.recorder.iteration is not None:
+            self.recorder.grad_ready(index, now_ns())
+        self.grad_ready_order_indices.append(index)
+        if not self.has_marked_unused_parameters:
+            self.has_marked_unused_parameters = True
+            for unused in self.unused_parameters:
+                self.mark_variable_ready(unused)
+        if self.static_graph and self.num_bwd_calls > 1:
+            self.hooks_left[index] -= 1
+            if self.hooks_left[index] != 0:
+                return
+        if self.should_rebuild_buckets():
+            self.rebuilt_param_indices.append(index)
+        self.mark_variable_ready(index)
+
+    def mark_variable_ready(self, index):
+        """Mirrors ``Reducer::mark_variable_ready``."""
+        if index in self.ready_params:
+            raise messages.MarkedReadyTwiceError(
+                messages.marked_twice(self.rank, index, self.param_names))
+        self.ready_params.add(index)
+        self.require_finalize = True
+        b, intra = self.variable_locators[index]
+        self.mark_variable_ready_dense(index, self.buckets[b].views[intra])
+        self.buckets[b].pending -= 1
+        if self.buckets[b].pending == 0:
+            self.mark_bucket_ready(b)
+        if self.next_bucket == len(self.buckets):
+            if self.dynamic_graph_find_unused():
+                self.all_reduce_local_used_map()
+            queue_callback(self.finalize_backward)
+
+    def mark_variable_ready_dense(self, index, view):
+        """Mirrors ``Reducer::mark_variable_ready_dense``.
+
+        Note [Divide while copying]: the gradient is multiplied by 1/world_size
+        while it is copied into the bucket (``at::mul_out``), saving a pass over
+        the data; the allreduce then sums, giving the mean. A parameter with no
+        gradient (unused) contributes zeros.
+        """
+        p = self.params[index]
+        if p.grad is None:
+            view.zero_()
+        elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
+            view.div_(self.world_size)
+        else:
+            torch.mul(p.grad, 1.0 / self.world_size, out=view)
+            if self.gradient_as_bucket_view:
+                p.grad = view
+
+    def mark_bucket_ready(self, bucket_index):
+        """Mirrors ``Reducer::mark_bucket_ready``.
+
+        Note [Launch in bucket order]: every rank must issue the same collectives
+        in the same order, but gradients may become ready in a different order on
+        each rank. So a ready bucket waits for all lower-indexed buckets, and
+        launching is strictly bucket 0, 1, 2, ...
+        """
+        if bucket_index > self.next_bucket:
+            return
+        while self.next_bucket < len(self.buckets) \
+                and self.buckets[self.next_bucket].pending == 0:
+            self.all_reduce_bucket(self.buckets[self.next_bucket])
+            self.next_bucket += 1
+
+    def all_reduce_bucket(self, bucket):
+        """Mirrors ``Reducer::all_reduce_bucket`` (+ the default ``_AllReduceBySumCommHook``)."""
+        work = dist.all_reduce(bucket.gradients, group=self.process_group, async_op=True)
+        bucket.future = work.get_future()
+        rec = self.recorder
+        if rec is not None and rec.iteration is not None:
+            ev = rec.bucket_launch(bucket.index, bucket.variable_indices, bucket.nbytes, now_ns())
+            # Runs on a gloo thread at the real completion time; we wait on the chain.
+            bucket.future = bucket.future.then(
+                lambda fut, ev=ev: RankRecorder.bucket_complete(ev, now_ns()))
+
+    def all_reduce_local_used_map(self):
+        """Mirrors ``Reducer::all_reduce_local_used_map``.
+
+        Note [Used-parameter bitmap]: with find_unused_parameters a parameter may be
+        unused on one rank and used on another. Each rank marks the parameters that
+        got a gradient (also during no_sync steps) in an int32 map; the maps are
+        summed so ``finalize_backward`` can leave the ``.grad`` of a parameter that
+        is unused on *every* rank untouched instead of writing zeros into it.
+        """
+        self.local_used_tensor = torch.tensor(self.local_used_map, dtype=torch.int32)
+        launch = now_ns()
+        work = dist.all_reduce(self.local_used_tensor, group=self.process_group, async_op=True)
+        self.local_used_work = work.get_future()
+        rec = self.recorder
+        if rec is not None and rec.iteration is not None:
+            nbytes = 4 * len(self.local_used_map)
+            self.local_used_work = self.local_used_work.then(
+                lambda fut: rec.bitmap_allreduce(launch, now_ns(), nbytes))
+
+    def check_backward_finished(self):
+        """ddpsim only. Note [Missing gradients raise at the end]: torch notices a
+        parameter that never got its gradient only at the next forward
+        (``ensure_prior_reduction_finished``). This callback, queued by the
+        DDPSink at the start of every synced backward, runs when the autograd
+        engine finishes and raises right there, with the parameters' names."""
+        if self.expect_autograd_hooks and self.next_bucket < len(self.buckets):
+            missing = [i for i in range(len(self.params)) if i not in self.ready_params]
+            raise messages.MissingGradientError(messages.missing_gradients(
+                self.rank, missing, self.param_names, self.find_unused_parameters,
+                "the backward pass finished"))
+
+    # -- 4. backward ends -----------------------------------------------------------
+    def finalize_backward(self):
+        """Mirrors ``Reducer::finalize_backward``: wait, then copy results to ``.grad``."""
+        assert self.expect_autograd_hooks and self.require_finalize
+        self.expect_autograd_hooks = self.require_finalize = False
+        self.first_autograd_hook_called = False
+        if self.static_graph and self.num_bwd_calls > 1 and self.should_rebuild_buckets():
+            self.rebuilt_param_indices += self.unused_parameters
+        for bucket in self.buckets:
+            bucket.future.wait()
+            self.finalize_bucket_dense(bucket)
+        if self.dynamic_graph_find_unused() or self.static_graph_first_iteration():
+            if not self.local_used_map_reduced:
+                self.local_used_work.wait()
+        if self.dynamic_graph_find_unused():
+            self.local_used_map = [0] * len(self.params)
+            self.local_used_map_reduced = False
+
+    def finalize_bucket_dense(self, bucket):
+        """Mirrors ``Reducer::finalize_bucket_dense`` + ``copy_bucket_to_grad``."""
+        for index, view in zip(bucket.variable_indices, bucket.views):
+            if (self.static_graph or self.find_unused_parameters) and self.global_unused(index):
+                continue  # unused on every rank: keep .grad untouched
+            p = self.params[index]
+            if p.grad is None:
+                p.grad = view if self.gradient_as_bucket_view \
+                    else view.clone(memory_format=torch.preserve_format)
+            elif p.grad.data_ptr() != view.data_ptr():
+                p.grad.copy_(view)
+
+    def global_unused(self, index):
+        """The lazy wait of ``finalize_bucket_dense``: only a parameter unused here
+        needs the summed bitmap, so the bitmap allreduce is waited for only then."""
+        if self.local_used_map[index]:
+            return False
+        if not self.local_used_map_reduced:
+            self.local_used_work.wait()
+            self.local_used_map = self.local_used_tensor.tolist()
+            self.local_used_map_reduced = True
+        return self.local_used_map[index] == 0
+
+    # -- static_graph's first iteration ---------------------------------------------
+    def delay_all_reduce(self):
+        """Mirrors ``Reducer::delay_all_reduce``: static_graph's iteration 0 reduces
+        everything once backward is over, after counting the hooks of each param."""
+        self.all_reduce_local_used_map()
+        self.unused_parameters = [i for i, n in enumerate(self.hooks_triggered) if n == 0]
+        self.require_finalize = True
+        for index, (b, intra) in enumerate(self.variable_locators):
+            self.mark_variable_ready_dense(index, self.buckets[b].views[intra])
+        for bucket in self.buckets:
+            self.all_reduce_bucket(bucket)
+        self.finalize_backward()
+
+    def remove_autograd_hooks(self):
+        """Mirrors ``Reducer::remove_autograd_hooks``."""
+        for handle in self.hooks:
+            handle.remove()
+        self.hooks = []

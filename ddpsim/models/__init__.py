@@ -1,0 +1,113 @@
+"""The model zoo, and how a user's own model plugs into the recorder.
+
+A *workload* is what one DDP rank trains: a model, a batch function and a loss.
+
+    factory() -> Workload | (model, batch, loss)
+
+    model: torch.nn.Module
+    batch(iteration, rank, world_size, batch_size) -> (inputs, target)
+        Deterministic: the same arguments give the same tensors on every call, so
+        rank r's batch in a 2-rank run can be rebuilt in one process to check DDP
+        against single-process training on the concatenated batch. ``inputs`` is a
+        tensor or a tuple of tensors (passed as ``model(*inputs)``).
+    loss(output, target) -> scalar tensor
+
+The recorder calls ``torch.manual_seed(seed)`` just before ``factory()``, so the
+model's initial weights follow ``--seed``.
+
+``--model`` takes a zoo name (``mlp``, ``convnet``, ``transformer``, ``branchy``,
+``shuffled``), ``path/to/file.py:factory`` or ``package.module:factory``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class Workload:
+    model: torch.nn.Module
+    batch: Callable[[int, int, int, int], tuple]
+    loss: Callable
+    default_batch_size: int = 32  # samples per rank per iteration
+
+
+class ModelSpecError(ValueError):
+    """--model names no zoo model and no loadable factory."""
+
+
+def zoo() -> dict[str, Callable[[], Workload]]:
+    """Zoo model name -> factory."""
+    from ddpsim.models import zoo_models
+
+    return dict(zoo_models.ZOO)
+
+
+def check_spec(spec: str) -> None:
+    """Fail fast (before any process starts) if ``spec`` cannot name a model."""
+    resolve_factory(spec)
+
+
+def resolve_factory(spec: str) -> Callable[[], Workload]:
+    """Turn a --model value into a factory function, or raise ModelSpecError."""
+    models = zoo()
+    if spec in models:
+        return models[spec]
+    if ":" not in spec:
+        raise ModelSpecError(
+            f"unknown model {spec!r}: choose one of {', '.join(sorted(models))}, "
+            "or give path/to/file.py:factory or package.module:factory")
+    where, _, attr = spec.rpartition(":")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise ModelSpecError(f"model file {where} does not exist")
+        name = "ddpsim_user_" + path.stem
+        mod_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(mod_spec)
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as e:  # the user's file: report, don't trace back
+            raise ModelSpecError(f"could not load {where}: {type(e).__name__}: {e}") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as e:
+            raise ModelSpecError(f"could not import {where}: {type(e).__name__}: {e}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ModelSpecError(f"{where} has no function {attr!r}")
+    return factory
+
+
+def build_workload(spec: str) -> Workload:
+    """Call the factory for ``spec`` and normalise what it returns."""
+    made = resolve_factory(spec)()
+    if isinstance(made, Workload):
+        return made
+    if isinstance(made, tuple) and len(made) == 3:
+        model, batch, loss = made
+        if isinstance(model, torch.nn.Module) and callable(batch) and callable(loss):
+            return Workload(model, batch, loss)
+    raise ModelSpecError(
+        f"factory for {spec!r} must return (model, batch, loss) or a Workload, "
+        f"not {type(made).__name__}")
+
+
+def call_batch(workload: Workload, iteration: int, rank: int, world_size: int,
+               batch_size: int | None):
+    """One rank's batch; inputs always come back as a tuple."""
+    inputs, target = workload.batch(iteration, rank, world_size,
+                                    batch_size or workload.default_batch_size)
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    return inputs, target
+
+
+__all__ = ["Workload", "ModelSpecError", "zoo", "check_spec", "resolve_factory",
+           "build_workload", "call_batch"]

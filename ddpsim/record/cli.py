@@ -1,0 +1,69 @@
+"""``python -m ddpsim record``: run real DDP on N processes and write a trace.
+
+Started directly, it launches the ranks itself. Started by ``torchrun`` (RANK,
+WORLD_SIZE and MASTER_ADDR in the environment), this process is one rank: it
+writes ``OUT.rankR.jsonl``, and rank 0 merges the shards into OUT when they are
+all on its disk (one node); across nodes, run ``python -m ddpsim merge``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ddpsim.record import config as record_config
+from ddpsim.record.launcher import record, shard_paths
+from ddpsim.record.merge import merge_files
+
+HELP = "record real DDP on N local processes (or under torchrun) into a trace"
+
+
+def add_arguments(p) -> None:
+    record_config.add_arguments(p)
+    p.add_argument("--out", required=True, help="trace file to write (JSON)")
+    p.add_argument("--master-port", type=int, default=None,
+                   help="rendezvous port; a free one is picked if it is busy or not given")
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "DDPSIM_LAUNCHED" not in os.environ
+
+
+def progress_bar(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    end = "\n" if done >= total else ""
+    print(f"\rrecording [{'#' * filled}{'.' * (width - filled)}] {done}/{total} iterations",
+          end=end, file=sys.stderr, flush=True)
+
+
+def main(args) -> int:
+    cfg = record_config.from_args(args)
+    out = Path(args.out)
+    if under_torchrun():
+        return _torchrun_rank(cfg, out)
+    show = progress_bar if sys.stderr.isatty() else None
+    trace = record(cfg, out, progress=show, master_port=args.master_port)
+    summary = trace.summary()
+    print(f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} ranks, {cfg.iters} iterations; "
+          f"iteration {summary['iteration_time_s'] * 1e3:.1f} ms, "
+          f"exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, overlap {summary['overlap_fraction']:.0%}")
+    return 0
+
+
+def _torchrun_rank(cfg, out: Path) -> int:
+    from ddpsim.record.worker import env_rank, exit_now, run_rank
+
+    rank, world, _ = env_rank()
+    if world != cfg.world_size:
+        cfg.world_size = world  # torchrun decides the world size
+    shards = shard_paths(out, world)
+    run_rank(cfg, str(shards[rank]))
+    if rank == 0:
+        if all(s.exists() for s in shards):
+            merge_files(shards, out)
+            print(f"wrote {out} from {world} shards")
+        else:
+            print(f"rank 0 wrote {shards[0]}; gather every node's {out.name}.rank*.jsonl and run "
+                  f"python -m ddpsim merge {out.name}.rank*.jsonl --out {out}")
+    exit_now(0)  # see Note [exit without teardown] in worker.py

@@ -1,0 +1,108 @@
+"""What a recording runs: one RecordConfig, checked before any process starts."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass
+
+from ddpsim.errors import CLIError
+from ddpsim.models import ModelSpecError, check_spec
+
+IMPLS = ("torch", "minddp", "naive")
+BACKENDS = ("gloo", "nccl")
+
+
+@dataclass
+class RecordConfig:
+    model: str = "mlp"  # zoo name, path/to/file.py:factory or package.module:factory
+    world_size: int = 2  # ranks (processes); one GPU each with nccl
+    iters: int = 6  # micro-steps (forward+backward) per rank
+    impl: str = "torch"  # torch: torch's DDP; minddp: ddpsim's readable DDP; naive
+    bucket_cap_mb: float | None = None  # MiB; None = torch's default 25 MiB with a 1 MiB first bucket
+    find_unused_parameters: bool = False  # torch default False
+    static_graph: bool = False  # torch default False
+    gradient_as_bucket_view: bool = False  # torch default False
+    no_sync_every: int | None = None  # sync every n-th micro-step (n-1 under no_sync); None: always
+    batch_size: int | None = None  # samples per rank per micro-step; None: the model's default
+    seed: int = 0  # torch.manual_seed before building the model
+    backend: str | None = None  # None: nccl if CUDA is available, else gloo
+    lr: float = 0.01  # SGD learning rate
+    timeout_s: float = 60.0  # collective timeout (init_process_group timeout), seconds
+    pin_cpus: bool = True  # pin rank r to CPU r % ncpus (removes a bimodal slowdown on CPU)
+
+    def validate(self) -> "RecordConfig":
+        """Raise CLIError naming the first bad value; nothing has started yet."""
+        checks = [
+            (self.world_size >= 1, f"--world-size must be >= 1, not {self.world_size}"),
+            (self.iters >= 1, f"--iters must be >= 1, not {self.iters}"),
+            (self.impl in IMPLS, f"--impl must be one of {', '.join(IMPLS)}, not {self.impl!r}"),
+            (self.bucket_cap_mb is None or (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0),
+             f"--bucket-cap-mb must be a positive number of MiB, not {self.bucket_cap_mb}"),
+            (self.no_sync_every is None or self.no_sync_every >= 1,
+             f"--no-sync-every must be >= 1, not {self.no_sync_every}"),
+            (self.batch_size is None or self.batch_size >= 1,
+             f"--batch-size must be >= 1, not {self.batch_size}"),
+            (self.backend is None or self.backend in BACKENDS,
+             f"--backend must be gloo or nccl, not {self.backend!r}"),
+            (self.timeout_s > 0, f"--timeout must be > 0 seconds, not {self.timeout_s}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise CLIError(message)
+        try:
+            check_spec(self.model)
+        except ModelSpecError as e:
+            raise CLIError(str(e)) from None
+        return self
+
+    def resolved_backend(self) -> str:
+        if self.backend:
+            return self.backend
+        import torch
+
+        return "nccl" if torch.cuda.is_available() else "gloo"
+
+    def is_sync(self, iteration: int) -> bool:
+        """Micro-step ``iteration`` synchronises unless it is a no_sync accumulation step."""
+        n = self.no_sync_every
+        return n is None or n <= 1 or (iteration + 1) % n == 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RecordConfig":
+        return cls(**json.loads(text))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = RecordConfig()
+    p.add_argument("--model", default=d.model,
+                   help="zoo model (mlp, convnet, transformer, branchy, shuffled), "
+                        "path/to/file.py:factory or package.module:factory")
+    p.add_argument("--world-size", type=int, default=d.world_size, help="number of ranks")
+    p.add_argument("--iters", type=int, default=d.iters, help="micro-steps per rank")
+    p.add_argument("--impl", default=d.impl, choices=IMPLS,
+                   help="torch DDP, ddpsim's readable minddp, or the naive per-parameter variant")
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="bucket cap in MiB (default: torch's 25 MiB with a 1 MiB first bucket)")
+    p.add_argument("--find-unused-parameters", action="store_true")
+    p.add_argument("--static-graph", action="store_true")
+    p.add_argument("--gradient-as-bucket-view", action="store_true")
+    p.add_argument("--no-sync-every", type=int, default=None, metavar="N",
+                   help="synchronise every N-th micro-step; the others accumulate under no_sync")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per rank per micro-step")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--backend", default=None, choices=BACKENDS,
+                   help="default: nccl with one GPU per rank when CUDA is available, else gloo")
+    p.add_argument("--lr", type=float, default=d.lr, help="SGD learning rate")
+    p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
+                   help="collective timeout in seconds")
+    p.add_argument("--no-pin-cpus", dest="pin_cpus", action="store_false",
+                   help="do not pin rank r to CPU r %% ncpus")
+
+
+def from_args(args: argparse.Namespace) -> RecordConfig:
+    fields = RecordConfig.__dataclass_fields__
+    return RecordConfig(**{k: v for k, v in vars(args).items() if k in fields}).validate()

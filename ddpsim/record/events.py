@@ -1,0 +1,141 @@
+"""Per-rank event sink: what every DDP implementation reports while it runs.
+
+Torch's DDP (through hooks, see ``instrument.py``), ddpsim's readable DDP and the
+naive variant all report to a ``RankRecorder``. It keeps one iteration in memory
+and appends it to the rank's shard file as one JSON line when the iteration ends,
+so a rank that crashes still leaves every finished iteration on disk.
+
+Shard file (JSON Lines), one object per line, each with a ``kind``:
+  {"kind": "header", "rank", "host", "pid", "params": [...], ...}
+  {"kind": "header_update", ...}                        (facts learnt later)
+  {"kind": "layout", "from_iteration", "layout_kind", "buckets": [...]}
+  {"kind": "iteration", ...the Iteration fields of docs/trace-format.md...}
+  {"kind": "end", "ddp_logging_data": {...}}           (only on a clean finish)
+  {"kind": "error", "error": "..."}                    (when the rank failed)
+``ddpsim.record.merge`` turns the shards into one trace.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+
+def now_ns() -> int:
+    """The recorder clock. perf_counter_ns is shared by all processes on one host."""
+    return time.perf_counter_ns()
+
+
+class RankRecorder:
+    """Collects one rank's events; times are raw ``now_ns()`` values."""
+
+    def __init__(self, shard_path: str | Path, rank: int, header: dict):
+        self.rank = rank
+        self.path = Path(shard_path)
+        self._file = open(self.path, "w", buffering=1)  # line-buffered: a crash loses <= 1 line
+        self._write({"kind": "header", "rank": rank, "host": socket.gethostname(),
+                     "pid": os.getpid(), **header})
+        self.iteration = None  # dict of the iteration being recorded
+        self.layout = None  # list of bucket dicts currently in effect
+        self._observed = {}  # bucket index -> bucket dict seen this iteration
+
+    def header_update(self, fields: dict) -> None:
+        """Add run facts learnt after start-up (the parameter table, the clock offset)."""
+        self._write({"kind": "header_update", **fields})
+
+    # -- layouts -------------------------------------------------------------------------
+    def set_layout(self, from_iteration: int, kind: str, buckets: list[dict]) -> None:
+        """Declare the bucket layout in effect from ``from_iteration`` on.
+
+        ``buckets``: [{"index", "params", "bytes", "cap_bytes"}], in bucket order.
+        """
+        self.layout = [dict(b) for b in buckets]
+        self._write({"kind": "layout", "from_iteration": from_iteration,
+                     "layout_kind": kind, "buckets": self.layout})
+
+    # -- one iteration -------------------------------------------------------------------
+    def begin_iteration(self, iteration: int, sync: bool) -> None:
+        self.iteration = {"iteration": iteration, "sync": sync, "grad_ready": [],
+                          "buckets": [], "graph_search": None, "bitmap_allreduce": None,
+                          "optimizer": None}
+        self._observed = {}
+
+    def span(self, name: str, start_ns: int, end_ns: int) -> None:
+        """``name``: forward, backward, optimizer or graph_search."""
+        self.iteration[name] = {"start_ns": start_ns, "end_ns": end_ns}
+
+    def grad_ready(self, param: int, t_ns: int, unused: bool = False) -> None:
+        self.iteration["grad_ready"].append(
+            {"t_ns": t_ns, "param": param, **({"unused": True} if unused else {})})
+
+    def bucket_launch(self, bucket: int, params: list[int], nbytes: int, t_ns: int,
+                      ready_ns: int | None = None) -> dict:
+        """A bucket's allreduce was launched. Returns the event to complete later.
+
+        ``ready_ns`` may be None: it is then taken at ``end_iteration`` as the time
+        the bucket's last gradient became ready.
+        """
+        ev = {"bucket": bucket, "bytes": nbytes, "ready_ns": ready_ns,
+              "launch_ns": t_ns, "complete_ns": None}
+        self.iteration["buckets"].append(ev)
+        self._observed[bucket] = {"index": bucket, "params": list(params), "bytes": nbytes}
+        return ev
+
+    @staticmethod
+    def bucket_complete(event: dict, t_ns: int) -> None:
+        event["complete_ns"] = t_ns
+
+    def bitmap_allreduce(self, launch_ns: int, complete_ns: int, nbytes: int) -> None:
+        self.iteration["bitmap_allreduce"] = {"launch_ns": launch_ns,
+                                              "complete_ns": complete_ns, "bytes": nbytes}
+
+    def end_iteration(self, layout_caps=None) -> None:
+        """Write the finished iteration to the shard.
+
+        If the buckets launched this iteration differ from the layout in effect, the
+        observed layout becomes a new layout from this iteration on. ``layout_caps``
+        (a function: observed buckets -> caps, or None) supplies each new bucket's cap.
+        """
+        it = self.iteration
+        if self._observed:
+            observed = [self._observed[k] for k in sorted(self._observed)]
+            if self.layout is None or _shape(observed) != _shape(self.layout):
+                caps = layout_caps(observed) if layout_caps else [None] * len(observed)
+                kind = "construction" if self.layout is None else "rebuilt"
+                self.set_layout(it["iteration"], kind,
+                                [{**b, "cap_bytes": c} for b, c in zip(observed, caps)])
+        ready = {g["param"]: g["t_ns"] for g in it["grad_ready"]}
+        members = {b["index"]: b["params"] for b in (self.layout or [])}
+        for ev in it["buckets"]:
+            if ev["ready_ns"] is None:
+                times = [ready[p] for p in members.get(ev["bucket"], []) if p in ready]
+                ev["ready_ns"] = max(times) if times else ev["launch_ns"]
+            if ev["complete_ns"] is None:  # cannot happen after a clean backward
+                ev["complete_ns"] = ev["launch_ns"]
+        self._write({"kind": "iteration", **it})
+        self.iteration = None
+
+    # -- the end -------------------------------------------------------------------------
+    def finish(self, ddp_logging_data: dict | None) -> None:
+        self._write({"kind": "end", "ddp_logging_data": ddp_logging_data})
+        self._file.close()
+
+    def fail(self, error: str) -> None:
+        if not self._file.closed:
+            self._write({"kind": "error", "error": error})
+            self._file.close()
+
+    def _write(self, obj: dict) -> None:
+        self._file.write(json.dumps(obj, separators=(",", ":"), default=_jsonable) + "\n")
+
+
+def _shape(buckets: list[dict]) -> list:
+    return [(b["index"], list(b["params"])) for b in buckets]
+
+
+def _jsonable(x):
+    if isinstance(x, (set, tuple)):
+        return list(x)
+    return str(x)

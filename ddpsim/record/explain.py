@@ -1,0 +1,47 @@
+"""Turning a rank's failure into one plain sentence a learner can act on."""
+from __future__ import annotations
+
+import re
+
+# Errors that a rank gets *because another rank failed*: never the root cause.
+SECONDARY = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|peer|"
+                       r"Timed out|timed out|NCCL communicator was aborted|stopped before finishing",
+                       re.IGNORECASE)
+UNREDUCED = "Expected to have finished reduction in the prior iteration"
+INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+):\s*([\d ]+)")
+
+
+def is_secondary(error: str | None) -> bool:
+    return bool(error) and bool(SECONDARY.search(error))
+
+
+def names_for(indices: list[int], params: list[dict]) -> list[str]:
+    by_index = {p["index"]: p["name"] for p in params if p.get("index") is not None}
+    return [by_index.get(i, f"#{i}") for i in indices]
+
+
+def explain(rank: int, error: str, params: list[dict]) -> str:
+    """One line: which rank, what happened, and what to do."""
+    if UNREDUCED in error:
+        found = INDICES.search(error)
+        if found:
+            indices = [int(x) for x in found.group(2).split()]
+            which = ", ".join(names_for(indices, params))
+            got = f"these parameters got no gradient on rank {found.group(1)}: {which}"
+        else:
+            got = "some parameters got no gradient"
+        return (f"rank {rank} stopped at the start of the next iteration because {got}, so DDP "
+                "never finished reducing their bucket. With find_unused_parameters off, every "
+                "parameter must take part in the loss on every rank and every iteration: pass "
+                "--find-unused-parameters, or make the model use all its parameters.")
+    first = error.strip().splitlines()[0] if error.strip() else "no message"
+    return f"rank {rank} failed: {first}"
+
+
+def root_cause(errors: dict[int, str]) -> tuple[int, str] | None:
+    """The rank whose error is not a consequence of another rank's failure."""
+    if not errors:
+        return None
+    primary = {r: e for r, e in errors.items() if not is_secondary(e)}
+    rank = min(primary) if primary else min(errors)
+    return rank, errors[rank]

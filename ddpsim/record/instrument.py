@@ -1,0 +1,194 @@
+"""Watching torch's own DistributedDataParallel from the outside.
+
+Three probes, none of which changes what DDP computes:
+- a ``register_post_accumulate_grad_hook`` on every parameter: the gradient-ready
+  time. It fires just before DDP's own hook on the same AccumulateGrad node
+  (ddp-internals.md: "register_post_accumulate_grad_hook works alongside DDP").
+- a comm hook that does what DDP's built-in allreduce does (divide by world size,
+  allreduce, return the future) and notes the bucket's index, parameters and
+  bytes at launch, and the completion time in the future's ``then`` callback,
+  which runs on a gloo thread at the real completion time.
+- with find_unused_parameters, torch's profiler (CPU events only): the reducer's
+  graph search and its used-parameter bitmap allreduce happen inside C++ where no
+  Python hook can see them, but both appear as profiler events
+  (``torch.distributed.ddp.reducer::search_unused_parameters``, ``c10d::allreduce_``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ddpsim.record.events import RankRecorder, now_ns
+
+SEARCH_EVENT = "torch.distributed.ddp.reducer::search_unused_parameters"
+OUR_LAUNCH = "ddpsim::bucket_launch"
+
+
+def reducer_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """DDP's parameter list, as ``DistributedDataParallel._build_params_for_reducer`` builds it."""
+    seen, params = set(), []
+    for _, m in module.named_modules():
+        for _, p in m.named_parameters(recurse=False):
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params
+
+
+def param_table(module: torch.nn.Module) -> list[dict]:
+    """Every parameter (frozen ones too), with its DDP index or None."""
+    index = {id(p): i for i, p in enumerate(reducer_params(module))}
+    rows, seen = [], set()
+    for name, p in module.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        rows.append({"index": index.get(id(p)), "name": name, "shape": list(p.shape),
+                     "dtype": str(p.dtype).replace("torch.", ""),
+                     "bytes": p.numel() * p.element_size(), "requires_grad": p.requires_grad})
+    return rows
+
+
+class GradReadyProbe:
+    """Post-accumulate-grad hooks on every reducer parameter: gradient-ready times."""
+
+    def __init__(self, params, recorder: RankRecorder):
+        self.recorder = recorder
+        self.seen: list[int] = []
+        self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
+        self.n = len(params)
+
+    def _hook(self, index: int):
+        def hook(_param):
+            self.recorder.grad_ready(index, now_ns())
+            self.seen.append(index)
+        return hook
+
+    def mark_unused(self) -> None:
+        """Parameters with no gradient this backward were marked ready by DDP at its
+        first autograd hook (find_unused_parameters); record them so, with unused=True."""
+        if not self.seen:
+            return
+        got = set(self.seen)
+        first = min(g["t_ns"] for g in self.recorder.iteration["grad_ready"])
+        for i in range(self.n):
+            if i not in got:
+                self.recorder.grad_ready(i, first, unused=True)
+
+    def reset(self) -> None:
+        self.seen = []
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+class CommHookState:
+    """State for ``bucket_hook``: what DDP's built-in allreduce needs, plus the recorder."""
+
+    def __init__(self, params, recorder: RankRecorder, process_group=None, profiled=False):
+        self.index = {id(p): i for i, p in enumerate(params)}
+        self.recorder = recorder
+        self.group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self.profiled = profiled
+
+
+def bucket_hook(state, bucket):
+    """Built-in allreduce semantics, recorded: divide by world size, allreduce, return the future.
+
+    (No type annotations here: torch checks that a comm hook's annotations are the real
+    classes, and ``from __future__ import annotations`` would turn them into strings.)
+    """
+    t = now_ns()
+    buffer = bucket.buffer()
+    params = [state.index[id(p)] for p in bucket.parameters()]
+    event = state.recorder.bucket_launch(bucket.index(), params, buffer.numel() * buffer.element_size(), t)
+    buffer.div_(state.world_size)
+    if state.profiled:
+        with torch.profiler.record_function(OUR_LAUNCH):
+            work = dist.all_reduce(buffer, group=state.group, async_op=True)
+    else:
+        work = dist.all_reduce(buffer, group=state.group, async_op=True)
+
+    def done(fut):
+        RankRecorder.bucket_complete(event, now_ns())
+        return fut.value()[0]
+
+    return work.get_future().then(done)
+
+
+def torch_layout_caps(ddp, params):
+    """A function giving the caps torch built each bucket under, for RankRecorder.end_iteration.
+
+    Construction: ``dist._compute_bucket_assignment_by_size`` with the limits
+    ``distributed.py`` uses (``[sys.maxsize]`` unless find_unused_parameters). Rebuilt:
+    the same function over the ready order with ``[first_bucket_cap, bucket_cap]``, as
+    ``Reducer::rebuild_buckets`` does. The caps are torch's own ``per_bucket_size_limits``.
+    """
+    cfg = ddp._bucket_config
+    seen_first = []
+
+    def caps(observed: list[dict]) -> list[int | None]:
+        if not seen_first:
+            seen_first.append(True)
+            limits, _ = cfg.compute_bucket_size_limits(ddp.static_graph, ddp.find_unused_parameters)
+            _, per = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+            per = list(reversed(per))
+        else:
+            order = [i for b in observed for i in b["params"]]
+            limits = [cfg.first_bucket_bytes_cap, cfg.bucket_bytes_cap]
+            _, per = dist._compute_bucket_assignment_by_size(
+                [params[i] for i in order], limits, [False] * len(order), order)
+        return list(per) if len(per) == len(observed) else [None] * len(observed)
+
+    return caps
+
+
+class InternalsProfiler:
+    """One iteration under torch's profiler: the reducer's graph search and bitmap allreduce.
+
+    Started before the iteration's forward and collected after its step, so its
+    start-up and parsing fall outside the recorded spans. Profiler times are
+    microseconds on their own base; a marker taken together with ``now_ns()``
+    gives the offset.
+    """
+
+    def __init__(self, n_params: int):
+        self.bitmap_bytes = 4 * n_params  # one int32 per parameter (Reducer::local_used_map_)
+        self.prof = None
+        self.mark_ns = 0
+
+    def start(self) -> None:
+        self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        self.prof.__enter__()
+        self.mark_ns = now_ns()
+        with torch.profiler.record_function("ddpsim::mark"):
+            pass
+
+    def collect(self, recorder: RankRecorder) -> None:
+        self.prof.__exit__(None, None, None)
+        events = list(self.prof.events())
+        mark = next(e for e in events if e.name == "ddpsim::mark")
+        offset = self.mark_ns - mark.time_range.start * 1000
+        to_ns = lambda us: int(us * 1000 + offset)  # noqa: E731
+        by_start = lambda e: e.time_range.start  # noqa: E731
+        launches = sorted((e for e in events if e.name == "c10d::allreduce_"), key=by_start)
+        runs = sorted((e for e in events if e.name.startswith("gloo:all_reduce")), key=by_start)
+        # gloo runs collectives in the order they were enqueued: the n-th launch is the n-th run.
+        ends = {id(launch): run.time_range.end for launch, run in zip(launches, runs)}
+        for s in (e for e in events if e.name == SEARCH_EVENT):
+            recorder.span("graph_search", to_ns(s.time_range.start), to_ns(s.time_range.end))
+        for b in launches:
+            if not _has_parent(b, OUR_LAUNCH) and id(b) in ends:
+                recorder.bitmap_allreduce(to_ns(b.time_range.start), to_ns(ends[id(b)]), self.bitmap_bytes)
+        self.prof = None
+
+
+def _has_parent(event, name: str) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == name:
+            return True
+        parent = parent.cpu_parent
+    return False

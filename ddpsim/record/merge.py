@@ -1,0 +1,121 @@
+"""Join per-rank shards into one trace.
+
+Each rank writes a JSON Lines shard (see events.py). ``python -m ddpsim record``
+merges them itself; after a ``torchrun`` run, across nodes, gather the shards and
+run ``python -m ddpsim merge run.json.rank*.jsonl --out run.json``.
+
+Merging puts every rank on rank 0's clock (subtracting each rank's estimated
+offset) and moves the origin to the first forward of the run. A shard that ends
+without its ``end`` line belongs to a rank that failed or was stopped: it is kept,
+and marked incomplete.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddpsim.errors import CLIError
+from ddpsim.trace import VERSION, from_dict
+
+HELP = "join per-rank shards (from torchrun) into one trace"
+TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns")
+
+
+def read_shard(path: str | Path) -> dict:
+    """A shard's lines gathered by kind. A truncated last line (a crash mid-write) is dropped."""
+    shard = {"header": {}, "layouts": [], "iterations": [], "end": None, "error": None, "path": str(path)}
+    lines = Path(path).read_text().splitlines()
+    for n, line in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines) - 1:
+                break  # the rank died while writing this line
+            raise CLIError(f"{path}: line {n + 1} is not JSON; is this a ddpsim shard?") from None
+        kind = obj.pop("kind", None)
+        if kind in ("header", "header_update"):
+            shard["header"].update(obj)
+        elif kind == "layout":
+            shard["layouts"].append({"from_iteration": obj["from_iteration"],
+                                     "kind": obj["layout_kind"], "buckets": obj["buckets"]})
+        elif kind == "iteration":
+            shard["iterations"].append(obj)
+        elif kind == "end":
+            shard["end"] = obj
+        elif kind == "error":
+            shard["error"] = obj["error"]
+    if "rank" not in shard["header"]:
+        raise CLIError(f"{path} has no header line; is this a ddpsim shard?")
+    return shard
+
+
+def _shift(obj, delta: int):
+    """Add ``delta`` to every time field, recursively."""
+    if isinstance(obj, dict):
+        return {k: (v + delta if k in TIME_KEYS and isinstance(v, int) else _shift(v, delta))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_shift(x, delta) for x in obj]
+    return obj
+
+
+def merge(shards: list[dict], notes: dict[int, str] | None = None) -> dict:
+    """Shards -> trace dict. ``notes``: rank -> why it stopped (from the launcher)."""
+    shards = sorted(shards, key=lambda s: s["header"]["rank"])
+    ranks = [s["header"]["rank"] for s in shards]
+    if len(set(ranks)) != len(ranks):
+        raise CLIError(f"two shards claim the same rank: ranks {ranks}")
+    head = shards[0]["header"]
+    offsets = {s["header"]["rank"]: s["header"].get("clock", {}).get("offset_ns", 0) for s in shards}
+    starts = [it["forward"]["start_ns"] - offsets[s["header"]["rank"]]
+              for s in shards for it in s["iterations"][:1]]
+    origin = min(starts) if starts else 0
+    out_ranks = []
+    for s in shards:
+        h, r = s["header"], s["header"]["rank"]
+        delta = -offsets[r] - origin
+        error = s["error"] or (notes or {}).get(r)
+        if s["end"] is None and error is None:
+            error = "stopped before finishing"
+        out_ranks.append({
+            "rank": r, "host": h.get("host", ""), "pid": h.get("pid"), "clock_offset_ns": offsets[r],
+            "complete": s["end"] is not None and s["error"] is None, "error": error,
+            "layouts": _shift(s["layouts"], delta), "iterations": _shift(s["iterations"], delta),
+            "ddp_logging_data": (s["end"] or {}).get("ddp_logging_data"),
+        })
+    world = head.get("world_size", len(shards))
+    missing = sorted(set(range(world)) - set(ranks))
+    meta = {k: head[k] for k in ("torch_version", "python_version", "backend", "world_size", "impl",
+                                 "model", "options", "config", "created", "command") if k in head}
+    meta["hosts"] = sorted({s["header"].get("host", "") for s in shards})
+    clocks = [s["header"].get("clock", {}) for s in shards]
+    meta["clock"] = {"method": clocks[0].get("method", "unknown"),
+                     "skew_ns": max((c.get("skew_ns", 0) for c in clocks), default=0),
+                     "offsets_ns": offsets}
+    if missing:
+        meta["missing_ranks"] = missing
+    return {"format": "ddpsim-trace", "version": VERSION, "source": "real", "meta": meta,
+            "params": head.get("params", []), "ranks": out_ranks}
+
+
+def merge_files(paths: list[str | Path], out: str | Path, notes: dict[int, str] | None = None):
+    """Read shards, merge, check the result loads, write it. Returns the Trace."""
+    raw = merge([read_shard(p) for p in paths], notes)
+    trace = from_dict(raw, name=str(out))
+    Path(out).write_text(json.dumps(raw, separators=(",", ":")))
+    return trace
+
+
+def add_arguments(p) -> None:
+    p.add_argument("shards", nargs="+", help="per-rank shard files (run.json.rank*.jsonl)")
+    p.add_argument("--out", required=True, help="the merged trace to write")
+
+
+def main(args) -> int:
+    for path in args.shards:
+        if not Path(path).is_file():
+            raise CLIError(f"shard {path} does not exist")
+    trace = merge_files(args.shards, args.out)
+    state = "complete" if trace.complete else "INCOMPLETE"
+    print(f"merged {len(trace.ranks)} shard(s) into {args.out} ({state})")
+    return 0

@@ -1,0 +1,176 @@
+"""One rank of a recording: build the model, wrap it in DDP, train, record.
+
+Started either by ddpsim's launcher (``python -m ddpsim record``) or by
+``torchrun``; both hand over RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in
+the environment, and LOCAL_RANK picks the GPU with NCCL.
+
+    python -m ddpsim.record.worker CONFIG_JSON SHARD_PATH
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ddpsim.models import build_workload, call_batch
+from ddpsim.record import instrument
+from ddpsim.record.clock import estimate_offsets
+from ddpsim.record.config import RecordConfig
+from ddpsim.record.events import RankRecorder, now_ns
+
+
+def env_rank() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the torchrun-style environment."""
+    return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+            int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+
+
+def pin_to_cpu(local_rank: int) -> None:
+    """Rank r runs on CPU r % ncpus: removes a bimodal slowdown seen on CPU (ddp-internals.md)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
+
+
+def wrap_model(cfg: RecordConfig, model, recorder, device):
+    """The DDP implementation under study, built with the run's options."""
+    opts = dict(bucket_cap_mb=cfg.bucket_cap_mb, find_unused_parameters=cfg.find_unused_parameters,
+                static_graph=cfg.static_graph, gradient_as_bucket_view=cfg.gradient_as_bucket_view)
+    if cfg.impl == "torch":
+        ids = [device.index] if device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **opts)
+    if cfg.impl == "minddp":
+        from ddpsim.minddp import DistributedDataParallel
+        return DistributedDataParallel(model, recorder=recorder, **opts)
+    from ddpsim.minddp.naive import NaiveDDP
+    return NaiveDDP(model, recorder=recorder, **opts)
+
+
+class TorchProbes:
+    """The probes on torch's DDP (see instrument.py); minddp and naive report by themselves."""
+
+    def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder):
+        params = instrument.reducer_params(ddp.module)
+        self.grads = instrument.GradReadyProbe(params, recorder)
+        self.profiler = (instrument.InternalsProfiler(len(params))
+                         if cfg.find_unused_parameters and not cfg.static_graph else None)
+        state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None)
+        ddp.register_comm_hook(state, instrument.bucket_hook)
+        self.layout_caps = instrument.torch_layout_caps(ddp, params)
+        self.find_unused = cfg.find_unused_parameters
+
+    def before(self, sync: bool) -> None:
+        self.grads.reset()
+        if self.profiler and sync:
+            self.profiler.start()
+
+    def after(self, sync: bool, recorder: RankRecorder) -> None:
+        if self.profiler and sync:
+            self.profiler.collect(recorder)
+        if self.find_unused and sync:
+            self.grads.mark_unused()
+
+
+def train(cfg: RecordConfig, rank: int, world: int, device, recorder: RankRecorder) -> dict | None:
+    torch.manual_seed(cfg.seed)
+    workload = build_workload(cfg.model)
+    model = workload.model.to(device)
+    recorder.header_update({"params": instrument.param_table(model)})
+    ddp = wrap_model(cfg, model, recorder, device)
+    probes = TorchProbes(cfg, ddp, recorder) if cfg.impl == "torch" else None
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    clock = estimate_offsets(device)
+    recorder.header_update({"clock": clock})
+    sync_device = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for it in range(cfg.iters):
+        sync = cfg.is_sync(it)
+        inputs, target = call_batch(workload, it, rank, world, cfg.batch_size)
+        inputs = tuple(x.to(device) for x in inputs)
+        target = target.to(device)
+        if probes:
+            probes.before(sync)
+        recorder.begin_iteration(it, sync)
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            f0 = now_ns()
+            loss = workload.loss(ddp(*inputs), target)
+            sync_device()
+            f1 = now_ns()
+            loss.backward()
+            sync_device()
+            b1 = now_ns()
+        recorder.span("forward", f0, f1)
+        recorder.span("backward", f1, b1)
+        if sync:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync_device()
+            recorder.span("optimizer", b1, now_ns())
+        if probes:
+            probes.after(sync, recorder)
+        recorder.end_iteration(probes.layout_caps if probes else None)
+    return ddp._get_ddp_logging_data() if cfg.impl == "torch" else None
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this rank if the launcher dies, so no rank is ever orphaned."""
+    if os.environ.get("DDPSIM_LAUNCHED") and sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the launcher already died before prctl
+            os._exit(1)
+
+
+def run_rank(cfg: RecordConfig, shard_path: str, header: dict | None = None) -> None:
+    """Run this process's rank and write its shard. Exits the process on failure."""
+    die_with_parent()
+    rank, world, local = env_rank()
+    backend = cfg.resolved_backend()
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        if cfg.pin_cpus:
+            pin_to_cpu(local)
+    from ddpsim.record.meta import rank_header
+    recorder = RankRecorder(shard_path, rank, rank_header(cfg, backend, world, header))
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=cfg.timeout_s))
+        logging_data = train(cfg, rank, world, device, recorder)
+        recorder.finish(logging_data)
+        dist.barrier()  # every shard is complete on disk once this returns
+    except BaseException as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
+        message = f"{type(e).__name__}: {str(e).strip()}"
+        recorder.fail(message)
+        print(f"ddpsim rank {rank}: {message.splitlines()[0] if message else type(e).__name__}",
+              file=sys.stderr, flush=True)
+        os._exit(1)  # do not wait on collectives that will never finish
+
+
+def exit_now(code: int = 0) -> None:
+    """Leave without running C++ destructors.
+
+    Note [exit without teardown]: tearing down gloo at interpreter exit sometimes
+    aborted a rank here ("terminate called without an active exception", SIGABRT)
+    after its shard was complete. Everything is on disk by now, so skip the teardown.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    cfg = RecordConfig.from_json(argv[0])
+    run_rank(cfg, argv[1])
+    exit_now(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,260 @@
+"""``simulate(workload_or_trace, config) -> (Trace, summary)``.
+
+Rank groups (how thousands of ranks stay fast)
+----------------------------------------------
+A collective starts when its *last* rank launches it, so what matters for timing
+is the slowest rank. Ranks that behave identically are one actor:
+
+- no jitter: every non-straggler rank is identical, so one actor stands for all
+  of them (exact); each straggler is its own actor.
+- jitter (a per-rank, per-micro-step compute multiplier ``1 + jitter·z``,
+  z ~ N(0,1), seeded): up to ``max_explicit_ranks`` ranks are simulated one by
+  one. Beyond that, rank 0 and a seeded sample of ``sample_ranks`` ranks are
+  explicit, and the remaining n ranks are one *group* actor whose multiplier is
+  the maximum of n draws, sampled directly as ``1 + jitter·Phi^-1(U^(1/n))``.
+  Because every launch time grows with the multiplier, the group actor launches
+  each bucket exactly when the slowest member would: exact for synced steps.
+  Across no_sync micro-steps (no collective re-aligns the ranks) it is an
+  upper bound, since the max of sums is at most the sum of maxes.
+
+The output trace holds only the included ranks (meta.ranks_included); the group
+actor is not a real rank and is described in meta.rank_groups.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import simpy
+
+from ddpsim.analysis import summarize
+from ddpsim.sim import network
+from ddpsim.sim.model import Actor, Model, Plan
+from ddpsim.sim.workload import (ORDERS, Workload, caps_bytes, construction_layout,
+                                 ordered_layout, param_order)
+from ddpsim.trace import (Bucket, BucketEvent, Collective, GradReady, Iteration, Layout, Param,
+                          RankTrace, Span, Trace)
+
+
+@dataclass
+class SimConfig:
+    """The DDP options and what-ifs of one simulation (None: keep the workload's)."""
+
+    world_size: int = 8
+    iters: int = 6  # synced steps (optimizer steps); micro-steps = iters * no_sync_every
+    bucket_cap_mb: float | None = None  # None: torch's default 25 MiB with a 1 MiB first bucket
+    first_bucket_cap_mb: float | None = None  # override the first bucket's cap
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
+    no_sync_every: int = 1
+    naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
+    seed: int = 0
+    jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
+    stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
+    bandwidth_gbps: float | None = None
+    latency_us: float | None = None
+    algo: str | None = None
+    concurrency: int | None = None
+    interference: float | None = None
+    max_explicit_ranks: int = 64
+    sample_ranks: int = 4
+    trace_ranks: int = 8  # at most this many non-straggler ranks in the output trace
+
+    def validate(self) -> None:
+        def integer(v, name, lo):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, not {v!r}")
+        integer(self.world_size, "world size", 1)
+        integer(self.iters, "iters", 1)
+        integer(self.no_sync_every, "no_sync_every", 1)
+        integer(self.max_explicit_ranks, "max_explicit_ranks", 1)
+        caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)
+        if not isinstance(self.order, (list, tuple)) and self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)} or a list, not {self.order!r}")
+        if not (isinstance(self.jitter, (int, float)) and math.isfinite(self.jitter) and self.jitter >= 0):
+            raise ValueError(f"jitter must be a finite number >= 0, not {self.jitter!r}")
+        if self.bandwidth_gbps is not None:
+            network.check_positive(self.bandwidth_gbps, "bandwidth (Gbit/s)")
+        if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):
+            raise ValueError(f"latency must be a finite number of microseconds >= 0, not {self.latency_us!r}")
+        for r, fct in self.stragglers.items():
+            if not (isinstance(r, int) and 0 <= r < self.world_size):
+                raise ValueError(f"straggler rank {r!r} is not in 0..{self.world_size - 1}")
+            network.check_positive(fct, f"straggler {r} slowdown factor")
+
+
+def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
+    link = w.link
+    if w.meta.get("hardware"):
+        link = network.network_for(w.meta["hardware"], cfg.world_size)
+    return link.with_(alpha_s=None if cfg.latency_us is None else cfg.latency_us * 1e-6,
+                      bandwidth_Bps=None if cfg.bandwidth_gbps is None else network.gbps_to_Bps(cfg.bandwidth_gbps),
+                      algo=cfg.algo, concurrency=cfg.concurrency, interference=cfg.interference)
+
+
+def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[Plan]]:
+    """Bucket layouts per micro-step, following torch 2.13 (see ddp-internals.md)."""
+    first, cap = caps_bytes(cfg.bucket_cap_mb, cfg.first_bucket_cap_mb)
+    n_micro = cfg.iters * cfg.no_sync_every
+    fu, static = cfg.find_unused_parameters, cfg.static_graph
+    if w.unused and not (fu or static):
+        raise ValueError(f"{len(w.unused)} parameter(s) never receive a gradient (e.g. index "
+                         f"{w.unused[0]}); torch fails at the next forward unless "
+                         "find_unused_parameters=True")
+    ready = param_order(w, "ready")
+    if cfg.naive:
+        lays, kinds, switch = [([[i] for i in ready], [None] * len(ready))], ["naive"], []
+    elif cfg.order != "torch":
+        if cfg.order == "reverse":
+            lay = construction_layout(w, first, cap, single=False)
+        else:
+            lay = ordered_layout(w, param_order(w, cfg.order, cfg.seed), first, cap)
+        lays, kinds, switch = [lay], ["construction"], []
+    elif fu and not static:  # never rebuilt
+        lays, kinds, switch = [construction_layout(w, first, cap, single=False)], ["construction"], []
+    else:  # single bucket, rebuilt in ready order after 1 (static_graph: 2) synced steps
+        lays = [construction_layout(w, first, cap, single=True), ordered_layout(w, ready, first, cap)]
+        kinds, switch = ["construction", "rebuilt"], [2 if static else 1]
+    layouts = [b for b, _ in lays]
+    plans, syncs, layout_id, trace_layouts = [], 0, 0, []
+    sizes = [p.bytes for p in w.params]
+    for i in range(n_micro):
+        if i == 0 or (switch and syncs == switch[0] and layout_id == 0):
+            layout_id = 0 if i == 0 else 1
+            buckets, caps = lays[layout_id]
+            trace_layouts.append(Layout(i, kinds[layout_id], [
+                Bucket(bi, list(b), sum(sizes[j] for j in b), caps[bi]) for bi, b in enumerate(buckets)]))
+        sync = (i + 1) % cfg.no_sync_every == 0
+        plans.append(Plan(i, sync, layout_id, search=sync and fu and not static,
+                          bitmap=sync and fu and not static,
+                          mark_unused=bool(w.unused), naive=cfg.naive))
+        syncs += sync
+    return layouts, trace_layouts, plans
+
+
+def _factors(rng: random.Random, n: int, jitter: float, base: float, group: int = 1) -> list[float]:
+    if jitter == 0:
+        return [base] * n
+    out = []
+    for _ in range(n):
+        if group == 1:
+            z = rng.gauss(0.0, 1.0)
+        else:  # the max of `group` iid normals, by inverting U^(1/group)
+            u = min(rng.random() ** (1.0 / group), 1 - 1e-16)
+            z = statistics.NormalDist().inv_cdf(max(u, 1e-300))
+        out.append(base * max(0.05, 1.0 + jitter * z))
+    return out
+
+
+def plan_actors(cfg: SimConfig, n_micro: int) -> tuple[list[Actor], list[dict]]:
+    world, strag = cfg.world_size, {int(r): float(f) for r, f in cfg.stragglers.items()}
+    actors, groups = [], []
+    for r in sorted(strag):
+        actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, strag[r]),
+                            record=True, kind="straggler"))
+    others = [r for r in range(world) if r not in strag] if world <= 100_000 else None
+    n_others = world - len(strag)
+    if n_others == 0:
+        return actors, groups
+    first = next(r for r in range(world) if r not in strag)
+    if cfg.jitter == 0:
+        actors.append(Actor(first, n_others, [1.0] * n_micro, record=True, kind="identical"))
+        groups.append({"kind": "identical", "count": n_others, "represented_by": first})
+    elif n_others <= cfg.max_explicit_ranks:
+        for k, r in enumerate(others):
+            actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, 1.0),
+                                record=k < cfg.trace_ranks))
+    else:
+        rng = random.Random(f"{cfg.seed}:sample")
+        sample = [first] + sorted(rng.sample(others[1:], min(cfg.sample_ranks, len(others) - 1)))
+        for r in sample:
+            actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, 1.0),
+                                record=True, kind="sampled"))
+        rest = n_others - len(sample)
+        if rest:
+            actors.append(Actor(-1, rest, _factors(random.Random(f"{cfg.seed}:group"), n_micro, cfg.jitter,
+                                                   1.0, group=rest), record=False, kind="max-of-group"))
+            groups.append({"kind": "max-of-group", "count": rest,
+                           "note": "jitter multiplier = max of the group's draws; not in ranks"})
+    return actors, groups
+
+
+def simulate(source, config: SimConfig | None = None, **overrides) -> tuple[Trace, dict]:
+    """Simulate ``source`` (a Workload or a recorded Trace) under ``config``.
+
+    Returns (trace with source "simulated", summary). The summary is
+    ``ddpsim.analysis.summarize(trace)`` plus world_size, n_buckets, link, events.
+    """
+    from ddpsim.sim.extract import workload_from_trace
+
+    cfg = config or SimConfig()
+    if overrides:
+        cfg = SimConfig(**{**asdict(cfg), **overrides})
+    w = source if isinstance(source, Workload) else workload_from_trace(source)
+    cfg.validate()
+    link = resolve_link(w, cfg)
+    layouts, trace_layouts, plans = plan_layouts(w, cfg)
+    actors, groups = plan_actors(cfg, len(plans))
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    model = Model(env, w, link, cfg.world_size, layouts, plans, actors)
+    model.run()
+    wall = time.perf_counter() - t0
+    simpy_events = next(env._eid)  # simpy numbers every scheduled event
+    # model events per actor: gradient-ready events, bucket ready/launch/complete, 4 spans
+    model_events = len(actors) * sum(len(w.ready_order) + 4 + (3 * len(layouts[p.layout_id]) if p.sync else 0)
+                                     for p in plans)
+    trace = build_trace(w, cfg, link, model, trace_layouts, groups)
+    summary = summarize(trace)
+    summary.update(world_size=cfg.world_size, n_buckets=len(trace_layouts[-1].buckets),
+                   link=link.to_dict(), actors=len(actors), simpy_events=simpy_events,
+                   model_events=model_events, sim_wall_s=wall)
+    trace.meta["summary"] = {k: v for k, v in summary.items() if k != "per_bucket"}
+    return trace, summary
+
+
+def _ns(t: float) -> int:
+    return int(round(t * 1e9))
+
+
+def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[Layout],
+                groups: list[dict]) -> Trace:
+    ranks = []
+    for a in model.actors:
+        if not a.record:
+            continue
+        iters = []
+        for rec in a.iterations:
+            plan = rec["plan"]
+            buckets, bitmap = [], None
+            for c in rec["colls"]:
+                if c.key[1] == "bitmap":
+                    bitmap = Collective(_ns(rec["bitmap_launch"]), _ns(c.end), c.nbytes)
+                else:
+                    ready, launch = rec["buckets"][c.key[1]]
+                    buckets.append(BucketEvent(c.key[1], c.nbytes, _ns(ready), _ns(launch), _ns(c.end)))
+            opt = rec["opt"]
+            iters.append(Iteration(
+                plan.iteration, plan.sync, Span(_ns(rec["start"]), _ns(rec["fwd_end"])),
+                Span(_ns(rec["bwd"][0]), _ns(rec["bwd"][1])),
+                Span(_ns(opt), _ns(opt + w.optimizer_s)) if opt is not None else None,
+                [GradReady(_ns(t), p, u) for t, p, u in rec["grads"]], buckets,
+                Span(*map(_ns, rec["search"])) if rec["search"] else None, bitmap))
+        copies = min(a.count, cfg.trace_ranks) if a.kind == "identical" else 1
+        for k in range(copies):  # identical ranks share one timeline
+            ranks.append(RankTrace(rank=a.rank + k, host="simulated", layouts=layouts, iterations=iters))
+    ranks.sort(key=lambda r: r.rank)
+    config = asdict(cfg)
+    config["stragglers"] = {str(k): v for k, v in cfg.stragglers.items()}
+    meta = {"world_size": cfg.world_size, "ranks_included": [r.rank for r in ranks],
+            "rank_groups": groups, "simulator": "ddpsim.sim", "config": config,
+            "link": link.to_dict(), "workload": {"name": w.name, **w.meta},
+            "options": {"bucket_cap_mb": cfg.bucket_cap_mb, "find_unused_parameters": cfg.find_unused_parameters,
+                        "static_graph": cfg.static_graph, "no_sync_every": cfg.no_sync_every,
+                        "iters": cfg.iters * cfg.no_sync_every}}
+    params = [Param(p.index, p.name, list(p.shape), p.dtype, p.bytes) for p in w.params]
+    return Trace(source="simulated", meta=meta, params=params, ranks=ranks)

@@ -1,0 +1,139 @@
+"""``python -m ddpsim simulate``: simulate DDP from a recorded trace or a synthetic workload.
+
+    python -m ddpsim simulate --trace real.json [--bucket-cap-mb X] [--find-unused-parameters]
+        [--order torch|reverse|definition|ready|random|3,2,1,0] [--world-size N]
+        [--no-sync-every n] [--bandwidth-gbps G] [--latency-us L] [--algo ring|tree]
+        [--iters K] [--seed S] --out sim.json
+    python -m ddpsim simulate --arch resnet50 --hardware a100-nvlink --world-size 64 --out sim.json
+
+Options left out keep the recorded run's values (world size, bucket cap,
+find_unused_parameters, static_graph, no_sync_every from the trace's meta).
+The last line on stdout is one JSON object: the summary (iteration_time_s,
+exposed_comm_s, overlap_fraction, per_bucket, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
+
+
+def add_input_arguments(p) -> None:
+    src = p.add_argument_group("input (one of)")
+    src.add_argument("--trace", help="a recorded trace (ddpsim record) to extract the workload from")
+    src.add_argument("--arch", help="synthetic workload: resnet50, bert-large or gpt2")
+    src.add_argument("--hardware", default="a100-nvlink",
+                     help="GPU-NETWORK for --arch, e.g. v100-ib100, a100-nvlink, h100-ib400 (default a100-nvlink)")
+    src.add_argument("--batch", type=int, help="per-rank batch size for --arch")
+    src.add_argument("--tflops", type=float, help="effective device rate for --arch (overrides the profile)")
+
+
+def add_arguments(p) -> None:
+    add_input_arguments(p)
+    d = p.add_argument_group("DDP options and what-ifs (default: the trace's own)")
+    d.add_argument("--world-size", type=int)
+    d.add_argument("--bucket-cap-mb", type=float)
+    d.add_argument("--first-bucket-cap-mb", type=float, help="override the first bucket's cap")
+    d.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
+    d.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
+    d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
+    d.add_argument("--no-sync-every", type=int, help="sync every n micro-steps (no_sync in between)")
+    d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
+    d.add_argument("--iters", type=int, help="synced steps to simulate (default 6)")
+    d.add_argument("--seed", type=int)
+    d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation")
+    d.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
+                   help="rank RANK computes FACTOR times slower (repeatable)")
+    n = p.add_argument_group("network")
+    n.add_argument("--bandwidth-gbps", type=float, help="per-rank link bandwidth, Gbit/s")
+    n.add_argument("--latency-us", type=float, help="per-step latency alpha, microseconds")
+    n.add_argument("--algo", choices=["ring", "tree"])
+    n.add_argument("--concurrency", type=int, help="collectives in flight at once (gloo 2, nccl 1)")
+    n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
+    p.add_argument("--out", help="write the simulated trace here (JSON)")
+
+
+def load_source(args):
+    """(workload, config defaults) from --trace or --arch."""
+    from ddpsim.sim.archs import synthetic
+    from ddpsim.sim.extract import config_from_trace, workload_from_trace
+    from ddpsim.trace import load_trace
+
+    if bool(args.trace) == bool(args.arch):
+        raise ValueError("give exactly one of --trace FILE or --arch NAME")
+    if args.trace:
+        trace = load_trace(args.trace)
+        w = workload_from_trace(trace, getattr(args, "concurrency", None))
+        return w, {**config_from_trace(trace), "jitter": w.meta.get("jitter_estimated", 0.0)}
+    if args.batch is not None and args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, not {args.batch}")
+    return synthetic(args.arch, args.hardware, batch=args.batch, tflops=args.tflops), {}
+
+
+def parse_order(value):
+    if value is None:
+        return None
+    if any(c.isdigit() for c in value):
+        try:
+            return [int(x) for x in value.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise ValueError(f"--order: {value!r} is neither an order name nor a list of indices") from None
+    return value
+
+
+def parse_stragglers(values) -> dict:
+    out = {}
+    for v in values or []:
+        r, sep, f = v.partition(":")
+        try:
+            out[int(r)] = float(f) if sep else 2.0
+        except ValueError:
+            raise ValueError(f"--straggler wants RANK:FACTOR (e.g. 3:1.5), not {v!r}") from None
+    return out
+
+
+FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
+          "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
+          "static_graph": "static_graph", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
+          "jitter": "jitter", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
+          "algo": "algo", "concurrency": "concurrency", "interference": "interference"}
+
+
+def config_from_args(args, defaults: dict):
+    from ddpsim.sim.api import SimConfig
+
+    values = dict(defaults)
+    for attr, field in FIELDS.items():
+        v = getattr(args, attr, None)
+        if v is not None:
+            values[field] = v
+    order = parse_order(getattr(args, "order", None))
+    if order is not None:
+        values["order"] = order
+    if getattr(args, "naive", False):
+        values["naive"] = True
+    strag = parse_stragglers(getattr(args, "straggler", None))
+    if strag:
+        values["stragglers"] = strag
+    cfg = SimConfig(**values)
+    cfg.validate()
+    return cfg
+
+
+def main(args) -> int:
+    from ddpsim.sim.api import simulate
+
+    workload, defaults = load_source(args)
+    cfg = config_from_args(args, defaults)
+    trace, summary = simulate(workload, cfg)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        trace.save(args.out)
+    print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} buckets, "
+          f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
+    print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
+          f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.2f}")
+    print(json.dumps(summary, separators=(",", ":"), default=str))
+    return 0

@@ -1,0 +1,145 @@
+"""Communication cost models: one :class:`Link` object holds every network property.
+
+Allreduce of ``S`` bytes over ``k`` ranks (alpha = per-message latency in seconds,
+B = per-rank link bandwidth in bytes/s):
+
+- ring (NCCL rings, gloo ring): ``2(k-1)·alpha + 2(k-1)/k · S/B``
+  (reduce-scatter then allgather, each k-1 steps moving S/k bytes);
+- tree (binary-tree reduce then broadcast, pipelined):
+  ``2·ceil(log2 k)·alpha + 2·S/B``.
+
+``concurrency`` is how many collectives can be in flight at once: gloo runs
+allreduces on 2 ``pt_gloo_runloop`` threads by default, NCCL on one stream (1).
+Concurrent collectives each get the full bandwidth (no sharing is modelled).
+``interference`` is the fractional compute slowdown while a collective is in
+flight: 0 on a GPU with its own copy engines, > 0 on a CPU where gloo's threads
+compete with autograd for the same cores (ddp-internals.md: 2-core machine).
+
+Hardware profiles (``hardware/gpus.json``, ``hardware/networks.json``) give a
+Link per network; :func:`network_for` picks the intra-node link when the job fits
+on one node, else the inter-node link (a ring spanning nodes runs at the speed of
+its slowest hop).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+HARDWARE_DIR = Path(__file__).with_name("hardware")
+ALGOS = ("ring", "tree")
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha_s: float = 10e-6  # latency per message step (s)
+    bandwidth_Bps: float = 10e9  # per-rank bandwidth (bytes/s)
+    concurrency: int = 1  # collectives in flight at once (gloo: 2)
+    interference: float = 0.0  # compute slowdown while a collective runs (0.3 = 30% slower)
+    algo: str = "ring"
+    name: str = "custom"
+
+    def __post_init__(self):
+        check_positive(self.bandwidth_Bps, "bandwidth")
+        if not (isinstance(self.alpha_s, (int, float)) and math.isfinite(self.alpha_s)
+                and self.alpha_s >= 0):
+            raise ValueError(f"latency must be a finite number >= 0, not {self.alpha_s!r}")
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, not {self.concurrency!r}")
+        if not (math.isfinite(self.interference) and self.interference >= 0):
+            raise ValueError(f"interference must be a finite number >= 0, not {self.interference!r}")
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {', '.join(ALGOS)}, not {self.algo!r}")
+
+    def allreduce_s(self, nbytes: int, world_size: int) -> float:
+        """Seconds for one allreduce of ``nbytes`` over ``world_size`` ranks."""
+        k = world_size
+        if k <= 1:
+            return 0.0
+        if self.algo == "ring":
+            return 2 * (k - 1) * self.alpha_s + 2 * (k - 1) / k * nbytes / self.bandwidth_Bps
+        return 2 * math.ceil(math.log2(k)) * self.alpha_s + 2 * nbytes / self.bandwidth_Bps
+
+    def with_(self, **changes) -> "Link":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_fit(cls, intercept_s: float, s_per_byte: float, world_size: int, **kw) -> "Link":
+        """Invert the ring formula: a fitted ``t = a + b·bytes`` at ``world_size`` ranks."""
+        k = max(world_size, 2)
+        alpha = max(intercept_s, 0.0) / (2 * (k - 1))
+        bw = (2 * (k - 1) / k) / s_per_byte if s_per_byte > 0 else 1e15
+        return cls(alpha_s=alpha, bandwidth_Bps=bw, **kw)
+
+
+def check_positive(v, what: str) -> None:
+    if (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0):
+        raise ValueError(f"{what} must be a positive finite number, not {v!r}")
+
+
+def gbps_to_Bps(gbps: float) -> float:
+    """Gigabits per second (as networks are sold) -> bytes per second."""
+    check_positive(gbps, "bandwidth (Gbit/s)")
+    return gbps * 1e9 / 8
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> dict:
+    raw = json.loads((HARDWARE_DIR / name).read_text())
+    return {k: v for k, v in raw.items() if not k.startswith("_")}
+
+
+def gpus() -> dict:
+    return _load("gpus.json")
+
+
+def networks() -> dict:
+    return _load("networks.json")
+
+
+def hardware_names() -> list[str]:
+    """``gpu-network`` names accepted by --hardware, e.g. ``a100-nvlink``."""
+    return [f"{g}-{n}" for g in gpus() for n in networks()]
+
+
+def parse_hardware(spec: str) -> tuple[dict, str]:
+    """``'a100-ib200'`` -> (gpu profile, network name)."""
+    gpu, _, net = spec.lower().partition("-")
+    if gpu not in gpus() or net not in networks():
+        raise ValueError(f"unknown hardware {spec!r}: use GPU-NETWORK with GPU one of "
+                         f"{', '.join(gpus())} and NETWORK one of {', '.join(networks())}")
+    return gpus()[gpu], net
+
+
+def link_from_profile(p: dict, name: str) -> Link:
+    return Link(alpha_s=p["latency_us"] * 1e-6, bandwidth_Bps=gbps_to_Bps(p["bandwidth_gbps"]),
+                concurrency=int(p.get("concurrency", 1)), interference=float(p.get("interference", 0.0)),
+                algo=p.get("algo", "ring"), name=name)
+
+
+def network_for(spec: str, world_size: int) -> Link:
+    """The Link a ``gpu-network`` job of ``world_size`` ranks communicates over.
+
+    ``nvlink`` alone means one node (the GPU's NVLink generation; beyond
+    ``gpus_per_node`` ranks the nodes are joined with the GPU's default fabric).
+    ``ib200`` etc. mean multi-node: NVLink inside a node when the job fits on one,
+    the per-GPU fabric link otherwise.
+    """
+    gpu, net = parse_hardware(spec)
+    nvlink = link_from_profile(gpu["nvlink"], f"{gpu['name']} NVLink")
+    fits = world_size <= gpu.get("gpus_per_node", 8)
+    if net == "nvlink":
+        if fits:
+            return nvlink
+        net = gpu.get("default_fabric", "ib200")
+    if fits and net.startswith("ib"):
+        return nvlink
+    return link_from_profile(networks()[net], networks()[net].get("name", net))

@@ -1,0 +1,61 @@
+"""Grid sweeps over SimConfig fields: one row per configuration, the best marked.
+
+    rows = sweep(workload, {"bucket_cap_mb": [1, 5, 25, 100], "world_size": [8, 64]},
+                 base=SimConfig(iters=4))
+
+Each row holds the grid values, iteration_time_s, exposed_comm_s, overlap_fraction,
+n_buckets, the rank of the row by ``metric`` (1 = best) and ``best`` (True once).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+from dataclasses import asdict, fields
+
+from ddpsim.sim.api import SimConfig, simulate
+
+METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
+
+
+def sweep(source, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
+    """Simulate every combination of ``grid`` (field -> list of values) over ``base``."""
+    from ddpsim.sim.api import Workload  # noqa: F401  (re-export path check)
+    from ddpsim.sim.extract import workload_from_trace
+    from ddpsim.sim.workload import Workload as W
+
+    names = {f.name for f in fields(SimConfig)}
+    bad = [k for k in grid if k not in names]
+    if bad:
+        raise ValueError(f"cannot sweep {', '.join(bad)}: not a SimConfig field")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}")
+    for k, v in grid.items():
+        if not isinstance(v, (list, tuple)) or not v:
+            raise ValueError(f"sweep values for {k} must be a non-empty list")
+    w = source if isinstance(source, W) else workload_from_trace(source)
+    base = base or SimConfig()
+    rows = []
+    keys = list(grid)
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        cfg = SimConfig(**{**asdict(base), **dict(zip(keys, combo))})
+        _, s = simulate(w, cfg)
+        rows.append({**dict(zip(keys, combo)), **{m: s[m] for m in METRICS},
+                     "n_buckets": s["n_buckets"]})
+    sign = -1 if metric == "overlap_fraction" else 1
+    ranked = sorted(range(len(rows)), key=lambda i: sign * rows[i][metric])
+    for r, i in enumerate(ranked, 1):
+        rows[i]["rank"] = r
+        rows[i]["best"] = r == 1
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    cols = list(rows[0]) if rows else []
+    wr = csv.DictWriter(buf, fieldnames=cols)
+    wr.writeheader()
+    for r in rows:
+        wr.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
+    return buf.getvalue()

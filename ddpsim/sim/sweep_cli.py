@@ -1,0 +1,90 @@
+"""``python -m ddpsim sweep``: simulate a grid of DDP configurations, mark the best.
+
+    python -m ddpsim sweep --arch resnet50 --hardware a100-ib200 --world-size 8,64 \\
+        --bucket-cap-mb 1,5,25,100 --order torch,definition --out table.csv
+    python -m ddpsim sweep --trace real.json --bucket-cap-mb 0.25,1,25 --out table.json
+
+Grid flags take comma-separated values; every combination is simulated. The table
+(CSV or JSON by the --out suffix) has one row per configuration with ``rank``
+and ``best``. The last line on stdout is the best row as one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ddpsim.sim.cli import add_input_arguments, load_source, parse_stragglers
+
+HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
+
+GRID = {  # flag -> (SimConfig field, parser of one value)
+    "world_size": int, "bucket_cap_mb": float, "first_bucket_cap_mb": float, "order": str,
+    "no_sync_every": int, "bandwidth_gbps": float, "latency_us": float, "algo": str, "jitter": float,
+    "concurrency": int, "interference": float,
+}
+
+
+def add_arguments(p) -> None:
+    add_input_arguments(p)
+    g = p.add_argument_group("grid (comma-separated values)")
+    for name in GRID:
+        g.add_argument("--" + name.replace("_", "-"), metavar="V1,V2,...")
+    f = p.add_argument_group("fixed options")
+    f.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
+    f.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
+    f.add_argument("--naive", action="store_true")
+    f.add_argument("--iters", type=int, default=4, help="synced steps per configuration (default 4)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
+    p.add_argument("--metric", default="iteration_time_s",
+                   choices=["iteration_time_s", "exposed_comm_s", "overlap_fraction"])
+    p.add_argument("--out", help="table.csv or table.json")
+
+
+def parse_grid(args) -> dict:
+    grid = {}
+    for name, conv in GRID.items():
+        raw = getattr(args, name, None)
+        if raw is None:
+            continue
+        try:
+            grid[name] = [conv(v.strip()) for v in str(raw).split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--{name.replace('_', '-')}: cannot read {raw!r} as a list of "
+                             f"{conv.__name__} values") from None
+        if not grid[name]:
+            raise ValueError(f"--{name.replace('_', '-')} needs at least one value")
+    return grid
+
+
+def main(args) -> int:
+    from ddpsim.sim.api import SimConfig
+    from ddpsim.sim.sweep import sweep, to_csv
+
+    workload, defaults = load_source(args)
+    grid = parse_grid(args)
+    base = dict(defaults, iters=args.iters, seed=args.seed)
+    for k in ("find_unused_parameters", "static_graph"):
+        if getattr(args, k) is not None:
+            base[k] = getattr(args, k)
+    if args.naive:
+        base["naive"] = True
+    strag = parse_stragglers(args.straggler)
+    if strag:
+        base["stragglers"] = strag
+    cfg = SimConfig(**base)
+    if "world_size" not in grid:
+        cfg.validate()
+    rows = sweep(workload, grid, cfg, metric=args.metric)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rows, indent=1) if out.suffix == ".json" else to_csv(rows))
+    cols = list(grid) + ["iteration_time_s", "exposed_comm_s", "overlap_fraction", "n_buckets", "best"]
+    print("  ".join(f"{c:>16}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{(f'{r[c]:.6g}' if isinstance(r[c], float) else str(r[c])):>16}" for c in cols))
+    best = next(r for r in rows if r["best"])
+    print(json.dumps(best, separators=(",", ":")))
+    return 0

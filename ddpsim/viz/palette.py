@@ -1,0 +1,41 @@
+"""Colours shared by every ddpsim figure, so a bucket looks the same in every view.
+
+Buckets use the Okabe-Ito palette (safe for the common colour-vision
+deficiencies); compute phases use neutral greys so they never compete with the
+bucket colours. Bucket ``i`` always gets ``bucket_color(i)``.
+"""
+from __future__ import annotations
+
+# Okabe & Ito (2008), "Color Universal Design", without black (kept for text).
+OKABE_ITO = (
+    "#E69F00",  # orange
+    "#56B4E9",  # sky blue
+    "#009E73",  # bluish green
+    "#CC79A7",  # reddish purple
+    "#0072B2",  # blue
+    "#D55E00",  # vermillion
+    "#F0E442",  # yellow (last: the weakest contrast on white)
+)
+
+# Compute phases and the non-bucket collectives.
+FORWARD = "#D9D9D9"
+BACKWARD = "#A6A6A6"
+OPTIMIZER = "#6E6E6E"
+GRAPH_SEARCH = "#FFFFFF"  # drawn with a dashed dark edge
+BITMAP = "#404040"
+EXPOSED = "#B22222"  # exposed-communication outline/hatch (paired with a hatch, not colour alone)
+TEXT = "#1A1A1A"
+GRID = "#E8E8E8"
+
+
+def bucket_color(index: int) -> str:
+    """The colour of bucket ``index`` (cycles after seven buckets; labels disambiguate)."""
+    return OKABE_ITO[int(index) % len(OKABE_ITO)]
+
+
+def text_color_on(hex_color: str) -> str:
+    """Black or white, whichever reads better on ``hex_color``."""
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "#000000" if luminance > 0.45 else "#FFFFFF"

@@ -1,0 +1,38 @@
+"""Shared test helpers: real recordings through ddpsim's launcher."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYTHONPATH", str(ROOT))
+
+
+def record_run(tmp_path, name="run", **options):
+    """Record a real run (real processes, real gloo) and return the loaded Trace."""
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record
+
+    cfg = RecordConfig(**options)
+    return record(cfg, Path(tmp_path) / f"{name}.json")
+
+
+@pytest.fixture
+def record(tmp_path):
+    return lambda **options: record_run(tmp_path, **options)
+
+
+def live_pids(pids):
+    """The pids that still exist (zombies excluded)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] != "Z":
+                    alive.append(pid)
+        except FileNotFoundError:
+            pass
+    return alive

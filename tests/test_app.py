@@ -1,0 +1,129 @@
+"""The Streamlit app, driven for real with AppTest, and the samples helper.
+
+The app reads its sample traces from ``ddpsim.samples``; these tests set
+DDPSIM_SAMPLES_DIR=tests/fixtures so that the app opens on the hand-made
+fixture ``tiny_trace`` whatever samples are bundled. ``test_opens_on_bundled_sample``
+checks the real bundled samples.
+"""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ddpsim import samples
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture
+def fixture_samples(monkeypatch):
+    monkeypatch.setenv(samples.ENV_VAR, str(FIXTURES))
+
+
+def open_app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_opens_on_first_sample_with_figure_and_metrics(fixture_samples):
+    at = open_app()
+    assert at.selectbox(key="ddpsim_source").value == "tiny_trace"
+    assert len(at.image) == 1  # st.pyplot shows as one image element
+    assert not at.error
+    m = metrics(at)
+    assert m["Iteration time, iteration 0"].endswith(" ms")
+    assert m["Exposed communication, iteration 0"] == "9.9 ms"
+    assert m["Comm. overlapped with backward, iteration 0"] == "0%"
+    assert at.select_slider[0].value == 0
+
+
+def test_changing_iteration_rerenders(fixture_samples):
+    at = open_app()
+    first = at.image[0].value
+    at.select_slider[0].set_value(1).run()
+    assert not at.exception
+    assert len(at.image) == 1 and at.image[0].value != first
+    assert "Exposed communication, iteration 1" in metrics(at)
+    at.select_slider[0].set_value(2).run()  # the no_sync step
+    assert metrics(at)["Exposed communication, iteration 2"] == "no allreduce"
+    assert len(at.image) == 1
+
+
+def test_malformed_upload_shows_error_and_keeps_previous_trace(fixture_samples):
+    at = open_app()
+    at.select_slider[0].set_value(1).run()
+    at.file_uploader[0].set_value(("broken.json", b'{"format": "ddpsim-trace", "vers',
+                                   "application/json")).run()
+    assert not at.exception
+    assert len(at.error) == 1
+    assert "broken.json" in at.error[0].value and "previous trace" in at.error[0].value
+    assert at.selectbox(key="ddpsim_source").value == "tiny_trace"
+    assert len(at.image) == 1 and at.select_slider[0].value == 1
+    # Still working: another iteration renders, and the error stays while the file is there.
+    at.select_slider[0].set_value(3).run()
+    assert len(at.image) == 1 and len(at.error) == 1
+    # A valid upload opens and is selected.
+    at.file_uploader[0].set_value(("mine.json", (FIXTURES / "tiny_trace.json").read_bytes(),
+                                   "application/json")).run()
+    assert not at.error
+    assert at.selectbox(key="ddpsim_source").value == "upload: mine.json"
+    assert len(at.image) == 1
+
+
+def test_accept_upload_takes_bytes():
+    def script(fixture_path):
+        from pathlib import Path
+
+        import streamlit as st
+
+        from ddpsim.app import state
+
+        st.session_state["result_bad"] = state.accept_upload("x.json", b"not json at all")
+        st.session_state["result_big"] = state.accept_upload("big.json", b" " * (50 * 2**20 + 1))
+        st.session_state["result_ok"] = state.accept_upload(
+            "ok.json", Path(fixture_path).read_bytes())
+
+    at = AppTest.from_function(script, default_timeout=60,
+                               args=(str(FIXTURES / "tiny_trace.json"),))
+    at.run()
+    assert not at.exception
+    assert "x.json is not valid JSON" in at.session_state["result_bad"]
+    assert "the limit is 50 MB" in at.session_state["result_big"]
+    assert at.session_state["result_ok"] is None
+    assert at.session_state["ddpsim_source"] == "upload: ok.json"
+    assert len(at.error) == 2
+
+
+def test_no_samples_still_opens(monkeypatch, tmp_path):
+    monkeypatch.setenv(samples.ENV_VAR, str(tmp_path))
+    at = open_app()
+    assert not at.image
+    assert any("Upload a trace" in i.value for i in at.info)
+
+
+def test_opens_on_bundled_sample(monkeypatch):
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    names = samples.list_samples()
+    assert names, "no bundled sample traces in ddpsim/samples/*.json"
+    at = open_app()
+    assert at.selectbox(key="ddpsim_source").value == names[0]
+    assert len(at.image) == 1 and len(at.metric) == 3
+
+
+def test_samples_helper(monkeypatch, tmp_path):
+    monkeypatch.setenv(samples.ENV_VAR, str(FIXTURES))
+    assert samples.list_samples() == ["tiny_trace"]
+    assert samples.sample_path("tiny_trace") == FIXTURES / "tiny_trace.json"
+    assert samples.sample_path("tiny_trace.json") == FIXTURES / "tiny_trace.json"
+    for bad in ("nope", "../fixtures/tiny_trace"):
+        with pytest.raises(ValueError, match="no sample trace named"):
+            samples.sample_path(bad)
+    monkeypatch.setenv(samples.ENV_VAR, str(tmp_path / "missing"))
+    assert samples.list_samples() == []

@@ -1,0 +1,109 @@
+"""minddp's errors: raised where the mistake shows, naming the parameters, no hang."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from distutil import RankFailure, run_ranks
+
+
+class WithUnused(nn.Module):
+    """``extra`` never takes part in the output: it never gets a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.extra = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class CheckpointedTwice(nn.Module):
+    """``shared`` runs under two reentrant checkpoints: its hooks fire twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.shared = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = checkpoint(self.shared, h, use_reentrant=True)
+        return checkpoint(self.shared, h, use_reentrant=True)
+
+
+def _where_it_fails(ddp, x):
+    """Run two iterations; return (phase, message) of the first exception."""
+    for it in range(2):
+        try:
+            out = ddp(x)
+        except RuntimeError as e:
+            return f"forward {it}", str(e)
+        try:
+            out.sum().backward()
+        except RuntimeError as e:
+            return f"backward {it}", str(e)
+    return "none", ""
+
+
+def unused_param_rank(rank, world_size):
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    x = torch.randn(4, 8)
+    torch.manual_seed(0)
+    mine = _where_it_fails(MinDDP(WithUnused()), x)
+    torch.manual_seed(0)
+    theirs = _where_it_fails(nn.parallel.DistributedDataParallel(WithUnused()), x)
+    return mine, theirs
+
+
+def test_missing_gradient_raises_at_end_of_backward_with_names():
+    for mine, theirs in run_ranks(unused_param_rank, 2, timeout=60):
+        phase, msg = mine
+        assert phase == "backward 0", mine  # torch: at the next forward
+        assert "extra.weight" in msg and "extra.bias" in msg
+        assert "find_unused_parameters=True" in msg and "take part in the loss" in msg
+        assert theirs[0] == "forward 1" and "Expected to have finished reduction" in theirs[1]
+
+
+def branchy_rank(rank, world_size):
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+    from ddpsim.models import build_workload, call_batch
+
+    w = build_workload("branchy")
+    ddp = MinDDP(w.model)  # find_unused_parameters=False, but the branch is unused on rank 1
+    inputs, target = call_batch(w, 0, rank, world_size, 8)
+    w.loss(ddp(*inputs), target).backward()
+    return "finished"
+
+
+def test_branch_unused_on_one_rank_fails_fast_not_hangs():
+    pytest.importorskip("ddpsim.models.zoo_models")
+    with pytest.raises(RankFailure) as info:
+        run_ranks(branchy_rank, 2, timeout=60)  # rank 0 would wait forever in finalize
+    err = info.value
+    assert err.rank == 1, err
+    assert "MissingGradientError" in err.error and "branch.0.weight" in err.error
+    assert "find_unused_parameters=True" in err.error
+
+
+def twice_rank(rank, world_size):
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    x = torch.randn(4, 8)
+    torch.manual_seed(0)
+    mine = _where_it_fails(MinDDP(CheckpointedTwice()), x)
+    torch.manual_seed(0)
+    theirs = _where_it_fails(nn.parallel.DistributedDataParallel(CheckpointedTwice()), x)
+    return mine, theirs
+
+
+def test_marked_ready_twice_names_the_parameter():
+    for mine, theirs in run_ranks(twice_rank, 2, timeout=60):
+        assert theirs[0] == "backward 0" and "mark a variable ready only once" in theirs[1]
+        assert mine[0] == "backward 0", mine
+        assert "marked ready twice" in mine[1] and "shared." in mine[1], mine

@@ -1,0 +1,84 @@
+"""Bad input and failing ranks: one clear line, nothing left running, nothing lost."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, live_pids
+from ddpsim import load_trace
+from ddpsim.record.config import RecordConfig
+from ddpsim.record.launcher import RecordError, record
+
+FAULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_models.py")
+
+
+def cli(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "ddpsim", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "resnet9000"], "unknown model 'resnet9000'"),
+    (["--bucket-cap-mb", "-1"], "--bucket-cap-mb must be a positive number"),
+    (["--world-size", "0"], "--world-size must be >= 1"),
+    (["--iters", "many"], "invalid int value: 'many'"),
+    (["--model", "nowhere/model.py:make"], "model file nowhere/model.py does not exist"),
+])
+def test_bad_input_is_one_line_and_starts_nothing(tmp_path, args, message):
+    out = tmp_path / "run.json"
+    result = cli("record", "--out", str(out), *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert list(tmp_path.iterdir()) == [], "no rank was started, nothing was written"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory, cause", [("raising_factory", "RuntimeError: injected failure"),
+                                            ("dying_factory", "died from signal SIGKILL")])
+def test_a_failing_rank_stops_the_run_cleanly(tmp_path, factory, cause):
+    cfg = RecordConfig(model=f"{FAULTS}:{factory}", world_size=2, iters=6, timeout_s=20)
+    start = time.monotonic()
+    with pytest.raises(RecordError) as err:
+        record(cfg, tmp_path / "run.json")
+    elapsed = time.monotonic() - start
+    message = str(err.value)
+    assert "rank 1" in message and cause in message and "\n" not in message
+    assert elapsed < cfg.timeout_s + 10, f"ranks ended within the timeout plus a few seconds ({elapsed:.1f}s)"
+    trace = load_trace(tmp_path / "run.json")  # shards so far, merged and kept
+    assert not trace.complete
+    by_rank = {r.rank: r for r in trace.ranks}
+    assert cause.split(":")[0] in by_rank[1].error
+    assert [it.iteration for it in by_rank[0].iterations][:2] == [0, 1]
+    assert (tmp_path / "run.json.rank0.jsonl").exists(), "the raw shards are kept too"
+    pids = [r.pid for r in trace.ranks]
+    assert live_pids(pids) == [], "no orphan rank processes"
+
+
+@pytest.mark.slow
+def test_branchy_without_find_unused_explains_itself(tmp_path):
+    cfg = RecordConfig(model="branchy", world_size=2, iters=4, timeout_s=20)
+    start = time.monotonic()
+    with pytest.raises(RecordError) as err:
+        record(cfg, tmp_path / "run.json")
+    message = str(err.value)
+    assert time.monotonic() - start < cfg.timeout_s + 10, "it does not hang"
+    assert "got no gradient" in message and "branch" in message
+    assert "--find-unused-parameters" in message and "\n" not in message
+    trace = load_trace(tmp_path / "run.json")
+    assert live_pids([r.pid for r in trace.ranks]) == []
+
+
+@pytest.mark.slow
+def test_busy_port_is_replaced_by_a_free_one(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        trace = record(RecordConfig(model="mlp", iters=2), tmp_path / "run.json", master_port=port)
+    assert trace.complete
+    assert int(trace.ranks[0].ddp_logging_data["master_port"]) != port

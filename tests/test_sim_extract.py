@@ -1,0 +1,133 @@
+"""Workload extraction from traces, and the simulate/sweep command lines."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate, workload_from_trace
+from ddpsim.trace import from_dict
+
+MIB = 1024 * 1024
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def workload():
+    sizes = [1, 1, 3, 3]  # MiB; ready 3,2,1,0 -> buckets [3], [2], [1, 0] with a 2 MiB cap
+    return Workload(
+        name="fixture", params=[ParamSpec(i, f"p{i}", s * MIB) for i, s in enumerate(sizes)],
+        ready_order=[3, 2, 1, 0], grad_compute_s=[0.004, 0.003, 0.002, 0.001],
+        link=Link(alpha_s=0.001, bandwidth_Bps=1e9, concurrency=1),
+        forward_s=0.005, optimizer_s=0.002, finalize_s=0.0005, step_gap_s=0.0001, iter_gap_s=0.0003)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A simulated run standing in for a recording (source relabelled 'real')."""
+    trace, s = simulate(workload(), SimConfig(world_size=4, bucket_cap_mb=2, iters=5))
+    d = trace.to_dict()
+    d["source"] = "real"
+    d["meta"]["options"] = {"bucket_cap_mb": 2, "find_unused_parameters": False}
+    path = tmp_path_factory.mktemp("sim") / "real.json"
+    path.write_text(json.dumps(d))
+    return path, from_dict(d), s
+
+
+def test_extraction_recovers_the_workload(recorded):
+    _, trace, _ = recorded
+    w = workload_from_trace(trace)
+    assert w.ready_order == [3, 2, 1, 0]
+    assert w.grad_compute_s == pytest.approx([0.004, 0.003, 0.002, 0.001], abs=1e-8)
+    assert w.forward_s == pytest.approx(0.005, abs=1e-8)
+    assert w.optimizer_s == pytest.approx(0.002, abs=1e-8)
+    assert w.finalize_s == pytest.approx(0.0005, abs=1e-8)
+    assert w.iter_gap_s == pytest.approx(0.0003, abs=1e-8)
+    assert w.link.alpha_s == pytest.approx(0.001, rel=1e-4)
+    assert w.link.bandwidth_Bps == pytest.approx(1e9, rel=1e-4)
+    assert w.unused == [] and w.link.interference == 0.0
+
+
+def test_resimulating_a_trace_reproduces_it(recorded):
+    _, trace, s = recorded
+    _, s2 = simulate(trace, SimConfig(world_size=4, bucket_cap_mb=2, iters=5, concurrency=1))
+    assert s2["iteration_time_s"] == pytest.approx(s["iteration_time_s"], rel=1e-6)
+    assert s2["exposed_comm_s"] == pytest.approx(s["exposed_comm_s"], rel=1e-5)
+
+
+def test_interference_is_recovered_from_gradient_gaps():
+    w = workload()
+    w.link = Link(alpha_s=0.001, bandwidth_Bps=1e9, concurrency=1, interference=0.5)
+    w.grad_compute_s = [0.004, 0.004, 0.004, 0.004]
+    trace, _ = simulate(w, SimConfig(world_size=2, bucket_cap_mb=2, iters=4))
+    got = workload_from_trace(trace)
+    assert got.link.interference == pytest.approx(0.5, rel=0.05)
+    assert got.grad_compute_s == pytest.approx([0.004] * 4, rel=1e-4)
+
+
+def test_trace_without_gradient_events_is_valueerror(recorded):
+    _, trace, _ = recorded
+    d = trace.to_dict()
+    for r in d["ranks"]:
+        for it in r["iterations"]:
+            it["grad_ready"] = []
+    with pytest.raises(ValueError, match="no gradient events"):
+        simulate(from_dict(d))
+
+
+def run_cli(argv, capsys):
+    from ddpsim.sim.__main__ import top  # noqa: F401
+    from ddpsim import __main__ as cli
+
+    rc = cli.main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_simulate_last_line_is_json(recorded, tmp_path, capsys):
+    path, _, _ = recorded
+    out_path = tmp_path / "sim.json"
+    rc, out, _ = run_cli(["simulate", "--trace", str(path), "--world-size", "16", "--order", "ready",
+                          "--bandwidth-gbps", "100", "--latency-us", "5", "--algo", "tree",
+                          "--iters", "3", "--seed", "1", "--out", str(out_path)], capsys)
+    assert rc == 0
+    last = json.loads(out.strip().splitlines()[-1])
+    assert {"iteration_time_s", "exposed_comm_s", "overlap_fraction"} <= set(last)
+    sim = json.loads(out_path.read_text())
+    assert sim["source"] == "simulated" and sim["meta"]["world_size"] == 16
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bucket-cap-mb", "0"], "bucket_cap_mb"), (["--bucket-cap-mb", "-2"], "bucket_cap_mb"),
+    (["--world-size", "0"], "world size"), (["--bandwidth-gbps", "nan"], "bandwidth"),
+    (["--bandwidth-gbps", "-1"], "bandwidth"), (["--order", "upside"], "order"),
+])
+def test_cli_bad_input_is_one_line_exit_2(recorded, argv, message, capsys):
+    path, _, _ = recorded
+    rc, out, err = run_cli(["simulate", "--trace", str(path), *argv], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_cli_arch_and_sweep(tmp_path, capsys):
+    rc, out, _ = run_cli(["simulate", "--arch", "resnet50", "--hardware", "v100-ib100",
+                          "--world-size", "32", "--iters", "2"], capsys)
+    assert rc == 0 and json.loads(out.splitlines()[-1])["world_size"] == 32
+    table = tmp_path / "t.csv"
+    rc, out, _ = run_cli(["sweep", "--arch", "gpt2", "--hardware", "a100-ib200", "--world-size", "8,64",
+                          "--bucket-cap-mb", "5,25", "--iters", "2", "--out", str(table)], capsys)
+    assert rc == 0
+    rows = table.read_text().splitlines()
+    assert len(rows) == 5 and "best" in rows[0] and sum(r.endswith("True") for r in rows) == 1
+    assert json.loads(out.splitlines()[-1])["best"] is True
+
+
+def test_cli_subprocess_end_to_end(recorded, tmp_path):
+    path, _, _ = recorded
+    p = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(path),
+                        "--out", str(tmp_path / "s.json")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "iteration_time_s" in json.loads(p.stdout.strip().splitlines()[-1])
+    p = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(path),
+                        "--world-size", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
