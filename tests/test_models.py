@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ddpsim.minddp.ddp import build_params_for_reducer
+
 from ddpsim.models import (ModelSpecError, Workload, build_workload, call_batch, resolve_factory,
                            zoo)
 from ddpsim.models.mlp import branch_used
@@ -25,15 +27,8 @@ def _build(name: str) -> Workload:
 
 
 def _ddp_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """DDP's parameter list: named_modules x named_parameters(recurse=False), requires_grad,
-    shared params once."""
-    seen, out = set(), []
-    for _, module in model.named_modules():
-        for _, p in module.named_parameters(recurse=False):
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-    return out
+    """DDP's parameter list (named_modules x named_parameters(recurse=False), requires_grad, once)."""
+    return build_params_for_reducer(model)[0]
 
 
 def _equal(a, b) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ddpsim.minddp.ddp import build_params_for_reducer
 from ddpsim.record.events import RankRecorder, now_ns
 
 SEARCH_EVENT = "torch.distributed.ddp.reducer::search_unused_parameters"
@@ -25,14 +26,8 @@ OUR_LAUNCH = "ddpsim::bucket_launch"
 
 
 def reducer_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """DDP's parameter list, as ``DistributedDataParallel._build_params_for_reducer`` builds it."""
-    seen, params = set(), []
-    for _, m in module.named_modules():
-        for _, p in m.named_parameters(recurse=False):
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
-    return params
+    """DDP's parameter list (see ``ddpsim.minddp.ddp.build_params_for_reducer``)."""
+    return build_params_for_reducer(module)[0]
 
 
 def param_table(module: torch.nn.Module) -> list[dict]:

@@ -1,0 +1,119 @@
+"""Which parameter is in which bucket, and why the order is reversed.
+
+``plot_buckets`` draws three panels for one rank:
+  gradient arrival   each parameter's definition index against the order its gradient
+                     became ready: a falling diagonal, because backward runs the model
+                     back to front; dots in their bucket's colour (final layout)
+  construction       the layout DDP built at construction (bucket 0 = last-defined params)
+  rebuilt            the layout rebuilt from iteration 0's arrival order (if any)
+Each layout panel has one bar per bucket, top = launched first, made of one segment
+per parameter, length in MiB; the cap is the dashed line. ``bucket_rows`` gives the
+same facts as a table.
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ddpsim.trace import Layout, Trace
+from ddpsim.viz import palette as pal
+
+MIB = 1024 * 1024
+
+
+def _rank(trace: Trace, rank: int):
+    return next((r for r in trace.ranks if r.rank == rank), trace.ranks[0])
+
+
+def arrival_order(trace: Trace, rank: int = 0, iteration: int | None = None) -> list[int]:
+    """Param indices in gradient-ready order at ``iteration`` (default: the first with gradients)."""
+    r = _rank(trace, rank)
+    its = [it for it in r.iterations if it.grad_ready and (iteration is None or it.iteration == iteration)]
+    if not its:
+        return []
+    return [g.param for g in sorted(its[0].grad_ready, key=lambda g: (g.t_ns, -g.param))]
+
+
+def layouts(trace: Trace, rank: int = 0) -> list[Layout]:
+    return list(_rank(trace, rank).layouts)
+
+
+def bucket_rows(trace: Trace, rank: int = 0) -> list[dict]:
+    """One row per parameter: index, name, shape, bytes, arrival position, bucket per layout."""
+    lays = layouts(trace, rank)
+    order = arrival_order(trace, rank)
+    position = {p: k for k, p in enumerate(order)}
+    where = [{p: b.index for b in lay.buckets for p in b.params} for lay in lays]
+    rows = []
+    for p in sorted((p for p in trace.params if p.index is not None), key=lambda p: p.index):
+        row = {"param": p.index, "name": p.name, "shape": "x".join(map(str, p.shape)) or "scalar",
+               "bytes": p.bytes, "ready_position": position.get(p.index)}
+        for lay, owner in zip(lays, where):
+            row[f"bucket_{lay.kind}_from_it{lay.from_iteration}"] = owner.get(p.index)
+        rows.append(row)
+    return rows
+
+
+def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int], xmax: float):
+    n = len(lay.buckets)
+    for b in lay.buckets:
+        left = 0.0
+        for p in b.params:
+            w = sizes.get(p, 0) / MIB
+            ax.barh(b.index, w, left=left, height=0.7, color=pal.bucket_color(b.index),
+                    edgecolor=pal.TEXT, lw=0.4, gid=f"param:{lay.kind}:b{b.index}:p{p}")
+            left += w
+        ax.text(left + xmax * 0.01, b.index, f"b{b.index}: {b.bytes / MIB:.2f} MiB, {len(b.params)} params",
+                va="center", fontsize=8.5, color=pal.TEXT)
+        if b.cap_bytes:
+            ax.vlines(b.cap_bytes / MIB, b.index - 0.42, b.index + 0.42, colors=pal.TEXT, lw=1, ls="--")
+    ax.set_ylim(n - 0.5, -0.5)  # bucket 0 (launched first) on top
+    ax.set_yticks(range(n), [f"b{k}" for k in range(n)] if n <= 30 else None, fontsize=8.5)
+    ax.set_xlim(0, xmax * 1.6)
+    ax.set_xlabel("bucket contents (MiB)")
+    ax.set_ylabel("bucket = launch order (first on top)")
+    title = ("construction layout" if lay.kind == "construction" else f"{lay.kind} layout") + \
+        f", from iteration {lay.from_iteration}"
+    if lay.kind == "construction" and n == 1:
+        title += "\n(one bucket for iteration 0: no overlap yet)"
+    ax.set_title(title, loc="left", fontsize=10.5)
+    ax.grid(axis="x", color=pal.GRID)
+    ax.set_axisbelow(True)
+
+
+def plot_buckets(trace: Trace, rank: int = 0) -> Figure:
+    """Arrival order + every bucket layout of ``rank`` (see the module docstring)."""
+    lays = layouts(trace, rank)
+    if not lays:
+        raise ValueError("the trace has no bucket layouts for that rank")
+    sizes = {p.index: p.bytes for p in trace.params if p.index is not None}
+    order = arrival_order(trace, rank)
+    final = {p: b.index for b in lays[-1].buckets for p in b.params}
+    n_buckets = max(len(lay.buckets) for lay in lays)
+    fig = Figure(figsize=(11, max(3.6, 1.6 + 0.32 * min(n_buckets, 40))), layout="constrained")
+    axes = fig.subplots(1, 1 + len(lays), width_ratios=[1] + [1.3] * len(lays))
+    ax = axes[0]
+    if order:
+        xs = list(range(len(order)))
+        ax.scatter(xs, order, c=[pal.bucket_color(final.get(p, 0)) for p in order], s=22,
+                   edgecolors=pal.TEXT, linewidths=0.4, zorder=3, gid="arrival")
+        ax.plot(xs, order, color=pal.GRID, lw=1, zorder=2)
+    ax.set_xlabel("gradient arrival (1st, 2nd, ...)")
+    ax.set_ylabel("parameter index (definition order)")
+    ax.set_title("gradients arrive in reverse", loc="left", fontsize=10.5)
+    ax.grid(color=pal.GRID)
+    ax.set_axisbelow(True)
+    xmax = max((b.bytes for lay in lays for b in lay.buckets), default=1) / MIB
+    for lay, axl in zip(lays, axes[1:]):
+        _layout_panel(axl, trace, lay, sizes, xmax)
+    m = trace.meta
+    who = f"{m.get('model') or (m.get('workload') or {}).get('name') or 'model'}" + \
+        (" (simulated)" if trace.source == "simulated" else "")
+    fig.suptitle(f"{who}: {len(sizes)} parameters, rank {_rank(trace, rank).rank}", x=0.01,
+                 ha="left", fontsize=11.5)
+    handles = [Line2D([], [], marker="o", ls="none", color=pal.bucket_color(k), mec=pal.TEXT,
+                      label=f"bucket b{k}") for k in range(min(len(lays[-1].buckets), 7))]
+    handles.append(Line2D([], [], color=pal.TEXT, ls="--", label="bucket cap"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(8, len(handles)), fontsize=9,
+               frameon=False)
+    return fig

@@ -1,0 +1,111 @@
+"""Two or more runs on one shared time axis, and their headline numbers side by side.
+
+Each run gets the same three rows as a rank in ``plot_timeline`` (compute with
+gradient-ready ticks, buckets ready, allreduce lanes), drawn for one rank and one
+iteration, with time measured from that iteration's start so runs line up at 0.
+Real and simulated runs mix freely; simulated ones are labelled as such.
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
+
+from ddpsim.analysis import comm_end_ns, cycle_metrics, steady_cycles, summarize
+from ddpsim.trace import Trace
+from ddpsim.viz import palette as pal
+from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run
+
+Run = tuple[str, Trace]  # (label, trace)
+
+
+def steady_iteration(trace: Trace) -> int:
+    """The last synced iteration of the steady state (what a run looks like once settled)."""
+    return steady_cycles(trace)[-1][-1]
+
+
+def _pick(trace: Trace, iteration: int | None, rank: int):
+    ranks = {r.rank: r for r in trace.ranks}
+    r = ranks.get(rank, trace.ranks[0])
+    n = steady_iteration(trace) if iteration is None else iteration
+    it = next((x for x in r.iterations if x.iteration == n), None)
+    if it is None:
+        n = steady_iteration(trace)
+        it = next(x for x in r.iterations if x.iteration == n)
+    return r, it
+
+
+def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
+                 window: tuple[float, float] | None = None) -> Figure:
+    """Draw each run's ``iteration`` (default: its steady iteration) for ``rank`` on one time axis.
+
+    A run without that iteration shows its steady iteration instead. window: (start_ms, end_ms).
+    """
+    if not runs:
+        raise ValueError("nothing to compare: give at least one run")
+    picked = [(label, trace, *_pick(trace, iteration, rank)) for label, trace in runs]
+    lanes = [_lanes(it) for *_, it in picked]
+    n_lanes = max([1] + [max(v.values(), default=0) + 1 for v in lanes])
+    t_max = max(max(it.end_ns, comm_end_ns(it) or 0) - it.forward.start_ns for *_, it in picked) * MS
+    xlim = window or (-0.02 * t_max, 1.02 * t_max)
+    height = len(picked) * (HEADER + 2 + n_lanes + GAP)
+    fig = Figure(figsize=(10, 1.9 + 0.34 * height), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_xlim(*xlim)
+    axes_inches = ax.get_position().width * fig.get_figwidth()
+    minlabel = (9 * 0.62 / 72) / axes_inches * (xlim[1] - xlim[0])
+    label_x = blended_transform_factory(ax.transAxes, ax.transData)
+    yticks, ylabels, y = [], [], 0.0
+    for k, ((label, trace, r, it), lane) in enumerate(zip(picked, lanes)):
+        rows = {"head": y, "compute": y + HEADER, "ready": y + HEADER + 1}
+        rows["comm"] = rows["ready"] + 1
+        bottom = rows["comm"] + n_lanes
+        ax.axhspan(y - GAP / 2, bottom + GAP / 2, color="#F6F6F6" if k % 2 else "white", zorder=0, lw=0)
+        kind = "SIMULATED" if trace.source == "simulated" else "real"
+        t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
+        ax.text(0.002, rows["head"] + 0.45, f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}, "
+                f"{t_it:.1f} ms]", transform=label_x, fontsize=10, fontweight="bold", va="center",
+                color=pal.TEXT, clip_on=False)
+        for name, text in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):
+            yticks.append(rows[name] + 0.5)
+            ylabels.append(text)
+        t0 = it.forward.start_ns
+        _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * MS, minlabel)
+        y = bottom + GAP
+    ax.set_ylim(y - GAP / 2, -GAP / 2)
+    ax.set_yticks(yticks, ylabels, fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlabel("time since each run's iteration start (ms)", fontsize=10)
+    ax.grid(axis="x", color=pal.GRID, zorder=0.5)
+    ax.set_axisbelow(True)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(f"{len(picked)} runs on one time axis (rank {rank})", loc="left", fontsize=11.5)
+    handles = _legend_handles(picked[0][1], None, [it for *_, it in picked])
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
+               fontsize=9, frameon=False)
+    return fig
+
+
+def compare_rows(runs: list[Run]) -> list[dict]:
+    """Steady-state numbers per run, with differences against the first run.
+
+    Keys: run, kind, model, world_size, buckets, iteration_ms, exposed_comm_ms,
+    overlap_pct, and d_iteration_ms, d_exposed_comm_ms, d_overlap_pts, speedup (first / this).
+    """
+    rows = []
+    for label, trace in runs:
+        s = summarize(trace)
+        layout = trace.ranks[0].layouts[-1] if trace.ranks[0].layouts else None
+        rows.append({"run": label, "kind": trace.source, "model": describe_run(trace),
+                     "world_size": trace.world_size, "buckets": len(layout.buckets) if layout else 0,
+                     "iteration_ms": s["iteration_time_s"] * 1e3,
+                     "exposed_comm_ms": s["exposed_comm_s"] * 1e3,
+                     "overlap_pct": s["overlap_fraction"] * 100})
+    if rows:
+        first = rows[0]
+        for row in rows:
+            row["d_iteration_ms"] = row["iteration_ms"] - first["iteration_ms"]
+            row["d_exposed_comm_ms"] = row["exposed_comm_ms"] - first["exposed_comm_ms"]
+            row["d_overlap_pts"] = row["overlap_pct"] - first["overlap_pct"]
+            row["speedup"] = first["iteration_ms"] / row["iteration_ms"] if row["iteration_ms"] else None
+    return rows

@@ -1,0 +1,83 @@
+"""The sweep curve: iteration time and exposed communication against bucket size.
+
+One line per (ordering, find_unused_parameters): the ordering sets the colour and
+marker, find_unused_parameters on is dashed. The best row (lowest iteration time)
+is a star; the configuration being looked at is a black ring. Rows are those of
+``ddpsim.sim.sweep.sweep``: bucket_cap_mb, order, find_unused_parameters,
+iteration_time_s, exposed_comm_s, and optionally best.
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ddpsim.viz import palette as pal
+
+MARKERS = ("o", "s", "^", "D", "v", "P")
+# Series colours: Okabe-Ito too, but starting at blue so they differ from bucket 0's orange.
+SERIES = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00")
+
+
+def best_row(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
+    return min(rows, key=lambda r: r[metric]) if rows else None
+
+
+def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -> Figure:
+    """Two panels sharing the bucket-size axis (log scale); see the module docstring.
+
+    current: a row-like dict (bucket_cap_mb, iteration_time_s, exposed_comm_s) to ring.
+    """
+    if not rows:
+        raise ValueError("no sweep rows to plot")
+    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    ax_t, ax_e = fig.subplots(1, 2, sharex=True)
+    orders = list(dict.fromkeys(r.get("order", "torch") for r in rows))
+    fus = list(dict.fromkeys(bool(r.get("find_unused_parameters", False)) for r in rows))
+    for k, order in enumerate(orders):
+        for fu in fus:
+            pts = sorted((r for r in rows
+                         if r.get("order", "torch") == order and bool(r.get("find_unused_parameters", False)) == fu),
+                         key=lambda r: r["bucket_cap_mb"])
+            pts = [(r["bucket_cap_mb"], r) for r in pts]
+            if not pts:
+                continue
+            xs = [x for x, _ in pts]
+            for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
+                ax.plot(xs, [r[key] * 1e3 for _, r in pts], color=SERIES[k % len(SERIES)],
+                        marker=MARKERS[k % len(MARKERS)], ms=5, ls="--" if fu else "-", lw=1.6,
+                        gid=f"series:{order}:{'fu' if fu else 'nofu'}")
+    best = best_row(rows)
+    for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
+        ax.plot(best["bucket_cap_mb"], best[key] * 1e3, marker="*", ms=18, color="#F0E442",
+                mec=pal.TEXT, mew=1.2, ls="none", zorder=5, gid="best")
+        if current and current.get("bucket_cap_mb") is not None:
+            ax.plot(current["bucket_cap_mb"], current[key] * 1e3, marker="o", ms=13, mfc="none",
+                    mec=pal.TEXT, mew=2, ls="none", zorder=6, gid="current")
+        ax.set_xscale("log")
+        ax.set_xlabel("bucket cap (MiB, log scale)")
+        ax.grid(color=pal.GRID, which="both")
+        ax.set_axisbelow(True)
+    ax_t.set_ylabel("iteration time (ms)")
+    ax_e.set_ylabel("exposed communication (ms)")
+    ax_t.set_ylim(bottom=0)
+    ax_e.set_ylim(bottom=0)
+    ax_t.annotate(f"best: {best['bucket_cap_mb']:g} MiB, {best.get('order', 'torch')}"
+                  f"{', find_unused' if best.get('find_unused_parameters') else ''}\n"
+                  f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration",
+                  (best["bucket_cap_mb"], best["iteration_time_s"] * 1e3), xytext=(0, -34),
+                  textcoords="offset points", ha="center", fontsize=8.5, color=pal.TEXT,
+                  bbox={"boxstyle": "round", "fc": "white", "ec": pal.GRID})
+    fig.suptitle(title or "what bucket size is best?", x=0.01, ha="left", fontsize=11.5)
+    handles = [Line2D([], [], color=SERIES[k % len(SERIES)], marker=MARKERS[k % len(MARKERS)],
+                      label=f"order: {o}") for k, o in enumerate(orders)]
+    if len(fus) > 1 or fus == [True]:
+        handles += [Line2D([], [], color=pal.TEXT, ls="-", label="find_unused off"),
+                    Line2D([], [], color=pal.TEXT, ls="--", label="find_unused on")]
+    handles.append(Line2D([], [], marker="*", ms=12, color="#F0E442", mec=pal.TEXT, ls="none",
+                          label="best"))
+    if current:
+        handles.append(Line2D([], [], marker="o", ms=10, mfc="none", mec=pal.TEXT, mew=2, ls="none",
+                              label="your choice"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(7, len(handles)), fontsize=9,
+               frameon=False)
+    return fig
