@@ -19,6 +19,8 @@ COMMANDS = {
     "export": "ddpsim.export",
     "simulate": "ddpsim.sim.cli",
     "sweep": "ddpsim.sim.sweep_cli",
+    "calibrate": "ddpsim.sim.calibrate",
+    "validate": "ddpsim.sim.validate",
 }
 
 

@@ -76,7 +76,6 @@ def test_trace_without_gradient_events_is_valueerror(recorded):
 
 
 def run_cli(argv, capsys):
-    from ddpsim.sim.__main__ import top  # noqa: F401
     from ddpsim import __main__ as cli
 
     rc = cli.main(argv)
@@ -131,3 +130,20 @@ def test_cli_subprocess_end_to_end(recorded, tmp_path):
     p = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(path),
                         "--world-size", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+
+
+def test_validate_self_prediction_is_exact_for_a_simulated_run(recorded):
+    from ddpsim.sim.validate import validate
+
+    _, trace, _ = recorded
+    trace.meta["link"] = {"concurrency": 1}
+    res = validate(trace, iters=5, jitter=0.0)
+    for m in ("iteration_time_s", "exposed_comm_s"):
+        assert abs(res["metrics"][m]["rel_error"]) < 1e-4
+
+
+def test_calibrate_fits_local_gloo():
+    from ddpsim.sim.calibrate import calibrate
+
+    cal = calibrate([4096, 1 << 20], reps=2, timeout=90)
+    assert cal["alpha_s"] >= 0 and cal["bandwidth_Bps"] > 0 and len(cal["points"]) == 2

@@ -1,9 +1,11 @@
-"""The app's shared state: which trace is open, from a bundled sample or an upload.
+"""The app's shared state: which trace is open, from a bundled sample, an upload or the session.
 
 ``sidebar()`` runs in ``app.py`` on every page; pages call ``current_trace()``.
 Session keys (all prefixed ``ddpsim_``):
-  ddpsim_source    the selectbox value: a sample name or "upload: <file name>"
-  ddpsim_uploads   {label: Trace} for uploads that parsed
+  ddpsim_source    the selectbox value: a sample name, "upload: <file name>",
+                   "recorded: <...>" or "simulated: <...>"
+  ddpsim_uploads   {label: Trace} for traces made in this session (uploads that
+                   parsed, recordings, simulated runs kept from the What-if page)
   ddpsim_upload    (file_id, error or None) of the last upload seen
 """
 from __future__ import annotations
@@ -15,12 +17,25 @@ from ddpsim.trace import Trace, TraceFormatError, load_trace, parse_trace
 
 MAX_UPLOAD_MB = 50
 UPLOAD_PREFIX = "upload: "
+RECORDED_PREFIX = "recorded: "
+SIMULATED_PREFIX = "simulated: "
 
 
 @st.cache_data(show_spinner="Loading the trace...", max_entries=32)
 def load_sample(path: str, mtime_ns: int) -> Trace:
     """Load a sample trace file (cached; mtime_ns makes a rewritten file reload)."""
     return load_trace(path)
+
+
+def add_trace(label: str, trace: Trace, select: bool = True) -> str:
+    """Keep ``trace`` in this session under ``label`` (and open it if ``select``)."""
+    st.session_state.setdefault("ddpsim_uploads", {})[label] = trace
+    st.session_state.setdefault("ddpsim_trace_ids", {})[label] = st.session_state.get(
+        "ddpsim_trace_counter", 0)
+    st.session_state["ddpsim_trace_counter"] = st.session_state.get("ddpsim_trace_counter", 0) + 1
+    if select:
+        st.session_state["ddpsim_source"] = label
+    return label
 
 
 def accept_upload(name: str, data: bytes) -> str | None:
@@ -32,33 +47,47 @@ def accept_upload(name: str, data: bytes) -> str | None:
     try:
         if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
             raise TraceFormatError(f"{name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_UPLOAD_MB} MB")
-        trace = parse_trace(data, name=name)
+        trace = parse_trace(data, name=name)  # JSON only: nothing in an upload is executed
     except TraceFormatError as e:
         message = f"Could not open the upload: {str(e).splitlines()[0]}. Still showing the previous trace."
         st.error(message, icon="⚠️")
         return message
-    label = UPLOAD_PREFIX + name
-    st.session_state.setdefault("ddpsim_uploads", {})[label] = trace
-    st.session_state["ddpsim_source"] = label
+    add_trace(UPLOAD_PREFIX + name, trace)
     return None
 
 
 def sidebar() -> None:
-    """Draw the trace chooser and the uploader in the sidebar (upload errors go in the page)."""
+    """Draw the trace chooser, the uploader and the downloads in the sidebar."""
     with st.sidebar:
         chooser = st.container()
         upload = st.file_uploader(
             "Or upload your own trace", type=["json"], max_upload_size=MAX_UPLOAD_MB,
             help="A ddpsim trace JSON (up to 50 MB), e.g. one written by `python -m ddpsim record`.")
+        downloads = st.container()
     _handle_upload(upload)  # before the selectbox exists, so it may select the upload
-    options = list_samples() + list(st.session_state.get("ddpsim_uploads", {}))
+    options = all_labels()
     if not options:
         chooser.info("No bundled sample traces were found. Upload a trace to begin.")
         return
     if st.session_state.get("ddpsim_source") not in options:
         st.session_state["ddpsim_source"] = options[0]
-    chooser.selectbox("Trace", options, key="ddpsim_source",
-                      help="Bundled sample recordings, and any trace you uploaded.")
+    chooser.selectbox("Trace", options, key="ddpsim_source", format_func=pretty,
+                      help="Bundled recordings (real, 2-core CPU) and simulated GPU runs, plus "
+                           "traces you uploaded, recorded or kept in this session.")
+    opened = current_trace(quiet=True)
+    if opened:
+        from ddpsim.app import ui  # noqa: PLC0415 (ui imports this module)
+
+        ui.trace_downloads(downloads, *opened)
+
+
+def pretty(label: str) -> str:
+    """How a trace label reads in the chooser (simulated samples say so)."""
+    return label.replace("_sim_", " SIMULATED ", 1) if "_sim_" in label else label
+
+
+def all_labels() -> list[str]:
+    return list_samples() + list(st.session_state.get("ddpsim_uploads", {}))
 
 
 def _handle_upload(upload) -> None:
@@ -74,17 +103,35 @@ def _handle_upload(upload) -> None:
     st.session_state["ddpsim_upload"] = (upload.file_id, accept_upload(upload.name, upload.getvalue()))
 
 
-def current_trace() -> tuple[str, Trace] | None:
+def get_trace(label: str, quiet: bool = False) -> Trace | None:
+    """The trace called ``label`` (a sample or a session trace), or None."""
+    session = st.session_state.get("ddpsim_uploads", {})
+    if label in session:
+        return session[label]
+    try:
+        path = sample_path(label)
+        return load_sample(str(path), path.stat().st_mtime_ns)
+    except (ValueError, OSError) as e:  # TraceFormatError is a ValueError
+        if not quiet:
+            st.error(f"Could not open the sample {label}: {e}")
+        return None
+
+
+def trace_key(label: str) -> str:
+    """A string that changes whenever the trace behind ``label`` changes (a cache key)."""
+    ids = st.session_state.get("ddpsim_trace_ids", {})
+    if label in ids:
+        return f"session:{label}:{ids[label]}"
+    try:
+        return f"sample:{label}:{sample_path(label).stat().st_mtime_ns}"
+    except (ValueError, OSError):
+        return f"missing:{label}"
+
+
+def current_trace(quiet: bool = False) -> tuple[str, Trace] | None:
     """(label, trace) of the open trace, or None when there is none."""
     source = st.session_state.get("ddpsim_source")
     if source is None:
         return None
-    if source.startswith(UPLOAD_PREFIX):
-        trace = st.session_state.get("ddpsim_uploads", {}).get(source)
-        return (source, trace) if trace is not None else None
-    try:
-        path = sample_path(source)
-        return source, load_sample(str(path), path.stat().st_mtime_ns)
-    except (ValueError, OSError) as e:  # TraceFormatError is a ValueError
-        st.error(f"Could not open the sample {source}: {e}")
-        return None
+    trace = get_trace(source, quiet=quiet)
+    return (source, trace) if trace is not None else None

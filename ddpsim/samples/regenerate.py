@@ -2,14 +2,19 @@
 
     python -m ddpsim.samples.regenerate [--only NAME ...]
 
-Each sample is a real recording by ``ddpsim.record`` (gloo on this CPU machine),
-kept small: few iterations and 2 ranks. File names sort in the order a learner
-should meet them; the first is the dashboard's default.
+Most samples are real recordings by ``ddpsim.record`` (gloo on this CPU machine),
+kept small: few iterations and 2 ranks, with torch's DDP and with ddpsim's readable
+DDP (minddp). Samples named ``*_sim_*`` are SIMULATED by ``ddpsim.sim`` on GPU
+hardware profiles (datasheet figures, NCCL-like one-collective-at-a-time links),
+where bucket size matters about 2x, as Li et al. (VLDB 2020) report; on this 2-core
+CPU it barely does. File names sort in the order a learner should meet them; the
+first is the dashboard's default.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
@@ -23,7 +28,46 @@ SAMPLES = {
     "04_branchy_torch_find_unused": RecordConfig(model="branchy", iters=5, find_unused_parameters=True),
     "05_convnet_torch_no_sync3": RecordConfig(model="convnet", iters=6, no_sync_every=3),
     "06_transformer_torch_default": RecordConfig(model="transformer", iters=5),
+    "07_mlp_minddp_default": RecordConfig(model="mlp", iters=5, impl="minddp"),
+    "08_branchy_minddp_find_unused": RecordConfig(model="branchy", iters=5, impl="minddp",
+                                                  find_unused_parameters=True),
 }
+
+
+@dataclass
+class SimSample:
+    """A simulated sample: ``ddpsim.sim.synthetic(arch, hardware)`` under SimConfig(**config)."""
+
+    arch: str
+    hardware: str
+    config: dict = field(default_factory=dict)
+
+
+# Simulated GPU runs (labelled SIMULATED in the app): 3 synced steps, 2 of the ranks kept.
+_SIM = {"iters": 3, "trace_ranks": 2}
+SAMPLES.update({
+    "20_sim_resnet50_v100-eth25_w64_default": SimSample("resnet50", "v100-eth25", {"world_size": 64, **_SIM}),
+    "21_sim_resnet50_v100-eth25_w64_cap0.25": SimSample("resnet50", "v100-eth25",
+                                                        {"world_size": 64, "bucket_cap_mb": 0.25, **_SIM}),
+    "22_sim_resnet50_v100-eth25_w64_cap100": SimSample("resnet50", "v100-eth25",
+                                                       {"world_size": 64, "bucket_cap_mb": 100, **_SIM}),
+    "23_sim_resnet50_v100-eth25_w64_find_unused": SimSample(
+        "resnet50", "v100-eth25", {"world_size": 64, "find_unused_parameters": True, **_SIM}),
+    "24_sim_bert-large_a100-eth100_w64_default": SimSample("bert-large", "a100-eth100",
+                                                           {"world_size": 64, **_SIM}),
+    "25_sim_bert-large_a100-eth100_w64_cap100": SimSample("bert-large", "a100-eth100",
+                                                          {"world_size": 64, "bucket_cap_mb": 100, **_SIM}),
+})
+
+
+def _make(spec, out):
+    if isinstance(spec, SimSample):
+        from ddpsim.sim import SimConfig, simulate, synthetic
+
+        trace, _ = simulate(synthetic(spec.arch, spec.hardware), SimConfig(**spec.config))
+        trace.save(out)
+        return trace
+    return record(spec, out)
 
 
 def main(argv=None) -> int:
@@ -36,7 +80,7 @@ def main(argv=None) -> int:
             print(f"unknown sample {name!r}; known: {', '.join(SAMPLES)}", file=sys.stderr)
             return 2
         out = BUNDLED_DIR / f"{name}.json"
-        trace = record(SAMPLES[name], out)
+        trace = _make(SAMPLES[name], out)
         s = trace.summary()
         print(f"{out.name}: iteration {s['iteration_time_s'] * 1e3:.1f} ms, "
               f"overlap {s['overlap_fraction']:.0%}, {out.stat().st_size // 1024} KiB")

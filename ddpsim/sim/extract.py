@@ -90,7 +90,16 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None) -> Workloa
             overlaps.setdefault(g.param, []).append(_overlap(spans, prev, g.t_ns))
             prev = g.t_ns
     if clean is sync and interference == 0.0:
-        deltas, interference = _unmix_interference(deltas, overlaps)
+        warm = {}  # pre-steady synced steps: the single bucket reduces after backward
+        for r in trace.ranks:
+            for it in r.iterations:
+                if it.sync and it.iteration not in steady and it.grad_ready:
+                    prev, spans = it.backward.start_ns, _comm_spans(it)
+                    for g in sorted((g for g in it.grad_ready if not g.unused), key=lambda g: g.t_ns):
+                        if _overlap(spans, prev, g.t_ns) < 0.2:
+                            warm.setdefault(g.param, []).append(max(0, g.t_ns - prev))
+                        prev = g.t_ns
+        deltas, interference = _unmix_interference(deltas, overlaps, warm)
     r0ids = {id(x) for x in trace.ranks[0].iterations}
     r0 = [it for it in clean if id(it) in r0ids] or clean
     last = r0[-1]
@@ -162,24 +171,26 @@ def _overlap(spans, lo: int, hi: int) -> float:
     return covered / (hi - lo)
 
 
-def _unmix_interference(deltas: dict, overlaps: dict) -> tuple[dict, float]:
+def _unmix_interference(deltas: dict, overlaps: dict, warm: dict) -> tuple[dict, float]:
     """Split gradient gaps into clean compute and a slowdown while comm is in flight.
 
     Clean time of a param: the median of its gaps that overlapped no collective
-    (< 20%), else its smallest gap. Interference: the excess time of the gaps that
+    (< 20%), else its smallest gap, including the comm-free gaps of the
+    pre-steady iterations (``warm``: iteration 0's single bucket reduces after
+    backward, so its backward is comm-free, though warm-up makes it slower). Interference: the excess time of the gaps that
     overlapped communication over the overlapped clean time,
-    ``sum(gap - clean) / sum(clean * overlap)`` (dominated by the long gaps, so the
+    ``sum(gap - clean) / sum(clean)`` over the gaps >= 20% overlapped (dominated by the long gaps, so the
     near-zero bias gradients do not add noise). Below 5% the effective gaps are
     kept and interference is 0.
     """
     clean, excess, base = {}, 0.0, 0.0
     for p, ds in deltas.items():
         free = [d for d, f in zip(ds, overlaps[p]) if f < 0.2]
-        clean[p] = statistics.median(free) if free else min(ds)
+        clean[p] = statistics.median(free) if free else min(ds + warm.get(p, []))
         for d, f in zip(ds, overlaps[p]):
             if f >= 0.2:
                 excess += d - clean[p]
-                base += clean[p] * f
+                base += clean[p]  # the model slows a whole gap that starts during comm
     i = max(0.0, excess / base) if base > 0 else 0.0
     if i < 0.05:
         return deltas, 0.0

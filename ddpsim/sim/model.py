@@ -15,8 +15,9 @@ Actors
                  then copy the buckets back into ``.grad``.
   ``optimizer``  the step after a synced backward.
 
-While any collective runs, compute started on a rank is slowed by
-``1 + link.interference`` (applied per gradient, at the gradient's start).
+While any collective transfers, compute started on a rank is slowed by
+``1 + link.interference`` (applied per gradient, decided at the gradient's start;
+a transfer ending exactly then does not count, one starting then does).
 Times are seconds (floats); the trace builder turns them into integer ns.
 """
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Model:
         self.env, self.w, self.link, self.world_size = env, w, link, world_size
         self.layouts, self.plans, self.actors = layouts, plans, actors
         self.slots = simpy.Resource(env, capacity=link.concurrency)
-        self.inflight = 0  # collectives transferring now (drives interference)
+        self.ends: dict[tuple, float] = {}  # transferring collectives -> end time (interference)
         self.committed = 0  # collectives started by all ranks, running or queued for a slot
         self.collectives: dict[tuple, Collective] = {}
         self.n_collectives = 0
@@ -135,7 +136,7 @@ class Model:
             self.n_collectives += 1
             if self.committed < self.link.concurrency:  # a slot is free: in flight from now,
                 c.counted = True  # so compute started at this instant is already slowed
-                self.inflight += 1
+                self.ends[key] = self.env.now + self.link.allreduce_s(nbytes, self.world_size)
             self.committed += 1
             self.env.process(allreduce(self.env, self, c))
         return c
@@ -146,10 +147,11 @@ def allreduce(env, model: Model, coll: Collective):
     with model.slots.request() as slot:
         yield slot
         coll.start = env.now
+        duration = model.link.allreduce_s(coll.nbytes, model.world_size)
         if not coll.counted:
-            model.inflight += 1
-        yield env.timeout(model.link.allreduce_s(coll.nbytes, model.world_size))
-        model.inflight -= 1
+            model.ends[coll.key] = env.now + duration
+        yield env.timeout(duration)
+        del model.ends[coll.key]
         model.committed -= 1
     coll.end = env.now
     coll.done.succeed()
@@ -244,7 +246,9 @@ def _backward_stepwise(env, model: Model, plan: Plan, f: float, rec):
     colls, next_launch, first = [], 0, True
     timeout = env.timeout
     for p, c in zip(w.ready_order, w.grad_compute_s):
-        yield timeout(c * f * slow if model.inflight else c * f)
+        now = env.now  # slowed if a transfer is running past this instant
+        busy = any(e > now for e in model.ends.values())
+        yield timeout(c * f * slow if busy else c * f)
         if grads is not None:
             grads.append((env.now, p, False))
         if not sync:

@@ -21,7 +21,6 @@ METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
 
 def sweep(source, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
     """Simulate every combination of ``grid`` (field -> list of values) over ``base``."""
-    from ddpsim.sim.api import Workload  # noqa: F401  (re-export path check)
     from ddpsim.sim.extract import workload_from_trace
     from ddpsim.sim.workload import Workload as W
 

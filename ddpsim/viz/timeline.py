@@ -58,7 +58,8 @@ def describe_iteration(trace: Trace, iteration: int) -> str:
 
 def describe_run(trace: Trace) -> str:
     m = trace.meta
-    parts = [str(m.get("model") or "model ?"), str(m.get("impl") or "torch")]
+    model = m.get("model") or (m.get("workload") or {}).get("name") or "model ?"
+    parts = [str(model), str(m.get("impl") or "torch")]
     if m.get("backend"):
         parts.append(str(m["backend"]))
     parts.append(f"world size {trace.world_size}")
@@ -175,10 +176,13 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
                                hatch="...", zorder=3, gid=f"graph_search:r{rank.rank}"))
 
     owner = _param_to_bucket(rank, it.iteration)
+    ticks: dict[tuple[str, bool], list[float]] = {}  # one collection per colour and style: fast
     for g in it.grad_ready:
         color = pal.bucket_color(owner[g.param]) if g.param in owner else pal.TEXT
-        ax.vlines(ms(g.t_ns), yc + pad, yc + 1 - pad, colors=color, lw=2.2, zorder=4,
-                  linestyles=":" if g.unused else "-", gid=f"grad_ready:r{rank.rank}:p{g.param}")
+        ticks.setdefault((color, g.unused), []).append(ms(g.t_ns))
+    for (color, unused), xs in ticks.items():
+        ax.vlines(xs, yc + pad, yc + 1 - pad, colors=color, lw=2.2, zorder=4,
+                  linestyles=":" if unused else "-", gid=f"grad_ready:r{rank.rank}:{color}:{int(unused)}")
 
     if not it.sync:
         ax.text(ms(it.backward.start_ns), ym + n_lanes / 2,

@@ -1,8 +1,9 @@
 """Timeline page: one iteration of the open trace, rank by rank."""
 import streamlit as st
 
-from ddpsim.analysis import cycle_metrics
-from ddpsim.app.state import current_trace
+from ddpsim.analysis import comm_end_ns, cycle_metrics
+from ddpsim.app import ui
+from ddpsim.app.state import current_trace, trace_key
 from ddpsim.viz import plot_timeline
 
 st.header("Timeline: what DDP did in one iteration")
@@ -11,6 +12,7 @@ if opened is None:
     st.info("Choose a bundled sample or upload a trace in the sidebar.")
     st.stop()
 label, trace = opened
+ui.simulated_badge(trace)
 
 iterations = sorted({it.iteration for r in trace.ranks for it in r.iterations})
 all_ranks = [r.rank for r in trace.ranks]
@@ -48,12 +50,23 @@ for col, key, name, fmt, scale in (
         help=None if base is None else f"Steady state (median over iterations "
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}")
 
+# Zoom: a window in ms since the iteration start.
+its = [it for r in trace.ranks for it in r.iterations if it.iteration == iteration]
+t0 = min(it.forward.start_ns for it in its)
+span_ms = round(max(max(it.end_ns, comm_end_ns(it) or 0) for it in its) * 1e-6 - t0 * 1e-6, 1) + 0.1
+window = st.slider("Zoom (ms since the iteration start)", 0.0, span_ms, (0.0, span_ms), step=0.1,
+                   key=f"ddpsim_zoom:{label}:{iteration}",
+                   help="Drag either end to zoom into part of the iteration.")
+window = None if window == (0.0, span_ms) else window
+
 if ranks:
-    st.pyplot(plot_timeline(trace, iteration, ranks=ranks),
-              alt=f"Timeline of iteration {iteration} for ranks {ranks}")
+    ui.show_figure(f"timeline:{trace_key(label)}:{iteration}:{ranks}:{window}",
+                   lambda: plot_timeline(trace, iteration, ranks=ranks, window=window),
+                   f"timeline_{label}_it{iteration}", alt=f"Timeline of iteration {iteration} for ranks {ranks}")
 else:
     st.info("Pick at least one rank.")
 st.caption("Grey bars are compute; coloured ticks mark gradients becoming ready, in their bucket's "
            "colour; triangles mark a full bucket; coloured bars are allreduces, from launch to "
            "completion. Hatching is exposed communication: the time after the last gradient is "
            "ready that backward still waits for allreduces.")
+ui.explain("reverse", "order", "rebuild", "overlap", "find_unused", "no_sync")

@@ -1,0 +1,34 @@
+"""Cached simulator calls for the app, keyed on strings that name the inputs.
+
+Workloads are kept as resources (built once per source); simulations and sweeps as
+data keyed on the source key and the SimConfig as JSON, so moving a slider back to a
+value seen before costs nothing. Arguments starting with "_" are not hashed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import streamlit as st
+
+from ddpsim.app import whatif
+from ddpsim.sim import SimConfig
+
+
+def config_key(cfg: SimConfig) -> str:
+    return json.dumps(asdict(cfg), sort_keys=True, default=str)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Calibrating the simulator...")
+def workload(source_key: str, _base: whatif.Base, _trace):
+    return whatif.workload(_base, _trace)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def simulate(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
+    return whatif.run(_work, _cfg)
+
+
+@st.cache_data(max_entries=32, show_spinner="Sweeping bucket sizes x orderings x find_unused...")
+def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
+    return whatif.sweep_rows(_work, _cfg)

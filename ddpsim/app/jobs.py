@@ -1,0 +1,133 @@
+"""Recordings started from the app: one process group per recording, never a shell.
+
+``start(cfg)`` runs ``python -m ddpsim.app.record_job`` from a fixed argument list in
+a new session, so ``stop(job)`` ends it and all its ranks with one signal to the
+group. Every live job is also stopped when the app's process exits (atexit), and a
+job stops itself if the app dies without exiting cleanly (record_job watches its parent).
+No Streamlit here, and no torch: the app process never imports it.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+GRACE_S = 5.0  # SIGTERM -> SIGKILL
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+RUNS_ENV = "DDPSIM_RUNS_DIR"
+
+_live: list["Job"] = []
+_lock = threading.Lock()
+
+
+@dataclass
+class Job:
+    cfg: dict  # RecordConfig fields (the child builds and validates the RecordConfig)
+    out: Path
+    status_path: Path
+    proc: subprocess.Popen = field(repr=False)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def runs_dir() -> Path:
+    d = os.environ.get(RUNS_ENV)
+    path = Path(d) if d else Path(tempfile.gettempdir()) / "ddpsim-runs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def start(cfg: dict, name: str) -> Job:
+    """Start recording ``cfg`` (RecordConfig fields) into runs_dir()/name.json; returns at once.
+
+    The configuration is checked in the child, so the app never imports torch; a bad
+    one comes back as a failed status with the reason.
+    """
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=runs_dir()))
+    out, status = folder / f"{name}.json", folder / "status.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p))
+    with open(folder / "job.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ddpsim.app.record_job", json.dumps(cfg), str(out),
+                                 str(status)], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=folder)
+    job = Job(cfg, out, status, proc)
+    with _lock:
+        _live.append(job)
+    return job
+
+
+def poll(job: Job) -> dict:
+    """{"state": starting|running|done|failed, "done", "total", "error"}."""
+    try:
+        status = json.loads(job.status_path.read_text())
+    except (OSError, ValueError):
+        status = {"state": "starting", "done": 0, "total": job.cfg.get("iters", 0), "error": None}
+    code = job.proc.poll()
+    if code is not None:
+        _forget(job)
+        if status.get("state") in ("starting", "running"):
+            tail = _log_tail(job)
+            status = {**status, "state": "failed",
+                      "error": f"the recording process exited with status {code}" + (f": {tail}" if tail else "")}
+    return status
+
+
+def _log_tail(job: Job) -> str:
+    try:
+        lines = (job.status_path.parent / "job.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def stop(job: Job) -> None:
+    """End the job and every rank in its process group (SIGTERM, then SIGKILL)."""
+    _signal_group(job, signal.SIGTERM)
+    try:
+        job.proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(job, signal.SIGKILL)  # ranks that outlived the launcher, if any
+    try:
+        job.proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _forget(job)
+
+
+def _signal_group(job: Job, sig: int) -> None:
+    try:
+        os.killpg(job.proc.pid, sig)  # the job leads its own session/group
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _forget(job: Job) -> None:
+    with _lock:
+        if job in _live:
+            _live.remove(job)
+
+
+def live() -> list[Job]:
+    with _lock:
+        return list(_live)
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every job still running (called when the app's process exits)."""
+    for job in live():
+        stop(job)

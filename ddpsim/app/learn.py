@@ -1,0 +1,96 @@
+"""Plain-language explanations shown beside each view and on the Learn page.
+
+Each topic cites where the claim comes from: the paper (Li et al., VLDB 2020), the
+PyTorch DDP design note, or torch's reducer.cpp, or what was measured on this machine.
+No Streamlit here: the texts are data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PAPER = ('Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training", '
+         "VLDB 2020 ([arXiv:2006.15704](https://arxiv.org/abs/2006.15704))")
+NOTE = "the PyTorch DDP design note (https://pytorch.org/docs/stable/notes/ddp.html)"
+REDUCER = "`torch/csrc/distributed/c10d/reducer.cpp`"
+
+CPU_NOTE = ("Real recordings here ran on a 2-core CPU with gloo: gloo's allreduce threads compete "
+            "with backward for the same two cores, so bucket size and find_unused_parameters barely "
+            "change the iteration time in them. That is a lesson too: overlap only helps when "
+            "communication has its own hardware. The simulated GPU runs show the large differences.")
+
+
+@dataclass(frozen=True)
+class Topic:
+    title: str
+    text: str
+
+
+TOPICS = {
+    "reverse": Topic("Gradients become ready in reverse", f"""
+**Gradients become ready in reverse.** Backward runs the model from its output back to its
+input, so the last layer's gradients are ready first and the first layer's last. DDP
+puts a hook on every parameter's gradient accumulator; when it fires, the gradient is
+copied into its bucket ({REDUCER}: `autograd_hook` -> `mark_variable_ready`). That is why
+DDP builds its buckets in *reverse* definition order: bucket 0 holds the last-defined
+parameters, whose gradients arrive first, so it can be sent while backward is still
+computing the rest ({NOTE}; {PAPER}, section 3.2.3)."""),
+    "buckets": Topic("Buckets", f"""
+**Buckets.** Sending every gradient on its own costs a network latency each time;
+sending them all at the end overlaps nothing. DDP groups gradients into buckets of about
+`bucket_cap_mb` MiB (default 25) and starts one allreduce per bucket as soon as the bucket
+is full ({PAPER}, section 3.2.2, which measured allreduce time against message size). A
+bucket closes once it reaches the cap, so it can overshoot by one parameter; a parameter
+is never split ({REDUCER}: `compute_bucket_assignment_by_size`)."""),
+    "order": Topic("Allreduces launch in bucket order", f"""
+**Allreduces launch in bucket order.** Every rank must run the same collectives in the same
+order, or they would pair up the wrong buckets. So a bucket that is ready waits until every
+lower-numbered bucket has launched (the dashed tail after a triangle): bucket *i* launches
+only after buckets 0..i-1 ({REDUCER}: `mark_bucket_ready`; {NOTE}). A bad ordering (e.g.
+definition order, where bucket 0 is filled last) makes every bucket wait for the end of
+backward."""),
+    "rebuild": Topic("Iteration 0 and the rebuild", f"""
+**Iteration 0 and the rebuild.** In torch 2.x with the default `find_unused_parameters=False`,
+DDP does not yet know the real gradient order, so iteration 0 puts all parameters into one
+bucket: one allreduce after the whole backward, no overlap. It records the order in which
+gradients arrived and, at the next forward, rebuilds the buckets in that order (the first
+bucket gets a small 1 MiB cap when `bucket_cap_mb` is left at its default); rank 0's layout is
+broadcast so all ranks agree ({REDUCER}: `rebuild_buckets`, `sync_bucket_indices`).
+Compare iteration 0 and iteration 1 on the Timeline page."""),
+    "overlap": Topic("Overlap and exposed communication", f"""
+**Overlap and exposed communication.** While backward still computes earlier layers, the
+allreduces of finished buckets run at the same time. What is left after the last gradient is
+ready, waiting for the last allreduce, is *exposed communication* (hatched): it adds directly
+to the iteration time. Overlapping communication with backward is the main speed-up of DDP
+over reducing after backward ({PAPER}, section 3.2.3; {NOTE})."""),
+    "find_unused": Topic("find_unused_parameters", f"""
+**find_unused_parameters.** If some parameters get no gradient in an iteration, their buckets
+would never be full and DDP would wait forever. With `find_unused_parameters=True`, DDP walks
+the autograd graph after forward (the dashed box), marks unreached parameters ready at once,
+and allreduces a small "used parameters" bitmap after the last bucket (the dark bar). It costs a
+graph traversal each iteration, and the buckets are never rebuilt ({REDUCER}:
+`search_unused_parameters`, `all_reduce_local_used_map`; {NOTE}). Without it, a model with an
+unused parameter fails at the next forward with "Expected to have finished reduction in the
+prior iteration"."""),
+    "no_sync": Topic("no_sync", f"""
+**no_sync.** Inside `with ddp.no_sync():` DDP skips the allreduce: gradients accumulate
+locally, and the next synced backward reduces the sum. Syncing every *n*-th micro-step divides
+the communication per sample by about *n* ({PAPER}, section 3.2.4, "gradient accumulation")."""),
+    "bucket_size": Topic("Choosing a bucket size", f"""
+**Choosing a bucket size.** Small buckets start communicating early but pay a latency per
+allreduce; large buckets pay fewer latencies but start late and leave the last one exposed.
+The best size depends on the model, the number of ranks and the network, and the paper reports
+that the right bucket size can make more than a 2x difference ({PAPER}, section 5.2). The
+What-if page sweeps bucket sizes for your model and marks the best; its numbers are
+simulated (ddpsim.sim), so treat them as a starting point to measure."""),
+    "cpu": Topic("Why the real runs here barely change", CPU_NOTE + " (measured on this machine; "
+                 "see the shared notes in the repository)."),
+    "simulated": Topic("Simulated runs", """
+**Simulated runs** come from ddpsim.sim, a discrete-event model of DDP with torch 2.13's rules
+(bucket layouts, launch order, the rebuild, find_unused_parameters, no_sync). A simulation
+*calibrated from a real trace* reuses that trace's measured per-gradient compute times and a
+fitted allreduce cost; a *GPU* simulation uses published layer sizes (ResNet-50, BERT-large,
+GPT-2) and datasheet GPU and network figures. They are labelled SIMULATED everywhere."""),
+}
+
+ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "no_sync",
+         "bucket_size", "cpu", "simulated")

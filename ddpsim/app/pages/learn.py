@@ -1,0 +1,29 @@
+"""Learn page: the ideas behind every view, in plain words, with their sources."""
+import streamlit as st
+
+from ddpsim.app import learn
+
+st.header("Learn: how DDP overlaps gradient communication with backward")
+st.markdown(
+    "DistributedDataParallel (DDP) trains one copy of the model per process and keeps the copies "
+    "identical by **averaging the gradients of every parameter across processes** (an *allreduce*) "
+    "in each iteration. The pages of this app show, on real and simulated runs, how it does that "
+    "without waiting for the end of backward. Each section says where to see it.")
+WHERE = {"reverse": "Buckets page (left panel); Timeline ticks",
+         "buckets": "Buckets page; Timeline (coloured bars)",
+         "order": "Timeline (dashed tails after triangles); What-if with ordering = definition",
+         "rebuild": "Timeline, iteration 0 vs 1; Buckets page (construction vs rebuilt)",
+         "overlap": "Timeline (hatching); Compare", "find_unused": "sample 04_branchy; Record page",
+         "no_sync": "sample 05_convnet_torch_no_sync3; What-if (sync every n)",
+         "bucket_size": "What-if sweep; the SIMULATED samples", "cpu": "the real samples; Compare",
+         "simulated": "What-if; the SIMULATED samples"}
+for name in learn.ORDER:
+    topic = learn.TOPICS[name]
+    st.subheader(topic.title)
+    st.markdown(topic.text)
+    st.caption(f"Where to see it: {WHERE[name]}")
+st.divider()
+st.markdown(f"**Sources.** {learn.PAPER}. {learn.NOTE[0].upper() + learn.NOTE[1:]}. PyTorch source: "
+            f"{learn.REDUCER} (bucket assignment, hooks, launch order, rebuild, unused parameters), "
+            "`torch/nn/parallel/distributed.py` (`no_sync`). Facts about torch 2.13 were checked by "
+            "running it on this machine.")

@@ -1,0 +1,87 @@
+"""Record page: start a real recording (a process group, never a shell), watch it, view it."""
+import time
+
+import streamlit as st
+
+from ddpsim.app import jobs, ui
+from ddpsim.app.state import RECORDED_PREFIX, add_trace
+from ddpsim.trace import TraceFormatError, load_trace
+from ddpsim.viz import plot_timeline
+
+POLL_S = 0.25
+MODELS = ("mlp", "convnet", "transformer", "branchy", "shuffled")  # the zoo (no torch import here)
+IMPLS = ("torch", "minddp", "naive")
+st.header("Record a real DDP run")
+st.caption("Runs N processes with gloo on this machine (each rank pinned to a CPU), records every "
+           "gradient-ready event, bucket and allreduce, and opens the trace. " + ui.learn.CPU_NOTE)
+
+with st.form("ddpsim_record_form"):
+    c1, c2, c3 = st.columns(3)
+    model = c1.selectbox("Model", MODELS, key="ddpsim_rec_model",
+                         help="branchy has a branch that is not used every iteration: it needs "
+                              "find_unused_parameters.")
+    world = c2.slider("World size (processes)", 1, 4, 2, key="ddpsim_rec_world")
+    iters = c3.slider("Iterations", 2, 10, 3, key="ddpsim_rec_iters")
+    c1, c2, c3 = st.columns(3)
+    impl = c1.selectbox("Implementation", IMPLS, key="ddpsim_rec_impl",
+                        format_func={"torch": "torch DDP", "minddp": "ddpsim's readable DDP (minddp)",
+                                     "naive": "naive (one allreduce per parameter)"}.get)
+    cap = c2.select_slider("Bucket cap (MiB)", [None, 0.1, 0.25, 0.5, 1.0, 5.0, 25.0, 100.0],
+                           format_func=lambda v: "default" if v is None else f"{v:g}", key="ddpsim_rec_cap")
+    fu = c3.checkbox("find_unused_parameters", key="ddpsim_rec_fu")
+    started = st.form_submit_button("Start recording", type="primary", icon=":material/play_arrow:")
+
+if started and "ddpsim_job" not in st.session_state:
+    cfg = {"model": model, "world_size": world, "iters": iters, "impl": impl, "bucket_cap_mb": cap,
+           "find_unused_parameters": fu, "timeout_s": 30.0}
+    name = f"{model}_{impl}_w{world}" + (f"_cap{cap:g}" if cap else "") + ("_fu" if fu else "")
+    st.session_state["ddpsim_job"] = jobs.start(cfg, name)
+    st.session_state.pop("ddpsim_rec_result", None)
+
+job = st.session_state.get("ddpsim_job")
+if job is not None:
+    bar = st.progress(0.0, text="Starting the ranks (importing torch takes a few seconds)...")
+    if st.button("Stop the recording", key="ddpsim_rec_stop"):
+        jobs.stop(job)
+    deadline = time.monotonic() + job.cfg['timeout_s'] + 120
+    while True:  # the page waits here; a rerun elsewhere leaves the job running in the background
+        status = jobs.poll(job)
+        done, total = status.get("done", 0), max(1, status.get("total") or job.cfg['iters'])
+        if status["state"] in ("done", "failed"):
+            break
+        if time.monotonic() > deadline:
+            jobs.stop(job)
+            status = {**status, "state": "failed", "error": "the recording took too long and was stopped"}
+            break
+        if status["state"] == "running":
+            bar.progress(min(done / total, 1.0), text=f"Recording: {done}/{total} iterations")
+        time.sleep(POLL_S)
+    del st.session_state["ddpsim_job"]
+    if status["state"] == "done":
+        bar.progress(1.0, text=f"Done: {total}/{total} iterations")
+        try:
+            trace = load_trace(job.out)
+        except TraceFormatError as e:
+            st.session_state["ddpsim_rec_result"] = ("failed", str(e))
+        else:
+            label = add_trace(f"{RECORDED_PREFIX}{job.out.stem}", trace)
+            st.session_state["ddpsim_rec_result"] = ("done", label)
+            st.rerun()  # so the sidebar shows the new trace as the open one
+    else:
+        bar.empty()
+        st.session_state["ddpsim_rec_result"] = ("failed", status.get("error") or "the recording failed")
+
+result = st.session_state.get("ddpsim_rec_result")
+if result and result[0] == "failed":
+    st.error(f"The recording failed: {result[1]}", icon=":material/error:")
+    st.caption("Nothing is left running: the launcher stops every rank when one fails.")
+elif result and result[0] == "done":
+    label = result[1]
+    trace = st.session_state.get("ddpsim_uploads", {}).get(label)
+    if trace is not None:
+        st.success(f"Recorded '{label}'. It is now the open trace: see it on every page.")
+        last = max(it.iteration for it in trace.ranks[0].iterations)
+        it = 1 if last >= 1 else 0
+        ui.show_figure(f"rec:{label}:{id(trace)}:{it}", lambda: plot_timeline(trace, it),
+                       f"timeline_{label}_it{it}", alt=f"Timeline of iteration {it} of the new recording")
+ui.explain("find_unused", "cpu")

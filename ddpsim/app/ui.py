@@ -1,0 +1,89 @@
+"""Streamlit helpers shared by the pages: cached figures with downloads, explanations.
+
+``show_figure(key, build, name)`` renders ``build()`` (a ddpsim.viz call) to PNG once
+per ``key`` (st.cache_data), shows it, and offers PNG and SVG downloads; the SVG is
+made only when clicked. Keys must name everything the figure depends on.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Callable
+
+import streamlit as st
+from matplotlib.figure import Figure
+
+from ddpsim.app import learn
+from ddpsim.export import to_chrome
+from ddpsim.trace import Trace
+from ddpsim.viz import figure_bytes
+
+DPI = 100
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _png(key: str, _build: Callable[[], Figure]) -> bytes:
+    return figure_bytes(_build(), "png", dpi=DPI)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "figure"
+
+
+def show_figure(key: str, build: Callable[[], Figure], name: str, alt: str) -> None:
+    """Show the figure ``build()`` (cached by ``key``) with PNG/SVG download buttons."""
+    try:
+        png = _png(key, build)
+    except ValueError as e:  # the library names the problem (e.g. a missing iteration)
+        st.warning(f"Cannot draw this view: {e}")
+        return
+    st.image(png, width="stretch", alt=alt)
+    left, right, _ = st.columns([1, 1, 4])
+    left.download_button("Figure (PNG)", png, file_name=f"{slug(name)}.png", mime="image/png",
+                         on_click="ignore", key=f"png:{key}", icon=":material/download:")
+    right.download_button("Figure (SVG)", lambda: figure_bytes(build(), "svg"),
+                          file_name=f"{slug(name)}.svg", mime="image/svg+xml", on_click="ignore",
+                          key=f"svg:{key}", icon=":material/download:")
+
+
+def trace_downloads(container, label: str, trace: Trace) -> None:
+    """Download the open trace as ddpsim JSON and as a Chrome/Perfetto trace (made on click)."""
+    name = slug(label)
+    with container:
+        st.caption("Download the open trace")
+        st.download_button("Trace (ddpsim JSON)", lambda: json.dumps(trace.to_dict()),
+                           file_name=f"{name}.json", mime="application/json", on_click="ignore",
+                           key="ddpsim_dl_trace", icon=":material/download:")
+        st.download_button("Chrome / Perfetto trace", lambda: json.dumps(to_chrome(trace)),
+                           file_name=f"{name}.chrome.json", mime="application/json",
+                           on_click="ignore", key="ddpsim_dl_chrome", icon=":material/download:",
+                           help="Open it in https://ui.perfetto.dev or chrome://tracing.")
+
+
+def explain(*topics: str, expanded: bool = False) -> None:
+    """A 'Why?' panel with the plain-language explanation of ``topics`` (see learn.py)."""
+    with st.expander("Why does it look like this? (plain words, with sources)", expanded=expanded):
+        for t in topics:
+            st.markdown(learn.TOPICS[t].text)
+
+
+def simulated_badge(trace: Trace) -> None:
+    if trace.source == "simulated":
+        w = trace.meta.get("workload") or {}
+        st.info(f"SIMULATED run ({w.get('name', 'a workload')}): made by ddpsim.sim, not measured. "
+                "GPU profiles are datasheet estimates.", icon=":material/science:")
+    elif str(trace.meta.get("backend", "gloo")) == "gloo":
+        st.caption(learn.CPU_NOTE)
+
+
+def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> None:
+    """Iteration time, exposed comm and overlap as st.metric, with deltas against ``base``."""
+    cols = st.columns(3)
+    spec = (("iteration_time_s", "Iteration time", "{:.1f} ms", 1e3, "inverse"),
+            ("exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3, "inverse"),
+            ("overlap_fraction", "Comm. overlapped with backward", "{:.0%}", 1, "normal"))
+    for col, (k, name, fmt, scale, color) in zip(cols, spec):
+        v = values[k] * scale
+        delta = None if base is None else fmt.format(v - base[k] * scale).replace("%", " pts")
+        col.metric(name, fmt.format(v), delta=delta, delta_color=color,
+                   delta_description=f"vs {base_name}" if base_name else None)

@@ -1,0 +1,255 @@
+"""Load a part's autograder and a student's file, run the tests, score them."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import io
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PARTS = ("part1", "part2", "part3")
+NOT_IMPLEMENTED = "not implemented"
+
+
+def assignments_dir() -> Path:
+    """The repository's ``assignments/`` folder (next to the ``ddpsim`` package)."""
+    return Path(__file__).resolve().parents[2] / "assignments"
+
+
+def points(weight: float, timeout: float = 120.0, name: str | None = None):
+    """Decorator: a test worth ``weight`` points, failed if it runs longer than ``timeout`` s."""
+    def mark(fn):
+        fn.grade_points = float(weight)
+        fn.grade_timeout = float(timeout)
+        fn.grade_name = name or fn.__name__.removeprefix("test_").replace("_", " ")
+        return fn
+    return mark
+
+
+@dataclass
+class TestResult:
+    name: str
+    number: str
+    score: float
+    max_score: float
+    output: str
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= self.max_score
+
+
+@dataclass
+class GradeResult:
+    part: str
+    student_file: str
+    tests: list[TestResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.max_score for t in self.tests)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.tests) and all(t.passed for t in self.tests)
+
+    def table(self) -> str:
+        width = max((len(t.name) for t in self.tests), default=10)
+        lines = [f"ddpsim.grade {self.part}: {self.student_file}"]
+        for t in self.tests:
+            mark = "PASS" if t.passed else "FAIL"
+            lines.append(f"  {t.number:>4} {t.name:<{width}}  {t.score:>4g}/{t.max_score:<4g} {mark}")
+            if not t.passed:
+                lines += [f"         {line}" for line in t.output.strip().splitlines()[:12]]
+        lines.append(f"  total {self.score:g}/{self.max_score:g} in {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+
+class GradeContext:
+    """What a test sees: the student module, its path, a scratch folder, shared results."""
+
+    def __init__(self, student, path: Path, tmp: Path):
+        self.student, self.path, self.tmp = student, path, tmp
+        self._shared: dict[str, tuple[bool, object]] = {}
+
+    def shared(self, key: str, compute):
+        """``compute()`` once per grading; a failure is re-raised in every test that asks."""
+        if key not in self._shared:
+            try:
+                self._shared[key] = (True, compute())
+            except BaseException as e:  # noqa: BLE001 - re-raised below, per test
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                self._shared[key] = (False, e)
+        ok, value = self._shared[key]
+        if not ok:
+            raise value
+        return value
+
+
+class _Timeout(Exception):
+    pass
+
+
+def load_file(path: Path, name: str):
+    """Import a Python file as a module named ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def describe_failure(e: BaseException) -> str:
+    """One clear message: 'not implemented: ...' for a TODO left, else the error itself."""
+    text = _not_implemented(e)
+    if text is not None:
+        return f"{NOT_IMPLEMENTED}: {text}"
+    if isinstance(e, AssertionError):
+        return str(e) or "assertion failed"
+    if isinstance(e, _Timeout):
+        return str(e)
+    tb = traceback.extract_tb(e.__traceback__)
+    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)), "")
+    return f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")
+
+
+def _not_implemented(e: BaseException) -> str | None:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, NotImplementedError):
+            return str(e) or "a TODO is left"
+        text = getattr(e, "not_implemented", None)
+        if text:
+            return text
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _run_one(fn, ctx: GradeContext, number: str) -> TestResult:
+    weight = getattr(fn, "grade_points", 1.0)
+    timeout = getattr(fn, "grade_timeout", 120.0)
+    name = getattr(fn, "grade_name", fn.__name__)
+    buf = io.StringIO()
+    start = time.monotonic()
+
+    def on_alarm(signum, frame):
+        raise _Timeout(f"timed out after {timeout:g} s (an infinite loop or a hang?)")
+
+    use_alarm = hasattr(signal, "SIGALRM") and _main_thread()
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with redirect_stdout(buf):
+            message = fn(ctx)
+        score, output = weight, (message or "passed")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - every failure is a failed test
+        score, output = 0.0, describe_failure(e)
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    printed = buf.getvalue().strip()
+    if printed:
+        output = f"{output}\n{printed}"
+    return TestResult(name, number, score, weight, output, time.monotonic() - start)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def collect_tests(autograder) -> list:
+    fns = [f for n, f in vars(autograder).items() if n.startswith("test_") and callable(f)]
+    return sorted(fns, key=lambda f: inspect.getsourcelines(f)[1])
+
+
+def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = None) -> GradeResult:
+    """Run ``part``'s autograder on ``student_file``; never raises for a student's error."""
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}: choose one of {', '.join(PARTS)}")
+    path = Path(student_file).resolve()
+    folder = Path(tests_dir) if tests_dir else assignments_dir() / part
+    autograder = load_file(folder / "autograder.py", f"ddpsim_autograder_{part}")
+    tests = collect_tests(autograder)
+    result = GradeResult(part, str(student_file))
+    start = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix=f"ddpsim-grade-{part}-"))
+    try:
+        try:
+            student = load_file(path, f"ddpsim_student_{part}")
+        except BaseException as e:  # noqa: BLE001 - a file that does not import fails every test
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            why = f"could not import {path.name}: {describe_failure(e)}"
+            result.tests = [TestResult(getattr(f, "grade_name", f.__name__), f"{PARTS.index(part) + 1}.{i}",
+                                       0.0, getattr(f, "grade_points", 1.0), why)
+                            for i, f in enumerate(tests, 1)]
+            return result
+        ctx = GradeContext(student, path, tmp)
+        for i, fn in enumerate(tests, 1):
+            result.tests.append(_run_one(fn, ctx, f"{PARTS.index(part) + 1}.{i}"))
+    finally:
+        result.seconds = time.monotonic() - start
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def results_json(result: GradeResult) -> dict:
+    """The Gradescope ``results.json`` shape (extra keys are ignored by Gradescope)."""
+    return {
+        "score": round(result.score, 4),
+        "max_score": round(result.max_score, 4),
+        "execution_time": round(result.seconds, 2),
+        "output": f"{result.part}: {result.score:g}/{result.max_score:g} points",
+        "visibility": "visible",
+        "stdout_visibility": "visible",
+        "tests": [{"name": t.name, "number": t.number, "score": round(t.score, 4),
+                   "max_score": round(t.max_score, 4), "status": "passed" if t.passed else "failed",
+                   "output": t.output, "visibility": "visible"} for t in result.tests],
+    }
+
+
+def validate_results(data: dict) -> list[str]:
+    """Problems with a results dict against the Gradescope schema; [] when valid."""
+    problems = []
+    num = (int, float)
+    if not isinstance(data, dict):
+        return ["results must be a JSON object"]
+    if not isinstance(data.get("score"), num) or isinstance(data.get("score"), bool):
+        problems.append("top-level 'score' must be a number")
+    tests = data.get("tests")
+    if not isinstance(tests, list) or not tests:
+        return problems + ["'tests' must be a non-empty list"]
+    for i, t in enumerate(tests):
+        for key, typ in (("name", str), ("output", str), ("score", num), ("max_score", num)):
+            if not isinstance(t.get(key), typ) or isinstance(t.get(key), bool):
+                problems.append(f"tests[{i}].{key} must be {'a string' if typ is str else 'a number'}")
+        if isinstance(t.get("score"), num) and isinstance(t.get("max_score"), num) \
+                and not 0 <= t["score"] <= t["max_score"]:
+            problems.append(f"tests[{i}].score must be within 0..max_score")
+        if t.get("status") not in (None, "passed", "failed"):
+            problems.append(f"tests[{i}].status must be 'passed' or 'failed'")
+    if isinstance(data.get("score"), num) and all(isinstance(t.get("score"), num) for t in tests):
+        if abs(sum(t["score"] for t in tests) - data["score"]) > 1e-6:
+            problems.append("top-level score must equal the sum of the tests' scores")
+    return problems

@@ -1,0 +1,136 @@
+"""What the part 2 autograder runs on each rank: 5 steps of real 2-process training
+with the student's BucketedDDP, reported to a ``ddpsim.record.events.RankRecorder``.
+
+The model, ``GradeNet``, has a frozen layer (requires_grad=False, so no gradient and
+no hook) and a tied weight (``fc3.weight is fc2.weight``: one parameter, used twice).
+Each rank starts from a *different* random init (seed 100 + rank), so only the
+constructor's broadcast can make them equal. Batches are fixed: rank r trains on
+half r of the full batch, so DDP must match single-process training on the full batch.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+STEPS = 5
+BUCKET_CAP_MB = 0.1  # ~100 KiB: several buckets for GradeNet
+FULL_BATCH = 32
+LR = 0.1
+
+
+class GradeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 256)
+        self.frozen = nn.Linear(256, 256)
+        self.frozen.requires_grad_(False)
+        self.fc2 = nn.Linear(256, 256)
+        self.fc3 = nn.Linear(256, 256)
+        self.fc3.weight = self.fc2.weight  # tied: one parameter, two uses
+        self.fc4 = nn.Linear(256, 128)
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.fc1(x))
+        x = torch.relu(self.frozen(x))
+        x = torch.relu(self.fc2(x))
+        x = torch.relu(self.fc3(x))
+        x = torch.relu(self.fc4(x))
+        return self.head(x)
+
+
+def expected_params(model: nn.Module) -> list[nn.Parameter]:
+    """DDP's parameter list: named_modules() x named_parameters(recurse=False), requires_grad, once."""
+    seen, out = set(), []
+    for _, m in model.named_modules():
+        for _, p in m.named_parameters(recurse=False):
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def batch(step: int):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(FULL_BATCH, 64, generator=g), torch.randint(0, 10, (FULL_BATCH,), generator=g)
+
+
+def flat(model: nn.Module) -> list[float]:
+    return torch.cat([t.detach().reshape(-1) for t in model.state_dict().values()]).tolist()
+
+
+def load_student(path: str):
+    name = "ddpsim_student_part2"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def single_process_reference() -> list[float]:
+    """Rank 0's init, trained on the full batch in one process."""
+    torch.manual_seed(100)
+    model = GradeNet()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(STEPS):
+        x, y = batch(step)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return flat(model)
+
+
+def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> dict:
+    from ddpsim.record.events import RankRecorder, now_ns
+    from ddpsim.record.instrument import param_table
+
+    student = load_student(student_path)
+    torch.manual_seed(100 + rank)
+    model = GradeNet()
+    header = {"world_size": world, "backend": "gloo", "impl": "student", "model": "GradeNet",
+              "options": {"bucket_cap_mb": BUCKET_CAP_MB, "iters": STEPS},
+              "config": {"model": "GradeNet", "world_size": world, "iters": STEPS,
+                         "bucket_cap_mb": BUCKET_CAP_MB},
+              "torch_version": torch.__version__, "params": param_table(model)}
+    rec = RankRecorder(shard_template.format(rank=rank), rank, header)
+    try:
+        before = flat(model)
+        ddp = student.BucketedDDP(model, bucket_cap_mb=BUCKET_CAP_MB, recorder=rec)
+        after_broadcast = flat(model)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        half = FULL_BATCH // world
+        for step in range(STEPS):
+            x, y = batch(step)
+            x, y = x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half]
+            rec.begin_iteration(step, True)
+            f0 = now_ns()
+            loss = F.cross_entropy(ddp(x), y)
+            f1 = now_ns()
+            loss.backward()
+            b1 = now_ns()
+            rec.span("forward", f0, f1)
+            rec.span("backward", f1, b1)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            rec.span("optimizer", b1, now_ns())
+            rec.end_iteration()
+        rec.finish(None)
+    except BaseException as e:
+        rec.fail(f"{type(e).__name__}: {e}")
+        raise
+    return {"before": before, "after_broadcast": after_broadcast, "final": flat(model),
+            "frozen_unchanged": torch.equal(model.frozen.weight, rank0_frozen_weight()),
+            "tied": model.fc3.weight is model.fc2.weight}
+
+
+def rank0_frozen_weight() -> torch.Tensor:
+    """Rank 0's frozen weight (what every rank has after the broadcast)."""
+    torch.manual_seed(100)
+    return GradeNet().frozen.weight.detach()

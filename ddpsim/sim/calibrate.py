@@ -1,0 +1,109 @@
+"""``python -m ddpsim calibrate``: fit alpha/beta of the local gloo allreduce.
+
+Spawns 2 real gloo processes (torch.multiprocessing, a FileStore in a temp dir),
+times ``dist.all_reduce`` of float32 tensors over a range of sizes (median of
+``--reps`` after a warm-up), fits ``t = a + b·bytes`` and turns it into a ring
+Link (``alpha = a / 2(k-1)``, ``B = 2(k-1)/k / b``). The result is printed, and
+stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
+``ddpsim.sim.extract`` uses it when a trace's own buckets cannot be fitted.
+The children are joined with a timeout and terminated if they hang.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+HELP = "measure gloo allreduce time vs size on 2 local processes and fit the simulator's alpha/beta"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--sizes-kb", default="4,64,512,2048,8192",
+                   help="message sizes in KiB, comma-separated (default 4,64,512,2048,8192)")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before the workers are killed")
+    p.add_argument("--trace", help="a trace to store the calibration in (meta.calibration)")
+    p.add_argument("--out", help="where to write that trace (default: overwrite --trace)")
+
+
+def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+    rows = []
+    for nbytes in sizes:
+        x = torch.ones(max(1, nbytes // 4))
+        dist.all_reduce(x)  # warm-up
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            t = time.perf_counter()
+            dist.all_reduce(x)
+            times.append(time.perf_counter() - t)
+        rows.append((x.numel() * 4, statistics.median(times)))
+    if rank == 0:
+        Path(out).write_text(json.dumps(rows))
+    dist.destroy_process_group()
+
+
+def measure(sizes: list[int], reps: int = 5, world: int = 2, timeout: float = 120.0) -> list[tuple[int, float]]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        ctx = mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), sizes, reps, out),
+                                 nprocs=world, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    raise ValueError(f"calibration did not finish in {timeout:.0f} s")
+        finally:
+            for proc in ctx.processes:  # only our own children, by handle
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(5)
+        return [tuple(r) for r in json.loads(Path(out).read_text())]
+
+
+def calibrate(sizes: list[int], reps: int = 5, timeout: float = 120.0) -> dict:
+    from ddpsim.sim.extract import fit_line
+    from ddpsim.sim.network import Link
+
+    points = measure(sizes, reps, 2, timeout)
+    a, b = fit_line(points)
+    link = Link.from_fit(a, b, 2, concurrency=2, name="gloo calibration")
+    return {"backend": "gloo", "world_size": 2, "alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps,
+            "intercept_s": a, "s_per_byte": b, "points": [[n, t] for n, t in points],
+            "host_cpus": os.cpu_count()}
+
+
+def main(args) -> int:
+    from ddpsim.trace import load_trace
+
+    try:
+        sizes = [int(float(s) * 1024) for s in args.sizes_kb.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--sizes-kb must be numbers separated by commas, not {args.sizes_kb!r}") from None
+    if not sizes or min(sizes) <= 0:
+        raise ValueError("--sizes-kb needs positive sizes")
+    if args.reps < 1:
+        raise ValueError("--reps must be >= 1")
+    trace = load_trace(args.trace) if args.trace else None
+    cal = calibrate(sizes, args.reps, args.timeout)
+    for n, t in cal["points"]:
+        print(f"{n / 1024:10.0f} KiB  {t * 1e3:9.3f} ms")
+    print(f"fit: alpha {cal['alpha_s'] * 1e6:.1f} us per step, bandwidth {cal['bandwidth_Bps'] / 1e9:.3f} GB/s "
+          f"(ring, k=2)")
+    if trace is not None:
+        trace.meta["calibration"] = cal
+        out = args.out or args.trace
+        trace.save(out)
+        print(f"stored in meta.calibration of {out}")
+    print(json.dumps(cal, separators=(",", ":")))
+    return 0

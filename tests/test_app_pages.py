@@ -1,0 +1,149 @@
+"""Every dashboard page, driven with AppTest on the bundled samples (real and simulated)."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ddpsim import samples
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGES = "ddpsim/app/pages/"
+SIM = "20_sim_resnet50_v100-eth25_w64_default"
+
+
+@pytest.fixture(autouse=True)
+def bundled(monkeypatch):
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+
+
+def page(name: str, source: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=90).run()
+    if source:
+        at.selectbox(key="ddpsim_source").set_value(source).run()
+    at.switch_page(PAGES + name).run()
+    ok(at)
+    return at
+
+
+def ok(at):
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def markdown(at) -> str:
+    return "\n".join(m.value for m in at.markdown) + "\n".join(c.value for c in at.caption)
+
+
+def test_bundled_samples_cover_real_minddp_and_simulated():
+    names = samples.list_samples()
+    assert any("_torch_" in n for n in names) and any("_minddp_" in n for n in names)
+    sims = [n for n in names if "_sim_" in n]
+    assert any("resnet50" in n for n in sims) and any("bert" in n for n in sims)
+
+
+def test_timeline_zoom_and_downloads():
+    at = page("timeline.py")
+    assert len(at.image) == 1
+    first = at.image[0].value
+    zoom = at.slider[0]
+    lo, hi = zoom.value
+    zoom.set_value((lo, hi / 2)).run()
+    ok(at)
+    assert at.image[0].value != first
+    labels = [b.label for b in at.get("download_button")]
+    assert {"Figure (PNG)", "Figure (SVG)", "Trace (ddpsim JSON)", "Chrome / Perfetto trace"} <= set(labels)
+    # The CPU lesson is said on the page of a real gloo run.
+    assert "compete" in markdown(at)
+
+
+def test_timeline_on_simulated_sample_is_labelled():
+    at = page("timeline.py", SIM)
+    assert any("SIMULATED" in i.value for i in at.info)
+    assert len(at.image) == 1
+
+
+def test_buckets_page_layouts_and_table():
+    at = page("buckets.py")
+    assert len(at.image) == 1
+    text = markdown(at)
+    assert "construction** layout from iteration 0" in text and "rebuilt** layout from iteration 1" in text
+    assert "reverse" in text.lower() and "reducer.cpp" in text
+    table = at.dataframe[0].value
+    assert {"param", "name", "bytes", "ready_position"} <= set(table.columns)
+
+
+def test_compare_real_and_simulated_with_differences():
+    at = page("compare.py")
+    at.multiselect(key="ddpsim_compare_runs").set_value(["01_mlp_torch_default", SIM]).run()
+    ok(at)
+    df = at.dataframe[0].value
+    assert list(df["kind"]) == ["real", "simulated"]
+    assert df["Δ iteration (ms)"].iloc[0] == 0 and df["Δ iteration (ms)"].iloc[1] > 0
+    assert len(at.image) == 1
+    first = at.image[0].value
+    at.radio(key="ddpsim_compare_which").set_value("iteration 0 (before the rebuild)").run()
+    ok(at)
+    assert at.image[0].value != first
+
+
+def test_whatif_on_real_trace_changes_with_bucket_cap():
+    at = page("whatif.py")
+    assert len(at.image) == 2  # timeline (real vs simulated) and the sweep
+    assert any("Best simulated" in s.value for s in at.success)
+    before = {m.label: m.value for m in at.metric}
+    cap = at.select_slider[0]
+    assert cap.label == "Bucket cap (MiB)"
+    cap.set_value(0.25).run()
+    ok(at)
+    after = {m.label: m.value for m in at.metric}
+    assert before.keys() == after.keys() and before != after
+    assert "compete" in markdown(at)  # the CPU lesson
+
+
+def test_whatif_gpu_model_sweep_and_keep_for_compare():
+    at = page("whatif.py")
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    ok(at)
+    best = next(s.value for s in at.success if "Best simulated" in s.value)
+    assert "bucket_cap_mb=" in best
+    # Bucket size matters about 2x on the default GPU example (ResNet-50, V100, 25 GbE, 64 ranks).
+    lo, hi = (float(x) for x in best.split("ranges ")[1].split(" ms")[0].split("–"))
+    assert hi / lo > 1.5
+    at.toggle[0].set_value(True).run()
+    ok(at)
+    at.selectbox(key="ddpsim_wi:synthetic:v100-eth25:resnet50:order").set_value("definition").run()
+    ok(at)
+    at.button(key="ddpsim_wi:synthetic:v100-eth25:resnet50:keep").click().run()
+    ok(at)
+    kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
+    assert len(kept) == 1
+    at.switch_page(PAGES + "compare.py").run()
+    assert kept[0] in at.selectbox(key="ddpsim_source").options
+    at.multiselect(key="ddpsim_compare_runs").set_value([SIM, kept[0]]).run()
+    ok(at)
+    assert len(at.dataframe[0].value) == 2
+
+
+def test_whatif_world_size_network_and_no_sync():
+    at = page("whatif.py")
+    world = next(s for s in at.select_slider if s.label.startswith("World size"))
+    world.set_value(16).run()
+    ok(at)
+    at.selectbox(key=next(k for k in _keys(at) if k.endswith(":net"))).set_value("ib100").run()
+    ok(at)
+    nosync = next(s for s in at.select_slider if s.label.startswith("Sync every"))
+    nosync.set_value(4).run()
+    ok(at)
+    assert len(at.image) == 2
+
+
+def _keys(at):
+    return [w.key for w in at.selectbox if w.key]
+
+
+def test_learn_page_cites_sources():
+    at = page("learn.py")
+    text = markdown(at)
+    assert "VLDB 2020" in text and "pytorch.org/docs/stable/notes/ddp.html" in text
+    assert "reducer.cpp" in text and "compete" in text
