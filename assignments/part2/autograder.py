@@ -48,7 +48,9 @@ def test_reducer_params(ctx):
     model = H.GradeNet()
     got = ctx.student.reducer_params(model)
     want = H.expected_params(model)
-    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    names = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), n)
     show = lambda ps: [names.get(id(p), "?") for p in ps]  # noqa: E731
     assert [id(p) for p in got] == [id(p) for p in want], \
         f"expected {show(want)}, got {show(got)}"

@@ -7,10 +7,12 @@ Session keys (all prefixed ``ddpsim_``):
   ddpsim_uploads   {label: Trace} for traces made in this session (uploads that
                    parsed, recordings, simulated runs kept from the What-if page)
   ddpsim_upload    (file_id, error or None) of the last upload seen
+  ddpsim_pending_source  a session trace to open on the next run (set after the chooser is drawn)
 """
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from ddpsim.samples import list_samples, sample_path
 from ddpsim.trace import Trace, TraceFormatError, load_trace, parse_trace
@@ -34,7 +36,10 @@ def add_trace(label: str, trace: Trace, select: bool = True) -> str:
         "ddpsim_trace_counter", 0)
     st.session_state["ddpsim_trace_counter"] = st.session_state.get("ddpsim_trace_counter", 0) + 1
     if select:
-        st.session_state["ddpsim_source"] = label
+        try:
+            st.session_state["ddpsim_source"] = label
+        except StreamlitAPIException:  # the chooser is already drawn: select it on the next run
+            st.session_state["ddpsim_pending_source"] = label
     return label
 
 
@@ -69,6 +74,9 @@ def sidebar() -> None:
     if not options:
         chooser.info("No bundled sample traces were found. Upload a trace to begin.")
         return
+    pending = st.session_state.pop("ddpsim_pending_source", None)
+    if pending in options:
+        st.session_state["ddpsim_source"] = pending
     if st.session_state.get("ddpsim_source") not in options:
         st.session_state["ddpsim_source"] = options[0]
     chooser.selectbox("Trace", options, key="ddpsim_source", format_func=pretty,

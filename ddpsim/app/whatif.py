@@ -102,6 +102,8 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
                find_unused=(False, True)) -> tuple[list[dict], list[str]]:
     """Iteration time and exposed comm per bucket cap x ordering x find_unused (best marked).
 
+    Rows with ``bucket_cap_mb`` None are torch's default (25 MiB, first bucket 1 MiB).
+
     Returns (rows, notes); a combination the simulator refuses (e.g. a model with unused
     parameters and find_unused off, which torch fails on) becomes a note, not a row.
     """
@@ -115,6 +117,12 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
             notes.append(f"find_unused_parameters={fu}: {e}")
             continue
         rows += [{**r, "find_unused_parameters": fu} for r in part]
+        for order in orders:  # torch's default cap (25 MiB, first bucket 1 MiB): bucket_cap_mb None
+            _, summ = simulate(work, SimConfig(**{**asdict(base), "find_unused_parameters": fu,
+                                                  "order": order, "bucket_cap_mb": None}))
+            rows.append({"bucket_cap_mb": None, "order": order, "find_unused_parameters": fu,
+                         **{m: summ[m] for m in ("iteration_time_s", "exposed_comm_s", "overlap_fraction")},
+                         "n_buckets": summ["n_buckets"]})
     if rows:
         best = min(rows, key=lambda r: r["iteration_time_s"])
         for r in rows:

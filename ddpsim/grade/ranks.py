@@ -45,6 +45,8 @@ def _entry(fn, rank, world_size, port, args, results):
     except BaseException:  # noqa: BLE001 - report everything
         results.put((rank, False, traceback.format_exc(), None))
     finally:
+        results.close()
+        results.join_thread()  # the result is flushed to the parent
         os._exit(0)  # skip gloo teardown at exit (see ddpsim/record/worker.py exit_now)
 
 

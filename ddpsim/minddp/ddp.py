@@ -54,13 +54,36 @@ def bucket_caps(bucket_cap_mb):
     return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap)
 
 
+BUCKET_ORDERS = (None, "ready", "reverse", "definition")
+
+
 class DistributedDataParallel(nn.Module):
-    """Drop-in for the part of torch DDP that training code uses."""
+    """Drop-in for the part of torch DDP that training code uses.
+
+    ``bucket_order`` (ddpsim only, **not in torch**): which parameters share a bucket
+    and in which order the buckets are reduced.
+
+    - ``None`` or ``"ready"`` (default): torch's behaviour: the construction layout
+      (one bucket, or reverse definition order with find_unused_parameters), rebuilt
+      once in gradient-ready order (see ``Reducer.should_rebuild_buckets``).
+    - ``"reverse"``: caps over definition order, buckets reversed (torch's
+      construction layout with find_unused_parameters), fixed: never rebuilt.
+    - ``"definition"``: caps over definition order, bucket 0 holds the first-defined
+      parameters (their gradients arrive last, so nothing launches before the end of
+      backward), fixed: never rebuilt.
+
+    It exists so real runs can measure bucket orderings that torch cannot choose
+    (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
+    ``order`` what-if.
+    """
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
-                 recorder=None):
+                 recorder=None, bucket_order=None):
         super().__init__()
+        if bucket_order not in BUCKET_ORDERS:
+            raise ValueError(f"bucket_order must be one of {BUCKET_ORDERS}, not {bucket_order!r}")
+        self.bucket_order = None if bucket_order == "ready" else bucket_order
         self.module = module
         self.process_group = process_group or dist.group.WORLD
         self.find_unused_parameters = find_unused_parameters
@@ -95,6 +118,9 @@ class DistributedDataParallel(nn.Module):
         Note [Reversed buckets]: buckets come out sorted by smallest index and are
         reversed, guessing that gradients arrive in reverse definition order.
         """
+        if self.bucket_order is not None:  # ddpsim only: a fixed layout, never rebuilt
+            self.reducer = self.fixed_order_reducer(params, names, gradient_as_bucket_view, recorder)
+            return
         if self.static_graph or not self.find_unused_parameters:
             limits = [sys.maxsize]
         elif self.first_bucket_bytes_cap < self.bucket_bytes_cap:
@@ -108,6 +134,30 @@ class DistributedDataParallel(nn.Module):
                                self.first_bucket_bytes_cap, recorder)
         if self.static_graph:
             self.reducer.static_graph = True  # Reducer::set_static_graph
+
+    def fixed_order_reducer(self, params, names, gradient_as_bucket_view, recorder):
+        """ddpsim only (``bucket_order``, not in torch): a Reducer whose layout is fixed.
+
+        "reverse": torch's find_unused construction layout (caps over definition
+        order, the first cap on the first-defined params, then reversed).
+        "definition": caps over definition order in closing order, so bucket 0 holds
+        the first-defined params and gets the first cap.
+        """
+        first, cap = self.first_bucket_bytes_cap, self.bucket_bytes_cap
+        if self.bucket_order == "reverse":
+            limits = [first, cap] if first < cap else [cap]
+            indices, per_bucket = compute_bucket_assignment_by_size(params, limits)
+            indices, per_bucket = indices[::-1], per_bucket[::-1]
+        else:
+            indices, per_bucket = compute_bucket_assignment_by_size(
+                params, [first, cap], (), list(range(len(params))))
+        reducer = Reducer(params, indices, per_bucket, self.process_group, cap,
+                          self.find_unused_parameters, gradient_as_bucket_view, names, first,
+                          recorder)
+        reducer.fixed_layout = True
+        if self.static_graph:
+            reducer.static_graph = True
+        return reducer
 
     @contextmanager
     def no_sync(self):

@@ -47,6 +47,7 @@ class Reducer:
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.recorder = recorder
         self.static_graph = False
+        self.fixed_layout = False  # ddpsim only (DDP bucket_order, not in torch): never rebuild
         self.expect_autograd_hooks = self.require_finalize = False
         self.first_autograd_hook_called = self.has_marked_unused_parameters = False
         self.has_rebuilt_bucket = False
@@ -108,7 +109,7 @@ class Reducer:
         !find_unused_parameters_) && !has_rebuilt_bucket_``).
         """
         return (self.static_graph or not self.find_unused_parameters) \
-            and not self.has_rebuilt_bucket
+            and not self.has_rebuilt_bucket and not self.fixed_layout
 
     def rebuild_buckets(self):
         """Mirrors ``Reducer::rebuild_buckets``; True when the layout changed."""

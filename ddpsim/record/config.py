@@ -10,6 +10,7 @@ from ddpsim.errors import CLIError
 from ddpsim.models import ModelSpecError, check_spec
 
 IMPLS = ("torch", "minddp", "naive")
+ORDERS = ("ready", "reverse", "definition")  # minddp's bucket_order (ddpsim only, not in torch)
 BACKENDS = ("gloo", "nccl")
 
 
@@ -30,6 +31,7 @@ class RecordConfig:
     lr: float = 0.01  # SGD learning rate
     timeout_s: float = 60.0  # collective timeout (init_process_group timeout), seconds
     pin_cpus: bool = True  # pin rank r to CPU r % ncpus (removes a bimodal slowdown on CPU)
+    order: str | None = None  # minddp only: bucket_order ready|reverse|definition (not in torch)
 
     def validate(self) -> "RecordConfig":
         """Raise CLIError naming the first bad value; nothing has started yet."""
@@ -46,6 +48,10 @@ class RecordConfig:
             (self.backend is None or self.backend in BACKENDS,
              f"--backend must be gloo or nccl, not {self.backend!r}"),
             (self.timeout_s > 0, f"--timeout must be > 0 seconds, not {self.timeout_s}"),
+            (self.order is None or self.order in ORDERS,
+             f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}"),
+            (self.order is None or self.impl == "minddp",
+             f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
         ]
         for ok, message in checks:
             if not ok:
@@ -99,6 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=d.lr, help="SGD learning rate")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                    help="collective timeout in seconds")
+    p.add_argument("--order", default=None, choices=ORDERS,
+                   help="minddp only (not in torch): bucket order ready (torch's: rebuilt in "
+                        "gradient-ready order), reverse or definition (fixed layouts, never rebuilt)")
     p.add_argument("--no-pin-cpus", dest="pin_cpus", action="store_false",
                    help="do not pin rank r to CPU r %% ncpus")
 

@@ -152,20 +152,31 @@ class InternalsProfiler:
     def __init__(self, n_params: int):
         self.bitmap_bytes = 4 * n_params  # one int32 per parameter (Reducer::local_used_map_)
         self.prof = None
-        self.mark_ns = 0
+        self.marks: list[tuple[int, int]] = []
+
+    MARKS = 5  # marker pairs; the narrowest one fixes the clock offset
 
     def start(self) -> None:
         self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
         self.prof.__enter__()
-        self.mark_ns = now_ns()
-        with torch.profiler.record_function("ddpsim::mark"):
-            pass
+        self.marks = []
+        for _ in range(self.MARKS):  # the first marker also pays the profiler's warm-up
+            before = now_ns()
+            with torch.profiler.record_function("ddpsim::mark"):
+                pass
+            self.marks.append((before, now_ns()))
+
+    def _offset_ns(self, events) -> float:
+        """now_ns - profiler_us * 1000, from the narrowest marker (its midpoints line up)."""
+        marks = sorted((e for e in events if e.name == "ddpsim::mark"), key=lambda e: e.time_range.start)
+        pairs = sorted(zip(self.marks, marks), key=lambda pm: pm[0][1] - pm[0][0])
+        (before, after), mark = pairs[0]
+        return (before + after) / 2 - (mark.time_range.start + mark.time_range.end) / 2 * 1000
 
     def collect(self, recorder: RankRecorder) -> None:
         self.prof.__exit__(None, None, None)
         events = list(self.prof.events())
-        mark = next(e for e in events if e.name == "ddpsim::mark")
-        offset = self.mark_ns - mark.time_range.start * 1000
+        offset = self._offset_ns(events)
         to_ns = lambda us: int(us * 1000 + offset)  # noqa: E731
         by_start = lambda e: e.time_range.start  # noqa: E731
         launches = sorted((e for e in events if e.name == "c10d::allreduce_"), key=by_start)

@@ -44,7 +44,7 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **opts)
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
-        return DistributedDataParallel(model, recorder=recorder, **opts)
+        return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **opts)
     from ddpsim.minddp.naive import NaiveDDP
     return NaiveDDP(model, recorder=recorder, **opts)
 

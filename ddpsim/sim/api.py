@@ -60,6 +60,7 @@ class SimConfig:
     algo: str | None = None
     concurrency: int | None = None
     interference: float | None = None
+    shared_core: bool | None = None  # None: the workload's; an explicit interference turns it off
     max_explicit_ranks: int = 64
     sample_ranks: int = 4
     trace_ranks: int = 8  # at most this many non-straggler ranks in the output trace
@@ -91,9 +92,13 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     link = w.link
     if w.meta.get("hardware"):
         link = network.network_for(w.meta["hardware"], cfg.world_size)
+    shared = cfg.shared_core
+    if shared is None and cfg.interference is not None:
+        shared = False  # an explicit interference picks that contention model (e.g. a GPU network)
     return link.with_(alpha_s=None if cfg.latency_us is None else cfg.latency_us * 1e-6,
                       bandwidth_Bps=None if cfg.bandwidth_gbps is None else network.gbps_to_Bps(cfg.bandwidth_gbps),
-                      algo=cfg.algo, concurrency=cfg.concurrency, interference=cfg.interference)
+                      algo=cfg.algo, concurrency=cfg.concurrency, interference=cfg.interference,
+                      shared_core=shared)
 
 
 def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[Plan]]:

@@ -24,6 +24,14 @@ From the steady-state iterations (``ddpsim.analysis.steady_cycles``) of every ra
   collectives was in flight during it (``_unmix_interference``): clean time from
   the gaps without communication, the slowdown from those with it. Below 5% the
   effective gaps are kept and interference is 0.
+- shared core (CPU gloo, the default for a real gloo trace): each rank is pinned
+  to one core that its gloo threads share (``Link.shared_core``). Then the
+  work of a gradient gap is ``integral dt / (1 + m(t))`` and the work of a
+  collective ``integral dt / (c(t) + m(t))`` over its span, with ``m(t)`` the
+  rank's collectives in flight and ``c(t)`` 1 while backward computes
+  (``_shared_work``): the times each would take alone on the core, which the
+  simulator's processor-sharing ``Core`` turns back into contended times. The
+  allreduce line is fitted through the collectives' work.
 """
 from __future__ import annotations
 
@@ -56,7 +64,15 @@ def config_from_trace(trace: Trace) -> dict:
     return out
 
 
-def workload_from_trace(trace: Trace, concurrency: int | None = None) -> Workload:
+def uses_shared_core(trace: Trace) -> bool:
+    """A recorded gloo trace (CPU ranks pinned to cores), or a simulated one that modelled it."""
+    if trace.source == "real" and "backend" in trace.meta:
+        return str(trace.meta["backend"]) == "gloo"
+    return bool((trace.meta.get("link") or {}).get("shared_core", False))
+
+
+def workload_from_trace(trace: Trace, concurrency: int | None = None,
+                        shared_core: bool | None = None) -> Workload:
     params = sorted((p for p in trace.params if p.index is not None), key=lambda p: p.index)
     steady = {i for c in steady_cycles(trace) for i in c} if any(r.iterations for r in trace.ranks) else set()
     its = [it for r in trace.ranks for it in r.iterations if it.iteration in steady]
@@ -72,7 +88,12 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None) -> Workloa
     backend = str(trace.meta.get("backend", "gloo"))
     conc = concurrency or (trace.meta.get("link") or {}).get("concurrency") or (2 if backend == "gloo" else 1)
     interference, clean = 0.0, sync or nosync
-    if sync and nosync:
+    shared = uses_shared_core(trace) if shared_core is None else shared_core
+    if shared:
+        flights = _flights(trace, sync, conc)
+    if shared and sync:
+        pass  # compute is un-mixed below, gap by gap
+    elif sync and nosync:
         t_sync = _med(it.backward_compute_end_ns - it.backward.start_ns for it in sync)
         t_ns = _med(it.backward_compute_end_ns - it.backward.start_ns for it in nosync)
         frac = _med(_comm_fraction(it) for it in sync)
@@ -85,11 +106,15 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None) -> Workloa
     for it in clean:
         prev = it.backward.start_ns
         spans = _comm_spans(it)
+        inflight = flights.get(id(it), []) if shared else None
         for g in sorted((g for g in it.grad_ready if not g.unused), key=lambda g: g.t_ns):
-            deltas.setdefault(g.param, []).append(max(0, g.t_ns - prev))
-            overlaps.setdefault(g.param, []).append(_overlap(spans, prev, g.t_ns))
+            if shared:
+                deltas.setdefault(g.param, []).append(max(0.0, _shared_work(prev, g.t_ns, inflight, 1)))
+            else:
+                deltas.setdefault(g.param, []).append(max(0, g.t_ns - prev))
+                overlaps.setdefault(g.param, []).append(_overlap(spans, prev, g.t_ns))
             prev = g.t_ns
-    if clean is sync and interference == 0.0:
+    if clean is sync and interference == 0.0 and not shared:
         warm = {}  # pre-steady synced steps: the single bucket reduces after backward
         for r in trace.ranks:
             for it in r.iterations:
@@ -127,7 +152,10 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None) -> Workloa
         for a, b in zip(r.iterations, r.iterations[1:]):
             if a.iteration in steady and b.iteration in steady:
                 gaps.append(max(0, b.forward.start_ns - a.end_ns))
-    link, fit = fit_link(trace, sync, conc)
+    if shared and sync:
+        link, fit = fit_shared_link(trace, sync, conc, flights)
+    else:
+        link, fit = fit_link(trace, sync, conc)
     computes = [it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     jitter = (statistics.pstdev(computes) / statistics.mean(computes)
               if len(computes) >= 3 and statistics.mean(computes) > 0 else 0.0)
@@ -140,6 +168,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None) -> Workloa
         step_gap_s=step_gap * NS, optimizer_s=opt * NS, iter_gap_s=_med(gaps) * NS, unused=unused,
         meta={"kind": "trace", "source": trace.source, "recorded_world_size": trace.world_size,
               "backend": backend, "steady_iterations": sorted(steady), "comm_fit": fit,
+              "shared_core": bool(shared and sync),
               "interference_estimated": interference,
               "jitter_estimated": round(jitter, 4)},
     )
@@ -195,6 +224,87 @@ def _unmix_interference(deltas: dict, overlaps: dict, warm: dict) -> tuple[dict,
     if i < 0.05:
         return deltas, 0.0
     return {p: [c] for p, c in clean.items()}, i
+
+
+def _flights(trace: Trace, sync_its, concurrency: int) -> dict[int, list[tuple[int, int, int]]]:
+    """id(iteration) -> (start, end, bytes) of the rank's collectives while they run.
+
+    A collective runs on a rank from the *last* rank's launch (or from the
+    completion of this rank's collective ``concurrency`` places earlier: gloo's
+    2 threads) to its completion on this rank.
+    """
+    mine = {id(it) for it in sync_its}
+    last: dict[tuple, int] = {}
+    for r in trace.ranks:
+        for it in r.iterations:
+            if id(it) in mine:
+                for key, launch, _c, _b in _collectives(it):
+                    k = (it.iteration, key)
+                    last[k] = max(last.get(k, launch), launch)
+    out = {}
+    for it in sync_its:
+        spans, ends = [], []
+        for key, launch, complete, nbytes in _collectives(it):
+            start = last[(it.iteration, key)]
+            if len(ends) >= concurrency:
+                start = max(start, sorted(ends)[-concurrency])
+            start = min(start, complete)
+            ends.append(complete)
+            spans.append((start, complete, nbytes))
+        out[id(it)] = spans
+    return out
+
+
+def _collectives(it):
+    out = [(b.bucket, b.launch_ns, b.complete_ns, b.bytes) for b in sorted(it.buckets, key=lambda b: b.launch_ns)]
+    if it.bitmap_allreduce:
+        c = it.bitmap_allreduce
+        out.append((10 ** 9, c.launch_ns, c.complete_ns, c.bytes))
+    return out
+
+
+def _shared_work(lo: float, hi: float, spans, base: int, compute: tuple | None = None) -> float:
+    """Work done in [lo, hi] by one job on a processor-sharing core (ns).
+
+    ``spans``: (start, end, ...) of the collectives running on the core; the job
+    gets ``1 / (base + in-flight collectives + [t in compute])`` of the core.
+    """
+    if hi <= lo:
+        return 0.0
+    cuts = {lo, hi}
+    for sp in spans:
+        for t in sp[:2]:
+            if lo < t < hi:
+                cuts.add(t)
+    if compute:
+        cuts.update(t for t in compute if lo < t < hi)
+    pts = sorted(cuts)
+    work = 0.0
+    for a, b in zip(pts, pts[1:]):
+        mid = (a + b) / 2
+        n = base + sum(1 for sp in spans if sp[0] <= mid < sp[1])
+        if compute and compute[0] <= mid < compute[1]:
+            n += 1
+        work += (b - a) / max(n, 1)
+    return work
+
+
+def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights) -> tuple[Link, dict]:
+    """The allreduce line through each collective's work alone on the core (shared core)."""
+    by_size: dict[int, list[float]] = {}
+    for it in sync_its:
+        spans = flights.get(id(it), [])
+        compute = (it.backward.start_ns, it.backward_compute_end_ns)
+        for s, e, nbytes in spans:
+            by_size.setdefault(nbytes, []).append(_shared_work(s, e, spans, 0, compute) * NS)
+    k = trace.world_size
+    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
+    if len(by_size) < 2:  # one size: a line through the origin
+        a, b = 0.0, (statistics.median(next(iter(by_size.values()))) / next(iter(by_size))) if by_size else 0.0
+    link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
+                         name=f"shared-core fit from trace (k={k})")
+    return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
+                  "points": sum(len(v) for v in by_size.values()), "world_size": k}
 
 
 def _comm_end(it) -> int:

@@ -18,6 +18,10 @@ Actors
 While any collective transfers, compute started on a rank is slowed by
 ``1 + link.interference`` (applied per gradient, decided at the gradient's start;
 a transfer ending exactly then does not count, one starting then does).
+With ``link.shared_core`` (CPU gloo, each rank pinned to one core) each actor
+has a ``Core``: a processor-sharing server. Gradient compute and every in-flight
+collective are jobs on it, each getting ``1/n`` of the core while ``n`` jobs run;
+a collective completes when its job has finished on every actor's core.
 Times are seconds (floats); the trace builder turns them into integer ns.
 """
 from __future__ import annotations
@@ -55,6 +59,60 @@ class Collective:
     counted: bool = False  # already counted in flight when launched (a slot was free)
 
 
+class Core:
+    """One CPU core shared equally by the jobs running on it (processor sharing).
+
+    ``run(work)`` starts a job needing ``work`` seconds of the whole core and
+    returns an event that fires when it is done. While ``n`` jobs run, each gets
+    ``1/n`` of the core, so a job's remaining work drops at rate ``1/n``. The core
+    wakes only when the next job finishes (a generation counter cancels stale
+    wake-ups when a job starts in between).
+    """
+
+    EPS = 1e-12
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.jobs: list[list] = []  # [remaining work (s), event]
+        self.t = env.now
+        self.gen = 0
+
+    def _advance(self) -> None:
+        now = self.env.now
+        if self.jobs and now > self.t:
+            done = (now - self.t) / len(self.jobs)
+            for j in self.jobs:
+                j[0] -= done
+        self.t = now
+
+    def run(self, work: float) -> simpy.Event:
+        ev = self.env.event()
+        if work <= 0:
+            return ev.succeed()
+        self._advance()
+        self.jobs.append([work, ev])
+        self._reschedule()
+        return ev
+
+    def _reschedule(self) -> None:
+        self.gen += 1
+        if self.jobs:
+            gen = self.gen
+            dt = max(0.0, min(j[0] for j in self.jobs) * len(self.jobs))
+            self.env.timeout(dt).callbacks.append(lambda _e: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen != self.gen:
+            return
+        self._advance()
+        tol = self.EPS * max(1.0, max(j[0] for j in self.jobs))
+        finished = [j for j in self.jobs if j[0] <= tol]
+        self.jobs = [j for j in self.jobs if j[0] > tol]
+        for j in finished:
+            j[1].succeed()
+        self._reschedule()
+
+
 @dataclass
 class Actor:
     rank: int  # the rank it is labelled as
@@ -63,6 +121,7 @@ class Actor:
     record: bool = False
     kind: str = "rank"
     iterations: list = field(default_factory=list)  # raw records when ``record``
+    core: Core | None = None  # its CPU core, with link.shared_core
 
 
 class Model:
@@ -88,6 +147,9 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
         self._schedules: dict = {}
+        if link.shared_core:
+            for a in actors:
+                a.core = Core(env)
 
     def run(self) -> None:
         for a in self.actors:
@@ -150,7 +212,10 @@ def allreduce(env, model: Model, coll: Collective):
         duration = model.link.allreduce_s(coll.nbytes, model.world_size)
         if not coll.counted:
             model.ends[coll.key] = env.now + duration
-        yield env.timeout(duration)
+        if model.link.shared_core:  # CPU work on every rank's core, shared with its compute
+            yield simpy.AllOf(env, [a.core.run(duration) for a in model.actors])
+        else:
+            yield env.timeout(duration)
         del model.ends[coll.key]
         model.committed -= 1
     coll.end = env.now
@@ -196,8 +261,8 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     gradient is its own timeout, slowed if a collective is in flight at its start.
     """
     w = model.w
-    if model.link.interference:
-        colls = yield from _backward_stepwise(env, model, plan, f, rec)
+    if model.link.interference or model.link.shared_core:
+        colls = yield from _backward_stepwise(env, model, actor, plan, f, rec)
         return colls
     t0 = env.now
     cum = list(accumulate(c * f for c in w.grad_compute_s))
@@ -231,8 +296,9 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     return colls
 
 
-def _backward_stepwise(env, model: Model, plan: Plan, f: float, rec):
+def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     w = model.w
+    core = actor.core
     sync = plan.sync
     slow = 1.0 + model.link.interference
     grads = rec["grads"] if rec is not None else None
@@ -246,9 +312,12 @@ def _backward_stepwise(env, model: Model, plan: Plan, f: float, rec):
     colls, next_launch, first = [], 0, True
     timeout = env.timeout
     for p, c in zip(w.ready_order, w.grad_compute_s):
-        now = env.now  # slowed if a transfer is running past this instant
-        busy = any(e > now for e in model.ends.values())
-        yield timeout(c * f * slow if busy else c * f)
+        if core is not None:  # shares the core with this rank's in-flight collectives
+            yield core.run(c * f)
+        else:
+            now = env.now  # slowed if a transfer is running past this instant
+            busy = any(e > now for e in model.ends.values())
+            yield timeout(c * f * slow if busy else c * f)
         if grads is not None:
             grads.append((env.now, p, False))
         if not sync:

@@ -15,6 +15,15 @@ Concurrent collectives each get the full bandwidth (no sharing is modelled).
 flight: 0 on a GPU with its own copy engines, > 0 on a CPU where gloo's threads
 compete with autograd for the same cores (ddp-internals.md: 2-core machine).
 
+``shared_core`` models that competition exactly instead: each rank owns one core
+(the recorder pins rank r to CPU r), and gloo's runloop threads of rank r run on
+it too. Every in-flight collective is then CPU work on each rank's core, and the
+core is shared equally (processor sharing) by the rank's compute and its
+in-flight collectives: with compute and one allreduce running, each proceeds at
+half speed; with two allreduces (gloo's 2 threads) and compute, at a third.
+``allreduce_s`` is then the time a collective takes alone on the core, and
+compute times are times alone on the core (``interference`` is not used).
+
 Hardware profiles (``hardware/gpus.json``, ``hardware/networks.json``) give a
 Link per network; :func:`network_for` picks the intra-node link when the job fits
 on one node, else the inter-node link (a ring spanning nodes runs at the speed of
@@ -40,6 +49,7 @@ class Link:
     interference: float = 0.0  # compute slowdown while a collective runs (0.3 = 30% slower)
     algo: str = "ring"
     name: str = "custom"
+    shared_core: bool = False  # collectives are CPU work on the rank's one core (processor sharing)
 
     def __post_init__(self):
         check_positive(self.bandwidth_Bps, "bandwidth")

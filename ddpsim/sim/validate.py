@@ -6,25 +6,62 @@
         learn the workload from the first run, simulate the second run's options
         (bucket cap, find_unused_parameters, static_graph, no_sync_every, world
         size) and compare with the second run's measurement: a real prediction.
+    python -m ddpsim validate --grid [--models mlp,transformer,shuffled] [--world-sizes 2,4]
+            [--caps 0.25,default] [--orders torch,definition] [--find-unused off,on] --out table
+        for each model and world size: record ONE calibration run (torch DDP, default
+        options) and learn the workload and the allreduce cost from it; then record
+        every grid configuration (never used for calibration), simulate it from the
+        calibration workload with the same options, and print predicted against
+        measured iteration time with the error, and the per-bucket launch-time error
+        (the largest |predicted - measured| bucket launch time after the iteration
+        start, as % of the measured iteration time). Orderings other than torch's
+        are recorded with ddpsim's minddp (``--order``, not in torch). Ends with
+        the median and max absolute errors; ``--out X`` writes X.csv and X.json.
 
 For iteration_time_s, exposed_comm_s and overlap_fraction it prints predicted,
 measured and the relative error; the last stdout line is one JSON object.
 """
 from __future__ import annotations
 
+import csv
+import itertools
 import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-HELP = "compare simulated and measured iteration time, exposed comm and overlap for recorded traces"
+HELP = "compare simulated and measured iteration time (one trace pair, or a recorded --grid of configurations)"
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
+COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
+           "measured_ms", "error_pct", "bucket_start_error_pct", "n_buckets", "error")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--trace", required=True, help="recorded trace to learn the workload from")
+    p.add_argument("--trace", help="recorded trace to learn the workload from")
     p.add_argument("--against", help="recorded trace whose options are predicted (default: --trace)")
-    p.add_argument("--iters", type=int, default=20, help="synced steps to simulate (default 20)")
+    p.add_argument("--iters", type=int, default=None, help="synced steps to simulate (default 20; --grid 40)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jitter", type=float, help="default: estimated from the trace")
-    p.add_argument("--out", help="write the simulated trace here")
+    p.add_argument("--jitter", help="default: estimated from the trace (--grid: 0; 'fit': fitted on "
+                   "each calibration run, see fit_jitter)")
+    p.add_argument("--out", help="write the simulated trace here (--grid: the table to OUT.csv and OUT.json)")
+    g = p.add_argument_group("--grid: record a grid of real runs and predict each")
+    g.add_argument("--grid", action="store_true", help="record and predict a grid of configurations")
+    g.add_argument("--models", default="mlp,transformer,shuffled", help="zoo models, comma-separated")
+    g.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
+    g.add_argument("--caps", default="0.25,default", help="bucket_cap_mb values; 'default' = torch's")
+    g.add_argument("--orders", default="torch,definition",
+                   help="torch (torch DDP), or ready/reverse/definition (minddp --order)")
+    g.add_argument("--find-unused", default="off,on", help="find_unused_parameters values: off,on")
+    g.add_argument("--record-iters", type=int, default=12, help="iterations per recorded run (default 12)")
+    g.add_argument("--workdir", help="keep the recorded traces here (default: a temporary folder)")
+    g.add_argument("--reuse", action="store_true",
+                   help="predict from the traces already in --workdir instead of recording them again")
+    g.add_argument("--wait-load", type=float, default=None, metavar="L",
+                   help="before recording, wait until the 1-minute load average is below L")
+    g.add_argument("--wait-max-s", type=float, default=1200.0, help="give up waiting after this long")
 
 
 def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float | None = None) -> dict:
@@ -47,12 +84,295 @@ def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float 
             "workload": w.meta, "trace": trace}
 
 
+# ----------------------------------------------------------------------------- the grid
+
+
+def bucket_starts(trace) -> dict[int, float]:
+    """Bucket -> launch time after the iteration start (s), median over steady iterations.
+
+    Iteration start: the earliest forward start on any rank; launch: the mean over
+    ranks (the same definitions for real and simulated traces).
+    """
+    from ddpsim.analysis import steady_cycles
+
+    per: dict[int, list[float]] = {}
+    by_rank = [{it.iteration: it for it in r.iterations} for r in trace.ranks]
+    for cycle in steady_cycles(trace):
+        i = cycle[-1]
+        its = [m[i] for m in by_rank if i in m]
+        start = min(m[cycle[0]].forward.start_ns for m in by_rank if cycle[0] in m)
+        launches: dict[int, list[int]] = {}
+        for it in its:
+            for b in it.buckets:
+                launches.setdefault(b.bucket, []).append(b.launch_ns)
+        for b, ls in launches.items():
+            per.setdefault(b, []).append((statistics.mean(ls) - start) * 1e-9)
+    return {b: statistics.median(v) for b, v in per.items()}
+
+
+def bucket_start_error(predicted, measured, iteration_s: float) -> float:
+    """max over buckets of |predicted - measured launch| / measured iteration time (fraction)."""
+    p, m = bucket_starts(predicted), bucket_starts(measured)
+    if set(p) != set(m) or not m or iteration_s <= 0:
+        return math.nan
+    return max(abs(p[b] - m[b]) for b in m) / iteration_s
+
+
+def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: float = 0.0) -> dict:
+    """Simulate the recorded run ``measured``'s options from ``workload``; compare."""
+    from ddpsim.sim.api import SimConfig, simulate
+    from ddpsim.sim.extract import config_from_trace
+
+    cfg = SimConfig(**{**config_from_trace(measured), "iters": sim_iters, "jitter": jitter,
+                       "order": "torch" if order in ("torch", "ready") else order})
+    sim, s = simulate(workload, cfg)
+    m = measured.summary()
+    pred, meas = s["iteration_time_s"], m["iteration_time_s"]
+    n_real = len(measured.ranks[0].layouts[-1].buckets) if measured.ranks[0].layouts else 0
+    return {"predicted_ms": pred * 1e3, "measured_ms": meas * 1e3, "error_pct": (pred - meas) / meas * 100,
+            "bucket_start_error_pct": bucket_start_error(sim, measured, meas) * 100,
+            "n_buckets": f"{s['n_buckets']}/{n_real}",
+            "exposed_comm_pred_ms": s["exposed_comm_s"] * 1e3, "exposed_comm_meas_ms": m["exposed_comm_s"] * 1e3}
+
+
+def fit_jitter(workload, calibration, sim_iters: int = 40, hi: float = 0.6, steps: int = 12) -> float:
+    """The rank-noise level that makes the calibration run's own prediction match it.
+
+    Real ranks are not identical: each micro-step, each rank's compute is a little
+    faster or slower (other processes on the cores, caches), and every collective
+    waits for the slowest rank, so the measured iteration time is above the
+    noise-free one. The simulator's ``jitter`` (a per-rank, per-micro-step compute
+    multiplier ``1 + jitter·z``) models this; it is fitted here by bisection on the
+    calibration run alone (never on grid runs), and used for every grid row.
+    """
+    from ddpsim.sim.api import SimConfig, simulate
+    from ddpsim.sim.extract import config_from_trace
+
+    target = calibration.summary()["iteration_time_s"]
+    base = {**config_from_trace(calibration), "iters": sim_iters}
+
+    def pred(j):
+        return simulate(workload, SimConfig(**{**base, "jitter": j}))[1]["iteration_time_s"]
+
+    if pred(0.0) >= target:
+        return 0.0
+    if pred(hi) <= target:
+        return hi
+    lo = 0.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if pred(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def grid_configs(caps, orders, find_unused) -> list[dict]:
+    return [{"bucket_cap_mb": c, "order": o, "find_unused": f}
+            for c, o, f in itertools.product(caps, orders, find_unused)]
+
+
+def _cap(v: str):
+    v = v.strip()
+    return None if v in ("default", "none", "") else float(v)
+
+
+def _bool(v: str) -> bool:
+    v = v.strip().lower()
+    if v in ("on", "true", "1", "yes"):
+        return True
+    if v in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(f"--find-unused values are on/off, not {v!r}")
+
+
+def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -> float:
+    """Poll /proc/loadavg until the 1-minute load is below ``limit`` (or ``max_s`` passed)."""
+    t0 = time.monotonic()
+    while True:
+        load = float(Path("/proc/loadavg").read_text().split()[0])
+        if load < limit or time.monotonic() - t0 >= max_s:
+            return load
+        log(f"load average {load:.2f} >= {limit}: waiting ({time.monotonic() - t0:.0f} s so far)")
+        time.sleep(poll_s)
+
+
+def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdir=None, jitter=None,
+             log=None, reuse=False) -> dict:
+    """Record calibration + grid runs for each (model, world size) and predict each grid run.
+
+    ``reuse``: load a run from ``workdir`` when its trace is there instead of recording it.
+    """
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record as record_run
+    from ddpsim.sim.extract import workload_from_trace
+    from ddpsim.trace import load_trace
+
+    def record(cfg, path):
+        if reuse and Path(path).exists():
+            return load_trace(path)
+        return record_run(cfg, path)
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="ddpsim-validate-")
+        workdir = tmp.name
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    rows, calibrations, loads = [], [], []
+    total = len(models) * len(world_sizes) * (len(configs) + 1)
+    step, t_start = 0, time.monotonic()
+    try:
+        for model in models:
+            for ws in world_sizes:
+                step += 1
+                loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+                log(f"[{step}/{total}] {model} ws{ws}: calibration run (torch DDP, default options) "
+                    f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
+                cal = record(RecordConfig(model=model, world_size=ws, iters=record_iters),
+                             work / f"{model}_ws{ws}_calibration.json")
+                w = workload_from_trace(cal)
+                jit = fit_jitter(w, cal, sim_iters) if jitter is None else jitter
+                calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
+                                     "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
+                                     "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0),
+                                     "workload": {k: getattr(w, k) for k in (
+                                         "forward_s", "pre_backward_s", "finalize_s", "optimizer_s",
+                                         "iter_gap_s", "backward_compute_s")}})
+                log(f"    calibration: measured {calibrations[-1]['measured_ms']:.1f} ms, jitter {jit:.3f}, "
+                    f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
+                for c in configs:
+                    step += 1
+                    order = c["order"]
+                    impl = "torch" if order == "torch" else "minddp"
+                    cap = c["bucket_cap_mb"]
+                    name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
+                    row = {"model": model, "world_size": ws, "bucket_cap_mb": cap if cap else "default",
+                           "order": order, "find_unused": c["find_unused"], "impl": impl}
+                    loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+                    log(f"[{step}/{total}] {name}: recording ({impl}) load {loads[-1]:.2f}, "
+                        f"{time.monotonic() - t_start:.0f} s")
+                    try:
+                        real = record(RecordConfig(model=model, world_size=ws, iters=record_iters, impl=impl,
+                                                   bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
+                                                   order=None if impl == "torch" else order),
+                                      work / f"{name}.json")
+                        row.update(predict_row(w, real, order, sim_iters, jit))
+                    except Exception as e:  # noqa: BLE001 - one failed row must not lose the grid
+                        row.update({k: math.nan for k in ("predicted_ms", "measured_ms", "error_pct",
+                                                          "bucket_start_error_pct")},
+                                   error=f"{type(e).__name__}: {e}".splitlines()[0])
+                    rows.append(row)
+                    log("    " + format_row(row))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return {"rows": rows, "stats": stats(rows), "calibrations": calibrations,
+            "load": {"min": min(loads), "max": max(loads), "median": statistics.median(loads)},
+            "wall_s": time.monotonic() - t_start}
+
+
+def stats(rows) -> dict:
+    errs = [abs(r["error_pct"]) for r in rows if math.isfinite(r.get("error_pct", math.nan))]
+    starts = [r["bucket_start_error_pct"] for r in rows if math.isfinite(r.get("bucket_start_error_pct", math.nan))]
+    return {"rows": len(rows), "predicted": len(errs),
+            "median_abs_error_pct": statistics.median(errs) if errs else math.nan,
+            "max_abs_error_pct": max(errs) if errs else math.nan,
+            "median_bucket_start_error_pct": statistics.median(starts) if starts else math.nan,
+            "max_bucket_start_error_pct": max(starts) if starts else math.nan}
+
+
+def format_row(r: dict) -> str:
+    return (f"{r['model']:12} ws{r['world_size']:<2} cap {str(r['bucket_cap_mb']):>7} {r['order']:10} "
+            f"fu {'on ' if r['find_unused'] else 'off'}  predicted {r['predicted_ms']:8.1f} ms  "
+            f"measured {r['measured_ms']:8.1f} ms  error {r['error_pct']:+6.1f}%  "
+            f"bucket start {r['bucket_start_error_pct']:5.1f}%" + (f"  ({r['error']})" if r.get("error") else ""))
+
+
+def write_table(result: dict, out: str) -> list[Path]:
+    base = Path(out)
+    if base.suffix in (".csv", ".json"):
+        base = base.with_suffix("")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with open(base.with_suffix(".csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["exposed_comm_pred_ms", "exposed_comm_meas_ms"],
+                           extrasaction="ignore")
+        wr.writeheader()
+        for r in result["rows"]:
+            wr.writerow(r)
+    clean = json.loads(json.dumps(result, default=str).replace("NaN", "null"))
+    base.with_suffix(".json").write_text(json.dumps(clean, indent=1))
+    return [base.with_suffix(".csv"), base.with_suffix(".json")]
+
+
+def _jitter(value, default):
+    """--jitter: a number, 'fit' (None: fitted per calibration run, --grid only) or absent."""
+    if value is None:
+        return default
+    if value == "fit":
+        return None
+    try:
+        j = float(value)
+    except ValueError:
+        raise ValueError(f"--jitter must be a number >= 0 or 'fit', not {value!r}") from None
+    if not (math.isfinite(j) and j >= 0):
+        raise ValueError(f"--jitter must be a number >= 0 or 'fit', not {value!r}")
+    return j
+
+
+def main_grid(args) -> int:
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    try:
+        world_sizes = [int(x) for x in args.world_sizes.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--world-sizes must be integers separated by commas, not {args.world_sizes!r}") from None
+    caps = [_cap(c) for c in args.caps.split(",")]
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    bad = [o for o in orders if o not in ("torch", "ready", "reverse", "definition")]
+    if bad:
+        raise ValueError(f"--orders: {bad[0]!r} is not torch, ready, reverse or definition")
+    fus = [_bool(v) for v in args.find_unused.split(",") if v.strip()]
+    if not models or not world_sizes or min(world_sizes) < 1 or not orders or not fus:
+        raise ValueError("--grid needs at least one model, world size (>= 1), order and find_unused value")
+    for c in caps:
+        if c is not None and not (math.isfinite(c) and c > 0):
+            raise ValueError(f"--caps must be positive MiB or 'default', not {c}")
+    if args.reuse and not args.workdir:
+        raise ValueError("--reuse needs --workdir (where the traces are)")
+    if args.record_iters < 4:
+        raise ValueError("--record-iters must be >= 4 (iteration 0 and the rebuild are not steady state)")
+    if args.wait_load is not None:
+        load = wait_for_load(args.wait_load, args.wait_max_s,
+                             log=lambda m: print(m, file=sys.stderr, flush=True))
+        print(f"load average at start: {load:.2f}", file=sys.stderr, flush=True)
+    jitter = _jitter(args.jitter, 0.0)
+    res = run_grid(models, world_sizes, grid_configs(caps, orders, fus), args.record_iters, args.iters or 40,
+                   args.workdir, jitter, reuse=args.reuse)
+    print(f"{'model':12} {'ws':4} {'cap':>11} {'order':10} {'fu':3}  {'predicted':>19}  {'measured':>17}  "
+          f"{'error':>13}  bucket start")
+    for r in res["rows"]:
+        print(format_row(r))
+    s = res["stats"]
+    print(f"iteration time: median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% "
+          f"over {s['predicted']} rows; bucket start error: median {s['median_bucket_start_error_pct']:.1f}%, "
+          f"max {s['max_bucket_start_error_pct']:.1f}% of the iteration time; load average "
+          f"{res['load']['min']:.2f}-{res['load']['max']:.2f} (median {res['load']['median']:.2f})")
+    if args.out:
+        paths = write_table(res, args.out)
+        print("wrote " + ", ".join(map(str, paths)))
+    print(json.dumps({"stats": s, "load": res["load"]}, separators=(",", ":")).replace("NaN", "null"))
+    return 0
+
+
 def main(args) -> int:
     from ddpsim.trace import load_trace
 
+    if args.grid:
+        return main_grid(args)
+    if not args.trace:
+        raise ValueError("give --trace FILE (and optionally --against FILE), or --grid")
     source = load_trace(args.trace)
     target = load_trace(args.against) if args.against else source
-    res = validate(source, target, args.iters, args.seed, args.jitter)
+    res = validate(source, target, args.iters or 20, args.seed, _jitter(args.jitter, None))
     trace = res.pop("trace")
     if args.out:
         trace.save(args.out)

@@ -4,7 +4,9 @@ One line per (ordering, find_unused_parameters): the ordering sets the colour an
 marker, find_unused_parameters on is dashed. The best row (lowest iteration time)
 is a star; the configuration being looked at is a black ring. Rows are those of
 ``ddpsim.sim.sweep.sweep``: bucket_cap_mb, order, find_unused_parameters,
-iteration_time_s, exposed_comm_s, and optionally best.
+iteration_time_s, exposed_comm_s, and optionally best. A row whose bucket_cap_mb is
+None is torch's default cap (25 MiB with a 1 MiB first bucket); it is drawn as a
+dotted horizontal line (find_unused off), and placed at 25 MiB when it is the best.
 """
 from __future__ import annotations
 
@@ -16,6 +18,13 @@ from ddpsim.viz import palette as pal
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # Series colours: Okabe-Ito too, but starting at blue so they differ from bucket 0's orange.
 SERIES = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00")
+
+
+DEFAULT_CAP_MB = 25.0  # where a default-cap row is placed on the x axis
+
+
+def _x(row: dict) -> float:
+    return DEFAULT_CAP_MB if row["bucket_cap_mb"] is None else row["bucket_cap_mb"]
 
 
 def best_row(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
@@ -35,20 +44,24 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     fus = list(dict.fromkeys(bool(r.get("find_unused_parameters", False)) for r in rows))
     for k, order in enumerate(orders):
         for fu in fus:
-            pts = sorted((r for r in rows
-                         if r.get("order", "torch") == order and bool(r.get("find_unused_parameters", False)) == fu),
-                         key=lambda r: r["bucket_cap_mb"])
-            pts = [(r["bucket_cap_mb"], r) for r in pts]
-            if not pts:
-                continue
+            mine = [r for r in rows if r.get("order", "torch") == order
+                    and bool(r.get("find_unused_parameters", False)) == fu]
+            pts = sorted(((r["bucket_cap_mb"], r) for r in mine if r["bucket_cap_mb"] is not None),
+                         key=lambda p: p[0])
+            default = next((r for r in mine if r["bucket_cap_mb"] is None), None)
             xs = [x for x, _ in pts]
+            color = SERIES[k % len(SERIES)]
             for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
-                ax.plot(xs, [r[key] * 1e3 for _, r in pts], color=SERIES[k % len(SERIES)],
-                        marker=MARKERS[k % len(MARKERS)], ms=5, ls="--" if fu else "-", lw=1.6,
-                        gid=f"series:{order}:{'fu' if fu else 'nofu'}")
+                if pts:
+                    ax.plot(xs, [r[key] * 1e3 for _, r in pts], color=color,
+                            marker=MARKERS[k % len(MARKERS)], ms=5, ls="--" if fu else "-", lw=1.6,
+                            gid=f"series:{order}:{'fu' if fu else 'nofu'}")
+                if default is not None and not fu:
+                    ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3,
+                               gid=f"default:{order}")
     best = best_row(rows)
     for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
-        ax.plot(best["bucket_cap_mb"], best[key] * 1e3, marker="*", ms=18, color="#F0E442",
+        ax.plot(_x(best), best[key] * 1e3, marker="*", ms=18, color="#F0E442",
                 mec=pal.TEXT, mew=1.2, ls="none", zorder=5, gid="best")
         if current and current.get("bucket_cap_mb") is not None:
             ax.plot(current["bucket_cap_mb"], current[key] * 1e3, marker="o", ms=13, mfc="none",
@@ -61,10 +74,11 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     ax_e.set_ylabel("exposed communication (ms)")
     ax_t.set_ylim(bottom=0)
     ax_e.set_ylim(bottom=0)
-    ax_t.annotate(f"best: {best['bucket_cap_mb']:g} MiB, {best.get('order', 'torch')}"
+    cap = "torch default (25 MiB, 1 MiB first)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g} MiB"
+    ax_t.annotate(f"best: {cap}, {best.get('order', 'torch')}"
                   f"{', find_unused' if best.get('find_unused_parameters') else ''}\n"
                   f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration",
-                  (best["bucket_cap_mb"], best["iteration_time_s"] * 1e3), xytext=(0, -34),
+                  (_x(best), best["iteration_time_s"] * 1e3), xytext=(0, -34),
                   textcoords="offset points", ha="center", fontsize=8.5, color=pal.TEXT,
                   bbox={"boxstyle": "round", "fc": "white", "ec": pal.GRID})
     fig.suptitle(title or "what bucket size is best?", x=0.01, ha="left", fontsize=11.5)
@@ -73,11 +87,13 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     if len(fus) > 1 or fus == [True]:
         handles += [Line2D([], [], color=pal.TEXT, ls="-", label="find_unused off"),
                     Line2D([], [], color=pal.TEXT, ls="--", label="find_unused on")]
+    if any(r["bucket_cap_mb"] is None for r in rows):
+        handles.append(Line2D([], [], color=pal.TEXT, ls=":", label="default cap (25 MiB, 1 MiB first)"))
     handles.append(Line2D([], [], marker="*", ms=12, color="#F0E442", mec=pal.TEXT, ls="none",
                           label="best"))
     if current:
         handles.append(Line2D([], [], marker="o", ms=10, mfc="none", mec=pal.TEXT, mew=2, ls="none",
                               label="your choice"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(7, len(handles)), fontsize=9,
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=9,
                frameon=False)
     return fig

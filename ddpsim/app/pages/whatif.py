@@ -85,7 +85,8 @@ rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_c
 if rows:
     best = next(r for r in rows if r["best"])
     default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]]
-    st.success(f"Best simulated: **bucket_cap_mb={best['bucket_cap_mb']:g}**, ordering "
+    best_cap = "None (torch's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
+    st.success(f"Best simulated: **bucket_cap_mb={best_cap}**, ordering "
                f"{best['order']}, find_unused_parameters={best['find_unused_parameters']}: "
                f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world} ranks "
                f"(your choice above: {summary['iteration_time_s'] * 1e3:.1f} ms). "

@@ -1,0 +1,656 @@
+"""Write notebooks/*.ipynb from the cell lists below (outputs stripped).
+
+    python notebooks/build_notebooks.py
+
+Edit the cells here, not in Jupyter, then rebuild: the .ipynb files in git are
+generated and carry no outputs. ``tests/test_notebooks.py`` executes every notebook.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+
+def setup(tag: str) -> str:
+    """The first code cell of every notebook: find the repo, a temp folder, one thread."""
+    return f'''# Setup: make `import ddpsim` work from notebooks/ or the repo root; files go to a temp folder.
+import sys, tempfile, time
+from pathlib import Path
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "ddpsim").is_dir())
+sys.path.insert(0, str(ROOT))
+WORK = Path(tempfile.mkdtemp(prefix="ddpsim-{tag}-"))
+import torch
+torch.set_num_threads(1)
+import ddpsim
+from IPython.display import display
+%matplotlib inline
+print("ddpsim", ddpsim.__version__, "| torch", torch.__version__, "| scratch folder", WORK)'''
+
+
+CLEANUP = '''# Clean up the scratch folder (every recorded rank process has already exited).
+import shutil
+shutil.rmtree(WORK, ignore_errors=True)'''
+
+M, C = new_markdown_cell, new_code_cell
+
+# --------------------------------------------------------------------------------------------
+NB01 = [
+    M("""# 01 · DDP from the outside
+
+**What you will learn:** what PyTorch `DistributedDataParallel` does during one training step,
+seen from outside: in which order gradients become ready, how DDP groups them into buckets,
+why iteration 0 has one single bucket and how the buckets are *rebuilt* after it, and when each
+bucket's allreduce runs compared with the backward pass.
+
+**Time:** about 1 minute to run (one real 2-process run on CPU), 20 minutes to read.
+
+**You need:** the set-up from the README. Run the cells top to bottom."""),
+    C(setup("nb01")),
+    M("""## 1. Record a real run
+
+`ddpsim.record` starts 2 real processes (ranks) that train the zoo `mlp` with torch's own DDP over
+gloo, and records every event into one **trace**. The same happens on the command line with
+`python -m ddpsim record --model mlp --world-size 2 --iters 4 --out run.json`."""),
+    C('''from ddpsim.record.config import RecordConfig
+from ddpsim.record.launcher import record
+
+t = time.time()
+trace = record(RecordConfig(model="mlp", world_size=2, iters=4), WORK / "mlp.json")
+print(f"recorded {len(trace.ranks)} ranks x {len(trace.ranks[0].iterations)} iterations in {time.time() - t:.1f} s")
+print("torch", trace.meta["torch_version"], "| backend", trace.meta["backend"])'''),
+    M("""## 2. The parameters DDP sees
+
+DDP reduces every parameter that requires a gradient, each once, indexed in definition order.
+The `mlp` has one frozen parameter: it has no DDP index."""),
+    C('''for p in trace.params:
+    print(f"{str(p.index):>4}  {p.name:<22} {str(p.shape):<14} {p.bytes / 2**20:7.3f} MiB  requires_grad={p.requires_grad}")'''),
+    M("""## 3. Gradient-ready order
+
+Backward runs from the loss back to the input, so the *last* layer's gradients are ready first.
+Inside a `Linear`, the bias is ready before the weight."""),
+    C('''from ddpsim.analysis import grad_ready_order
+
+order = grad_ready_order(trace, rank=0, iteration=0)
+print("ready order (indices):", order)
+print("ready order (names):  ", [trace.param_name(i) for i in order][:4], "...")
+assert order[0] > order[-1], "the last-defined parameters are ready first"'''),
+    M("""## 4. Iteration 0: one single bucket, then the rebuild
+
+In torch 2.13, with `find_unused_parameters=False` (the default), DDP starts with **all parameters
+in one bucket**: iteration 0 does one allreduce after the whole backward. While iteration 0 runs,
+DDP records the order gradients arrive in; at the next forward it *rebuilds* the buckets in that
+order (`Reducer::rebuild_buckets`): the first bucket gets a small 1 MiB cap, the others 25 MiB,
+a bucket closes once it reaches its cap (it may overshoot by one parameter, a parameter is never
+split), and rank 0's layout is broadcast to every rank."""),
+    C('''rank0 = trace.ranks[0]
+for layout in rank0.layouts:
+    print(f"from iteration {layout.from_iteration}: {layout.kind} layout, {len(layout.buckets)} bucket(s)")
+    for b in layout.buckets:
+        cap = "" if b.cap_bytes is None or b.cap_bytes > 2**40 else f" (cap {b.cap_bytes / 2**20:g} MiB)"
+        print(f"   bucket {b.index}: {b.bytes / 2**20:6.2f} MiB{cap}  params {b.params}")
+assert len(rank0.layout_at(0).buckets) == 1
+assert rank0.layout_at(1).kind == "rebuilt" and len(rank0.layout_at(1).buckets) > 1'''),
+    M("""torch keeps its own record of this in `_get_ddp_logging_data()` (the recorder saves it at the end):"""),
+    C('''info = rank0.ddp_logging_data or {}
+for key in ("bucket_sizes", "rebuilt_bucket_sizes", "rebuilt_per_bucket_param_indices",
+            "prev_iteration_grad_ready_order_indices"):
+    print(f"{key:42} {info.get(key)}")'''),
+    M("""## 5. The allreduce spans
+
+For every bucket and iteration the trace holds when the bucket became **ready** (its last
+gradient arrived), when its allreduce was **launched**, and when it **completed**. In iteration 0
+the single allreduce starts only after backward; from iteration 1 the first bucket's allreduce
+overlaps with the rest of the backward."""),
+    C('''from ddpsim.analysis import bucket_table
+
+for it in (0, 1):
+    print(f"iteration {it}:")
+    for row in bucket_table(trace, it):
+        print(f"   bucket {row['bucket']}: {row['bytes'] / 2**20:6.2f} MiB, waited {row['wait_s'] * 1e3:5.2f} ms "
+              f"after ready, allreduce {row['comm_s'] * 1e3:6.2f} ms")'''),
+    C('''from ddpsim.viz import plot_timeline
+
+plot_timeline(trace, 0)'''),
+    C('''plot_timeline(trace, 1)'''),
+    M("""## 6. The headline numbers
+
+`summary()` gives medians over the steady-state iterations: iteration time, *exposed*
+communication (allreduce time after backward compute ended, which the step has to wait for) and
+the overlap fraction. On this 2-core machine, compute and communication compete for the same
+cores, so overlap helps less than on GPUs (see notebook 03)."""),
+    C('''s = trace.summary()
+print(f"iteration {s['iteration_time_s'] * 1e3:.1f} ms, exposed comm {s['exposed_comm_s'] * 1e3:.1f} ms, "
+      f"overlap {s['overlap_fraction']:.0%}")'''),
+    M("""## Try it yourself
+- Record with `bucket_cap_mb=0.25`: how many buckets after the rebuild? Is there still one bucket in iteration 0?
+- Record the `transformer` (its output head is tied to the embedding: where does that parameter land?).
+- Export the trace for Perfetto: `python -m ddpsim export --chrome mlp.json mlp.chrome.json`.
+
+Next: **02 · Inside the reducer**, the same steps in readable Python."""),
+    C(CLEANUP),
+]
+
+# --------------------------------------------------------------------------------------------
+NB02 = [
+    M("""# 02 · Inside the reducer
+
+**What you will learn:** how DDP's C++ `Reducer` works, step by step, using `ddpsim.minddp`, a
+readable Python DDP whose methods carry the names of the functions in
+`torch/csrc/distributed/c10d/reducer.cpp`: bucket assignment by size (the cap overshoot and the
+never-split rule), the hooks that fire as gradients arrive, the strictly in-order launch of
+allreduces, and `finalize_backward`. Then the naive per-parameter variant, for contrast.
+
+**Time:** about 1 minute to run, 30 minutes to read. Builds on notebook 01.
+
+Most of this notebook runs in *this* process, as a one-rank process group, so you can poke at
+the reducer's state between steps. The last section records real 2-rank runs."""),
+    C(setup("nb02")),
+    C('''import torch.distributed as dist
+from torch import nn
+
+if not dist.is_initialized():  # a 1-rank gloo group in this kernel
+    dist.init_process_group("gloo", init_method=f"file://{WORK / 'store'}", rank=0, world_size=1)
+torch.manual_seed(0)
+tiny = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+for name, p in tiny.named_parameters():
+    print(f"{name:10} {str(list(p.shape)):10} {p.numel() * p.element_size():5d} bytes")'''),
+    M("""## 1. Bucket assignment by size — `compute_bucket_assignment_by_size`
+
+Parameters are added in the order given. A bucket **closes as soon as its size is >= the cap
+after adding a parameter**: so a bucket can overshoot the cap by one parameter, and a parameter
+is never split. Buckets are kept separately per dtype and device.
+
+With a 600-byte cap: 512 + 64 = 576 bytes is still under the cap, adding the 1024-byte weight
+makes 1600 bytes: the bucket closes there, 1000 bytes over the cap."""),
+    C('''from ddpsim.minddp import compute_bucket_assignment_by_size
+
+params = list(tiny.parameters())
+ours = compute_bucket_assignment_by_size(params, [600])
+theirs = dist._compute_bucket_assignment_by_size(params, [600])  # torch's C++ implementation
+print("minddp:", ours)
+print("torch: ", theirs)
+assert ours == tuple(theirs) or list(ours) == list(theirs)
+sizes = [p.numel() * p.element_size() for p in params]
+for bucket in ours[0]:
+    print(f"bucket {bucket}: {sum(sizes[i] for i in bucket)} bytes (cap 600)")'''),
+    M("""Two caps: the first bucket gets the first limit, later ones the last. This is how the small
+1 MiB first bucket is made. (Try `[100, 600]` and `[10_000]`.)"""),
+    C('''print(compute_bucket_assignment_by_size(params, [100, 600]))
+print(dist._compute_bucket_assignment_by_size(params, [100, 600]))'''),
+    M("""## 2. Watch the reducer work
+
+We wrap the tiny model in `minddp.DistributedDataParallel` with a 600-byte cap and log every call
+to the reducer methods that mirror reducer.cpp:
+
+| minddp `Reducer` method | reducer.cpp | when |
+|---|---|---|
+| `prepare_for_forward` | `Reducer::prepare_for_forward` | each forward starts |
+| `rebuild_buckets` | `Reducer::rebuild_buckets` | next forward after iteration 0 |
+| `prepare_for_backward` | `Reducer::prepare_for_backward` | forward ends |
+| `autograd_hook` | `Reducer::autograd_hook` | a parameter's AccumulateGrad ran |
+| `mark_variable_ready` | `Reducer::mark_variable_ready` | copy grad / world size into its bucket |
+| `mark_bucket_ready` | `Reducer::mark_bucket_ready` | a bucket is full |
+| `all_reduce_bucket` | `Reducer::all_reduce_bucket` | launch, strictly in bucket order |
+| `finalize_backward` | `Reducer::finalize_backward` | after backward: wait, copy to `.grad` |"""),
+    C('''from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+CAP_MB = 600 / 2**20
+ddp = MinDDP(tiny, bucket_cap_mb=CAP_MB)
+reducer = ddp.reducer
+LOG = []
+
+def watch(name, describe=lambda *a: ""):
+    method = getattr(reducer, name)
+    def wrapper(*args, **kwargs):
+        LOG.append(f"{name}({describe(*args)})")
+        return method(*args, **kwargs)
+    setattr(reducer, name, wrapper)
+
+for name in ("prepare_for_forward", "rebuild_buckets", "prepare_for_backward", "finalize_backward"):
+    watch(name)
+watch("autograd_hook", lambda i, *a: f"param {i}")
+watch("mark_bucket_ready", lambda b: f"bucket {b}")
+watch("all_reduce_bucket", lambda b: f"bucket {b.index}: params {b.variable_indices}")
+
+def step(iteration, features=8):
+    LOG.clear()
+    g = torch.Generator().manual_seed(iteration)
+    x, y = torch.randn(4, features, generator=g), torch.randint(0, 4, (4,), generator=g)
+    nn.functional.cross_entropy(ddp(x), y).backward()
+    print(f"--- iteration {iteration}: {len(reducer.buckets)} bucket(s)")
+    print("\\n".join(LOG))
+
+print("construction layout:", [b.variable_indices for b in reducer.buckets])'''),
+    M("""**Iteration 0.** One bucket holds everything (`find_unused_parameters=False`), so the hooks
+fire one by one, the bucket is ready only after the last one, and its single allreduce starts
+after backward. Note the hook order: the last layer first, bias before weight."""),
+    C('''step(0)
+assert len(reducer.buckets) == 1'''),
+    M("""**Iteration 1.** At the next forward `rebuild_buckets` reassigns the buckets in the order the
+gradients arrived (600-byte cap). Now a bucket launches as soon as it is full, while the hooks of
+earlier layers are still to come: **overlap**."""),
+    C('''step(1)
+print("rebuilt layout:", [b.variable_indices for b in reducer.buckets])
+assert len(reducer.buckets) > 1
+first_launch = next(i for i, line in enumerate(LOG) if line.startswith("all_reduce_bucket"))
+last_hook = max(i for i, line in enumerate(LOG) if line.startswith("autograd_hook"))
+assert first_launch < last_hook, "bucket 0 launched before the last gradient arrived"'''),
+    M("""Every averaged gradient is back in `.grad` after `finalize_backward` (with one rank, the average is the gradient itself):"""),
+    C('''print({name: tuple(p.grad.shape) for name, p in tiny.named_parameters()})'''),
+    M("""## 3. In-order launch
+
+Gradients can arrive in a different order on different ranks, but every rank must issue the same
+collectives in the same order, or they would pair up wrongly. So `mark_bucket_ready` launches
+**only in bucket-index order**: a ready bucket waits for every lower-indexed one.
+
+To see a bucket wait, build a model whose layers are *defined* in a different order from the one
+they are *used* in, and keep the construction layout (reversed definition order), as
+`find_unused_parameters=True` does (it never rebuilds)."""),
+    C('''class Shuffled(nn.Module):  # three equal layers: 1024 + 64 bytes each
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)  # used last, so its gradients are ready first
+        self.c = nn.Linear(16, 16)  # used second, defined last
+    def forward(self, x):
+        return self.b(torch.relu(self.c(torch.relu(self.a(x)))))
+
+torch.manual_seed(0)
+ddp = MinDDP(Shuffled(), bucket_cap_mb=1050 / 2**20, find_unused_parameters=True)  # one layer per bucket
+reducer = ddp.reducer
+LOG = []
+for name in ("finalize_backward",):
+    watch(name)
+watch("autograd_hook", lambda i, *a: f"param {i}")
+watch("mark_bucket_ready", lambda b: f"bucket {b}")
+watch("all_reduce_bucket", lambda b: f"bucket {b.index}: params {b.variable_indices}")
+print("layout (reversed definition order):", [b.variable_indices for b in reducer.buckets])
+step(0, features=16)'''),
+    M("""Layer `b`'s gradients arrive first and fill bucket 1, but `mark_bucket_ready(bucket 1)` launches
+nothing: bucket 0 (layer `c`) is not ready yet. Once it is, both launch back to back. That waiting is what a bad bucket
+order costs; notebook 03 measures it."""),
+    C('''import warnings
+warnings.filterwarnings("ignore")
+launches = [line for line in LOG if line.startswith("all_reduce_bucket")]
+assert LOG.index("mark_bucket_ready(bucket 1)") < LOG.index(launches[0]), "bucket 1 was full first and waited"
+assert [int(line.split()[1].rstrip(":")) for line in launches] == sorted(range(len(launches)))
+print(launches)'''),
+    M("""## 4. The naive variant, for contrast
+
+`NaiveDDP` waits for the whole backward, then allreduces **every parameter separately**, blocking
+on each: no buckets, no overlap, one collective (and its latency) per parameter."""),
+    C('''from ddpsim.minddp import NaiveDDP
+
+calls = []
+real_all_reduce = dist.all_reduce
+def counting_all_reduce(tensor, *args, **kwargs):
+    calls.append(tensor.numel())
+    return real_all_reduce(tensor, *args, **kwargs)
+
+torch.manual_seed(0)
+naive = NaiveDDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)))
+dist.all_reduce = counting_all_reduce
+try:
+    nn.functional.cross_entropy(naive(torch.randn(4, 8)), torch.randint(0, 4, (4,))).backward()
+finally:
+    dist.all_reduce = real_all_reduce
+print(f"naive: {len(calls)} allreduces of {calls} elements")
+dist.destroy_process_group()'''),
+    M("""The same contrast on 2 real ranks, recorded with `--impl minddp` and `--impl naive` (the zoo
+`mlp`, 3 iterations each): compare the timelines of iteration 2."""),
+    C('''from ddpsim.record.config import RecordConfig
+from ddpsim.record.launcher import record
+from ddpsim.viz import plot_timeline
+
+runs = {impl: record(RecordConfig(model="mlp", world_size=2, iters=3, impl=impl, bucket_cap_mb=2),
+                     WORK / f"{impl}.json") for impl in ("minddp", "naive")}
+for impl, tr in runs.items():
+    s = tr.summary()
+    n = len(tr.ranks[0].iterations[-1].buckets)
+    print(f"{impl:7} {n:3d} allreduces per step, iteration {s['iteration_time_s'] * 1e3:6.1f} ms, "
+          f"exposed comm {s['exposed_comm_s'] * 1e3:6.1f} ms")'''),
+    C('''plot_timeline(runs["minddp"], 2)'''),
+    C('''plot_timeline(runs["naive"], 2)'''),
+    M("""## Try it yourself
+- Change the cap in section 1 until one parameter is larger than the cap. What happens?
+- In section 2, use `bucket_cap_mb=None` (torch's default): why is there one bucket after the rebuild too?
+- Read `ddpsim/minddp/reducer.py` next to reducer.cpp; then do **assignment part 1 and part 2**.
+
+Next: **03 · Bucket size and ordering**."""),
+    C(CLEANUP),
+]
+
+# --------------------------------------------------------------------------------------------
+NB03 = [
+    M("""# 03 · Bucket size and ordering
+
+**What you will learn:** how to measure this machine's network (allreduce time against message
+size), use it in ddpsim's simulator to sweep the bucket size and find the sweet spot, see what a
+bad bucket order costs (the `shuffled` model before a rebuild), and confirm one prediction with a
+real run.
+
+**Time:** about 1–2 minutes to run (a calibration and 2 real runs), 25 minutes to read.
+Builds on notebooks 01 and 02."""),
+    C(setup("nb03")),
+    M("""## 1. Calibrate the local network
+
+`ddpsim.sim.calibrate` (also `python -m ddpsim calibrate`) starts 2 gloo processes, times
+allreduces of several sizes and fits a line: `time = a + b * bytes`. The intercept is the
+latency every collective pays; the slope is one over the bandwidth. Small buckets pay the
+latency many times; large buckets pay mostly bandwidth."""),
+    C('''from ddpsim.sim.calibrate import calibrate
+
+t = time.time()
+cal = calibrate([4 * 1024, 64 * 1024, 512 * 1024, 2 * 2**20, 8 * 2**20], reps=3, timeout=120)
+print(f"calibrated in {time.time() - t:.1f} s")
+for n, sec in cal["points"]:
+    print(f"{n / 1024:8.0f} KiB  {sec * 1e3:8.3f} ms")
+print(f"fit: latency {cal['intercept_s'] * 1e3:.3f} ms + {1 / cal['s_per_byte'] / 1e9:.2f} GB/s")'''),
+    C('''from matplotlib.figure import Figure
+
+fig = Figure(figsize=(6, 3.5), layout="constrained")
+ax = fig.subplots()
+xs = [n / 2**20 for n, _ in cal["points"]]
+ax.plot(xs, [s * 1e3 for _, s in cal["points"]], "o", label="measured")
+ax.plot(xs, [(cal["intercept_s"] + cal["s_per_byte"] * n) * 1e3 for n, _ in cal["points"]], "-", label="fit")
+ax.set(xscale="log", yscale="log", xlabel="allreduce size (MiB)", ylabel="time (ms)",
+       title="2-rank gloo allreduce on this machine")
+ax.legend()
+fig'''),
+    M("""## 2. Sweep the bucket size with the simulator
+
+The simulator needs a **workload**: each gradient's backward compute time, taken from a real
+recording (`workload_from_trace`), and a network. We record the zoo `transformer` once with the
+default cap, then simulate many caps in well under a second."""),
+    C('''from ddpsim.record.config import RecordConfig
+from ddpsim.record.launcher import record
+from ddpsim.sim import SimConfig, simulate, sweep, synthetic, workload_from_trace
+from ddpsim.viz import plot_sweep
+
+base = record(RecordConfig(model="transformer", world_size=2, iters=4), WORK / "transformer.json")
+workload = workload_from_trace(base)
+print("fitted link:", workload.link)
+CAPS = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 25]
+rows = sweep(workload, {"bucket_cap_mb": CAPS}, SimConfig(world_size=2, iters=4))
+best = min(rows, key=lambda r: r["iteration_time_s"])
+for r in rows:
+    print(f"{r['bucket_cap_mb']:6} MiB: {r['n_buckets']:2d} buckets, {r['iteration_time_s'] * 1e3:7.1f} ms"
+          + ("   <- best" if r is best else ""))'''),
+    C('''plot_sweep(rows, title="zoo transformer, 2 ranks, this machine (simulated)")'''),
+    M("""On this machine the sweep may well be flat: the simulator knows (from the recording) that
+gloo's threads and the backward share the same 2 cores, so overlapping them gains little, and
+every cap costs about the same. That is a real finding, not a bug: bucket size matters when
+communication can run *beside* compute, as on GPUs with their own network engines.
+
+So here is a what-if where it matters: ResNet-50 on 64 V100 GPUs joined by 10 Gb Ethernet
+(a synthetic workload from the architecture's parameter table, see notebook 05). Tiny buckets
+pay the per-collective latency hundreds of times; one huge bucket starts only after the whole
+backward and overlaps nothing. The sweet spot is in between."""),
+    C('''resnet = synthetic("resnet50", "v100-eth10")
+big = sweep(resnet, {"bucket_cap_mb": [0.25, 1, 4, 10, 25, 50, 100, 200]}, SimConfig(world_size=64, iters=3))
+sweet = min(big, key=lambda r: r["iteration_time_s"])
+for r in big:
+    print(f"{r['bucket_cap_mb']:6} MiB: {r['n_buckets']:3d} buckets, {r['iteration_time_s'] * 1e3:7.1f} ms"
+          + ("   <- sweet spot" if r is sweet else ""))
+times = [r["iteration_time_s"] for r in big]
+print(f"worst / best = {max(times) / min(times):.2f}x")'''),
+    C('''plot_sweep(big, title="ResNet-50, 64 V100s, 10 GbE (simulated)")'''),
+    M("""## 3. What a bad order costs
+
+Buckets launch strictly in index order (notebook 02). The construction layout *guesses* that
+gradients arrive in reverse definition order; the `shuffled` model defines its layers out of
+forward order, so the guess is wrong and ready buckets wait. torch fixes this with the rebuild
+after iteration 0, but with `find_unused_parameters=True` it never rebuilds. The simulator's
+`order` option compares the two layouts on the same workload (a bundled `shuffled` recording)."""),
+    C('''from ddpsim import load_trace
+
+shuffled = workload_from_trace(load_trace(ROOT / "ddpsim" / "samples" / "03_shuffled_torch_default.json"))
+for net in ({}, {"bandwidth_gbps": 10, "latency_us": 20, "interference": 0}):
+    out = {}
+    for order in ("reverse", "ready"):
+        _, s = simulate(shuffled, SimConfig(world_size=2, iters=4, bucket_cap_mb=5, order=order, **net))
+        out[order] = s
+    name = "this machine" if not net else "10 Gbit/s what-if"
+    print(f"{name:18} construction order {out['reverse']['iteration_time_s'] * 1e3:7.1f} ms "
+          f"(exposed {out['reverse']['exposed_comm_s'] * 1e3:5.1f}) | rebuilt (ready) order "
+          f"{out['ready']['iteration_time_s'] * 1e3:7.1f} ms (exposed {out['ready']['exposed_comm_s'] * 1e3:5.1f})")'''),
+    M("""## 4. Confirm one prediction with a real run
+
+Take the best cap of the local sweep in section 2, record a real run with it and compare. Timing on a shared
+2-core machine varies by about ±10% between runs, so expect the same ballpark, not the same digit."""),
+    C('''check = record(RecordConfig(model="transformer", world_size=2, iters=4, bucket_cap_mb=best["bucket_cap_mb"]),
+               WORK / "confirm.json")
+measured = check.summary()["iteration_time_s"]
+predicted = best["iteration_time_s"]
+print(f"cap {best['bucket_cap_mb']} MiB: predicted {predicted * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "
+      f"({measured / predicted - 1:+.0%})")
+print("buckets after the rebuild:", len(check.ranks[0].layouts[-1].buckets))'''),
+    M("""## Try it yourself
+- Re-run the sweep with `world_size=8` or `jitter=0.1`: does the best cap move?
+- Which cap would you choose for the `mlp` (12 MB of gradients in 10 tensors)? Why does its sweep look flat at small caps?
+- **Assignment part 3** asks you to make this prediction and defend it.
+
+Next: **04 · Unused parameters and no_sync**."""),
+    C(CLEANUP),
+]
+
+# --------------------------------------------------------------------------------------------
+NB04 = [
+    M("""# 04 · Unused parameters, no_sync and static_graph
+
+**What you will learn:** what happens when some parameters get no gradient (the `branchy`
+model): the error without `find_unused_parameters` and why it comes one iteration late; what the
+flag does (a graph search after every forward, an allreduce of a used-parameter bitmap) and what
+that costs; gradient accumulation with `no_sync` and what it saves; and `static_graph`.
+
+**Time:** about 1–2 minutes to run (5 real 2-process runs), 25 minutes to read.
+Builds on notebooks 01–03."""),
+    C(setup("nb04")),
+    C('''from ddpsim.record.config import RecordConfig
+from ddpsim.record.launcher import RecordError, record
+from ddpsim.viz import plot_timeline
+
+def run(name, **options):
+    options.setdefault("world_size", 2)
+    t = time.time()
+    tr = record(RecordConfig(**options), WORK / f"{name}.json")
+    print(f"{name}: recorded in {time.time() - t:.1f} s")
+    return tr'''),
+    M("""## 1. Without the flag: the error, explained
+
+`branchy` uses an extra branch only when `(iteration + rank)` is even, so in every iteration one
+rank computes no gradient for the branch's parameters. Their bucket never becomes full on that
+rank, its allreduce never launches, and DDP notices at the **next** forward
+(`ensure_prior_reduction_finished`). ddpsim stops the other rank and says which parameters."""),
+    C('''try:
+    run("branchy_no_flag", model="branchy", iters=3)
+    raise AssertionError("expected this run to fail")
+except RecordError as e:
+    print(str(e).replace(". ", ".\\n"))'''),
+    M("""## 2. With `find_unused_parameters=True`
+
+After each forward, DDP walks the autograd graph from the outputs (`search_unused_parameters`)
+and marks every parameter it cannot reach as ready at the first hook, so every bucket still
+launches. After the last bucket, a small int bitmap of used parameters is allreduced, so a
+parameter unused on *every* rank keeps its `.grad` untouched. The flag also turns off the
+rebuild: the construction layout stays."""),
+    C('''fu = run("branchy_flag", model="branchy", iters=5, find_unused_parameters=True)
+for it in fu.ranks[0].iterations:
+    unused = [g.param for g in it.grad_ready if g.unused]
+    search = it.graph_search.duration_ns / 1e6 if it.graph_search else float("nan")
+    bitmap = it.bitmap_allreduce
+    bm = f"{(bitmap.complete_ns - bitmap.launch_ns) / 1e6:.2f} ms ({bitmap.bytes} B)" if bitmap else "-"
+    print(f"iteration {it.iteration}: unused params {unused}, graph search {search:.3f} ms, bitmap allreduce {bm}")
+print("layouts:", [(l.from_iteration, l.kind) for l in fu.ranks[0].layouts])'''),
+    M("""The bitmap allreduce is tiny (one int per parameter), yet on the rank that skipped the branch
+it can take as long as the other rank's extra backward: a collective ends only when every rank
+has joined it, so this span also shows the ranks waiting for each other."""),
+    C('''plot_timeline(fu, 2)'''),
+    M("""What does the flag cost? The search and the bitmap are small next to a whole iteration here;
+at scale the bigger cost is the lost rebuild (a worse bucket order). A what-if for BERT-large on
+64 A100s:"""),
+    C('''from ddpsim.sim import SimConfig, simulate, synthetic
+
+bert = synthetic("bert-large", "a100-ib200")
+for flag in (False, True):
+    _, s = simulate(bert, SimConfig(world_size=64, iters=3, find_unused_parameters=flag))
+    print(f"find_unused_parameters={flag!s:5}: {s['iteration_time_s'] * 1e3:6.1f} ms/iteration, "
+          f"exposed comm {s['exposed_comm_s'] * 1e3:5.1f} ms")'''),
+    M("""## 3. `no_sync`: accumulate locally, reduce once
+
+Inside `with ddp.no_sync():` (forward *and* backward) DDP skips the bucket copies and the
+allreduce; gradients accumulate in `.grad`. The first synced step afterwards reduces the sum.
+With `no_sync_every=3`, two of every three micro-steps communicate nothing."""),
+    C('''every = run("mlp_sync_every_step", model="mlp", iters=6)
+acc = run("mlp_no_sync_3", model="mlp", iters=6, no_sync_every=3)
+
+def comm_ms(tr):
+    return sum((b.complete_ns - b.launch_ns) / 1e6 for it in tr.ranks[0].iterations for b in it.buckets)
+
+for name, tr in (("every step", every), ("no_sync_every=3", acc)):
+    syncs = sum(it.sync for it in tr.ranks[0].iterations)
+    n = sum(len(it.buckets) for it in tr.ranks[0].iterations)
+    print(f"{name:16} {syncs} synced micro-steps of 6, {n:2d} allreduces, {comm_ms(tr):7.1f} ms allreduce time in total")
+count = lambda tr: sum(len(it.buckets) for it in tr.ranks[0].iterations)  # noqa: E731
+assert count(acc) < count(every)'''),
+    C('''plot_timeline(acc, 4)'''),
+    M("""## 4. `static_graph=True`
+
+Telling DDP the graph never changes lets it skip the per-iteration search even when some
+parameters are unused. In torch 2.13 the first iteration reduces everything after backward
+(`delay_all_reduce`), and the rebuild happens one iteration later than usual."""),
+    C('''st = run("mlp_static", model="mlp", iters=4, static_graph=True)
+print("layouts:", [(l.from_iteration, l.kind, len(l.buckets)) for l in st.ranks[0].layouts])
+print("graph searches:", sum(it.graph_search is not None for it in st.ranks[0].iterations))'''),
+    M("""## Try it yourself
+- Record `branchy` with `find_unused_parameters=True` and `world_size=2`, then look at which parameters have `unused` marks on which rank.
+- Simulate `no_sync_every` 1, 2, 4, 8 for ResNet-50 on `v100-eth10`: how much communication time per sample does accumulation save?
+
+Next: **05 · Scaling up**."""),
+    C(CLEANUP),
+]
+
+# --------------------------------------------------------------------------------------------
+NB05 = [
+    M("""# 05 · Scaling up: what-ifs on hardware we don't have
+
+**What you will learn:** how to use ddpsim's simulator for ResNet-50 and BERT-large on GPU
+profiles, from 8 to 4096 GPUs; how the best bucket size moves with the model size and the
+network; and how that compares with the lessons of the DDP paper (Li et al., VLDB 2020): the
+bucket size can matter by more than 2x, and the best size grows sub-linearly with the model.
+
+**Time:** under a minute to run (simulation only), 20 minutes to read. Builds on notebook 03.
+
+These are *predictions* from a model with datasheet-level GPU and network numbers
+(`ddpsim/sim/hardware/*.json`), not measurements. Treat differences under ~10% as noise."""),
+    C(setup("nb05")),
+    C('''from ddpsim.sim import SimConfig, simulate, sweep, synthetic
+from ddpsim.viz import plot_sweep
+
+CAPS = [0.25, 1, 4, 10, 25, 50, 100, 200]
+def best(rows):
+    return min(rows, key=lambda r: r["iteration_time_s"])'''),
+    M("""## 1. ResNet-50 and BERT-large on GPU profiles
+
+`synthetic(arch, "gpu-network")` builds a workload from a published architecture's parameter
+table and a GPU profile. ResNet-50 has 25.6M parameters (~100 MB of fp32 gradients), BERT-large
+~335M (~1.3 GB)."""),
+    C('''models = {"ResNet-50": synthetic("resnet50", "v100-ib100"), "BERT-large": synthetic("bert-large", "v100-ib100")}
+for name, w in models.items():
+    total = sum(p.bytes for p in w.params) / 2**20
+    _, s = simulate(w, SimConfig(world_size=32, iters=3))
+    print(f"{name:10} {len(w.params):4d} tensors, {total:7.1f} MiB gradients, 32 V100s on 100 Gb/s IB: "
+          f"{s['iteration_time_s'] * 1e3:7.1f} ms/iteration, overlap {s['overlap_fraction']:.0%}")'''),
+    M("""A reference point: PyTorch's DDP benchmark measured ResNet-50 at batch 32 per V100 at 0.097 s
+per iteration on 1 GPU and 0.104 s on 16 GPUs (8 DGX hosts, 4x100Gb InfiniBand)."""),
+    C('''for ws in (1, 16):
+    _, s = simulate(synthetic("resnet50", "v100-ib100"), SimConfig(world_size=ws, iters=3))
+    print(f"ResNet-50 on {ws:2d} V100s: simulated {s['iteration_time_s']:.3f} s/iteration")'''),
+    M("""## 2. World sizes from 8 to 4096
+
+Ring allreduce time grows with `2(k-1)/k` (bandwidth, almost flat) and `2(k-1)` latency steps
+(linear in the number of ranks), so at thousands of ranks latency takes over."""),
+    C('''w = synthetic("resnet50", "a100-ib200")
+_, single = simulate(w, SimConfig(world_size=1, iters=3))
+print(f"{'GPUs':>6} {'ms/iter':>8} {'efficiency':>10} {'exposed comm':>13}")
+for ws in (8, 64, 512, 4096):
+    _, s = simulate(w, SimConfig(world_size=ws, iters=3))
+    print(f"{ws:6d} {s['iteration_time_s'] * 1e3:8.1f} {single['iteration_time_s'] / s['iteration_time_s']:10.0%} "
+          f"{s['exposed_comm_s'] * 1e3:10.1f} ms")'''),
+    M("""## 3. The best bucket size, by model and network"""),
+    C('''results = {}
+for arch in ("resnet50", "bert-large"):
+    for net in ("v100-eth10", "v100-ib100", "a100-ib400"):
+        rows = sweep(synthetic(arch, net), {"bucket_cap_mb": CAPS}, SimConfig(world_size=64, iters=3))
+        times = [r["iteration_time_s"] for r in rows]
+        results[(arch, net)] = rows
+        print(f"{arch:10} {net:11} best {best(rows)['bucket_cap_mb']:6g} MiB "
+              f"({best(rows)['iteration_time_s'] * 1e3:7.1f} ms), worst/best {max(times) / min(times):4.2f}x")'''),
+    C('''plot_sweep(results[("resnet50", "v100-eth10")], title="ResNet-50, 64 V100s, 10 GbE (simulated)")'''),
+    M("""## 4. Compared with the paper's lessons
+
+1. *The right bucket size can give more than a 2x speedup.* Look at the worst/best column: on a
+   slow network the spread is large; on fast InfiniBand, where communication hides behind compute,
+   it shrinks. Let's find the largest spread in a quick grid, including a bigger world."""),
+    C('''spreads = []
+for arch in ("resnet50", "bert-large"):
+    for net in ("v100-eth10", "v100-ib100"):
+        for ws in (64, 256):
+            rows = sweep(synthetic(arch, net), {"bucket_cap_mb": [0.05, 0.25] + CAPS[1:]},
+                         SimConfig(world_size=ws, iters=3))
+            times = [r["iteration_time_s"] for r in rows]
+            spreads.append((max(times) / min(times), arch, net, ws))
+spreads.sort(reverse=True)
+for spread, arch, net, ws in spreads[:4]:
+    print(f"{spread:4.2f}x  {arch} on {net}, {ws} GPUs")
+print("paper's >2x reproduced in this grid:", spreads[0][0] > 2)'''),
+    M("""2. *The best size grows with the model, sub-linearly.* BERT-large has ~13x the gradient bytes
+of ResNet-50; compare the ratio of their best bucket sizes on each network (when a sweep is flat,
+several sizes are within noise of the best, so read this as a trend, not a law). Where the network
+is fast enough to hide all communication behind the backward, the sweep is flat and its "best"
+says nothing; the paper's lesson shows where communication is exposed, e.g. on 10 GbE."""),
+    C('''for net in ("v100-eth10", "v100-ib100", "a100-ib400"):
+    r, b = best(results[("resnet50", net)]), best(results[("bert-large", net)])
+    ratio = b["bucket_cap_mb"] / r["bucket_cap_mb"]
+    print(f"{net:11} ResNet-50 best {r['bucket_cap_mb']:6g} MiB, BERT-large best {b['bucket_cap_mb']:6g} MiB: "
+          f"ratio {ratio:5.2f} (model size ratio ~13)")'''),
+    M("""## Try it yourself
+- Add `gpt2` (its lm_head is tied to the embedding, so that gradient arrives last).
+- Add `jitter=0.05` to SimConfig: with many ranks, every step waits for the slowest one.
+- The default 25 MiB is debated (pytorch/pytorch issue 118421 proposes larger buckets): what do your sweeps say for H100s on `ib400`?
+
+This was the last notebook; the course assignments are in `assignments/` (see `assignments/INSTRUCTORS.md`)."""),
+    C(CLEANUP),
+]
+
+NOTEBOOKS = {
+    "01_ddp_from_the_outside": NB01,
+    "02_inside_the_reducer": NB02,
+    "03_bucket_size_and_ordering": NB03,
+    "04_unused_parameters_and_no_sync": NB04,
+    "05_scaling_up": NB05,
+}
+
+
+def build() -> list[Path]:
+    paths = []
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(cells=cells, metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"}})
+        for i, cell in enumerate(nb.cells):
+            cell["id"] = f"{name[:2]}-{i:02d}"  # stable ids: rebuilding gives the same file
+        nbformat.validate(nb)
+        path = HERE / f"{name}.ipynb"
+        nbformat.write(nb, path)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in build():
+        print("wrote", p.relative_to(HERE.parent))

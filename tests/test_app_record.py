@@ -1,0 +1,116 @@
+"""The Record page with real recordings, and that no recording process outlives the app."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ddpsim import samples
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    monkeypatch.setenv("DDPSIM_RUNS_DIR", str(tmp_path / "runs"))
+
+
+def record_page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=150).run()
+    at.switch_page("ddpsim/app/pages/record.py").run()
+    assert not at.exception and not at.error
+    return at
+
+
+def submit(at, **choices):
+    for key, value in choices.items():
+        widget = next(w for kind in ("selectbox", "slider", "select_slider", "checkbox")
+                      for w in getattr(at, kind) if w.key == f"ddpsim_rec_{key}")
+        widget.set_value(value)
+    at.button[0].click()  # the form's submit button
+    return at.run()
+
+
+def group_members(pgid: int) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":  # field 5 of stat: process group
+                pids.append(int(d))
+    return pids
+
+
+def test_recording_world_size_2_finishes_and_shows_timeline():
+    at = submit(record_page(), model="mlp", world=2, iters=3)
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("Recorded 'recorded: mlp_torch_w2'" in s.value for s in at.success)
+    assert len(at.image) == 1  # its timeline
+    assert at.session_state["ddpsim_source"] == "recorded: mlp_torch_w2"
+    trace = at.session_state["ddpsim_uploads"]["recorded: mlp_torch_w2"]
+    assert trace.world_size == 2 and len(trace.ranks[0].iterations) == 3
+    # The new trace opens on the Timeline page too.
+    at.switch_page("ddpsim/app/pages/timeline.py").run()
+    assert not at.exception and len(at.image) == 1
+
+
+def test_failing_recording_shows_reason_on_page():
+    at = submit(record_page(), model="branchy", world=2, iters=3)
+    assert not at.exception
+    assert len(at.error) == 1
+    message = at.error[0].value
+    assert message.startswith("The recording failed:")
+    assert "find_unused_parameters" in message
+    assert not at.image
+
+
+def test_no_recording_process_outlives_a_killed_app(tmp_path):
+    """A job whose app dies (SIGKILL: no clean-up in the app) stops itself and its ranks."""
+    script = (
+        "import sys, time, json\n"
+        "from ddpsim.app import jobs\n"
+        "job = jobs.start({'model': 'mlp', 'world_size': 2, 'iters': 500}, 'long')\n"
+        "print(job.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    app = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        pgid = int(app.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(group_members(pgid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(group_members(pgid)) >= 3  # the job and its two ranks are running
+        app.send_signal(signal.SIGKILL)
+        app.wait()
+        deadline = time.monotonic() + 15
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert group_members(pgid) == []
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+
+
+def test_jobs_stop_all_ends_the_group():
+    from ddpsim.app import jobs
+
+    job = jobs.start({"model": "mlp", "world_size": 2, "iters": 500}, "stopme")
+    try:
+        assert job in jobs.live()
+        jobs.stop_all()  # what atexit runs when the app exits
+        assert job.proc.poll() is not None and job not in jobs.live()
+        assert group_members(job.pid) == []
+    finally:
+        jobs.stop(job)

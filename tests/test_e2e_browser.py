@@ -1,0 +1,57 @@
+"""End to end in a real headless Chromium: the served app renders, and the What-if page reacts.
+
+Needs Debian's ``chromium`` (/usr/bin/chromium); driven over the DevTools protocol with
+the ``websockets`` package Streamlit already installs (ddpsim.app.devtools). Screenshots
+go to $DDPSIM_ARTIFACTS, else artifacts/ at the repository root (git-ignored).
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from ddpsim.app.devtools import CHROMIUM, Browser, group_alive, serve_app
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(os.environ.get("DDPSIM_ARTIFACTS") or ROOT / "artifacts")
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                reason=f"{CHROMIUM} is missing: apt-get install chromium")
+
+
+@pytest.fixture
+def server(tmp_path):
+    env = {"DDPSIM_RUNS_DIR": str(tmp_path / "runs")}
+    env.pop("DDPSIM_SAMPLES_DIR", None)
+    with serve_app(env=env) as (url, _, proc):
+        yield url, proc
+    assert group_alive(proc.pid) == [], "the Streamlit server left processes behind"
+
+
+@pytest.fixture
+def browser():
+    b = Browser()
+    yield b
+    b.close()
+    assert group_alive(b.proc.pid) == [], "chromium left processes behind"
+
+
+def test_whatif_switch_configuration_renders_chart(server, browser):
+    url, _ = server
+    browser.goto(url)
+    first = browser.wait_rendered(min_images=1, timeout_s=40)
+    assert "Timeline" in browser.eval("document.body.innerText")
+    browser.screenshot(ARTIFACTS / "e2e_timeline.png", height=1500)
+
+    browser.goto(url + "/whatif")
+    shown = browser.wait_rendered(min_images=2, timeout_s=40)  # the timelines and the sweep
+    assert shown["srcs"] != first["srcs"]
+    browser.click_label("find_unused_parameters")  # switch a configuration
+    changed = browser.wait_rendered(min_images=2, changed_from=shown["srcs"], timeout_s=30)
+    assert changed["srcs"][0] != shown["srcs"][0]  # a new simulated timeline
+    browser.click_label("a GPU model")  # the GPU example, where bucket size matters ~2x
+    gpu = browser.wait_rendered(min_images=2, changed_from=changed["srcs"], timeout_s=40)
+    text = browser.eval("document.body.innerText")
+    assert "Best simulated" in text and "torch defaults" in text, text[-3000:]
+    assert gpu["images"] == 2
+    shot = browser.screenshot(ARTIFACTS / "e2e_whatif.png", height=2200)
+    assert shot.stat().st_size > 10_000

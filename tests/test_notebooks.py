@@ -1,0 +1,105 @@
+"""Execute every walkthrough in notebooks/ top to bottom, as a student would; any cell
+error fails the test. Each notebook's run time is printed and recorded (record_property).
+
+The kernel is the Python running these tests (a "python3" kernelspec written to a temp
+JUPYTER_PATH that points at sys.executable), so the notebooks use the same venv.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+BUDGET_S = 240  # each notebook must run "within a few minutes" on a 2-core CPU
+
+
+@pytest.fixture(scope="module")
+def venv_kernel(tmp_path_factory):
+    """A python3 kernelspec for this interpreter, found first on JUPYTER_PATH."""
+    pytest.importorskip("ipykernel")
+    root = tmp_path_factory.mktemp("jupyter")
+    spec = root / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ddpsim tests)", "language": "python"}))
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root)] + ([old] if old else []))
+    yield "python3"
+    if old is None:
+        os.environ.pop("JUPYTER_PATH", None)
+    else:
+        os.environ["JUPYTER_PATH"] = old
+
+
+def live_children() -> list[int]:
+    me, kids = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_notebooks_exist_and_are_stripped():
+    names = [p.stem for p in NOTEBOOKS]
+    assert names == ["01_ddp_from_the_outside", "02_inside_the_reducer", "03_bucket_size_and_ordering",
+                     "04_unused_parameters_and_no_sync", "05_scaling_up"]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        first = nb.cells[0]
+        assert first.cell_type == "markdown" and "What you will learn" in first.source \
+            and "Time:" in first.source, f"{path.name}: must open with what it teaches and how long"
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name}: outputs not stripped"
+
+
+def test_notebooks_match_their_generator():
+    """notebooks/build_notebooks.py is the source; the .ipynb files must be rebuilt from it."""
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    try:
+        import build_notebooks
+    finally:
+        sys.path.pop(0)
+    for name, cells in build_notebooks.NOTEBOOKS.items():
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        assert [c.source for c in nb.cells] == [c.source for c in cells], \
+            f"{name}.ipynb is stale: run python notebooks/build_notebooks.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path, venv_kernel, record_property):
+    nb = nbformat.read(path, as_version=4)
+    before = set(live_children())
+    client = nbclient.NotebookClient(nb, kernel_name=venv_kernel, timeout=300, allow_errors=False,
+                                     resources={"metadata": {"path": str(path.parent)}})
+    start = time.monotonic()
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as e:
+        pytest.fail(f"{path.name}: a cell failed:\n{str(e)[-3000:]}", pytrace=False)
+    seconds = time.monotonic() - start
+    record_property("seconds", round(seconds, 1))
+    print(f"\n{path.name}: executed in {seconds:.1f} s")
+    assert seconds < BUDGET_S, f"{path.name} took {seconds:.0f} s (budget {BUDGET_S} s)"
+    left = set(live_children()) - before
+    deadline = time.monotonic() + 10
+    while left and time.monotonic() < deadline:  # the kernel takes a moment to exit
+        time.sleep(0.2)
+        left = set(live_children()) - before
+    assert not left, f"{path.name} left processes behind: {sorted(left)}"

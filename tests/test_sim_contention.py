@@ -1,0 +1,112 @@
+"""The shared-core (processor-sharing) model of CPU gloo: hand-computed timelines."""
+import pytest
+import simpy
+
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate, workload_from_trace
+from ddpsim.sim.extract import _shared_work
+from ddpsim.sim.model import Core
+
+MIB = 1024 * 1024
+
+
+def test_core_shares_equally():
+    # works 1, 2, 3 s started together: all at 1/3 until the first ends at 3 s; the
+    # other two at 1/2 (1 and 2 s left) -> the second at 5 s; the last alone -> 6 s.
+    env = simpy.Environment()
+    core = Core(env)
+    ends = {}
+
+    def job(name, work, start=0.0):
+        yield env.timeout(start)
+        yield core.run(work)
+        ends[name] = env.now
+
+    for name, work in (("a", 1.0), ("b", 2.0), ("c", 3.0)):
+        env.process(job(name, work))
+    env.run()
+    assert ends == pytest.approx({"a": 3.0, "b": 5.0, "c": 6.0})
+
+
+def test_core_job_arriving_later_and_zero_work():
+    # a: 2 s alone from 0; b (1 s) arrives at 1: both at 1/2 -> a has 1 left at 1,
+    # b and a both finish at 3 s. A zero-work job finishes at once.
+    env = simpy.Environment()
+    core = Core(env)
+    ends = {}
+
+    def job(name, work, start):
+        yield env.timeout(start)
+        yield core.run(work)
+        ends[name] = env.now
+
+    env.process(job("a", 2.0, 0.0))
+    env.process(job("b", 1.0, 1.0))
+    env.process(job("z", 0.0, 0.5))
+    env.run()
+    assert ends == pytest.approx({"a": 3.0, "b": 3.0, "z": 0.5})
+
+
+def tiny_shared(concurrency=2):
+    """4 params of 1 MiB, ready 3,2,1,0 one second apart; a 2 MiB allreduce takes 1.5 s alone."""
+    return Workload(
+        name="tiny", params=[ParamSpec(i, f"p{i}", MIB) for i in range(4)],
+        ready_order=[3, 2, 1, 0], grad_compute_s=[1.0] * 4,
+        link=Link(alpha_s=0.0, bandwidth_Bps=2 * MIB / 1.5, concurrency=concurrency, shared_core=True),
+        forward_s=1.0, optimizer_s=0.5)
+
+
+def test_shared_core_timeline():
+    # Steady iteration from 0: forward 0-1; grads 3, 2 at 2, 3 -> bucket 0 launches at 3.
+    # Grad 1 (1 s) and bucket 0 (1.5 s) share the core at 1/2: grad 1 at 5, 0.5 s of comm left.
+    # Grad 0 and the comm at 1/2: comm ends at 6, grad 0 has 0.5 s left, alone: 6.5.
+    # Bucket 1 alone 6.5-8; optimizer 8-8.5.  Iteration 8.5 s, exposed comm 1.5 s.
+    trace, s = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=3))
+    assert s["iteration_time_s"] == pytest.approx(8.5)
+    assert s["exposed_comm_s"] == pytest.approx(1.5)
+    it = trace.ranks[0].iterations[1]
+    t0 = it.forward.start_ns
+    rel = lambda ns: (ns - t0) / 1e9  # noqa: E731
+    assert [rel(g.t_ns) for g in it.grad_ready] == pytest.approx([2.0, 3.0, 5.0, 6.5])
+    assert [(rel(b.launch_ns), rel(b.complete_ns)) for b in it.buckets] == [
+        pytest.approx((3.0, 6.0)), pytest.approx((6.5, 8.0))]
+
+
+def test_two_collectives_and_compute_get_a_third_each():
+    # cap 1 MiB: bucket i = param 3-i; a 1 MiB allreduce takes 3 s alone (gloo: 2 in flight).
+    # grad 3 at 2 -> b0 launches. grad 2 + b0 at 1/2: grad 2 at 4 (b0: 2 s left), b1 launches.
+    # grad 1 + b0 + b1 at 1/3: grad 1 at 7 (b0: 1 left, b1: 2 left).
+    # grad 0 + b0 + b1 at 1/3: grad 0 and b0 at 10.
+    w = tiny_shared()
+    w.link = w.link.with_(bandwidth_Bps=MIB / 3)
+    trace, _ = simulate(w, SimConfig(world_size=2, bucket_cap_mb=1, iters=3))
+    it = trace.ranks[0].iterations[1]
+    t0 = it.forward.start_ns
+    assert [(g.t_ns - t0) / 1e9 for g in it.grad_ready] == pytest.approx([2.0, 4.0, 7.0, 10.0])
+    assert (it.buckets[0].complete_ns - t0) / 1e9 == pytest.approx(10.0)
+
+
+def test_shared_work_integral():
+    # [0, 10] with one collective in [2, 6]: 2 + 4/2 + 4 = 8
+    assert _shared_work(0, 10, [(2, 6, 0)], 1) == pytest.approx(8.0)
+    # a collective [2, 6] alone, compute until 4: 2/2 + 2 = 3
+    assert _shared_work(2, 6, [(2, 6, 0)], 0, (0, 4)) == pytest.approx(3.0)
+
+
+def test_extraction_inverts_the_shared_core_model():
+    trace, s = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=4))
+    w = workload_from_trace(trace)
+    assert w.link.shared_core and w.link.interference == 0.0
+    assert w.grad_compute_s == pytest.approx([1.0] * 4)
+    assert w.link.allreduce_s(2 * MIB, 2) == pytest.approx(1.5)
+    _, again = simulate(w, SimConfig(world_size=2, bucket_cap_mb=2, iters=4))
+    assert again["iteration_time_s"] == pytest.approx(s["iteration_time_s"])
+
+
+def test_explicit_interference_turns_the_shared_core_off():
+    # the app's "what if on network X" passes an interference: then no processor sharing
+    # (b0 3-4.5 overlaps grads 1, 0 at full speed: 8.5 -> the exact timeline of test_sim_model, 7 s)
+    _, s = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=3, interference=0.0))
+    assert s["iteration_time_s"] == pytest.approx(7.0)
+    assert s["link"]["shared_core"] is False
+    _, s = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=3, shared_core=True))
+    assert s["iteration_time_s"] == pytest.approx(8.5)

@@ -1,0 +1,71 @@
+"""``validate --grid`` mechanics on a tiny grid (accuracy is a benchmark figure, not tested here)."""
+import csv
+import json
+import math
+
+import pytest
+
+from ddpsim.__main__ import main
+from ddpsim.record.config import RecordConfig
+from ddpsim.errors import CLIError
+from ddpsim.sim.validate import bucket_start_error, grid_configs, stats
+
+
+@pytest.mark.slow
+def test_tiny_grid_table(tmp_path, capsys):
+    out = tmp_path / "table"
+    rc = main(["validate", "--grid", "--models", "mlp", "--world-sizes", "2", "--caps", "default",
+               "--orders", "torch,definition", "--find-unused", "off", "--record-iters", "5",
+               "--iters", "4", "--workdir", str(tmp_path / "runs"), "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    summary = json.loads(text.strip().splitlines()[-1])
+    assert summary["stats"]["rows"] == 2 and summary["stats"]["predicted"] == 2
+    assert "median |error|" in text
+    rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    assert [(r["model"], r["world_size"], r["order"], r["impl"]) for r in rows] == [
+        ("mlp", "2", "torch", "torch"), ("mlp", "2", "definition", "minddp")]
+    for r in rows:
+        assert not r["error"]
+        for k in ("predicted_ms", "measured_ms", "error_pct", "bucket_start_error_pct"):
+            assert math.isfinite(float(r[k])), (k, r)
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert len(data["rows"]) == 2 and len(data["calibrations"]) == 1
+    assert data["calibrations"][0]["link"]["shared_core"] is True
+    # the calibration run and the two grid runs were kept in --workdir
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 3
+
+
+def test_grid_configs_and_stats():
+    cfgs = grid_configs([None, 0.25], ["torch", "definition"], [False, True])
+    assert len(cfgs) == 8 and cfgs[0] == {"bucket_cap_mb": None, "order": "torch", "find_unused": False}
+    s = stats([{"error_pct": -4.0, "bucket_start_error_pct": 1.0}, {"error_pct": 10.0,
+               "bucket_start_error_pct": 3.0}, {"error_pct": math.nan, "bucket_start_error_pct": math.nan}])
+    assert s["median_abs_error_pct"] == 7.0 and s["max_abs_error_pct"] == 10.0
+    assert s["max_bucket_start_error_pct"] == 3.0 and s["predicted"] == 2
+
+
+def test_bucket_start_error_is_relative_to_iteration_time():
+    from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate
+
+    w = Workload("t", [ParamSpec(i, f"p{i}", 1024 * 1024) for i in range(4)], [3, 2, 1, 0], [1.0] * 4,
+                 Link(alpha_s=0.0, bandwidth_Bps=1e6), forward_s=1.0)
+    a, sa = simulate(w, SimConfig(world_size=2, bucket_cap_mb=2, iters=3))
+    assert bucket_start_error(a, a, sa["iteration_time_s"]) == 0.0
+    w.forward_s = 1.5  # every launch 0.5 s later
+    b, _ = simulate(w, SimConfig(world_size=2, bucket_cap_mb=2, iters=3))
+    assert bucket_start_error(b, a, 10.0) == pytest.approx(0.05)
+
+
+def test_order_needs_minddp():
+    with pytest.raises(CLIError, match="--impl minddp"):
+        RecordConfig(order="definition").validate()
+    with pytest.raises(CLIError, match="--order must be one of"):
+        RecordConfig(impl="minddp", order="sideways").validate()
+    RecordConfig(impl="minddp", order="definition").validate()
+
+
+def test_grid_bad_arguments_are_one_line(capsys):
+    assert main(["validate", "--grid", "--orders", "sideways"]) == 2
+    assert "--orders" in capsys.readouterr().err
+    assert main(["validate"]) == 2

@@ -1,0 +1,78 @@
+"""ddpsim.viz figures beyond the timeline: buckets, compare, sweep (no Streamlit)."""
+from pathlib import Path
+
+import matplotlib.colors as mcolors
+import pytest
+
+from ddpsim import load_trace
+from ddpsim.viz import (bucket_color, bucket_rows, compare_rows, figure_bytes, plot_buckets,
+                        plot_compare, plot_sweep, steady_iteration)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_trace.json"
+SIM = Path(__file__).resolve().parents[1] / "ddpsim" / "samples" / "20_sim_resnet50_v100-eth25_w64_default.json"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_trace(FIXTURE)
+
+
+def gids(fig, prefix):
+    return [a for ax in fig.axes for a in ax.patches + ax.lines + ax.collections
+            if (a.get_gid() or "").startswith(prefix)]
+
+
+def test_buckets_panels_and_table(trace):
+    fig = plot_buckets(trace)
+    assert len(fig.axes) == 1 + len(trace.ranks[0].layouts)
+    assert all(ax.get_xlabel() for ax in fig.axes) and fig.legends
+    # every parameter drawn once per layout, in its bucket's colour
+    layout = trace.ranks[0].layouts[-1]
+    for b in layout.buckets:
+        for p in b.params:
+            bar = gids(fig, f"param:{layout.kind}:b{b.index}:p{p}")
+            assert len(bar) == 1 and mcolors.to_hex(bar[0].get_facecolor()) == bucket_color(b.index).lower()
+    rows = bucket_rows(trace)
+    assert [r["param"] for r in rows] == sorted(p.index for p in trace.params if p.index is not None)
+    assert {"bucket_construction_from_it0", "bucket_rebuilt_from_it1"} <= set(rows[0])
+    # gradients arrive in reverse: the first to arrive has the highest index
+    assert rows[-1]["ready_position"] == 0 or rows[-1]["ready_position"] < rows[0]["ready_position"]
+
+
+def test_compare_shared_axis_and_numbers(trace):
+    sim = load_trace(SIM)
+    fig = plot_compare([("real", trace), ("sim", sim)])
+    ax = fig.axes[0]
+    assert "ms" in ax.get_xlabel()
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("real  [real") for t in texts) and any("SIMULATED" in t for t in texts)
+    assert gids(fig, "allreduce:") and gids(fig, "exposed:")
+    rows = compare_rows([("real", trace), ("sim", sim)])
+    assert rows[0]["d_iteration_ms"] == 0 and rows[0]["speedup"] == 1
+    assert rows[1]["kind"] == "simulated" and rows[1]["world_size"] == 64
+    assert rows[1]["d_iteration_ms"] == pytest.approx(rows[1]["iteration_ms"] - rows[0]["iteration_ms"])
+    assert steady_iteration(trace) in {it.iteration for it in trace.ranks[0].iterations}
+    assert figure_bytes(plot_compare([("a", trace)], iteration=0))[:4] == b"\x89PNG"
+    with pytest.raises(ValueError):
+        plot_compare([])
+
+
+def test_sweep_best_marked_and_series():
+    rows = [{"bucket_cap_mb": c, "order": o, "find_unused_parameters": fu,
+             "iteration_time_s": (abs(c - 10) + 5 + (3 if o == "definition" else 0) + fu) / 1000,
+             "exposed_comm_s": c / 10000}
+            for c in (1, 10, 100) for o in ("torch", "definition") for fu in (False, True)]
+    rows.append({"bucket_cap_mb": None, "order": "torch", "find_unused_parameters": False,
+                 "iteration_time_s": 0.0052, "exposed_comm_s": 0.001})
+    fig = plot_sweep(rows, current={"bucket_cap_mb": 100, "iteration_time_s": 0.095, "exposed_comm_s": 0.01})
+    ax_t, ax_e = fig.axes
+    assert ax_t.get_xscale() == "log" and "MiB" in ax_t.get_xlabel() and "(ms)" in ax_t.get_ylabel()
+    assert len(gids(fig, "series:")) == 8  # 2 orders x 2 find_unused x 2 panels
+    assert len(gids(fig, "default:torch")) == 2
+    best = gids(fig, "best")[0]
+    assert list(best.get_xdata()) == [10] and list(best.get_ydata()) == pytest.approx([5.0])
+    assert len(gids(fig, "current")) == 2
+    assert any(s.get_linestyle() == "--" for s in gids(fig, "series:torch:fu"))
+    assert figure_bytes(fig, "svg")[:5] in (b"<?xml", b"<svg ")
+    with pytest.raises(ValueError):
+        figure_bytes(fig, "gif")
