@@ -32,7 +32,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m ddpsim", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m ddpsim",
+                          description="ddpsim: record, re-implement and simulate PyTorch DDP")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True,
                                 parser_class=OneLineParser)
     for name, module_name in COMMANDS.items():

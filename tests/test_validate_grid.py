@@ -20,7 +20,8 @@ def test_tiny_grid_table(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     summary = json.loads(text.strip().splitlines()[-1])
-    assert summary["stats"]["rows"] == 2 and summary["stats"]["predicted"] == 2
+    assert summary["stats"]["rows"] == 2, text
+    assert summary["stats"]["predicted"] == 2, text  # a row whose recording failed names its error
     assert "median |error|" in text
     rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
     assert [(r["model"], r["world_size"], r["order"], r["impl"]) for r in rows] == [
