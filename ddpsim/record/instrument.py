@@ -87,6 +87,7 @@ class CommHookState:
         self.group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.profiled = profiled
+        self.members: dict[tuple[int, int], list[int]] = {}  # (bucket, buffer address) -> params
 
 
 def bucket_hook(state, bucket):
@@ -97,8 +98,11 @@ def bucket_hook(state, bucket):
     """
     t = now_ns()
     buffer = bucket.buffer()
-    params = [state.index[id(p)] for p in bucket.parameters()]
-    event = state.recorder.bucket_launch(bucket.index(), params, buffer.numel() * buffer.element_size(), t)
+    key = (bucket.index(), buffer.data_ptr())  # a rebuild allocates new buffers
+    params = state.members.get(key)
+    if params is None:
+        params = state.members[key] = [state.index[id(p)] for p in bucket.parameters()]
+    event = state.recorder.bucket_launch(key[0], params, buffer.numel() * buffer.element_size(), t)
     buffer.div_(state.world_size)
     if state.profiled:
         with torch.profiler.record_function(OUR_LAUNCH):
@@ -106,8 +110,8 @@ def bucket_hook(state, bucket):
     else:
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
 
-    def done(fut):
-        RankRecorder.bucket_complete(event, now_ns())
+    def done(fut):  # runs on a gloo thread when the allreduce completes
+        event["complete_ns"] = now_ns()
         return fut.value()[0]
 
     return work.get_future().then(done)
