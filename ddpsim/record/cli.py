@@ -58,7 +58,7 @@ def _torchrun_rank(cfg, out: Path) -> int:
     if world != cfg.world_size:
         cfg.world_size = world  # torchrun decides the world size
     shards = shard_paths(out, world)
-    run_rank(cfg, str(shards[rank]))
+    run_rank([cfg], [str(shards[rank])])
     if rank == 0:
         if all(s.exists() for s in shards):
             merge_files(shards, out)

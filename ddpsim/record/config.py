@@ -77,6 +77,9 @@ class RecordConfig:
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
     @classmethod
     def from_json(cls, text: str) -> "RecordConfig":
         return cls(**json.loads(text))

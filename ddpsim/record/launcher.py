@@ -9,6 +9,7 @@ a launcher that waits on a queue hangs forever when a rank segfaults).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from typing import Callable
 from ddpsim.errors import CLIError
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import explain, root_cause
-from ddpsim.record.merge import merge_files, read_shard
+from ddpsim.record.merge import first_forward_ns, merge_files, read_shard
 
 POLL_S = 0.1  # seconds between looks at the ranks
 GRACE_S = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
@@ -62,13 +63,14 @@ def shard_paths(out: Path, world_size: int) -> list[Path]:
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ddpsim/
 
 
-def _start(cfg: RecordConfig, rank: int, port: int, shard: Path, log: Path) -> subprocess.Popen:
+def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path) -> subprocess.Popen:
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, PYTHONPATH=path, RANK=str(rank), WORLD_SIZE=str(cfg.world_size), LOCAL_RANK=str(rank),
+    env = dict(os.environ, PYTHONPATH=path, RANK=str(rank), WORLD_SIZE=str(cfgs[0].world_size), LOCAL_RANK=str(rank),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                PYTHONUNBUFFERED="1", DDPSIM_LAUNCHED="1")
     with open(log, "w") as f:
-        return subprocess.Popen([sys.executable, "-m", "ddpsim.record.worker", cfg.to_json(), str(shard)],
+        configs = json.dumps([c.to_dict() for c in cfgs])
+        return subprocess.Popen([sys.executable, "-m", "ddpsim.record.worker", configs, *map(str, shards)],
                                 env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
@@ -114,29 +116,48 @@ def _watch(procs, cfg: RecordConfig, shard0: Path, progress) -> dict[int, int]:
 def record(cfg: RecordConfig, out: str | Path, progress: Callable[[int, int], None] | None = None,
            master_port: int | None = None):
     """Record one run into ``out``; returns the Trace, or raises RecordError (partial trace kept)."""
-    cfg.validate()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    logs = out.with_name(out.name + ".logs")
+    return record_many([cfg], [out], progress, master_port)[0]
+
+
+def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
+                progress: Callable[[int, int], None] | None = None, master_port: int | None = None):
+    """Record several configurations in the same ranks, interleaved iteration by iteration.
+
+    All configs share the world size, backend and pinning; each gets its own DDP
+    instance and its own trace in ``outs``. Interleaving makes their timings
+    comparable: a slow spell of the machine hits them all alike (``validate --grid``).
+    """
+    for cfg in cfgs:
+        cfg.validate()
+    shared = {(c.world_size, c.backend, c.pin_cpus, c.timeout_s) for c in cfgs}
+    if len(shared) != 1:
+        raise CLIError("configs recorded together must share world size, backend, pinning and timeout")
+    cfg, outs = cfgs[0], [Path(o) for o in outs]
+    outs[0].parent.mkdir(parents=True, exist_ok=True)
+    logs = outs[0].with_name(outs[0].name + ".logs")
     logs.mkdir(exist_ok=True)
-    shards = shard_paths(out, cfg.world_size)
+    shards = [shard_paths(o, cfg.world_size) for o in outs]  # [config][rank]
     port = pick_port(master_port)
     procs = []
+    watched = max(cfgs, key=lambda c: c.iters)
     try:
-        for r, shard in enumerate(shards):
-            procs.append(_start(cfg, r, port, shard, logs / f"rank{r}.log"))
-        failed = _watch(procs, cfg, shards[0], progress)
+        for r in range(cfg.world_size):
+            procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log"))
+        failed = _watch(procs, watched, shards[cfgs.index(watched)][0], progress)
     finally:
         stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
-    if not failed:
-        trace = merge_files(shards, out)
-        for s in shards:
+    if failed:
+        raise _failure(cfg, outs[0], shards[0], logs, failed)
+    origin = min(first_forward_ns([read_shard(p) for p in rank_shards]) for rank_shards in shards)
+    traces = []
+    for out, rank_shards in zip(outs, shards):
+        traces.append(merge_files(rank_shards, out, origin_ns=origin))
+        for s in rank_shards:
             s.unlink()
-        shutil.rmtree(logs, ignore_errors=True)
-        if progress:
-            progress(cfg.iters, cfg.iters)
-        return trace
-    raise _failure(cfg, out, shards, logs, failed)
+    shutil.rmtree(logs, ignore_errors=True)
+    if progress:
+        progress(watched.iters, watched.iters)
+    return traces
 
 
 def _failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, int]) -> RecordError:

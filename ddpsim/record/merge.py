@@ -59,17 +59,26 @@ def _shift(obj, delta: int):
     return obj
 
 
-def merge(shards: list[dict], notes: dict[int, str] | None = None) -> dict:
-    """Shards -> trace dict. ``notes``: rank -> why it stopped (from the launcher)."""
+def first_forward_ns(shards: list[dict]) -> int | None:
+    """The earliest first-forward start over the shards, on rank 0's clock: the run's origin."""
+    starts = [it["forward"]["start_ns"] - s["header"].get("clock", {}).get("offset_ns", 0)
+              for s in shards for it in s["iterations"][:1]]
+    return min(starts) if starts else None
+
+
+def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: int | None = None) -> dict:
+    """Shards -> trace dict. ``notes``: rank -> why it stopped (from the launcher).
+
+    ``origin_ns``: the time that becomes 0 (default: this run's first forward); runs
+    recorded together pass a shared origin so that their times line up.
+    """
     shards = sorted(shards, key=lambda s: s["header"]["rank"])
     ranks = [s["header"]["rank"] for s in shards]
     if len(set(ranks)) != len(ranks):
         raise CLIError(f"two shards claim the same rank: ranks {ranks}")
     head = shards[0]["header"]
     offsets = {s["header"]["rank"]: s["header"].get("clock", {}).get("offset_ns", 0) for s in shards}
-    starts = [it["forward"]["start_ns"] - offsets[s["header"]["rank"]]
-              for s in shards for it in s["iterations"][:1]]
-    origin = min(starts) if starts else 0
+    origin = origin_ns if origin_ns is not None else (first_forward_ns(shards) or 0)
     out_ranks = []
     for s in shards:
         h, r = s["header"], s["header"]["rank"]
@@ -98,9 +107,10 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None) -> dict:
             "params": head.get("params", []), "ranks": out_ranks}
 
 
-def merge_files(paths: list[str | Path], out: str | Path, notes: dict[int, str] | None = None):
+def merge_files(paths: list[str | Path], out: str | Path, notes: dict[int, str] | None = None,
+                origin_ns: int | None = None):
     """Read shards, merge, check the result loads, write it. Returns the Trace."""
-    raw = merge([read_shard(p) for p in paths], notes)
+    raw = merge([read_shard(p) for p in paths], notes, origin_ns)
     trace = from_dict(raw, name=str(out))
     Path(out).write_text(json.dumps(raw, separators=(",", ":")))
     return trace

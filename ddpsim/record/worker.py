@@ -4,11 +4,12 @@ Started either by ddpsim's launcher (``python -m ddpsim record``) or by
 ``torchrun``; both hand over RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in
 the environment, and LOCAL_RANK picks the GPU with NCCL.
 
-    python -m ddpsim.record.worker CONFIG_JSON SHARD_PATH
+    python -m ddpsim.record.worker CONFIGS_JSON SHARD_PATH [SHARD_PATH ...]
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from datetime import timedelta
@@ -74,44 +75,70 @@ class TorchProbes:
             self.grads.mark_unused()
 
 
-def train(cfg: RecordConfig, rank: int, world: int, device, recorder: RankRecorder) -> dict | None:
-    torch.manual_seed(cfg.seed)
-    workload = build_workload(cfg.model)
-    model = workload.model.to(device)
-    recorder.header_update({"params": instrument.param_table(model)})
-    ddp = wrap_model(cfg, model, recorder, device)
-    probes = TorchProbes(cfg, ddp, recorder) if cfg.impl == "torch" else None
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    clock = estimate_offsets(device)
-    recorder.header_update({"clock": clock})
-    sync_device = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for it in range(cfg.iters):
+class Run:
+    """One DDP configuration trained and recorded in this rank process.
+
+    A rank usually holds one Run. ``validate --grid`` gives it several, of the same
+    model, that take turns iteration by iteration (see ``train``), so that a slow
+    spell of the machine hits every configuration alike.
+    """
+
+    def __init__(self, cfg: RecordConfig, rank: int, world: int, device, recorder: RankRecorder):
+        self.cfg, self.rank, self.world, self.device, self.recorder = cfg, rank, world, device, recorder
+        torch.manual_seed(cfg.seed)
+        self.workload = build_workload(cfg.model)
+        self.model = self.workload.model.to(device)
+        recorder.header_update({"params": instrument.param_table(self.model)})
+        self.ddp = wrap_model(cfg, self.model, recorder, device)
+        self.probes = TorchProbes(cfg, self.ddp, recorder) if cfg.impl == "torch" else None
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
+        self.sync_device = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step(self, it: int) -> None:
+        """One recorded micro-step: forward, backward and (when synced) the optimizer."""
+        cfg, rec, probes = self.cfg, self.recorder, self.probes
         sync = cfg.is_sync(it)
-        inputs, target = call_batch(workload, it, rank, world, cfg.batch_size)
-        inputs = tuple(x.to(device) for x in inputs)
-        target = target.to(device)
+        inputs, target = call_batch(self.workload, it, self.rank, self.world, cfg.batch_size)
+        inputs = tuple(x.to(self.device) for x in inputs)
+        target = target.to(self.device)
         if probes:
             probes.before(sync)
-        recorder.begin_iteration(it, sync)
-        with contextlib.nullcontext() if sync else ddp.no_sync():
+        rec.begin_iteration(it, sync)
+        with contextlib.nullcontext() if sync else self.ddp.no_sync():
             f0 = now_ns()
-            loss = workload.loss(ddp(*inputs), target)
-            sync_device()
+            loss = self.workload.loss(self.ddp(*inputs), target)
+            self.sync_device()
             f1 = now_ns()
             loss.backward()
-            sync_device()
+            self.sync_device()
             b1 = now_ns()
-        recorder.span("forward", f0, f1)
-        recorder.span("backward", f1, b1)
+        rec.span("forward", f0, f1)
+        rec.span("backward", f1, b1)
         if sync:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sync_device()
-            recorder.span("optimizer", b1, now_ns())
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.sync_device()
+            rec.span("optimizer", b1, now_ns())
         if probes:
-            probes.after(sync, recorder)
-        recorder.end_iteration(probes.layout_caps if probes else None)
-    return ddp._get_ddp_logging_data() if cfg.impl == "torch" else None
+            probes.after(sync, rec)
+        rec.end_iteration(probes.layout_caps if probes else None)
+
+    def logging_data(self) -> dict | None:
+        return self.ddp._get_ddp_logging_data() if self.cfg.impl == "torch" else None
+
+
+def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
+    """Build every Run, align clocks, then step them in turn: iteration i of each, then i + 1."""
+    runs = [Run(c, rank, world, device, r) for c, r in zip(cfgs, recorders)]
+    clock = estimate_offsets(device)
+    for r in recorders:
+        r.header_update({"clock": clock})
+    for it in range(max(c.iters for c in cfgs)):
+        for run in runs:
+            if it < run.cfg.iters:
+                run.step(it)
+    for run in runs:
+        run.recorder.finish(run.logging_data())
 
 
 def die_with_parent() -> None:
@@ -125,10 +152,11 @@ def die_with_parent() -> None:
             os._exit(1)
 
 
-def run_rank(cfg: RecordConfig, shard_path: str, header: dict | None = None) -> None:
-    """Run this process's rank and write its shard. Exits the process on failure."""
+def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | None = None) -> None:
+    """Run this process's rank and write one shard per config. Exits the process on failure."""
     die_with_parent()
     rank, world, local = env_rank()
+    cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
     backend = cfg.resolved_backend()
     torch.set_num_threads(1)
     if backend == "nccl":
@@ -139,16 +167,17 @@ def run_rank(cfg: RecordConfig, shard_path: str, header: dict | None = None) -> 
         if cfg.pin_cpus:
             pin_to_cpu(local)
     from ddpsim.record.meta import rank_header
-    recorder = RankRecorder(shard_path, rank, rank_header(cfg, backend, world, header))
+    recorders = [RankRecorder(path, rank, rank_header(c, backend, world, header))
+                 for c, path in zip(cfgs, shard_paths)]
     try:
         dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=cfg.timeout_s))
-        logging_data = train(cfg, rank, world, device, recorder)
-        recorder.finish(logging_data)
+        train(cfgs, rank, world, device, recorders)
         dist.barrier()  # every shard is complete on disk once this returns
     except BaseException as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
         message = f"{type(e).__name__}: {str(e).strip()}"
-        recorder.fail(message)
+        for r in recorders:
+            r.fail(message)
         print(f"ddpsim rank {rank}: {message.splitlines()[0] if message else type(e).__name__}",
               file=sys.stderr, flush=True)
         os._exit(1)  # do not wait on collectives that will never finish
@@ -167,8 +196,9 @@ def exit_now(code: int = 0) -> None:
 
 
 def main(argv: list[str]) -> None:
-    cfg = RecordConfig.from_json(argv[0])
-    run_rank(cfg, argv[1])
+    """argv: a JSON list of configs, then one shard path per config."""
+    cfgs = [RecordConfig(**c) for c in json.loads(argv[0])]
+    run_rank(cfgs, argv[1:])
     exit_now(0)
 
 

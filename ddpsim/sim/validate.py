@@ -199,17 +199,19 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
              log=None, reuse=False) -> dict:
     """Record calibration + grid runs for each (model, world size) and predict each grid run.
 
-    ``reuse``: load a run from ``workdir`` when its trace is there instead of recording it.
+    Note [Interleave the measurements]: two identical runs recorded seconds apart on
+    this 2-core machine differed by up to a third, far more than the accuracy asked
+    of the model. So the calibration run and every grid run of one (model, world
+    size) are recorded together in the same ranks, taking turns iteration by
+    iteration (``record_many``): a slow spell hits all of them alike. The workload is
+    still learnt from the calibration run alone.
+
+    ``reuse``: load the runs from ``workdir`` when their traces are there instead of recording.
     """
     from ddpsim.record.config import RecordConfig
-    from ddpsim.record.launcher import record as record_run
+    from ddpsim.record.launcher import record_many
     from ddpsim.sim.extract import workload_from_trace
     from ddpsim.trace import load_trace
-
-    def record(cfg, path):
-        if reuse and Path(path).exists():
-            return load_trace(path)
-        return record_run(cfg, path)
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     tmp = None
@@ -219,50 +221,46 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     rows, calibrations, loads = [], [], []
-    total = len(models) * len(world_sizes) * (len(configs) + 1)
-    step, t_start = 0, time.monotonic()
+    groups = [(m, ws) for m in models for ws in world_sizes]
+    t_start = time.monotonic()
     try:
-        for model in models:
-            for ws in world_sizes:
-                step += 1
-                loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
-                log(f"[{step}/{total}] {model} ws{ws}: calibration run (torch DDP, default options) "
-                    f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
-                cal = record(RecordConfig(model=model, world_size=ws, iters=record_iters),
-                             work / f"{model}_ws{ws}_calibration.json")
-                w = workload_from_trace(cal)
-                jit = fit_jitter(w, cal, sim_iters) if jitter is None else jitter
-                calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
-                                     "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
-                                     "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0),
-                                     "workload": {k: getattr(w, k) for k in (
-                                         "forward_s", "pre_backward_s", "finalize_s", "optimizer_s",
-                                         "iter_gap_s", "backward_compute_s")}})
-                log(f"    calibration: measured {calibrations[-1]['measured_ms']:.1f} ms, jitter {jit:.3f}, "
-                    f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
-                for c in configs:
-                    step += 1
-                    order = c["order"]
-                    impl = "torch" if order == "torch" else "minddp"
-                    cap = c["bucket_cap_mb"]
-                    name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
-                    row = {"model": model, "world_size": ws, "bucket_cap_mb": cap if cap else "default",
-                           "order": order, "find_unused": c["find_unused"], "impl": impl}
-                    loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
-                    log(f"[{step}/{total}] {name}: recording ({impl}) load {loads[-1]:.2f}, "
-                        f"{time.monotonic() - t_start:.0f} s")
-                    try:
-                        real = record(RecordConfig(model=model, world_size=ws, iters=record_iters, impl=impl,
-                                                   bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
-                                                   order=None if impl == "torch" else order),
-                                      work / f"{name}.json")
-                        row.update(predict_row(w, real, order, sim_iters, jit))
-                    except Exception as e:  # noqa: BLE001 - one failed row must not lose the grid
-                        row.update({k: math.nan for k in ("predicted_ms", "measured_ms", "error_pct",
-                                                          "bucket_start_error_pct")},
-                                   error=f"{type(e).__name__}: {e}".splitlines()[0])
-                    rows.append(row)
-                    log("    " + format_row(row))
+        for g, (model, ws) in enumerate(groups, 1):
+            loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved; "
+                f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
+            specs = [("calibration", RecordConfig(model=model, world_size=ws, iters=record_iters), None)]
+            for c in configs:
+                order, cap = c["order"], c["bucket_cap_mb"]
+                impl = "torch" if order == "torch" else "minddp"
+                name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
+                specs.append((name, RecordConfig(model=model, world_size=ws, iters=record_iters, impl=impl,
+                                                 bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
+                                                 order=None if impl == "torch" else order), c))
+            paths = [work / f"{model}_ws{ws}_calibration.json" if c is None else work / f"{name}.json"
+                     for name, _, c in specs]
+            if reuse and all(p.exists() for p in paths):
+                traces = [load_trace(p) for p in paths]
+            else:
+                traces = record_many([cfg for _, cfg, _ in specs], paths)
+            cal = traces[0]
+            w = workload_from_trace(cal)
+            jit = fit_jitter(w, cal, sim_iters) if jitter is None else jitter
+            calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
+                                 "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
+                                 "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)})
+            log(f"    calibration: measured {calibrations[-1]['measured_ms']:.1f} ms, jitter {jit:.3f}, "
+                f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
+            for (name, cfg, c), real in zip(specs[1:], traces[1:]):
+                row = {"model": model, "world_size": ws, "bucket_cap_mb": c["bucket_cap_mb"] or "default",
+                       "order": c["order"], "find_unused": c["find_unused"], "impl": cfg.impl}
+                try:
+                    row.update(predict_row(w, real, c["order"], sim_iters, jit))
+                except Exception as e:  # noqa: BLE001 - one failed row must not lose the grid
+                    row.update({k: math.nan for k in ("predicted_ms", "measured_ms", "error_pct",
+                                                      "bucket_start_error_pct")},
+                               error=f"{type(e).__name__}: {e}".splitlines()[0])
+                rows.append(row)
+                log("    " + format_row(row))
     finally:
         if tmp is not None:
             tmp.cleanup()
