@@ -33,7 +33,10 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int,
     import torch
     import torch.distributed as dist
 
+    from ddpsim.record.worker import pin_to_cpu
+
     torch.set_num_threads(1)
+    pin_to_cpu(rank)  # as the recorder pins its ranks, so the costs are the ones a recording sees
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     rows = []
     for nbytes in sizes:
@@ -71,14 +74,14 @@ def measure(sizes: list[int], reps: int = 5, world: int = 2, timeout: float = 12
         return [tuple(r) for r in json.loads(Path(out).read_text())]
 
 
-def calibrate(sizes: list[int], reps: int = 5, timeout: float = 120.0) -> dict:
+def calibrate(sizes: list[int], reps: int = 5, timeout: float = 120.0, world: int = 2) -> dict:
     from ddpsim.sim.extract import fit_line
     from ddpsim.sim.network import Link
 
-    points = measure(sizes, reps, 2, timeout)
+    points = measure(sizes, reps, world, timeout)
     a, b = fit_line(points)
-    link = Link.from_fit(a, b, 2, concurrency=2, name="gloo calibration")
-    return {"backend": "gloo", "world_size": 2, "alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps,
+    link = Link.from_fit(a, b, world, concurrency=2, name="gloo calibration")
+    return {"backend": "gloo", "world_size": world, "alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps,
             "intercept_s": a, "s_per_byte": b, "points": [[n, t] for n, t in points],
             "host_cpus": os.cpu_count()}
 

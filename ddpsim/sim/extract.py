@@ -298,6 +298,16 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights) -> tuple[
         for s, e, nbytes in spans:
             by_size.setdefault(nbytes, []).append(_shared_work(s, e, spans, 0, compute) * NS)
     k = trace.world_size
+    cal = trace.meta.get("calibration")
+    if isinstance(cal, dict) and cal.get("world_size") == k and "intercept_s" in cal:
+        # Note [Calibrate alone]: the shared-core model needs each allreduce's cost
+        # *alone*; `ddpsim calibrate` measures exactly that over many sizes, where a
+        # trace has only its few bucket sizes to fit a line through.
+        a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
+        link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
+                             name=f"shared-core, gloo calibration (k={k})")
+        return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,
+                      "world_size": k}
     a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
     if len(by_size) < 2:  # one size: a line through the origin
         a, b = 0.0, (statistics.median(next(iter(by_size.values()))) / next(iter(by_size))) if by_size else 0.0

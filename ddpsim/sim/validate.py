@@ -195,6 +195,9 @@ def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -
         time.sleep(poll_s)
 
 
+CAL_SIZES = [k * 1024 for k in (4, 64, 256, 512, 1024, 2048, 4096, 8192)]  # bytes, for `calibrate`
+
+
 def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdir=None, jitter=None,
              log=None, reuse=False) -> dict:
     """Record calibration + grid runs for each (model, world size) and predict each grid run.
@@ -211,6 +214,8 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
     from ddpsim.sim.extract import workload_from_trace
+    from ddpsim.sim.calibrate import calibrate
+    from ddpsim.sim.refine import refine
     from ddpsim.trace import load_trace
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -220,7 +225,7 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
         workdir = tmp.name
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    rows, calibrations, loads = [], [], []
+    rows, calibrations, loads, calibrations_by_ws = [], [], [], {}
     groups = [(m, ws) for m in models for ws in world_sizes]
     t_start = time.monotonic()
     try:
@@ -243,7 +248,11 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
             else:
                 traces = record_many([cfg for _, cfg, _ in specs], paths)
             cal = traces[0]
-            w = workload_from_trace(cal)
+            if "calibration" not in cal.meta:  # allreduce alone, vs size (Note [Calibrate alone])
+                cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, 7, world=ws)
+                calibrations_by_ws[ws] = cal.meta["calibration"]
+                cal.save(paths[0])
+            w = refine(workload_from_trace(cal), cal)  # Note [Self-calibration]
             jit = fit_jitter(w, cal, sim_iters) if jitter is None else jitter
             calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
                                  "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
