@@ -35,7 +35,7 @@ STEPS, MICRO, BATCH, LR, SEED = 5, 2, 8, 0.1, 1234
 def configs(world_size):
     """(model, bucket_cap_mb, no_sync, find_unused, static_graph)."""
     out = []
-    caps = CAPS if world_size == 2 else [1e-6, None]  # 4 ranks on 2 cores: fewer configs
+    caps = CAPS
     for model in MODELS:
         for cap in caps:
             for no_sync in (False, True):
