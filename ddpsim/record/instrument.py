@@ -87,7 +87,6 @@ class CommHookState:
         self.group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.profiled = profiled
-        self.members: dict[tuple[int, int], list[int]] = {}  # (bucket, buffer address) -> params
 
 
 def bucket_hook(state, bucket):
@@ -98,11 +97,9 @@ def bucket_hook(state, bucket):
     """
     t = now_ns()
     buffer = bucket.buffer()
-    key = (bucket.index(), buffer.data_ptr())  # a rebuild allocates new buffers
-    params = state.members.get(key)
-    if params is None:
-        params = state.members[key] = [state.index[id(p)] for p in bucket.parameters()]
-    event = state.recorder.bucket_launch(key[0], params, buffer.numel() * buffer.element_size(), t)
+    # Not cached: after the rebuild a new bucket's buffer can reuse the old one's address.
+    params = [state.index[id(p)] for p in bucket.parameters()]
+    event = state.recorder.bucket_launch(bucket.index(), params, buffer.numel() * buffer.element_size(), t)
     buffer.div_(state.world_size)
     if state.profiled:
         with torch.profiler.record_function(OUR_LAUNCH):
