@@ -31,6 +31,7 @@ class RecordConfig:
     lr: float = 0.01  # SGD learning rate
     timeout_s: float = 60.0  # collective timeout (init_process_group timeout), seconds
     pin_cpus: bool = True  # pin rank r to CPU r % ncpus (removes a bimodal slowdown on CPU)
+    profile_internals: bool = True  # torch impl + find_unused: profile the graph search and bitmap
     order: str | None = None  # minddp only: bucket_order ready|reverse|definition (not in torch)
 
     def validate(self) -> "RecordConfig":
@@ -111,6 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order", default=None, choices=ORDERS,
                    help="minddp only (not in torch): bucket order ready (torch's: rebuilt in "
                         "gradient-ready order), reverse or definition (fixed layouts, never rebuilt)")
+    p.add_argument("--no-profile-internals", dest="profile_internals", action="store_false",
+                   help="with --impl torch and --find-unused-parameters, do not run torch's profiler to "
+                        "record the graph search and bitmap allreduce (it slows those iterations ~10%%)")
     p.add_argument("--no-pin-cpus", dest="pin_cpus", action="store_false",
                    help="do not pin rank r to CPU r %% ncpus")
 

@@ -56,8 +56,8 @@ class TorchProbes:
     def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder):
         params = instrument.reducer_params(ddp.module)
         self.grads = instrument.GradReadyProbe(params, recorder)
-        self.profiler = (instrument.InternalsProfiler(len(params))
-                         if cfg.find_unused_parameters and not cfg.static_graph else None)
+        self.profiler = (instrument.InternalsProfiler(len(params)) if cfg.profile_internals
+                         and cfg.find_unused_parameters and not cfg.static_graph else None)
         state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None)
         ddp.register_comm_hook(state, instrument.bucket_hook)
         self.layout_caps = instrument.torch_layout_caps(ddp, params)

@@ -238,9 +238,11 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
                 order, cap = c["order"], c["bucket_cap_mb"]
                 impl = "torch" if order == "torch" else "minddp"
                 name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
+                # No profiler: it slows the profiled run ~10% and, interleaved, the next one too.
                 specs.append((name, RecordConfig(model=model, world_size=ws, iters=record_iters, impl=impl,
                                                  bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
-                                                 order=None if impl == "torch" else order), c))
+                                                 order=None if impl == "torch" else order,
+                                                 profile_internals=False), c))
             paths = [work / f"{model}_ws{ws}_calibration.json" if c is None else work / f"{name}.json"
                      for name, _, c in specs]
             if reuse and all(p.exists() for p in paths):

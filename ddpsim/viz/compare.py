@@ -13,7 +13,8 @@ from matplotlib.transforms import blended_transform_factory
 from ddpsim.analysis import comm_end_ns, cycle_metrics, steady_cycles, summarize
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
-from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run
+from ddpsim.viz.timeline import (GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run,
+                                  finish_track_axes)
 
 Run = tuple[str, Trace]  # (label, trace)
 
@@ -71,14 +72,7 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         t0 = it.forward.start_ns
         _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * MS, minlabel)
         y = bottom + GAP
-    ax.set_ylim(y - GAP / 2, -GAP / 2)
-    ax.set_yticks(yticks, ylabels, fontsize=9)
-    ax.tick_params(axis="y", length=0)
-    ax.set_xlabel("time since each run's iteration start (ms)", fontsize=10)
-    ax.grid(axis="x", color=pal.GRID, zorder=0.5)
-    ax.set_axisbelow(True)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    finish_track_axes(ax, y, yticks, ylabels, "time since each run's iteration start (ms)", 9)
     ax.set_title(f"{len(picked)} runs on one time axis (rank {rank})", loc="left", fontsize=11.5)
     handles = _legend_handles(picked[0][1], None, [it for *_, it in picked])
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
