@@ -136,6 +136,18 @@ def trace_key(label: str) -> str:
         return f"missing:{label}"
 
 
+def require_trace() -> tuple[str, Trace]:
+    """(label, trace) of the open trace, with its simulated/CPU note; stops the page if none."""
+    from ddpsim.app import ui
+
+    opened = current_trace()
+    if opened is None:
+        st.info("Choose a bundled sample or upload a trace in the sidebar.")
+        st.stop()
+    ui.simulated_badge(opened[1])
+    return opened
+
+
 def current_trace(quiet: bool = False) -> tuple[str, Trace] | None:
     """(label, trace) of the open trace, or None when there is none."""
     source = st.session_state.get("ddpsim_source")

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.analysis import steady_cycles
+from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.sim.network import Link
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
@@ -142,7 +142,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
     search = _med(it.graph_search.duration_ns for it in its if it.graph_search)
     pre = _med(max(0, it.backward.start_ns - it.forward.end_ns
                    - (it.graph_search.duration_ns if it.graph_search and not gs_inside(it) else 0)) for it in its)
-    finalize = _med(max(0, it.backward.end_ns - max(it.backward_compute_end_ns, _comm_end(it)))
+    finalize = _med(max(0, it.backward.end_ns - max(it.backward_compute_end_ns, comm_end_ns(it) or 0))
                     for it in sync)
     opt_its = [it for it in its if it.optimizer]
     step_gap = _med(max(0, it.optimizer.start_ns - it.backward.end_ns) for it in opt_its)
@@ -315,11 +315,6 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights) -> tuple[
                          name=f"shared-core fit from trace (k={k})")
     return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
                   "points": sum(len(v) for v in by_size.values()), "world_size": k}
-
-
-def _comm_end(it) -> int:
-    ends = [b.complete_ns for b in it.buckets] + ([it.bitmap_allreduce.complete_ns] if it.bitmap_allreduce else [])
-    return max(ends, default=0)
 
 
 def _comm_fraction(it) -> float:

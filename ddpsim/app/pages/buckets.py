@@ -2,16 +2,11 @@
 import streamlit as st
 
 from ddpsim.app import ui
-from ddpsim.app.state import current_trace, trace_key
+from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import bucket_rows, plot_buckets
 
 st.header("Buckets: which gradient goes where, and in what order")
-opened = current_trace()
-if opened is None:
-    st.info("Choose a bundled sample or upload a trace in the sidebar.")
-    st.stop()
-label, trace = opened
-ui.simulated_badge(trace)
+label, trace = require_trace()
 
 ranks = [r.rank for r in trace.ranks]
 rank = st.selectbox("Rank", ranks, key=f"ddpsim_bucket_rank:{label}",

@@ -3,16 +3,11 @@ import streamlit as st
 
 from ddpsim.analysis import comm_end_ns, cycle_metrics
 from ddpsim.app import ui
-from ddpsim.app.state import current_trace, trace_key
+from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import plot_timeline
 
 st.header("Timeline: what DDP did in one iteration")
-opened = current_trace()
-if opened is None:
-    st.info("Choose a bundled sample or upload a trace in the sidebar.")
-    st.stop()
-label, trace = opened
-ui.simulated_badge(trace)
+label, trace = require_trace()
 
 iterations = sorted({it.iteration for r in trace.ranks for it in r.iterations})
 all_ranks = [r.rank for r in trace.ranks]
