@@ -86,6 +86,7 @@ class BucketEvent:
     ready_ns: int
     launch_ns: int
     complete_ns: int
+    launch_end_ns: int | None = None  # the launch call returned: its cost on the autograd thread ends
 
 
 @dataclass
@@ -306,7 +307,8 @@ class _Reader:
         for i, b in enumerate(g("buckets", list)):
             p = f"{path}.buckets[{i}]"
             buckets.append(BucketEvent(*(self.get(b, k, int, p) for k in
-                                         ("bucket", "bytes", "ready_ns", "launch_ns", "complete_ns"))))
+                                         ("bucket", "bytes", "ready_ns", "launch_ns", "complete_ns")),
+                                       self.get(b, "launch_end_ns", int, p, True)))
         bitmap = g("bitmap_allreduce", dict, True)
         if bitmap is not None:
             p = f"{path}.bitmap_allreduce"

@@ -19,6 +19,10 @@ def test_minddp_trace_matches_torch_trace(record):
                 assert sorted(g.param for g in it.grad_ready) == list(range(len(trace.params)))
                 assert [b.bucket for b in sorted(it.buckets, key=lambda b: b.launch_ns)] == \
                     list(range(len(rank.layout_at(it.iteration).buckets)))
+                # what each launch cost the autograd thread (Note [Launching costs the autograd thread])
+                assert all(b.launch_end_ns is not None and b.launch_end_ns >= b.launch_ns for b in it.buckets)
+        # which ranks shared a core (Note [Ranks that share a CPU])
+        assert trace.meta["pinning"]["cpus"] >= 1
     assert mini.summary().keys() == torch_trace.summary().keys()
 
 

@@ -3,8 +3,8 @@ import pytest
 import simpy
 
 from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate, workload_from_trace
-from ddpsim.sim.extract import _shared_work
-from ddpsim.sim.model import Core
+from ddpsim.sim.contention import shared_work as _shared_work
+from ddpsim.sim.core import Core
 
 MIB = 1024 * 1024
 
@@ -110,3 +110,110 @@ def test_explicit_interference_turns_the_shared_core_off():
     assert s["link"]["shared_core"] is False
     _, s = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=3, shared_core=True))
     assert s["iteration_time_s"] == pytest.approx(8.5)
+
+
+# ---------------------------------------------------------------- latency-bound collectives
+
+
+def test_share_rates():
+    from ddpsim.sim.core import share
+
+    assert share([1.0, 1.0]) == pytest.approx([0.5, 0.5])  # plain processor sharing
+    assert share([1.0, 1.0, 1.0]) == pytest.approx([1 / 3] * 3)
+    # compute + a collective using half of the core when alone: the collective is slowed
+    # like a full job (1/2); it uses 0.5 * 1/2 of the core, compute gets the rest
+    assert share([1.0, 0.5]) == pytest.approx([0.75, 0.5])
+    # two such collectives slow each other only by their demand: 1 / (1 + 0.5)
+    assert share([0.5, 0.5]) == pytest.approx([2 / 3, 2 / 3])
+
+
+def test_light_job_beside_compute_timeline():
+    # compute 2 s and a collective (2 s alone, half of it CPU work) from 0:
+    # compute at 0.75 ends at 8/3; the collective at 1/2 has 2/3 left, alone: 10/3.
+    env = simpy.Environment()
+    core = Core(env)
+    ends = {}
+
+    def job(name, size, demand):
+        yield core.run(size, demand)
+        ends[name] = env.now
+
+    env.process(job("compute", 2.0, 1.0))
+    env.process(job("allreduce", 2.0, 0.5))
+    env.run()
+    assert ends == pytest.approx({"compute": 8 / 3, "allreduce": 10 / 3})
+
+
+def test_core_work_from_a_cpu_time_fit():
+    link = Link.from_fit(0.002, 1e-9, 2, core_fit=(0.0005, 0.5e-9), shared_core=True)
+    assert link.allreduce_s(10**6, 2) == pytest.approx(0.003)
+    assert link.core_s(10**6, 2) == pytest.approx(0.001)
+    assert Link().core_s(10**6, 2) == Link().allreduce_s(10**6, 2)  # no fit: all core work
+    with pytest.raises(ValueError, match="core bandwidth"):
+        Link(core_bandwidth_Bps=-1.0)
+
+
+def test_collective_with_cpu_fit_slows_compute_less():
+    # tiny_shared at 1 MiB buckets: the same collectives, once all core work, once 1/3
+    # of it: backward is faster when the allreduces mostly wait.
+    w = tiny_shared()
+    w.link = w.link.with_(bandwidth_Bps=MIB / 3)
+    _, full = simulate(w, SimConfig(world_size=2, bucket_cap_mb=1, iters=3))
+    w.link = w.link.with_(core_bandwidth_Bps=MIB / 1)
+    assert w.link.core_s(MIB, 2) == pytest.approx(1.0)
+    _, light = simulate(w, SimConfig(world_size=2, bucket_cap_mb=1, iters=3))
+    assert light["iteration_time_s"] < full["iteration_time_s"]
+
+
+def test_extraction_inverts_light_collectives():
+    w = tiny_shared()
+    w.link = w.link.with_(core_bandwidth_Bps=2 * MIB / 0.5)  # 2 MiB: 1.5 s, of it 0.5 s CPU work
+    trace, s = simulate(w, SimConfig(world_size=2, bucket_cap_mb=2, iters=4))
+    trace.meta["calibration"] = {"world_size": 2, "intercept_s": 0.0, "s_per_byte": 1.5 / (2 * MIB),
+                                 "cpu_intercept_s": 0.0, "cpu_s_per_byte": 0.5 / (2 * MIB)}
+    w2 = workload_from_trace(trace)
+    assert w2.link.allreduce_s(2 * MIB, 2) == pytest.approx(1.5)
+    assert w2.link.core_s(2 * MIB, 2) == pytest.approx(0.5)
+    assert w2.grad_compute_s == pytest.approx([1.0] * 4)
+    _, again = simulate(w2, SimConfig(world_size=2, bucket_cap_mb=2, iters=4))
+    assert again["iteration_time_s"] == pytest.approx(s["iteration_time_s"])
+
+
+# ---------------------------------------------------------------- ranks that share a CPU
+
+
+def test_two_ranks_per_core_take_twice_as_long():
+    # 4 ranks on 2 cores, communication free: every compute phase is shared by 2 ranks.
+    # Alone: forward 1 + 4 grads + optimizer 0.5 = 5.5 s; shared: 11 s.
+    w = tiny_shared()
+    w.link = w.link.with_(bandwidth_Bps=1e15)
+    _, alone = simulate(w, SimConfig(world_size=4, bucket_cap_mb=2, iters=3))
+    w.link = w.link.with_(cpus=2)
+    trace, shared = simulate(w, SimConfig(world_size=4, bucket_cap_mb=2, iters=3))
+    assert alone["iteration_time_s"] == pytest.approx(5.5)
+    assert shared["iteration_time_s"] == pytest.approx(11.0)
+    opt = trace.ranks[0].iterations[1].optimizer
+    assert opt.duration_ns / 1e9 == pytest.approx(1.0)  # the step's real span, not optimizer_s
+
+
+def test_extraction_inverts_ranks_sharing_a_cpu():
+    w = tiny_shared()
+    w.link = w.link.with_(cpus=2)
+    trace, s = simulate(w, SimConfig(world_size=4, bucket_cap_mb=2, iters=4))
+    w2 = workload_from_trace(trace)
+    assert w2.link.cpus == 2
+    assert w2.grad_compute_s == pytest.approx([1.0] * 4)
+    assert (w2.forward_s, w2.optimizer_s) == pytest.approx((1.0, 0.5))
+    assert w2.link.allreduce_s(2 * MIB, 4) == pytest.approx(w.link.allreduce_s(2 * MIB, 4))
+    _, again = simulate(w2, SimConfig(world_size=4, bucket_cap_mb=2, iters=4))
+    assert again["iteration_time_s"] == pytest.approx(s["iteration_time_s"])
+
+
+def test_pinned_cpus_from_meta():
+    from ddpsim.sim.contention import pinned_cpus
+
+    trace, _ = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=2))
+    assert pinned_cpus(trace) == 0
+    trace.source = "real"
+    trace.meta["pinning"] = {"cpus": 2}
+    assert pinned_cpus(trace) == 2

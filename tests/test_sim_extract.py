@@ -147,3 +147,32 @@ def test_calibrate_fits_local_gloo():
 
     cal = calibrate([4096, 1 << 20], reps=2, timeout=90)
     assert cal["alpha_s"] >= 0 and cal["bandwidth_Bps"] > 0 and len(cal["points"]) == 2
+    # CPU time too (Note [Not all of an allreduce is core work]), at most the wall time's fit
+    assert len(cal["cpu_points"]) == 2 and cal["cpu_s_per_byte"] >= 0 and cal["cpu_intercept_s"] >= 0
+
+
+def test_lower_quartile_drops_the_polling():
+    from ddpsim.sim.calibrate import lower_quartile
+
+    assert lower_quartile([1.0, 1.1, 3.7, 1.2, 3.6, 1.0, 3.9, 1.1]) == pytest.approx(1.0)
+    assert lower_quartile([5.0]) == 5.0
+
+
+def test_launch_cost_and_rank_speeds_are_learnt():
+    from ddpsim.sim.extract import measured_backward_scale
+
+    w = workload()
+    w.link = w.link.with_(shared_core=True)  # the CPU gloo path
+    w.launch_s, w.launch_s_per_byte = 0.0005, 0.0001 / MIB  # per launch, per byte
+    trace, s = simulate(w, SimConfig(world_size=2, bucket_cap_mb=2, iters=5, backward_scale={1: 1.5}))
+    assert all(b.launch_end_ns > b.launch_ns for b in trace.ranks[0].iterations[2].buckets)
+    d = trace.to_dict()
+    d["source"] = "simulated"
+    learnt = workload_from_trace(from_dict(d))
+    assert (learnt.launch_s, learnt.launch_s_per_byte) == pytest.approx((0.0005, 0.0001 / MIB), rel=1e-6)
+    f = learnt.meta["rank_factors"]
+    assert f[1] / f[0] == pytest.approx(1.5)
+    # launches taken out; each gradient at the median of the two ranks' speeds (1 and 1.5)
+    assert learnt.grad_compute_s == pytest.approx([0.004 * 1.25, 0.003 * 1.25, 0.002 * 1.25, 0.001 * 1.25])
+    assert measured_backward_scale(learnt, 2) == f
+    assert measured_backward_scale(learnt, 4) == {}  # no rank to map them to

@@ -173,3 +173,32 @@ def test_bad_config_is_valueerror(bad, match):
 def test_workload_without_gradients_is_valueerror():
     with pytest.raises(ValueError, match="no gradient events"):
         Workload(name="empty", params=[], ready_order=[], grad_compute_s=[], link=Link())
+
+
+def test_backward_scale_slows_one_rank_backward_only():
+    # rank 1's backward at half speed: grads at 3, 5, 7, 9 after its forward (not scaled);
+    # bucket 0 waits for it (launch 5, comm 5-6.5), bucket 1 launches at 9 (9-10.5), step 10.5-11.
+    trace, s = simulate(tiny(), cfg(backward_scale={1: 2.0}))
+    assert s["iteration_time_s"] == pytest.approx(11.0)
+    it = trace.ranks[1].iterations[1]
+    t0 = it.forward.start_ns
+    assert (it.forward.end_ns - t0) / 1e9 == pytest.approx(1.0)
+    assert [(g.t_ns - t0) / 1e9 for g in it.grad_ready] == pytest.approx([3.0, 5.0, 7.0, 9.0])
+    assert [((b.launch_ns - t0) / 1e9, (b.complete_ns - t0) / 1e9) for b in it.buckets] == [
+        pytest.approx((5.0, 6.5)), pytest.approx((9.0, 10.5))]
+    with pytest.raises(ValueError, match="backward_scale rank 5"):
+        cfg(backward_scale={5: 2.0}).validate()
+
+
+def test_launch_cost_holds_the_autograd_thread():
+    # Note [Launching costs the autograd thread]: 0.25 s per launch (+0 per byte).
+    # grads 3, 2 at 2, 3 -> bucket 0 launches at 3; the hook holds backward until 3.25,
+    # grads 1, 0 at 4.25, 5.25 -> bucket 1 launches at 5.25 (comm 5.25-6.75), step to 7.25.
+    w = tiny()
+    w.launch_s = 0.25
+    trace, s = simulate(w, cfg())
+    assert s["iteration_time_s"] == pytest.approx(7.25)
+    it = trace.ranks[0].iterations[1]
+    t0 = it.forward.start_ns
+    assert [(g.t_ns - t0) / 1e9 for g in it.grad_ready] == pytest.approx([2.0, 3.0, 4.25, 5.25])
+    assert w.launch_cost(MIB) == 0.25

@@ -70,3 +70,19 @@ def test_grid_bad_arguments_are_one_line(capsys):
     assert main(["validate", "--grid", "--orders", "sideways"]) == 2
     assert "--orders" in capsys.readouterr().err
     assert main(["validate"]) == 2
+
+
+def test_calibration_cap_must_not_be_on_the_grid(capsys):
+    assert main(["validate", "--grid", "--caps", "0.25,4", "--calibration-cap", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--calibration-cap 4 is one of --caps" in err[0]
+    assert main(["validate", "--grid", "--caps", "default", "--calibration-cap", "25"]) == 2
+
+
+def test_jitter_is_measured_unless_given():
+    from ddpsim.sim import Link, ParamSpec, Workload
+    from ddpsim.sim.validate import pick_jitter
+
+    w = Workload("t", [ParamSpec(0, "p0", 4)], [0], [1.0], Link(), meta={"jitter_estimated": 0.12})
+    assert pick_jitter(None, w, None, 10) == 0.12  # Note [Measured, not fitted, noise]
+    assert pick_jitter(0.3, w, None, 10) == 0.3

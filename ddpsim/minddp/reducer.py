@@ -272,14 +272,16 @@ class Reducer:
 
     def all_reduce_bucket(self, bucket):
         """Mirrors ``Reducer::all_reduce_bucket`` (+ the default ``_AllReduceBySumCommHook``)."""
+        start = now_ns()
         work = dist.all_reduce(bucket.gradients, group=self.process_group, async_op=True)
         bucket.future = work.get_future()
         rec = self.recorder
         if rec is not None and rec.iteration is not None:
-            ev = rec.bucket_launch(bucket.index, bucket.variable_indices, bucket.nbytes, now_ns())
+            ev = rec.bucket_launch(bucket.index, bucket.variable_indices, bucket.nbytes, start)
             # Runs on a gloo thread at the real completion time; we wait on the chain.
             bucket.future = bucket.future.then(
                 lambda fut, ev=ev: RankRecorder.bucket_complete(ev, now_ns()))
+            rec.launch_end(ev, now_ns())
 
     def all_reduce_local_used_map(self):
         """Mirrors ``Reducer::all_reduce_local_used_map``.

@@ -87,6 +87,11 @@ class RankRecorder:
     def bucket_complete(event: dict, t_ns: int) -> None:
         event["complete_ns"] = t_ns
 
+    @staticmethod
+    def launch_end(event: dict, t_ns: int) -> None:
+        """The launch call returned (what it cost the autograd thread ends here)."""
+        event["launch_end_ns"] = t_ns
+
     def bitmap_allreduce(self, launch_ns: int, complete_ns: int, nbytes: int) -> None:
         self.iteration["bitmap_allreduce"] = {"launch_ns": launch_ns,
                                               "complete_ns": complete_ns, "bytes": nbytes}

@@ -111,7 +111,9 @@ def bucket_hook(state, bucket):
         event["complete_ns"] = now_ns()
         return fut.value()[0]
 
-    return work.get_future().then(done)
+    future = work.get_future().then(done)
+    state.recorder.launch_end(event, now_ns())
+    return future
 
 
 def torch_layout_caps(ddp, params):

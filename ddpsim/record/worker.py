@@ -164,7 +164,9 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-        if cfg.pin_cpus:
+        if cfg.pin_cpus:  # the simulator needs to know which ranks shared a core
+            header = {**(header or {}), "pinning": {"cpus": len(os.sched_getaffinity(0)),
+                                                     "rule": "local rank r on CPU r % cpus"}}
             pin_to_cpu(local)
     from ddpsim.record.meta import rank_header
     recorders = [RankRecorder(path, rank, rank_header(c, backend, world, header))

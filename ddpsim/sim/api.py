@@ -55,6 +55,7 @@ class SimConfig:
     seed: int = 0
     jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
     stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
+    backward_scale: dict = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
     bandwidth_gbps: float | None = None
     latency_us: float | None = None
     algo: str | None = None
@@ -82,10 +83,11 @@ class SimConfig:
             network.check_positive(self.bandwidth_gbps, "bandwidth (Gbit/s)")
         if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"latency must be a finite number of microseconds >= 0, not {self.latency_us!r}")
-        for r, fct in self.stragglers.items():
-            if not (isinstance(r, int) and 0 <= r < self.world_size):
-                raise ValueError(f"straggler rank {r!r} is not in 0..{self.world_size - 1}")
-            network.check_positive(fct, f"straggler {r} slowdown factor")
+        for what, factors in (("straggler", self.stragglers), ("backward_scale", self.backward_scale)):
+            for r, fct in factors.items():
+                if not (isinstance(r, int) and 0 <= r < self.world_size):
+                    raise ValueError(f"{what} rank {r!r} is not in 0..{self.world_size - 1}")
+                network.check_positive(fct, f"{what} {r} factor")
 
 
 def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
@@ -155,18 +157,27 @@ def _factors(rng: random.Random, n: int, jitter: float, base: float, group: int 
     return out
 
 
-def plan_actors(cfg: SimConfig, n_micro: int) -> tuple[list[Actor], list[dict]]:
+def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[list[Actor], list[dict]]:
+    """The actors that play the ranks: one per rank, or groups of identical ranks.
+
+    ``explicit``: every rank its own actor even without jitter (up to
+    ``max_explicit_ranks``), as ranks that share a CPU core need
+    (Note [Ranks that share a CPU]).
+    """
     world, strag = cfg.world_size, {int(r): float(f) for r, f in cfg.stragglers.items()}
+    bscale = {int(r): float(f) for r, f in cfg.backward_scale.items()}
     actors, groups = [], []
-    for r in sorted(strag):
-        actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, strag[r]),
-                            record=True, kind="straggler"))
+    for r in sorted(set(strag) | set(bscale)):  # ranks with their own speed play alone
+        actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, strag.get(r, 1.0)),
+                            record=True, kind="straggler" if r in strag else "measured",
+                            backward_scale=bscale.get(r, 1.0)))
+    strag = {r: 1.0 for r in set(strag) | set(bscale)}
     others = [r for r in range(world) if r not in strag] if world <= 100_000 else None
     n_others = world - len(strag)
     if n_others == 0:
         return actors, groups
     first = next(r for r in range(world) if r not in strag)
-    if cfg.jitter == 0:
+    if cfg.jitter == 0 and not (explicit and n_others <= cfg.max_explicit_ranks):
         actors.append(Actor(first, n_others, [1.0] * n_micro, record=True, kind="identical"))
         groups.append({"kind": "identical", "count": n_others, "represented_by": first})
     elif n_others <= cfg.max_explicit_ranks:
@@ -203,7 +214,7 @@ def simulate(source, config: SimConfig | None = None, **overrides) -> tuple[Trac
     cfg.validate()
     link = resolve_link(w, cfg)
     layouts, trace_layouts, plans = plan_layouts(w, cfg)
-    actors, groups = plan_actors(cfg, len(plans))
+    actors, groups = plan_actors(cfg, len(plans), explicit=bool(link.shared_core and link.cpus))
     t0 = time.perf_counter()
     env = simpy.Environment()
     model = Model(env, w, link, cfg.world_size, layouts, plans, actors)
@@ -240,13 +251,14 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 if c.key[1] == "bitmap":
                     bitmap = Collective(_ns(rec["bitmap_launch"]), _ns(c.end), c.nbytes)
                 else:
-                    ready, launch = rec["buckets"][c.key[1]]
-                    buckets.append(BucketEvent(c.key[1], c.nbytes, _ns(ready), _ns(launch), _ns(c.end)))
+                    ready, launch, *end = rec["buckets"][c.key[1]]
+                    buckets.append(BucketEvent(c.key[1], c.nbytes, _ns(ready), _ns(launch), _ns(c.end),
+                                               _ns(end[0]) if end else None))
             opt = rec["opt"]
             iters.append(Iteration(
                 plan.iteration, plan.sync, Span(_ns(rec["start"]), _ns(rec["fwd_end"])),
                 Span(_ns(rec["bwd"][0]), _ns(rec["bwd"][1])),
-                Span(_ns(opt), _ns(opt + w.optimizer_s)) if opt is not None else None,
+                Span(_ns(opt[0]), _ns(opt[1])) if opt is not None else None,
                 [GradReady(_ns(t), p, u) for t, p, u in rec["grads"]], buckets,
                 Span(*map(_ns, rec["search"])) if rec["search"] else None, bitmap))
         copies = min(a.count, cfg.trace_ranks) if a.kind == "identical" else 1
@@ -255,6 +267,7 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
     ranks.sort(key=lambda r: r.rank)
     config = asdict(cfg)
     config["stragglers"] = {str(k): v for k, v in cfg.stragglers.items()}
+    config["backward_scale"] = {str(k): v for k, v in cfg.backward_scale.items()}
     meta = {"world_size": cfg.world_size, "ranks_included": [r.rank for r in ranks],
             "rank_groups": groups, "simulator": "ddpsim.sim", "config": config,
             "link": link.to_dict(), "workload": {"name": w.name, **w.meta},

@@ -29,7 +29,8 @@ From the steady-state iterations (``ddpsim.analysis.steady_cycles``) of every ra
   work of a gradient gap is ``integral dt / (1 + m(t))`` and the work of a
   collective ``integral dt / (c(t) + m(t))`` over its span, with ``m(t)`` the
   rank's collectives in flight and ``c(t)`` 1 while backward computes
-  (``_shared_work``): the times each would take alone on the core, which the
+  (``contention.shared_work``; with more ranks than CPUs the co-located ranks'
+  jobs count too): the times each would take alone on the core, which the
   simulator's processor-sharing ``Core`` turns back into contended times. The
   allreduce line is fitted through the collectives' work.
 """
@@ -38,7 +39,8 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
-from ddpsim.sim.network import Link
+from ddpsim.sim import contention
+from ddpsim.sim.linkfit import fit_line, fit_link, fit_shared_link
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
 
@@ -62,6 +64,20 @@ def config_from_trace(trace: Trace) -> dict:
     if opts.get("no_sync_every"):
         out["no_sync_every"] = max(1, int(opts["no_sync_every"]))
     return out
+
+
+def replay_config(w: Workload, trace: Trace, **fields):
+    """The SimConfig that replays recorded run ``trace`` from workload ``w``.
+
+    ``trace``'s DDP options (``config_from_trace``), its ranks' measured speeds when
+    ``w`` was learnt at the same world size (Note [Ranks are not equally fast]),
+    then ``fields``.
+    """
+    from ddpsim.sim.api import SimConfig
+
+    cfg = {**config_from_trace(trace), **fields}
+    cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
+    return SimConfig(**cfg)
 
 
 def uses_shared_core(trace: Trace) -> bool:
@@ -89,8 +105,16 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
     conc = concurrency or (trace.meta.get("link") or {}).get("concurrency") or (2 if backend == "gloo" else 1)
     interference, clean = 0.0, sync or nosync
     shared = uses_shared_core(trace) if shared_core is None else shared_core
+    cpus = 0
     if shared:
-        flights = _flights(trace, sync, conc)
+        flights = contention.flights(trace, sync, conc)
+        cpus = contention.pinned_cpus(trace)
+        cpus = cpus if 0 < cpus < trace.world_size else 0  # 0: every rank has a core of its own
+        if sync:
+            link, fit = fit_shared_link(trace, sync, conc, flights, cpus)
+            link = link.with_(cpus=cpus)
+        jobs = contention.core_jobs(trace, its, contention.weigh(flights, link, trace.world_size) if sync else {},
+                                    cpus)
     if shared and sync:
         pass  # compute is un-mixed below, gap by gap
     elif sync and nosync:
@@ -103,17 +127,29 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
 
     deltas: dict[int, list[int]] = {}
     overlaps: dict[int, list[float]] = {}
+    rank_of = {id(it): r.rank for r in trace.ranks for it in r.iterations}
+    work_by_rank: dict[int, list[float]] = {}  # backward compute per iteration
+    launch_points: list[tuple[int, float]] = []  # (bucket bytes, launch cost alone, ns)
     for it in clean:
         prev = it.backward.start_ns
         spans = _comm_spans(it)
-        inflight = flights.get(id(it), []) if shared else None
+        inflight = jobs.get(id(it), []) if shared else None
+        work = 0.0
+        launches = [(b.launch_ns, b.launch_end_ns, b.bytes) for b in it.buckets if b.launch_end_ns is not None]
         for g in sorted((g for g in it.grad_ready if not g.unused), key=lambda g: g.t_ns):
+            own = [(a, e) for a, e, _ in launches if prev <= a < g.t_ns]  # Note [Launching costs the autograd thread]
             if shared:
-                deltas.setdefault(g.param, []).append(max(0.0, _shared_work(prev, g.t_ns, inflight, 1)))
+                d = contention.compute_work(prev, g.t_ns, inflight)
+                d = max(0.0, d - sum(contention.compute_work(a, min(e, g.t_ns), inflight) for a, e in own))
             else:
-                deltas.setdefault(g.param, []).append(max(0, g.t_ns - prev))
+                d = max(0, g.t_ns - prev - sum(min(e, g.t_ns) - a for a, e in own))
                 overlaps.setdefault(g.param, []).append(_overlap(spans, prev, g.t_ns))
+            deltas.setdefault(g.param, []).append(d)
+            work += d
             prev = g.t_ns
+        work_by_rank.setdefault(rank_of.get(id(it), 0), []).append(work)
+        for a, e, nbytes in launches:
+            launch_points.append((nbytes, contention.compute_work(a, e, inflight) if shared else e - a))
     if clean is sync and interference == 0.0 and not shared:
         warm = {}  # pre-steady synced steps: the single bucket reduces after backward
         for r in trace.ranks:
@@ -138,7 +174,13 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
         g = it.graph_search
         return g is not None and g.start_ns >= it.forward.start_ns and g.end_ns <= it.forward.end_ns
 
-    fwd = _med((it.forward.duration_ns - (it.graph_search.duration_ns if gs_inside(it) else 0)) for it in its)
+    def alone(it, span) -> float:  # the fraction of a span's time that was this rank's own work
+        if not shared or span.duration_ns <= 0:
+            return 1.0
+        return contention.compute_work(span.start_ns, span.end_ns, jobs.get(id(it), [])) / span.duration_ns
+
+    fwd = _med((it.forward.duration_ns - (it.graph_search.duration_ns if gs_inside(it) else 0))
+               * alone(it, it.forward) for it in its)
     search = _med(it.graph_search.duration_ns for it in its if it.graph_search)
     pre = _med(max(0, it.backward.start_ns - it.forward.end_ns
                    - (it.graph_search.duration_ns if it.graph_search and not gs_inside(it) else 0)) for it in its)
@@ -146,16 +188,18 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
                     for it in sync)
     opt_its = [it for it in its if it.optimizer]
     step_gap = _med(max(0, it.optimizer.start_ns - it.backward.end_ns) for it in opt_its)
-    opt = _med(it.optimizer.duration_ns for it in opt_its)
+    opt = _med(it.optimizer.duration_ns * alone(it, it.optimizer) for it in opt_its)
     gaps = []
     for r in trace.ranks:
         for a, b in zip(r.iterations, r.iterations[1:]):
             if a.iteration in steady and b.iteration in steady:
                 gaps.append(max(0, b.forward.start_ns - a.end_ns))
-    if shared and sync:
-        link, fit = fit_shared_link(trace, sync, conc, flights)
-    else:
+    if not (shared and sync):
         link, fit = fit_link(trace, sync, conc)
+    by_size: dict[int, list[float]] = {}
+    for nbytes, cost in launch_points:
+        by_size.setdefault(nbytes, []).append(cost)
+    launch_fit = fit_line([(n, statistics.median(v)) for n, v in by_size.items()])
     computes = [it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     jitter = (statistics.pstdev(computes) / statistics.mean(computes)
               if len(computes) >= 3 and statistics.mean(computes) > 0 else 0.0)
@@ -166,12 +210,45 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
             interference=interference),
         forward_s=fwd * NS, pre_backward_s=pre * NS, graph_search_s=search * NS, finalize_s=finalize * NS,
         step_gap_s=step_gap * NS, optimizer_s=opt * NS, iter_gap_s=_med(gaps) * NS, unused=unused,
+        launch_s=launch_fit[0] * NS, launch_s_per_byte=launch_fit[1] * NS,
         meta={"kind": "trace", "source": trace.source, "recorded_world_size": trace.world_size,
               "backend": backend, "steady_iterations": sorted(steady), "comm_fit": fit,
               "shared_core": bool(shared and sync),
+              "rank_factors": rank_factors(work_by_rank),
               "interference_estimated": interference,
               "jitter_estimated": round(jitter, 4)},
     )
+
+
+def rank_factors(work_by_rank: dict[int, list[float]]) -> dict[int, float]:
+    """Each rank's compute speed relative to the typical rank (1.0 = the median rank).
+
+    Note [Ranks are not equally fast]: on this 2-core machine some models run their
+    backward on one rank up to 1.5x slower than on the other, in every
+    configuration of one recording (shuffled, ~34 MB of parameters: rank 1 at 47
+    ms vs rank 0 at 32 ms in the calibration run, 55 vs 29 ms in a run whose
+    allreduces all come after backward, so it is not communication). Every
+    collective waits for the slowest rank, so the simulator plays each rank at its
+    own measured backward speed (``SimConfig.backward_scale``, ``measured_backward_scale``)
+    instead of the median speed for all.
+    """
+    med = {r: statistics.median(v) for r, v in work_by_rank.items() if v}
+    if len(med) < 2:
+        return {}
+    typical = statistics.median(med.values())
+    return {r: m / typical for r, m in sorted(med.items())} if typical > 0 else {}
+
+
+def measured_backward_scale(w: Workload, world_size: int) -> dict[int, float]:
+    """The recorded ranks' relative speeds, when simulating the recorded world size.
+
+    Note [Ranks are not equally fast]. At another world size there is no rank to
+    map them to, and every rank runs at the median speed.
+    """
+    factors = w.meta.get("rank_factors") or {}
+    if w.meta.get("recorded_world_size") != world_size or len(factors) != world_size:
+        return {}
+    return {int(r): float(f) for r, f in factors.items()}
 
 
 class _Fake:
@@ -226,97 +303,6 @@ def _unmix_interference(deltas: dict, overlaps: dict, warm: dict) -> tuple[dict,
     return {p: [c] for p, c in clean.items()}, i
 
 
-def _flights(trace: Trace, sync_its, concurrency: int) -> dict[int, list[tuple[int, int, int]]]:
-    """id(iteration) -> (start, end, bytes) of the rank's collectives while they run.
-
-    A collective runs on a rank from the *last* rank's launch (or from the
-    completion of this rank's collective ``concurrency`` places earlier: gloo's
-    2 threads) to its completion on this rank.
-    """
-    mine = {id(it) for it in sync_its}
-    last: dict[tuple, int] = {}
-    for r in trace.ranks:
-        for it in r.iterations:
-            if id(it) in mine:
-                for key, launch, _c, _b in _collectives(it):
-                    k = (it.iteration, key)
-                    last[k] = max(last.get(k, launch), launch)
-    out = {}
-    for it in sync_its:
-        spans, ends = [], []
-        for key, launch, complete, nbytes in _collectives(it):
-            start = last[(it.iteration, key)]
-            if len(ends) >= concurrency:
-                start = max(start, sorted(ends)[-concurrency])
-            start = min(start, complete)
-            ends.append(complete)
-            spans.append((start, complete, nbytes))
-        out[id(it)] = spans
-    return out
-
-
-def _collectives(it):
-    out = [(b.bucket, b.launch_ns, b.complete_ns, b.bytes) for b in sorted(it.buckets, key=lambda b: b.launch_ns)]
-    if it.bitmap_allreduce:
-        c = it.bitmap_allreduce
-        out.append((10 ** 9, c.launch_ns, c.complete_ns, c.bytes))
-    return out
-
-
-def _shared_work(lo: float, hi: float, spans, base: int, compute: tuple | None = None) -> float:
-    """Work done in [lo, hi] by one job on a processor-sharing core (ns).
-
-    ``spans``: (start, end, ...) of the collectives running on the core; the job
-    gets ``1 / (base + in-flight collectives + [t in compute])`` of the core.
-    """
-    if hi <= lo:
-        return 0.0
-    cuts = {lo, hi}
-    for sp in spans:
-        for t in sp[:2]:
-            if lo < t < hi:
-                cuts.add(t)
-    if compute:
-        cuts.update(t for t in compute if lo < t < hi)
-    pts = sorted(cuts)
-    work = 0.0
-    for a, b in zip(pts, pts[1:]):
-        mid = (a + b) / 2
-        n = base + sum(1 for sp in spans if sp[0] <= mid < sp[1])
-        if compute and compute[0] <= mid < compute[1]:
-            n += 1
-        work += (b - a) / max(n, 1)
-    return work
-
-
-def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights) -> tuple[Link, dict]:
-    """The allreduce line through each collective's work alone on the core (shared core)."""
-    by_size: dict[int, list[float]] = {}
-    for it in sync_its:
-        spans = flights.get(id(it), [])
-        compute = (it.backward.start_ns, it.backward_compute_end_ns)
-        for s, e, nbytes in spans:
-            by_size.setdefault(nbytes, []).append(_shared_work(s, e, spans, 0, compute) * NS)
-    k = trace.world_size
-    cal = trace.meta.get("calibration")
-    if isinstance(cal, dict) and cal.get("world_size") == k and "intercept_s" in cal:
-        # Note [Calibrate alone]: the shared-core model needs each allreduce's cost
-        # *alone*; `ddpsim calibrate` measures exactly that over many sizes, where a
-        # trace has only its few bucket sizes to fit a line through.
-        a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
-        link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
-                             name=f"shared-core, gloo calibration (k={k})")
-        return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,
-                      "world_size": k}
-    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
-    if len(by_size) < 2:  # one size: a line through the origin
-        a, b = 0.0, (statistics.median(next(iter(by_size.values()))) / next(iter(by_size))) if by_size else 0.0
-    link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
-                         name=f"shared-core fit from trace (k={k})")
-    return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
-                  "points": sum(len(v) for v in by_size.values()), "world_size": k}
-
-
 def _comm_fraction(it) -> float:
     lo, hi = it.backward.start_ns, it.backward_compute_end_ns
     if hi <= lo:
@@ -332,60 +318,3 @@ def _comm_fraction(it) -> float:
             cur = [s, e]
     covered += (cur[1] - cur[0]) if cur else 0
     return covered / (hi - lo)
-
-
-def collective_points(trace: Trace, sync_its, concurrency: int) -> list[tuple[int, float]]:
-    """(bytes, seconds) per collective: from the last launch (or a free slot) to completion."""
-    by = {}
-    for it in sync_its:
-        for b in it.buckets:
-            by.setdefault((it.iteration, b.bucket), []).append((b.launch_ns, b.complete_ns, b.bytes))
-        if it.bitmap_allreduce:
-            c = it.bitmap_allreduce
-            by.setdefault((it.iteration, 10 ** 9), []).append((c.launch_ns, c.complete_ns, c.bytes))
-    points, done = [], {}
-    for key in sorted(by):
-        evs = by[key]
-        launch, complete, nbytes = max(e[0] for e in evs), max(e[1] for e in evs), evs[0][2]
-        prior = done.setdefault(key[0], [])
-        start = max(launch, prior[-concurrency]) if len(prior) >= concurrency else launch
-        prior.append(complete)
-        points.append((nbytes, max(0, complete - start) * NS))
-    return points
-
-
-def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least squares t = a + b·x with a, b >= 0."""
-    n = len(points)
-    if n == 0:
-        return 0.0, 0.0
-    mx = sum(p[0] for p in points) / n
-    my = sum(p[1] for p in points) / n
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    if sxx == 0:
-        return 0.0, (my / mx if mx else 0.0)
-    b = sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
-    a = my - b * mx
-    if b <= 0:
-        return my, 0.0
-    if a < 0:
-        b = sum(p[0] * p[1] for p in points) / sum(p[0] ** 2 for p in points)
-        a = 0.0
-    return a, b
-
-
-def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
-    points = collective_points(trace, sync_its, concurrency)
-    k = trace.world_size
-    by_size: dict[int, list[float]] = {}
-    for x, y in points:  # robust: one median per message size, weighted by its count
-        by_size.setdefault(x, []).append(y)
-    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
-    cal = trace.meta.get("calibration")
-    if (len({p[0] for p in points}) < 2 or k < 2) and isinstance(cal, dict) and "alpha_s" in cal:
-        link = Link(alpha_s=float(cal["alpha_s"]), bandwidth_Bps=float(cal["bandwidth_Bps"]),
-                    concurrency=concurrency, name="calibration")
-        return link, {"from": "meta.calibration", **cal}
-    link = Link.from_fit(a, b, k, concurrency=concurrency, name=f"fit from trace (k={k})")
-    return link, {"from": "trace", "intercept_s": a, "s_per_byte": b, "points": len(points),
-                  "world_size": k}

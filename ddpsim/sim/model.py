@@ -19,9 +19,12 @@ While any collective transfers, compute started on a rank is slowed by
 ``1 + link.interference`` (applied per gradient, decided at the gradient's start;
 a transfer ending exactly then does not count, one starting then does).
 With ``link.shared_core`` (CPU gloo, each rank pinned to one core) each actor
-has a ``Core``: a processor-sharing server. Gradient compute and every in-flight
-collective are jobs on it, each getting ``1/n`` of the core while ``n`` jobs run;
-a collective completes when its job has finished on every actor's core.
+has a ``Core``: a processor-sharing server. Its compute (forward, gradients,
+finalize, optimizer) and every in-flight collective are jobs on it (``share``
+gives their rates: Note [Latency-bound jobs on a shared core]); a collective
+completes when its job has finished on every actor's core. With ``link.cpus``
+(more ranks than cores) rank r's actor uses core ``r % cpus``, shared with the
+ranks congruent to it.
 Times are seconds (floats); the trace builder turns them into integer ns.
 """
 from __future__ import annotations
@@ -31,6 +34,7 @@ from itertools import accumulate
 
 import simpy
 
+from ddpsim.sim.core import Core
 from ddpsim.sim.network import Link
 from ddpsim.sim.workload import Workload
 
@@ -59,60 +63,6 @@ class Collective:
     counted: bool = False  # already counted in flight when launched (a slot was free)
 
 
-class Core:
-    """One CPU core shared equally by the jobs running on it (processor sharing).
-
-    ``run(work)`` starts a job needing ``work`` seconds of the whole core and
-    returns an event that fires when it is done. While ``n`` jobs run, each gets
-    ``1/n`` of the core, so a job's remaining work drops at rate ``1/n``. The core
-    wakes only when the next job finishes (a generation counter cancels stale
-    wake-ups when a job starts in between).
-    """
-
-    EPS = 1e-12
-
-    def __init__(self, env: simpy.Environment):
-        self.env = env
-        self.jobs: list[list] = []  # [remaining work (s), event]
-        self.t = env.now
-        self.gen = 0
-
-    def _advance(self) -> None:
-        now = self.env.now
-        if self.jobs and now > self.t:
-            done = (now - self.t) / len(self.jobs)
-            for j in self.jobs:
-                j[0] -= done
-        self.t = now
-
-    def run(self, work: float) -> simpy.Event:
-        ev = self.env.event()
-        if work <= 0:
-            return ev.succeed()
-        self._advance()
-        self.jobs.append([work, ev])
-        self._reschedule()
-        return ev
-
-    def _reschedule(self) -> None:
-        self.gen += 1
-        if self.jobs:
-            gen = self.gen
-            dt = max(0.0, min(j[0] for j in self.jobs) * len(self.jobs))
-            self.env.timeout(dt).callbacks.append(lambda _e: self._wake(gen))
-
-    def _wake(self, gen: int) -> None:
-        if gen != self.gen:
-            return
-        self._advance()
-        tol = self.EPS * max(1.0, max(j[0] for j in self.jobs))
-        finished = [j for j in self.jobs if j[0] <= tol]
-        self.jobs = [j for j in self.jobs if j[0] > tol]
-        for j in finished:
-            j[1].succeed()
-        self._reschedule()
-
-
 @dataclass
 class Actor:
     rank: int  # the rank it is labelled as
@@ -122,6 +72,7 @@ class Actor:
     kind: str = "rank"
     iterations: list = field(default_factory=list)  # raw records when ``record``
     core: Core | None = None  # its CPU core, with link.shared_core
+    backward_scale: float = 1.0  # its own backward speed (measured; extract.rank_factors)
 
 
 class Model:
@@ -147,9 +98,18 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
         self._schedules: dict = {}
-        if link.shared_core:
+        shared = False
+        if link.shared_core:  # Note [Ranks that share a CPU] (contention.py): rank r on core r % cpus
+            shared = bool(link.cpus) and all(a.count == 1 for a in actors)
+            cores = [Core(env) for _ in range(link.cpus)] if shared else []
             for a in actors:
-                a.core = Core(env)
+                a.core = cores[a.rank % link.cpus] if shared else Core(env)
+        # a collective is one job per core: `calibrate` timed it with the ranks already
+        # sharing cores as they do here (Note [Ranks that share a CPU])
+        # sharing cores as they do here (Note [Ranks that share a CPU]); its CPU work on a
+        # core is that of every rank there
+        self.cores = list({id(a.core): a.core for a in actors if a.core is not None}.values())
+        self.ranks_on = {id(c): sum(1 for a in actors if a.core is c) if shared else 1 for c in self.cores}
 
     def run(self) -> None:
         for a in self.actors:
@@ -213,7 +173,10 @@ def allreduce(env, model: Model, coll: Collective):
         if not coll.counted:
             model.ends[coll.key] = env.now + duration
         if model.link.shared_core:  # CPU work on every rank's core, shared with its compute
-            yield simpy.AllOf(env, [a.core.run(duration) for a in model.actors])
+            # a job on every rank's core, using only its CPU work's share of it
+            # (Note [Latency-bound jobs on a shared core])
+            demand = model.link.core_s(coll.nbytes, model.world_size) / duration if duration > 0 else 1.0
+            yield simpy.AllOf(env, [c.run(duration, demand * model.ranks_on[id(c)]) for c in model.cores])
         else:
             yield env.timeout(duration)
         del model.ends[coll.key]
@@ -229,21 +192,21 @@ def rank(env, model: Model, actor: Actor):
         f = actor.factors[plan.iteration]
         rec = {"plan": plan, "grads": [], "buckets": {}} if actor.record else None
         t_start = env.now
-        yield env.timeout(w.forward_s * f)
+        yield compute(env, actor, w.forward_s * f)
         t_fwd = env.now
         if plan.search:
-            yield env.timeout(w.graph_search_s)
+            yield compute(env, actor, w.graph_search_s)
         t_search = env.now
         if w.pre_backward_s:
-            yield env.timeout(w.pre_backward_s)
+            yield compute(env, actor, w.pre_backward_s)
         t_bwd = env.now
-        colls = yield from backward(env, model, actor, plan, f, rec)
+        colls = yield from backward(env, model, actor, plan, f * actor.backward_scale, rec)
         if plan.sync:
-            yield from finalize(env, model, colls)
+            yield from finalize(env, model, actor, colls)
         t_bwd_end = env.now
         t_opt = None
         if plan.sync:
-            t_opt = yield from optimizer(env, w)
+            t_opt = yield from optimizer(env, actor, w)
         if rec is not None:
             rec.update(start=t_start, fwd_end=t_fwd, search=(t_fwd, t_search) if plan.search else None,
                        bwd=(t_bwd, t_bwd_end), opt=t_opt, colls=colls)
@@ -255,13 +218,21 @@ def rank(env, model: Model, actor: Actor):
 def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     """Autograd: gradients in ready order; buckets fill, become ready, launch in order.
 
-    Without interference, compute does not depend on communication, so the
-    gradient times are prefix sums and the process only wakes where buckets
-    launch (the same timeline, far fewer events). With interference each
-    gradient is its own timeout, slowed if a collective is in flight at its start.
+    Without interference, a shared core or launch costs, compute does not depend
+    on communication, so the gradient times are prefix sums and the process only
+    wakes where buckets launch (the same timeline, far fewer events). Otherwise
+    each gradient is its own step.
+
+    Note [Launching costs the autograd thread]: DDP launches a bucket's allreduce
+    from the autograd hook of the gradient that completed it, and the next
+    gradient waits until the launch returns: torch's comm hook divides the bucket
+    by the world size and enqueues the collective, ~0.3-1.5 ms for a 2-4 MiB
+    bucket here (``launch_end_ns - launch_ns`` in a recording). A layout with more
+    buckets launches more often, so this is charged per launch
+    (``Workload.launch_cost``), not hidden in the next gradient's compute time.
     """
     w = model.w
-    if model.link.interference or model.link.shared_core:
+    if model.link.interference or model.link.shared_core or w.launch_s or w.launch_s_per_byte:
         colls = yield from _backward_stepwise(env, model, actor, plan, f, rec)
         return colls
     t0 = env.now
@@ -336,7 +307,13 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
                 brec[b] = [now, None]
             if not plan.naive:
                 while next_launch < nb and pending[next_launch] == 0:
-                    colls.append(_launch(model, plan, next_launch, nbytes, brec, now))
+                    colls.append(_launch(model, plan, next_launch, nbytes, brec, env.now))
+                    # Note [Launching costs the autograd thread]
+                    cost = w.launch_cost(nbytes[next_launch])
+                    if cost > 0:
+                        yield compute(env, actor, cost)
+                        if brec is not None:
+                            brec[next_launch].append(env.now)  # launch_end_ns
                     next_launch += 1
     if sync:
         if plan.naive:  # the naive DDP: one allreduce per parameter, after backward
@@ -358,18 +335,23 @@ def _launch(model, plan, bi, nbytes, brec, now):
     return model.launch((plan.iteration, bi), nbytes[bi])
 
 
-def finalize(env, model: Model, colls):
+def compute(env, actor: Actor, seconds: float) -> simpy.Event:
+    """``seconds`` of CPU work: on the actor's core when it has one (shared core), else a timeout."""
+    return actor.core.run(seconds) if actor.core is not None else env.timeout(seconds)
+
+
+def finalize(env, model: Model, actor: Actor, colls):
     """finalize_backward: wait for every collective, then copy buckets into .grad."""
     pending = [c.done for c in colls if not c.done.processed]
     if pending:
         yield simpy.AllOf(env, pending)
     if model.w.finalize_s:
-        yield env.timeout(model.w.finalize_s)
+        yield compute(env, actor, model.w.finalize_s)
 
 
-def optimizer(env, w: Workload):
+def optimizer(env, actor: Actor, w: Workload):
     if w.step_gap_s:
         yield env.timeout(w.step_gap_s)
     t0 = env.now
-    yield env.timeout(w.optimizer_s)
-    return t0
+    yield compute(env, actor, w.optimizer_s)
+    return t0, env.now  # the step's span (longer than optimizer_s on a shared core)

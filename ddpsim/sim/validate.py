@@ -8,8 +8,10 @@
         size) and compare with the second run's measurement: a real prediction.
     python -m ddpsim validate --grid [--models mlp,transformer,shuffled] [--world-sizes 2,4]
             [--caps 0.25,default] [--orders torch,definition] [--find-unused off,on] --out table
-        for each model and world size: record ONE calibration run (torch DDP, default
-        options) and learn the workload and the allreduce cost from it; then record
+        for each model and world size: record ONE calibration run (torch DDP with
+        ``--calibration-cap`` MiB buckets, a cap that is not on the grid) and learn the
+        workload, the ranks' speeds and the rank noise (jitter) from it, with the
+        allreduce cost from ``ddpsim calibrate``; then record
         every grid configuration (never used for calibration), simulate it from the
         calibration workload with the same options, and print predicted against
         measured iteration time with the error, and the per-bucket launch-time error
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 HELP = "compare simulated and measured iteration time (one trace pair, or a recorded --grid of configurations)"
+CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
 COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
            "measured_ms", "error_pct", "bucket_start_error_pct", "n_buckets", "error")
@@ -44,8 +47,9 @@ def add_arguments(p) -> None:
     p.add_argument("--against", help="recorded trace whose options are predicted (default: --trace)")
     p.add_argument("--iters", type=int, default=None, help="synced steps to simulate (default 20; --grid 40)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jitter", help="default: estimated from the trace (--grid: 0; 'fit': fitted on "
-                   "each calibration run, see fit_jitter)")
+    p.add_argument("--jitter", help="rank noise: a number, 'fit' (fitted so the learnt-from run predicts "
+                   "itself, see fit_jitter) or, by default, the variation of compute measured in the run "
+                   "learnt from (--grid: each calibration run)")
     p.add_argument("--out", help="write the simulated trace here (--grid: the table to OUT.csv and OUT.json)")
     g = p.add_argument_group("--grid: record a grid of real runs and predict each")
     g.add_argument("--grid", action="store_true", help="record and predict a grid of configurations")
@@ -55,7 +59,12 @@ def add_arguments(p) -> None:
     g.add_argument("--orders", default="torch,definition",
                    help="torch (torch DDP), or ready/reverse/definition (minddp --order)")
     g.add_argument("--find-unused", default="off,on", help="find_unused_parameters values: off,on")
-    g.add_argument("--record-iters", type=int, default=12, help="iterations per recorded run (default 12)")
+    g.add_argument("--calibration-cap", type=float, default=CALIBRATION_CAP_MB, metavar="MIB",
+                   help=f"bucket_cap_mb of the calibration run; must not be one of --caps "
+                        f"(default {CALIBRATION_CAP_MB:g})")
+    g.add_argument("--record-iters", type=int, default=40,
+                   help="iterations per recorded run (default 40: an iteration varies by +-20%% here, and "
+                        "the median of ~38 steady ones is then good to ~3%%)")
     g.add_argument("--workdir", help="keep the recorded traces here (default: a temporary folder)")
     g.add_argument("--reuse", action="store_true",
                    help="predict from the traces already in --workdir instead of recording them again")
@@ -65,15 +74,14 @@ def add_arguments(p) -> None:
 
 
 def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float | None = None) -> dict:
-    from ddpsim.sim.api import SimConfig, simulate
-    from ddpsim.sim.extract import config_from_trace, workload_from_trace
+    from ddpsim.sim.api import simulate
+    from ddpsim.sim.extract import replay_config, workload_from_trace
 
     target = target or source
     if target.source != "real":
         raise ValueError("validate compares against a recorded (source real) trace")
     w = workload_from_trace(source)
-    cfg = SimConfig(**{**config_from_trace(target), "iters": iters, "seed": seed,
-                       "jitter": w.meta.get("jitter_estimated", 0.0) if jitter is None else jitter})
+    cfg = replay_config(w, target, iters=iters, seed=seed, jitter=pick_jitter(jitter, w, source, iters))
     trace, predicted = simulate(w, cfg)
     measured = target.summary()
     rows = {}
@@ -120,11 +128,11 @@ def bucket_start_error(predicted, measured, iteration_s: float) -> float:
 
 def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: float = 0.0) -> dict:
     """Simulate the recorded run ``measured``'s options from ``workload``; compare."""
-    from ddpsim.sim.api import SimConfig, simulate
-    from ddpsim.sim.extract import config_from_trace
+    from ddpsim.sim.api import simulate
+    from ddpsim.sim.extract import replay_config
 
-    cfg = SimConfig(**{**config_from_trace(measured), "iters": sim_iters, "jitter": jitter,
-                       "order": "torch" if order in ("torch", "ready") else order})
+    cfg = replay_config(workload, measured, iters=sim_iters, jitter=jitter,
+                        order="torch" if order in ("torch", "ready") else order)
     sim, s = simulate(workload, cfg)
     m = measured.summary()
     pred, meas = s["iteration_time_s"], m["iteration_time_s"]
@@ -145,14 +153,14 @@ def fit_jitter(workload, calibration, sim_iters: int = 40, hi: float = 0.6, step
     multiplier ``1 + jitter·z``) models this; it is fitted here by bisection on the
     calibration run alone (never on grid runs), and used for every grid row.
     """
-    from ddpsim.sim.api import SimConfig, simulate
-    from ddpsim.sim.extract import config_from_trace
+    from ddpsim.sim.api import simulate
+    from ddpsim.sim.extract import replay_config
 
     target = calibration.summary()["iteration_time_s"]
-    base = {**config_from_trace(calibration), "iters": sim_iters}
 
     def pred(j):
-        return simulate(workload, SimConfig(**{**base, "jitter": j}))[1]["iteration_time_s"]
+        return simulate(workload, replay_config(workload, calibration, iters=sim_iters,
+                                                jitter=j))[1]["iteration_time_s"]
 
     if pred(0.0) >= target:
         return 0.0
@@ -196,10 +204,11 @@ def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -
 
 
 CAL_SIZES = [k * 1024 for k in (4, 64, 256, 512, 1024, 2048, 4096, 8192)]  # bytes, for `calibrate`
+CAL_REPS = 41  # repetitions per size: a small allreduce here takes ~0.5 or ~3.5 ms at random
 
 
-def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdir=None, jitter=None,
-             log=None, reuse=False) -> dict:
+def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdir=None, jitter=None,
+             log=None, reuse=False, calibration_cap_mb: float = CALIBRATION_CAP_MB) -> dict:
     """Record calibration + grid runs for each (model, world size) and predict each grid run.
 
     Note [Interleave the measurements]: two identical runs recorded seconds apart on
@@ -233,7 +242,8 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
             loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
             log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved; "
                 f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
-            specs = [("calibration", RecordConfig(model=model, world_size=ws, iters=record_iters), None)]
+            specs = [("calibration", RecordConfig(model=model, world_size=ws, iters=record_iters,
+                                                  bucket_cap_mb=calibration_cap_mb, profile_internals=False), None)]
             for c in configs:
                 order, cap = c["order"], c["bucket_cap_mb"]
                 impl = "torch" if order == "torch" else "minddp"
@@ -243,7 +253,8 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
                                                  bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
                                                  order=None if impl == "torch" else order,
                                                  profile_internals=False), c))
-            paths = [work / f"{model}_ws{ws}_calibration.json" if c is None else work / f"{name}.json"
+            paths = [work / f"{model}_ws{ws}_calibration_cap{calibration_cap_mb:g}.json" if c is None
+                     else work / f"{name}.json"
                      for name, _, c in specs]
             if reuse and all(p.exists() for p in paths):
                 traces = [load_trace(p) for p in paths]
@@ -251,11 +262,13 @@ def run_grid(models, world_sizes, configs, record_iters=12, sim_iters=40, workdi
                 traces = record_many([cfg for _, cfg, _ in specs], paths)
             cal = traces[0]
             if "calibration" not in cal.meta:  # allreduce alone, vs size (Note [Calibrate alone])
-                cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, 7, world=ws)
+                cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
                 calibrations_by_ws[ws] = cal.meta["calibration"]
                 cal.save(paths[0])
-            w = refine(workload_from_trace(cal), cal)  # Note [Self-calibration]
-            jit = fit_jitter(w, cal, sim_iters) if jitter is None else jitter
+            w = workload_from_trace(cal)
+            w = refine(w, cal, sim_iters, jitter if isinstance(jitter, (int, float)) else None if jitter is None
+                       else 0.0)  # Note [Self-calibration]; 'fit' fits the jitter afterwards
+            jit = pick_jitter(jitter, w, cal, sim_iters)
             calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
                                  "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
                                  "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)})
@@ -313,12 +326,29 @@ def write_table(result: dict, out: str) -> list[Path]:
     return [base.with_suffix(".csv"), base.with_suffix(".json")]
 
 
-def _jitter(value, default):
-    """--jitter: a number, 'fit' (None: fitted per calibration run, --grid only) or absent."""
-    if value is None:
-        return default
-    if value == "fit":
-        return None
+def pick_jitter(jitter, workload, learnt_from, sim_iters: int) -> float:
+    """The jitter to simulate with: a number as given, ``"fit"`` (``fit_jitter``), or
+    None: the coefficient of variation of per-rank compute measured in the run the
+    workload was learnt from (``extract``'s ``jitter_estimated``).
+
+    Note [Measured, not fitted, noise]: fitting the jitter so that the calibration
+    run predicts itself made it absorb that one run's measurement noise: a per-
+    iteration spread of +-20% leaves its median ~4% uncertain, and two recordings
+    of the same grid gave fitted jitters of 0.03 and 0.50 for the same model, moving
+    every prediction by ~10%. The measured variation is a property of the run, not
+    of its median, and varied far less (0.12 vs 0.19).
+    """
+    if jitter is None:
+        return float(workload.meta.get("jitter_estimated", 0.0))
+    if jitter == "fit":
+        return fit_jitter(workload, learnt_from, sim_iters)
+    return float(jitter)
+
+
+def _jitter(value):
+    """--jitter: a number, 'fit', or None (absent: measured)."""
+    if value is None or value == "fit":
+        return value
     try:
         j = float(value)
     except ValueError:
@@ -345,6 +375,12 @@ def main_grid(args) -> int:
     for c in caps:
         if c is not None and not (math.isfinite(c) and c > 0):
             raise ValueError(f"--caps must be positive MiB or 'default', not {c}")
+    cal_cap = args.calibration_cap
+    if not (math.isfinite(cal_cap) and cal_cap > 0):
+        raise ValueError(f"--calibration-cap must be positive MiB, not {cal_cap}")
+    if cal_cap in caps or (cal_cap == 25.0 and None in caps):
+        raise ValueError(f"--calibration-cap {cal_cap:g} is one of --caps: the calibration run's "
+                         "configuration must not be on the grid")
     if args.reuse and not args.workdir:
         raise ValueError("--reuse needs --workdir (where the traces are)")
     if args.record_iters < 4:
@@ -353,9 +389,9 @@ def main_grid(args) -> int:
         load = wait_for_load(args.wait_load, args.wait_max_s,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
         print(f"load average at start: {load:.2f}", file=sys.stderr, flush=True)
-    jitter = _jitter(args.jitter, 0.0)
+    jitter = _jitter(args.jitter)
     res = run_grid(models, world_sizes, grid_configs(caps, orders, fus), args.record_iters, args.iters or 40,
-                   args.workdir, jitter, reuse=args.reuse)
+                   args.workdir, jitter, reuse=args.reuse, calibration_cap_mb=cal_cap)
     print(f"{'model':12} {'ws':4} {'cap':>11} {'order':10} {'fu':3}  {'predicted':>19}  {'measured':>17}  "
           f"{'error':>13}  bucket start")
     for r in res["rows"]:
@@ -381,7 +417,7 @@ def main(args) -> int:
         raise ValueError("give --trace FILE (and optionally --against FILE), or --grid")
     source = load_trace(args.trace)
     target = load_trace(args.against) if args.against else source
-    res = validate(source, target, args.iters or 20, args.seed, _jitter(args.jitter, None))
+    res = validate(source, target, args.iters or 20, args.seed, _jitter(args.jitter))
     trace = res.pop("trace")
     if args.out:
         trace.save(args.out)

@@ -58,6 +58,8 @@ class Workload:
     step_gap_s: float = 0.0  # backward end -> optimizer start
     optimizer_s: float = 0.0
     iter_gap_s: float = 0.0  # optimizer end -> next forward (data loading...)
+    launch_s: float = 0.0  # autograd-thread seconds per bucket launch (comm hook), alone on the core
+    launch_s_per_byte: float = 0.0  # ... plus this per byte of the bucket (the hook divides it by world size)
     unused: list[int] = field(default_factory=list)  # params that never get a gradient
     meta: dict = field(default_factory=dict)  # where the numbers came from
 
@@ -71,6 +73,10 @@ class Workload:
     @property
     def total_bytes(self) -> int:
         return sum(p.bytes for p in self.params)
+
+    def launch_cost(self, nbytes: int) -> float:
+        """Seconds a bucket launch holds the autograd thread (Note [Launching costs the autograd thread])."""
+        return self.launch_s + self.launch_s_per_byte * nbytes
 
     @property
     def backward_compute_s(self) -> float:
@@ -88,7 +94,7 @@ def validate_workload(w: Workload) -> None:
     if sorted(list(w.ready_order) + list(w.unused)) != idx:
         raise ValueError("ready_order plus unused must list every parameter exactly once")
     for name in ("forward_s", "pre_backward_s", "graph_search_s", "finalize_s", "step_gap_s",
-                 "optimizer_s", "iter_gap_s"):
+                 "optimizer_s", "iter_gap_s", "launch_s", "launch_s_per_byte"):
         v = getattr(w, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"workload {w.name!r}: {name} must be a finite number >= 0, not {v!r}")

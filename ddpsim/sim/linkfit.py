@@ -1,0 +1,114 @@
+"""The allreduce cost line ``t = a + b·bytes`` of a recorded run, as a ring :class:`Link`.
+
+Two ways to get it, both used by ``extract.workload_from_trace``:
+
+- ``fit_shared_link`` (CPU gloo, shared core): ``meta.calibration`` from ``ddpsim
+  calibrate`` when the trace carries one at its world size (Note [Calibrate
+  alone]); otherwise a line through each recorded collective's work alone on
+  the core;
+- ``fit_link`` (other backends): a line through each collective's duration,
+  measured from the *last* rank's launch (so waiting for a straggler is not
+  counted) or from the completion of the collective ``concurrency`` places earlier
+  (gloo's queue), to its completion.
+"""
+from __future__ import annotations
+
+import statistics
+
+from ddpsim.sim import contention
+from ddpsim.sim.network import Link
+from ddpsim.trace import Trace
+
+NS = 1e-9
+
+
+def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int = 0) -> tuple[Link, dict]:
+    """The allreduce line through each collective's work alone on the core (shared core).
+
+    Every collective counted as a full job (no CPU-time calibration to split it);
+    co-located ranks' compute shares the core too (Note [Ranks that share a CPU]).
+    """
+    by_size: dict[int, list[float]] = {}
+    mates = contention.core_jobs(trace, sync_its, {}, cpus)  # co-located ranks' compute
+    for it in sync_its:
+        spans = flights.get(id(it), [])
+        others = spans + mates.get(id(it), [])
+        compute = (it.backward.start_ns, it.backward_compute_end_ns)
+        for s, e, nbytes in spans:
+            by_size.setdefault(nbytes, []).append(contention.shared_work(s, e, others, 0, compute) * NS)
+    k = trace.world_size
+    cal = trace.meta.get("calibration")
+    if isinstance(cal, dict) and cal.get("world_size") == k and "intercept_s" in cal:
+        # Note [Calibrate alone]: the shared-core model needs each allreduce's cost
+        # *alone*; `ddpsim calibrate` measures exactly that over many sizes, where a
+        # trace has only its few bucket sizes to fit a line through.
+        a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
+        core = (float(cal["cpu_intercept_s"]), float(cal["cpu_s_per_byte"])) if "cpu_intercept_s" in cal else None
+        link = Link.from_fit(a, b, k, core_fit=core, concurrency=concurrency, shared_core=True,
+                             name=f"shared-core, gloo calibration (k={k})")
+        return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,
+                      "cpu_fit": core, "world_size": k}
+    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
+    if len(by_size) < 2:  # one size: a line through the origin
+        a, b = 0.0, (statistics.median(next(iter(by_size.values()))) / next(iter(by_size))) if by_size else 0.0
+    link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
+                         name=f"shared-core fit from trace (k={k})")
+    return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
+                  "points": sum(len(v) for v in by_size.values()), "world_size": k}
+
+
+def collective_points(trace: Trace, sync_its, concurrency: int) -> list[tuple[int, float]]:
+    """(bytes, seconds) per collective: from the last launch (or a free slot) to completion."""
+    by = {}
+    for it in sync_its:
+        for b in it.buckets:
+            by.setdefault((it.iteration, b.bucket), []).append((b.launch_ns, b.complete_ns, b.bytes))
+        if it.bitmap_allreduce:
+            c = it.bitmap_allreduce
+            by.setdefault((it.iteration, 10 ** 9), []).append((c.launch_ns, c.complete_ns, c.bytes))
+    points, done = [], {}
+    for key in sorted(by):
+        evs = by[key]
+        launch, complete, nbytes = max(e[0] for e in evs), max(e[1] for e in evs), evs[0][2]
+        prior = done.setdefault(key[0], [])
+        start = max(launch, prior[-concurrency]) if len(prior) >= concurrency else launch
+        prior.append(complete)
+        points.append((nbytes, max(0, complete - start) * NS))
+    return points
+
+
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares t = a + b·x with a, b >= 0."""
+    n = len(points)
+    if n == 0:
+        return 0.0, 0.0
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    if sxx == 0:
+        return 0.0, (my / mx if mx else 0.0)
+    b = sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
+    a = my - b * mx
+    if b <= 0:
+        return my, 0.0
+    if a < 0:
+        b = sum(p[0] * p[1] for p in points) / sum(p[0] ** 2 for p in points)
+        a = 0.0
+    return a, b
+
+
+def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
+    points = collective_points(trace, sync_its, concurrency)
+    k = trace.world_size
+    by_size: dict[int, list[float]] = {}
+    for x, y in points:  # robust: one median per message size, weighted by its count
+        by_size.setdefault(x, []).append(y)
+    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
+    cal = trace.meta.get("calibration")
+    if (len({p[0] for p in points}) < 2 or k < 2) and isinstance(cal, dict) and "alpha_s" in cal:
+        link = Link(alpha_s=float(cal["alpha_s"]), bandwidth_Bps=float(cal["bandwidth_Bps"]),
+                    concurrency=concurrency, name="calibration")
+        return link, {"from": "meta.calibration", **cal}
+    link = Link.from_fit(a, b, k, concurrency=concurrency, name=f"fit from trace (k={k})")
+    return link, {"from": "trace", "intercept_s": a, "s_per_byte": b, "points": len(points),
+                  "world_size": k}
