@@ -8,7 +8,8 @@ import pytest
 from ddpsim.__main__ import main
 from ddpsim.record.config import RecordConfig
 from ddpsim.errors import CLIError
-from ddpsim.sim.validate import bucket_start_error, grid_configs, stats
+from ddpsim.sim.grid import grid_configs, stats
+from ddpsim.sim.validate import bucket_start_error
 
 
 @pytest.mark.slow

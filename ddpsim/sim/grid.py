@@ -1,0 +1,230 @@
+"""``python -m ddpsim validate --grid``: record a grid of real runs and predict each one.
+
+For each model and world size, ONE calibration run (torch DDP with
+``--calibration-cap`` MiB buckets, a cap that is not on the grid) and every grid
+configuration are recorded together, interleaved iteration by iteration (Note
+[Interleave the measurements]). The workload, the ranks' speeds and the rank noise
+are learnt from the calibration run alone, with the allreduce cost from ``ddpsim
+calibrate``; each grid run is then simulated with its own options and compared
+(``validate.predict_row``). The table goes to stdout, and to OUT.csv / OUT.json.
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ddpsim.sim.validate import _jitter, pick_jitter, predict_row
+
+CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
+COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
+           "measured_ms", "error_pct", "bucket_start_error_pct", "n_buckets", "error")
+
+
+def grid_configs(caps, orders, find_unused) -> list[dict]:
+    return [{"bucket_cap_mb": c, "order": o, "find_unused": f}
+            for c, o, f in itertools.product(caps, orders, find_unused)]
+
+
+def _cap(v: str):
+    v = v.strip()
+    return None if v in ("default", "none", "") else float(v)
+
+
+def _bool(v: str) -> bool:
+    v = v.strip().lower()
+    if v in ("on", "true", "1", "yes"):
+        return True
+    if v in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(f"--find-unused values are on/off, not {v!r}")
+
+
+def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -> float:
+    """Poll /proc/loadavg until the 1-minute load is below ``limit`` (or ``max_s`` passed)."""
+    t0 = time.monotonic()
+    while True:
+        load = float(Path("/proc/loadavg").read_text().split()[0])
+        if load < limit or time.monotonic() - t0 >= max_s:
+            return load
+        log(f"load average {load:.2f} >= {limit}: waiting ({time.monotonic() - t0:.0f} s so far)")
+        time.sleep(poll_s)
+
+
+CAL_SIZES = [k * 1024 for k in (4, 64, 256, 512, 1024, 2048, 4096, 8192)]  # bytes, for `calibrate`
+CAL_REPS = 41  # repetitions per size: a small allreduce here takes ~0.5 or ~3.5 ms at random
+
+
+def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdir=None, jitter=None,
+             log=None, reuse=False, calibration_cap_mb: float = CALIBRATION_CAP_MB) -> dict:
+    """Record calibration + grid runs for each (model, world size) and predict each grid run.
+
+    Note [Interleave the measurements]: two identical runs recorded seconds apart on
+    this 2-core machine differed by up to a third, far more than the accuracy asked
+    of the model. So the calibration run and every grid run of one (model, world
+    size) are recorded together in the same ranks, taking turns iteration by
+    iteration (``record_many``): a slow spell hits all of them alike. The workload is
+    still learnt from the calibration run alone.
+
+    ``reuse``: load the runs from ``workdir`` when their traces are there instead of recording.
+    """
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record_many
+    from ddpsim.sim.extract import workload_from_trace
+    from ddpsim.sim.calibrate import calibrate
+    from ddpsim.sim.refine import refine
+    from ddpsim.trace import load_trace
+
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="ddpsim-validate-")
+        workdir = tmp.name
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    rows, calibrations, loads, calibrations_by_ws = [], [], [], {}
+    groups = [(m, ws) for m in models for ws in world_sizes]
+    t_start = time.monotonic()
+    try:
+        for g, (model, ws) in enumerate(groups, 1):
+            loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved; "
+                f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
+            specs = [("calibration", RecordConfig(model=model, world_size=ws, iters=record_iters,
+                                                  bucket_cap_mb=calibration_cap_mb, profile_internals=False), None)]
+            for c in configs:
+                order, cap = c["order"], c["bucket_cap_mb"]
+                impl = "torch" if order == "torch" else "minddp"
+                name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
+                # No profiler: it slows the profiled run ~10% and, interleaved, the next one too.
+                specs.append((name, RecordConfig(model=model, world_size=ws, iters=record_iters, impl=impl,
+                                                 bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
+                                                 order=None if impl == "torch" else order,
+                                                 profile_internals=False), c))
+            paths = [work / f"{model}_ws{ws}_calibration_cap{calibration_cap_mb:g}.json" if c is None
+                     else work / f"{name}.json"
+                     for name, _, c in specs]
+            if reuse and all(p.exists() for p in paths):
+                traces = [load_trace(p) for p in paths]
+            else:
+                traces = record_many([cfg for _, cfg, _ in specs], paths)
+            cal = traces[0]
+            if "calibration" not in cal.meta:  # allreduce alone, vs size (Note [Calibrate alone])
+                cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
+                calibrations_by_ws[ws] = cal.meta["calibration"]
+                cal.save(paths[0])
+            w = workload_from_trace(cal)
+            w = refine(w, cal, sim_iters, jitter if isinstance(jitter, (int, float)) else None if jitter is None
+                       else 0.0)  # Note [Self-calibration]; 'fit' fits the jitter afterwards
+            jit = pick_jitter(jitter, w, cal, sim_iters)
+            calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
+                                 "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
+                                 "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)})
+            log(f"    calibration: measured {calibrations[-1]['measured_ms']:.1f} ms, jitter {jit:.3f}, "
+                f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
+            for (name, cfg, c), real in zip(specs[1:], traces[1:]):
+                row = {"model": model, "world_size": ws, "bucket_cap_mb": c["bucket_cap_mb"] or "default",
+                       "order": c["order"], "find_unused": c["find_unused"], "impl": cfg.impl}
+                try:
+                    row.update(predict_row(w, real, c["order"], sim_iters, jit))
+                except Exception as e:  # noqa: BLE001 - one failed row must not lose the grid
+                    row.update({k: math.nan for k in ("predicted_ms", "measured_ms", "error_pct",
+                                                      "bucket_start_error_pct")},
+                               error=f"{type(e).__name__}: {e}".splitlines()[0])
+                rows.append(row)
+                log("    " + format_row(row))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return {"rows": rows, "stats": stats(rows), "calibrations": calibrations,
+            "load": {"min": min(loads), "max": max(loads), "median": statistics.median(loads)},
+            "wall_s": time.monotonic() - t_start}
+
+
+def stats(rows) -> dict:
+    errs = [abs(r["error_pct"]) for r in rows if math.isfinite(r.get("error_pct", math.nan))]
+    starts = [r["bucket_start_error_pct"] for r in rows if math.isfinite(r.get("bucket_start_error_pct", math.nan))]
+    return {"rows": len(rows), "predicted": len(errs),
+            "median_abs_error_pct": statistics.median(errs) if errs else math.nan,
+            "max_abs_error_pct": max(errs) if errs else math.nan,
+            "median_bucket_start_error_pct": statistics.median(starts) if starts else math.nan,
+            "max_bucket_start_error_pct": max(starts) if starts else math.nan}
+
+
+def format_row(r: dict) -> str:
+    return (f"{r['model']:12} ws{r['world_size']:<2} cap {str(r['bucket_cap_mb']):>7} {r['order']:10} "
+            f"fu {'on ' if r['find_unused'] else 'off'}  predicted {r['predicted_ms']:8.1f} ms  "
+            f"measured {r['measured_ms']:8.1f} ms  error {r['error_pct']:+6.1f}%  "
+            f"bucket start {r['bucket_start_error_pct']:5.1f}%" + (f"  ({r['error']})" if r.get("error") else ""))
+
+
+def write_table(result: dict, out: str) -> list[Path]:
+    base = Path(out)
+    if base.suffix in (".csv", ".json"):
+        base = base.with_suffix("")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with open(base.with_suffix(".csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["exposed_comm_pred_ms", "exposed_comm_meas_ms"],
+                           extrasaction="ignore")
+        wr.writeheader()
+        for r in result["rows"]:
+            wr.writerow(r)
+    clean = json.loads(json.dumps(result, default=str).replace("NaN", "null"))
+    base.with_suffix(".json").write_text(json.dumps(clean, indent=1))
+    return [base.with_suffix(".csv"), base.with_suffix(".json")]
+
+
+def main_grid(args) -> int:
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    try:
+        world_sizes = [int(x) for x in args.world_sizes.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--world-sizes must be integers separated by commas, not {args.world_sizes!r}") from None
+    caps = [_cap(c) for c in args.caps.split(",")]
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    bad = [o for o in orders if o not in ("torch", "ready", "reverse", "definition")]
+    if bad:
+        raise ValueError(f"--orders: {bad[0]!r} is not torch, ready, reverse or definition")
+    fus = [_bool(v) for v in args.find_unused.split(",") if v.strip()]
+    if not models or not world_sizes or min(world_sizes) < 1 or not orders or not fus:
+        raise ValueError("--grid needs at least one model, world size (>= 1), order and find_unused value")
+    for c in caps:
+        if c is not None and not (math.isfinite(c) and c > 0):
+            raise ValueError(f"--caps must be positive MiB or 'default', not {c}")
+    cal_cap = args.calibration_cap
+    if not (math.isfinite(cal_cap) and cal_cap > 0):
+        raise ValueError(f"--calibration-cap must be positive MiB, not {cal_cap}")
+    if cal_cap in caps or (cal_cap == 25.0 and None in caps):
+        raise ValueError(f"--calibration-cap {cal_cap:g} is one of --caps: the calibration run's "
+                         "configuration must not be on the grid")
+    if args.reuse and not args.workdir:
+        raise ValueError("--reuse needs --workdir (where the traces are)")
+    if args.record_iters < 4:
+        raise ValueError("--record-iters must be >= 4 (iteration 0 and the rebuild are not steady state)")
+    if args.wait_load is not None:
+        load = wait_for_load(args.wait_load, args.wait_max_s,
+                             log=lambda m: print(m, file=sys.stderr, flush=True))
+        print(f"load average at start: {load:.2f}", file=sys.stderr, flush=True)
+    jitter = _jitter(args.jitter)
+    res = run_grid(models, world_sizes, grid_configs(caps, orders, fus), args.record_iters, args.iters or 40,
+                   args.workdir, jitter, reuse=args.reuse, calibration_cap_mb=cal_cap)
+    print(f"{'model':12} {'ws':4} {'cap':>11} {'order':10} {'fu':3}  {'predicted':>19}  {'measured':>17}  "
+          f"{'error':>13}  bucket start")
+    for r in res["rows"]:
+        print(format_row(r))
+    s = res["stats"]
+    print(f"iteration time: median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% "
+          f"over {s['predicted']} rows; bucket start error: median {s['median_bucket_start_error_pct']:.1f}%, "
+          f"max {s['max_bucket_start_error_pct']:.1f}% of the iteration time; load average "
+          f"{res['load']['min']:.2f}-{res['load']['max']:.2f} (median {res['load']['median']:.2f})")
+    if args.out:
+        paths = write_table(res, args.out)
+        print("wrote " + ", ".join(map(str, paths)))
+    print(json.dumps({"stats": s, "load": res["load"]}, separators=(",", ":")).replace("NaN", "null"))
+    return 0
