@@ -167,16 +167,16 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     world, strag = cfg.world_size, {int(r): float(f) for r, f in cfg.stragglers.items()}
     bscale = {int(r): float(f) for r, f in cfg.backward_scale.items()}
     actors, groups = [], []
-    for r in sorted(set(strag) | set(bscale)):  # ranks with their own speed play alone
+    alone = set(strag) | set(bscale)  # ranks with their own speed play alone
+    for r in sorted(alone):
         actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, strag.get(r, 1.0)),
                             record=True, kind="straggler" if r in strag else "measured",
                             backward_scale=bscale.get(r, 1.0)))
-    strag = {r: 1.0 for r in set(strag) | set(bscale)}
-    others = [r for r in range(world) if r not in strag] if world <= 100_000 else None
-    n_others = world - len(strag)
+    others = [r for r in range(world) if r not in alone] if world <= 100_000 else None
+    n_others = world - len(alone)
     if n_others == 0:
         return actors, groups
-    first = next(r for r in range(world) if r not in strag)
+    first = next(r for r in range(world) if r not in alone)
     if cfg.jitter == 0 and not (explicit and n_others <= cfg.max_explicit_ranks):
         actors.append(Actor(first, n_others, [1.0] * n_micro, record=True, kind="identical"))
         groups.append({"kind": "identical", "count": n_others, "represented_by": first})
@@ -251,9 +251,9 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 if c.key[1] == "bitmap":
                     bitmap = Collective(_ns(rec["bitmap_launch"]), _ns(c.end), c.nbytes)
                 else:
-                    ready, launch, *end = rec["buckets"][c.key[1]]
+                    ready, launch, end = rec["buckets"][c.key[1]]
                     buckets.append(BucketEvent(c.key[1], c.nbytes, _ns(ready), _ns(launch), _ns(c.end),
-                                               _ns(end[0]) if end else None))
+                                               None if end is None else _ns(end)))
             opt = rec["opt"]
             iters.append(Iteration(
                 plan.iteration, plan.sync, Span(_ns(rec["start"]), _ns(rec["fwd_end"])),

@@ -1,12 +1,13 @@
 """``python -m ddpsim calibrate``: fit alpha/beta of the local gloo allreduce.
 
 Spawns 2 real gloo processes (torch.multiprocessing, a FileStore in a temp dir),
-times ``dist.all_reduce`` of float32 tensors over a range of sizes (median of
+times ``dist.all_reduce`` of float32 tensors over a range of sizes (mean of
 ``--reps`` after a warm-up), fits ``t = a + b·bytes`` and turns it into a ring
 Link (``alpha = a / 2(k-1)``, ``B = 2(k-1)/k / b``). It also times each
 allreduce's CPU time (``time.process_time``: all of the process's threads, gloo's
-included) and fits the same line through it: the part of the allreduce that is
-work on the core (Note [Not all of an allreduce is core work] in network.py). The result is printed, and
+included; lower quartile) and fits the same line through it: the part of the
+allreduce that is work on the core (Note [Not all of an allreduce is core work]
+in network.py). The result is printed, and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
 ``ddpsim.sim.extract`` uses it when a trace's own buckets cannot be fitted.
 The children are joined with a timeout and terminated if they hang.

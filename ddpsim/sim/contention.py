@@ -125,20 +125,25 @@ def core_jobs(trace: Trace, its, jobs_by_it: dict, cpus: int) -> dict[int, list[
     return out
 
 
+def _integrate(lo: float, hi: float, spans, rate) -> float:
+    """``∫ rate(running spans) dt`` over [lo, hi]: piecewise constant between span ends."""
+    if hi <= lo:
+        return 0.0
+    pts = sorted({lo, hi} | {t for sp in spans for t in sp[:2] if lo < t < hi})
+    work = 0.0
+    for a, b in zip(pts, pts[1:]):
+        mid = (a + b) / 2
+        work += (b - a) * rate([sp for sp in spans if sp[0] <= mid < sp[1]])
+    return work
+
+
 def compute_work(lo: float, hi: float, jobs) -> float:
     """Work done in [lo, hi] by a compute job beside ``jobs`` (start, end, demand) (ns).
 
     The inverse of the simulator's ``Core``: ``dt`` times the compute job's rate
     from ``core.share`` while the other jobs run.
     """
-    if hi <= lo:
-        return 0.0
-    pts = sorted({lo, hi} | {t for j in jobs for t in j[:2] if lo < t < hi})
-    work = 0.0
-    for a, b in zip(pts, pts[1:]):
-        mid = (a + b) / 2
-        work += (b - a) * share([1.0] + [j[2] for j in jobs if j[0] <= mid < j[1]])[0]
-    return work
+    return _integrate(lo, hi, jobs, lambda running: share([1.0] + [j[2] for j in running])[0])
 
 
 def shared_work(lo: float, hi: float, spans, base: int, compute: tuple | None = None) -> float:
@@ -147,21 +152,5 @@ def shared_work(lo: float, hi: float, spans, base: int, compute: tuple | None = 
     ``spans``: (start, end, ...) of the other jobs running on the core; the job
     gets ``1 / (base + running jobs + [t in compute])`` of the core.
     """
-    if hi <= lo:
-        return 0.0
-    cuts = {lo, hi}
-    for sp in spans:
-        for t in sp[:2]:
-            if lo < t < hi:
-                cuts.add(t)
-    if compute:
-        cuts.update(t for t in compute if lo < t < hi)
-    pts = sorted(cuts)
-    work = 0.0
-    for a, b in zip(pts, pts[1:]):
-        mid = (a + b) / 2
-        n = base + sum(1 for sp in spans if sp[0] <= mid < sp[1])
-        if compute and compute[0] <= mid < compute[1]:
-            n += 1
-        work += (b - a) / max(n, 1)
-    return work
+    spans = list(spans) + ([compute] if compute else [])
+    return _integrate(lo, hi, spans, lambda running: 1.0 / max(base + len(running), 1))

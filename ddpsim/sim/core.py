@@ -29,19 +29,12 @@ def share(demands: list[float]) -> list[float]:
 
     With every demand 1 this is plain processor sharing (each job at ``1/n``).
     """
-    light = [d for d in demands if d < 1.0]
-    full = len(demands) - len(light)
-    total_light = sum(light)
-    rates, used = [], 0.0
-    for d in demands:
-        if d < 1.0:
-            r = 1.0 / (full + 1 + total_light - d)
-            used += d * r
-            rates.append(r)
-        else:
-            rates.append(-1.0)
+    light = sum(d for d in demands if d < 1.0)
+    full = sum(1 for d in demands if d >= 1.0)
+    rates = [1.0 / (full + 1 + light - d) if d < 1.0 else None for d in demands]
+    used = sum(d * r for d, r in zip(demands, rates) if r is not None)
     rest = max(0.0, 1.0 - used) / full if full else 0.0
-    return [rest if r < 0 else r for r in rates]
+    return [rest if r is None else r for r in rates]
 
 
 class Core:

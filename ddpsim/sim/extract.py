@@ -40,7 +40,7 @@ import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.sim import contention
-from ddpsim.sim.linkfit import fit_line, fit_link, fit_shared_link
+from ddpsim.sim.linkfit import fit_link, fit_medians, fit_shared_link
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
 
@@ -133,14 +133,14 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
     for it in clean:
         prev = it.backward.start_ns
         spans = _comm_spans(it)
-        inflight = jobs.get(id(it), []) if shared else None
+        others = jobs.get(id(it), []) if shared else None  # the other jobs on this rank's core
         work = 0.0
         launches = [(b.launch_ns, b.launch_end_ns, b.bytes) for b in it.buckets if b.launch_end_ns is not None]
         for g in sorted((g for g in it.grad_ready if not g.unused), key=lambda g: g.t_ns):
             own = [(a, e) for a, e, _ in launches if prev <= a < g.t_ns]  # Note [Launching costs the autograd thread]
             if shared:
-                d = contention.compute_work(prev, g.t_ns, inflight)
-                d = max(0.0, d - sum(contention.compute_work(a, min(e, g.t_ns), inflight) for a, e in own))
+                d = contention.compute_work(prev, g.t_ns, others)
+                d = max(0.0, d - sum(contention.compute_work(a, min(e, g.t_ns), others) for a, e in own))
             else:
                 d = max(0, g.t_ns - prev - sum(min(e, g.t_ns) - a for a, e in own))
                 overlaps.setdefault(g.param, []).append(_overlap(spans, prev, g.t_ns))
@@ -149,7 +149,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
             prev = g.t_ns
         work_by_rank.setdefault(rank_of.get(id(it), 0), []).append(work)
         for a, e, nbytes in launches:
-            launch_points.append((nbytes, contention.compute_work(a, e, inflight) if shared else e - a))
+            launch_points.append((nbytes, contention.compute_work(a, e, others) if shared else e - a))
     if clean is sync and interference == 0.0 and not shared:
         warm = {}  # pre-steady synced steps: the single bucket reduces after backward
         for r in trace.ranks:
@@ -196,10 +196,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
                 gaps.append(max(0, b.forward.start_ns - a.end_ns))
     if not (shared and sync):
         link, fit = fit_link(trace, sync, conc)
-    by_size: dict[int, list[float]] = {}
-    for nbytes, cost in launch_points:
-        by_size.setdefault(nbytes, []).append(cost)
-    launch_fit = fit_line([(n, statistics.median(v)) for n, v in by_size.items()])
+    launch_fit = fit_medians(launch_points, weighted=False)
     computes = [it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     jitter = (statistics.pstdev(computes) / statistics.mean(computes)
               if len(computes) >= 3 and statistics.mean(computes) > 0 else 0.0)

@@ -119,9 +119,8 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
                 cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
                 calibrations_by_ws[ws] = cal.meta["calibration"]
                 cal.save(paths[0])
-            w = workload_from_trace(cal)
-            w = refine(w, cal, sim_iters, jitter if isinstance(jitter, (int, float)) else None if jitter is None
-                       else 0.0)  # Note [Self-calibration]; 'fit' fits the jitter afterwards
+            # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
+            w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
             jit = pick_jitter(jitter, w, cal, sim_iters)
             calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
                                  "measured_ms": cal.summary()["iteration_time_s"] * 1e3,

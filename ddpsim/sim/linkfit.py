@@ -28,14 +28,6 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
     Every collective counted as a full job (no CPU-time calibration to split it);
     co-located ranks' compute shares the core too (Note [Ranks that share a CPU]).
     """
-    by_size: dict[int, list[float]] = {}
-    mates = contention.core_jobs(trace, sync_its, {}, cpus)  # co-located ranks' compute
-    for it in sync_its:
-        spans = flights.get(id(it), [])
-        others = spans + mates.get(id(it), [])
-        compute = (it.backward.start_ns, it.backward_compute_end_ns)
-        for s, e, nbytes in spans:
-            by_size.setdefault(nbytes, []).append(contention.shared_work(s, e, others, 0, compute) * NS)
     k = trace.world_size
     cal = trace.meta.get("calibration")
     if isinstance(cal, dict) and cal.get("world_size") == k and "intercept_s" in cal:
@@ -48,24 +40,29 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
                              name=f"shared-core, gloo calibration (k={k})")
         return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,
                       "cpu_fit": core, "world_size": k}
-    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
+    points = []
+    mates = contention.core_jobs(trace, sync_its, {}, cpus)  # co-located ranks' compute
+    for it in sync_its:
+        spans = flights.get(id(it), [])
+        others = spans + mates.get(id(it), [])
+        compute = (it.backward.start_ns, it.backward_compute_end_ns)
+        points += [(nbytes, contention.shared_work(s, e, others, 0, compute) * NS) for s, e, nbytes in spans]
+    by_size = _by_size(points)
+    a, b = fit_medians(points)
     if len(by_size) < 2:  # one size: a line through the origin
         a, b = 0.0, (statistics.median(next(iter(by_size.values()))) / next(iter(by_size))) if by_size else 0.0
     link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
                          name=f"shared-core fit from trace (k={k})")
     return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
-                  "points": sum(len(v) for v in by_size.values()), "world_size": k}
+                  "points": len(points), "world_size": k}
 
 
 def collective_points(trace: Trace, sync_its, concurrency: int) -> list[tuple[int, float]]:
     """(bytes, seconds) per collective: from the last launch (or a free slot) to completion."""
     by = {}
     for it in sync_its:
-        for b in it.buckets:
-            by.setdefault((it.iteration, b.bucket), []).append((b.launch_ns, b.complete_ns, b.bytes))
-        if it.bitmap_allreduce:
-            c = it.bitmap_allreduce
-            by.setdefault((it.iteration, 10 ** 9), []).append((c.launch_ns, c.complete_ns, c.bytes))
+        for key, launch, complete, nbytes in contention.collectives(it):
+            by.setdefault((it.iteration, key), []).append((launch, complete, nbytes))
     points, done = [], {}
     for key in sorted(by):
         evs = by[key]
@@ -75,6 +72,20 @@ def collective_points(trace: Trace, sync_its, concurrency: int) -> list[tuple[in
         prior.append(complete)
         points.append((nbytes, max(0, complete - start) * NS))
     return points
+
+
+def _by_size(points) -> dict[int, list[float]]:
+    by: dict[int, list[float]] = {}
+    for x, y in points:
+        by.setdefault(x, []).append(y)
+    return by
+
+
+def fit_medians(points: list[tuple[int, float]], weighted: bool = True) -> tuple[float, float]:
+    """``fit_line`` through one median per size (robust to outliers); ``weighted``: each
+    median counted as often as its size occurs."""
+    return fit_line([(x, statistics.median(ys)) for x, ys in _by_size(points).items()
+                     for _ in (ys if weighted else ys[:1])])
 
 
 def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -100,10 +111,7 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
 def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
     points = collective_points(trace, sync_its, concurrency)
     k = trace.world_size
-    by_size: dict[int, list[float]] = {}
-    for x, y in points:  # robust: one median per message size, weighted by its count
-        by_size.setdefault(x, []).append(y)
-    a, b = fit_line([(x, statistics.median(ys)) for x, ys in by_size.items() for _ in ys])
+    a, b = fit_medians(points)
     cal = trace.meta.get("calibration")
     if (len({p[0] for p in points}) < 2 or k < 2) and isinstance(cal, dict) and "alpha_s" in cal:
         link = Link(alpha_s=float(cal["alpha_s"]), bandwidth_Bps=float(cal["bandwidth_Bps"]),

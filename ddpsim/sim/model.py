@@ -98,18 +98,18 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
         self._schedules: dict = {}
-        shared = False
-        if link.shared_core:  # Note [Ranks that share a CPU] (contention.py): rank r on core r % cpus
+        # id(core) -> the ranks pinned there. A collective is one job per core carrying their
+        # CPU work: `calibrate` timed it with ranks sharing cores as here (Note [Ranks that share a CPU])
+        self.ranks_on: dict[int, int] = {}
+        self.cores: list[Core] = []
+        if link.shared_core:  # rank r on core r % cpus when ranks share cores, else a core each
             shared = bool(link.cpus) and all(a.count == 1 for a in actors)
-            cores = [Core(env) for _ in range(link.cpus)] if shared else []
+            pool = [Core(env) for _ in range(link.cpus)] if shared else []
             for a in actors:
-                a.core = cores[a.rank % link.cpus] if shared else Core(env)
-        # a collective is one job per core: `calibrate` timed it with the ranks already
-        # sharing cores as they do here (Note [Ranks that share a CPU])
-        # sharing cores as they do here (Note [Ranks that share a CPU]); its CPU work on a
-        # core is that of every rank there
-        self.cores = list({id(a.core): a.core for a in actors if a.core is not None}.values())
-        self.ranks_on = {id(c): sum(1 for a in actors if a.core is c) if shared else 1 for c in self.cores}
+                a.core = pool[a.rank % link.cpus] if shared else Core(env)
+                self.ranks_on[id(a.core)] = self.ranks_on.get(id(a.core), 0) + 1
+                if self.ranks_on[id(a.core)] == 1:
+                    self.cores.append(a.core)
 
     def run(self) -> None:
         for a in self.actors:
@@ -172,8 +172,7 @@ def allreduce(env, model: Model, coll: Collective):
         duration = model.link.allreduce_s(coll.nbytes, model.world_size)
         if not coll.counted:
             model.ends[coll.key] = env.now + duration
-        if model.link.shared_core:  # CPU work on every rank's core, shared with its compute
-            # a job on every rank's core, using only its CPU work's share of it
+        if model.link.shared_core:  # a job on every core, using only its CPU work's share of it
             # (Note [Latency-bound jobs on a shared core])
             demand = model.link.core_s(coll.nbytes, model.world_size) / duration if duration > 0 else 1.0
             yield simpy.AllOf(env, [c.run(duration, demand * model.ranks_on[id(c)]) for c in model.cores])
@@ -249,7 +248,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
         if plan.mark_unused:
             rec["grads"] += [(t0 + cum[0], u, True) for u in w.unused]
         for b, pos in enumerate(ready_pos):
-            brec[b] = [t0 + cum[pos], None]
+            brec[b] = [t0 + cum[pos], None, None]
     colls, last = [], 0.0
     for pos, launches in schedule:
         target = cum[pos]
@@ -304,7 +303,7 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
         pending[b] -= 1
         if pending[b] == 0:
             if brec is not None:
-                brec[b] = [now, None]
+                brec[b] = [now, None, None]  # ready, launch, launch end
             if not plan.naive:
                 while next_launch < nb and pending[next_launch] == 0:
                     colls.append(_launch(model, plan, next_launch, nbytes, brec, env.now))
@@ -313,7 +312,7 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
                     if cost > 0:
                         yield compute(env, actor, cost)
                         if brec is not None:
-                            brec[next_launch].append(env.now)  # launch_end_ns
+                            brec[next_launch][2] = env.now  # launch_end_ns
                     next_launch += 1
     if sync:
         if plan.naive:  # the naive DDP: one allreduce per parameter, after backward
@@ -331,7 +330,7 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
 
 def _launch(model, plan, bi, nbytes, brec, now):
     if brec is not None:
-        brec.setdefault(bi, [now, None])[1] = now
+        brec.setdefault(bi, [now, None, None])[1] = now
     return model.launch((plan.iteration, bi), nbytes[bi])
 
 

@@ -25,7 +25,7 @@ half speed; with two allreduces (gloo's 2 threads) and compute, at a third.
 compute times are times alone on the core (``interference`` is not used).
 
 Note [Not all of an allreduce is core work]: on this machine a 4 KiB gloo
-allreduce takes ~2 ms of wall time but only ~1 ms of the process's CPU time; the
+allreduce takes ~2 ms of wall time but only ~0.3 ms of the process's CPU time; the
 rest is waiting for the peer (wake-ups, the other rank's turn in the ring). Only
 the CPU part competes with autograd for the core. So a shared-core Link may carry
 a second alpha-beta pair, ``core_alpha_s`` / ``core_bandwidth_Bps``, fitted by
