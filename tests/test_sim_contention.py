@@ -217,3 +217,65 @@ def test_pinned_cpus_from_meta():
     trace.source = "real"
     trace.meta["pinning"] = {"cpus": 2}
     assert pinned_cpus(trace) == 2
+
+
+def _owned_jobs(core, env, jobs, ends, keep_after=None):
+    """Processes running ``jobs`` [(name, owner, [works...], start)] one work after another."""
+    def job(name, owner, works, start):
+        yield env.timeout(start)
+        for w in works:
+            yield core.run(w, owner=owner)
+        ends[name] = env.now
+        if keep_after == name:
+            core.keep(owner)
+
+    for j in jobs:
+        env.process(job(*j))
+
+
+def test_ranks_take_turns_on_a_shared_core():
+    # Note [Ranks take turns on a shared core]: rank 0 and rank 2, 3 s of work each,
+    # slice 1 s: 0 runs 0-1, 2 runs 1-2, 0 2-3, 2 3-4, 0 4-5 (done), 2 5-6 (done).
+    # Equal shares would finish both at 6 s. Rank 0's 3 s as three 1 s jobs back to
+    # back keep its turn at each instant between them: the same timeline.
+    for works in ([3.0], [1.0, 1.0, 1.0]):
+        env, ends = simpy.Environment(), {}
+        core = Core(env, time_slice_s=1.0)
+        _owned_jobs(core, env, [("r0", 0, works, 0.0), ("r2", 2, [3.0], 0.0)], ends)
+        env.run()
+        assert ends == pytest.approx({"r0": 5.0, "r2": 6.0})
+
+
+def test_a_rank_that_blocks_hands_over_and_keep_holds_the_turn():
+    # Slice 2 s. r0 works 1 s then stops: r2 (arrived at 0 with 2 s) runs at once from 1 -> 3.
+    env, ends = simpy.Environment(), {}
+    core = Core(env, time_slice_s=2.0)
+    _owned_jobs(core, env, [("r0", 0, [1.0], 0.0), ("r2", 2, [2.0], 0.0)], ends)
+    env.run()
+    assert ends == pytest.approx({"r0": 1.0, "r2": 3.0})
+    # The same, but r0 keeps its turn after its work (it goes on with other work): r2
+    # waits for the end of r0's slice at 2 s and finishes at 4 s.
+    env, ends = simpy.Environment(), {}
+    core = Core(env, time_slice_s=2.0)
+    _owned_jobs(core, env, [("r0", 0, [1.0], 0.0), ("r2", 2, [2.0], 0.0)], ends, keep_after="r0")
+    env.run()
+    assert ends == pytest.approx({"r0": 1.0, "r2": 4.0})
+
+
+def test_turns_leave_collectives_alone():
+    # A light job (demand 0.5, 1 s alone) beside two owners' 2 s of compute, slice 1 s:
+    # share([1, 1, 0.5]) gives it 1/3 -> 3 s, and the compute 5/12 of the core each
+    # on average; taking turns, the owner of the moment gets 5/6 of it.
+    env, ends = simpy.Environment(), {}
+    core = Core(env, time_slice_s=1.0)
+
+    def light():
+        yield core.run(1.0, demand=0.5)
+        ends["light"] = env.now
+
+    env.process(light())
+    _owned_jobs(core, env, [("r0", 0, [2.0], 0.0), ("r2", 2, [2.0], 0.0)], ends)
+    env.run()
+    # r0 runs 0-1 at 5/6 (7/6 left), r2 1-2 (7/6 left), r0 2-3 (1/3 left); the light job
+    # ends at 3; r2 3-4 with the whole core (1/6 left), r0 4-4 1/3 (done), r2 to 4.5.
+    assert ends == pytest.approx({"light": 3.0, "r0": 4.0 + 1 / 3, "r2": 4.5})

@@ -149,6 +149,17 @@ def test_calibrate_fits_local_gloo():
     assert cal["alpha_s"] >= 0 and cal["bandwidth_Bps"] > 0 and len(cal["points"]) == 2
     # CPU time too (Note [Not all of an allreduce is core work]), at most the wall time's fit
     assert len(cal["cpu_points"]) == 2 and cal["cpu_s_per_byte"] >= 0 and cal["cpu_intercept_s"] >= 0
+    # the scheduler's time slice (Note [Ranks take turns on a shared core]): real, and well
+    # under the 100 ms a 2-process spin would see only if the kernel never preempted
+    assert 0.0 < cal["time_slice_s"] < 0.1
+
+
+def test_one_launch_size_is_charged_per_launch():
+    from ddpsim.sim.linkfit import launch_line
+
+    assert launch_line([(4 * MIB, 500_000.0), (4 * MIB, 540_000.0), (4 * MIB, 600_000.0)]) == (540_000.0, 0.0)
+    a, b = launch_line([(MIB, 300_000.0), (3 * MIB, 500_000.0)])  # two sizes: the line through them
+    assert a == pytest.approx(200_000.0) and b == pytest.approx(100_000.0 / MIB)
 
 
 def test_lower_quartile_drops_the_polling():

@@ -7,7 +7,8 @@ Link (``alpha = a / 2(k-1)``, ``B = 2(k-1)/k / b``). It also times each
 allreduce's CPU time (``time.process_time``: all of the process's threads, gloo's
 included; lower quartile) and fits the same line through it: the part of the
 allreduce that is work on the core (Note [Not all of an allreduce is core work]
-in network.py). The result is printed, and
+in network.py), and measures the scheduler's time slice (``time_slice``). The
+result is printed, and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
 ``ddpsim.sim.extract`` uses it when a trace's own buckets cannot be fitted.
 The children are joined with a timeout and terminated if they hang.
@@ -101,6 +102,50 @@ def measure(sizes: list[int], reps: int = 15, world: int = 2,
         return [tuple(r) for r in json.loads(Path(out).read_text())]
 
 
+SLICE_GAP_S = 200e-6  # s; a pause this long in a spinning loop means it lost the core
+
+
+def _spin(cpu: int, seconds: float, queue) -> None:
+    """Spin on ``cpu`` and report how long each turn on the core lasted (s)."""
+    os.sched_setaffinity(0, {cpu})
+    start = last = time.perf_counter()
+    end, turns = start + seconds, []
+    while last < end:
+        t = time.perf_counter()
+        if t - last > SLICE_GAP_S:  # descheduled between two readings: a turn ended
+            turns.append(last - start)
+            start = t
+        last = t
+    queue.put(turns[1:])  # the first turn began before the other process started
+
+
+def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
+    """The scheduler's time slice here: how long one of two busy processes pinned to
+    the same core runs before the other gets it (median, s; 0 if never preempted).
+
+    Note [Ranks take turns on a shared core] (core.py) uses it: with 4 ranks on 2
+    cores, ranks 0 and 2 share CPU 0, and the kernel runs one of them for a slice
+    (3.95 ms, quartiles 3.93-3.97, measured here 2026-11-21), not both at half speed.
+    """
+    import multiprocessing as mp
+
+    if not hasattr(os, "sched_setaffinity"):
+        return 0.0
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_spin, args=(cpu, seconds, queue), daemon=True) for _ in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        turns = [t for _ in procs for t in queue.get(timeout=seconds + 30)]
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.terminate()
+    return statistics.median(turns) if turns else 0.0
+
+
 def calibrate(sizes: list[int], reps: int = 15, timeout: float = 120.0, world: int = 2) -> dict:
     from ddpsim.sim.linkfit import fit_line
     from ddpsim.sim.network import Link
@@ -112,7 +157,7 @@ def calibrate(sizes: list[int], reps: int = 15, timeout: float = 120.0, world: i
     return {"backend": "gloo", "world_size": world, "alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps,
             "intercept_s": a, "s_per_byte": b, "points": [[n, t] for n, t, _ in rows],
             "cpu_intercept_s": ca, "cpu_s_per_byte": cb, "cpu_points": [[n, c] for n, _, c in rows],
-            "host_cpus": os.cpu_count()}
+            "host_cpus": os.cpu_count(), "time_slice_s": time_slice()}
 
 
 def main(args) -> int:
@@ -132,7 +177,7 @@ def main(args) -> int:
         print(f"{n / 1024:10.0f} KiB  {t * 1e3:9.3f} ms  (CPU {c * 1e3:.3f} ms)")
     print(f"fit: alpha {cal['alpha_s'] * 1e6:.1f} us per step, bandwidth {cal['bandwidth_Bps'] / 1e9:.3f} GB/s "
           f"(ring, k=2); CPU time {cal['cpu_intercept_s'] * 1e3:.3f} ms + {cal['cpu_s_per_byte'] * 2**20 * 1e3:.3f} "
-          "ms/MiB")
+          f"ms/MiB; scheduler time slice {cal['time_slice_s'] * 1e3:.2f} ms")
     if trace is not None:
         trace.meta["calibration"] = cal
         out = args.out or args.trace

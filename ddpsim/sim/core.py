@@ -3,7 +3,8 @@
 On CPU gloo each rank is pinned to a core (two ranks per core with 4 ranks on
 this 2-core machine), and that core runs the rank's compute *and* its gloo
 threads. ``Core`` plays this as processor sharing; ``share`` says how fast each
-job progresses. ``contention.compute_work`` is its inverse, used to learn a
+job progresses, and ranks pinned to the same core take turns (Note [Ranks take
+turns on a shared core]). ``contention.compute_work`` is its inverse, used to learn a
 workload from a recording.
 """
 from __future__ import annotations
@@ -40,21 +41,38 @@ def share(demands: list[float]) -> list[float]:
 class Core:
     """One CPU core shared by the jobs running on it (processor sharing, ``share``).
 
-    ``run(size, demand)`` starts a job that takes ``size`` seconds alone on the
-    core and returns an event that fires when it is done; while other jobs run it
-    progresses at the rate ``share`` gives it. The core wakes only when the next
-    job finishes (a generation counter cancels stale wake-ups when a job starts in
-    between).
+    ``run(size, demand, owner)`` starts a job that takes ``size`` seconds alone on
+    the core and returns an event that fires when it is done; while other jobs run
+    it progresses at the rate ``share`` gives it. The core wakes only when the next
+    job finishes or a time slice ends (a generation counter cancels stale wake-ups
+    when a job starts in between).
+
+    ``time_slice_s`` > 0: the full jobs of different ``owner`` s (ranks pinned to
+    the same core) take turns (Note [Ranks take turns on a shared core]).
     """
 
     EPS = 1e-12
 
-    def __init__(self, env: simpy.Environment):
+    def __init__(self, env: simpy.Environment, time_slice_s: float = 0.0):
         self.env = env
-        self.jobs: list[list] = []  # [remaining (s alone), event, demand]
+        self.jobs: list[list] = []  # [remaining (s alone), event, demand, owner]
         self.rates: list[float] = []
         self.t = env.now
         self.gen = 0
+        self.slice = time_slice_s
+        self.owner = None  # the rank whose turn it is (time slices only)
+        self.turn_end = 0.0
+        self.check_pending = False
+        self.kept = None  # an owner that keeps its turn while it does other work (``keep``)
+
+    def keep(self, owner) -> None:
+        """``owner`` goes on with work the model does not play (the gap to its next
+        iteration: in an interleaved recording, the other runs' iterations) until its
+        time slice ends; the other owners wait till then."""
+        if self.slice > 0 and self.owner == owner:
+            self.kept = owner
+            self._advance()
+            self._reschedule()
 
     def _advance(self) -> None:
         now = self.env.now
@@ -64,23 +82,84 @@ class Core:
                 j[0] -= dt * r
         self.t = now
 
-    def run(self, size: float, demand: float = 1.0) -> simpy.Event:
+    def run(self, size: float, demand: float = 1.0, owner=None) -> simpy.Event:
         ev = self.env.event()
         if size <= 0:
             return ev.succeed()
         self._advance()
-        self.jobs.append([size, ev, min(1.0, max(demand, 1e-9))])
+        self.jobs.append([size, ev, min(1.0, max(demand, 1e-9)), owner])
         self._reschedule()
         return ev
 
-    def _reschedule(self) -> None:
+    def _turns(self) -> list:
+        """Owners with full jobs waiting, in rank order (time slices only)."""
+        return sorted({j[3] for j in self.jobs if j[2] >= 1.0 and j[3] is not None})
+
+    def _take_turn(self, owners: list, drop_idle: bool) -> None:
+        """Who runs now.
+
+        Note [Ranks take turns on a shared core]: two busy processes pinned to one
+        core do not each run at half speed: the kernel runs one for a time slice,
+        then the other (3.95 ms here, ``calibrate.time_slice``). With 4 ranks on 2
+        cores this shows in every iteration: the rank that finishes its step first
+        goes on (to its next iteration, or the next run of an interleaved
+        recording) for the rest of its slice while its core-mate waits, so the
+        ranks start and end iterations ~4-10 ms apart (validate grid, 2026-11-21;
+        the simulator, with equal shares, started them together and predicted
+        mlp and transformer at 4 ranks 5-10% fast). So full jobs of different
+        owners take turns of ``time_slice_s``: the owner runs its jobs for a slice
+        while another owner has work waiting, then the next owner in rank order.
+        An owner keeps its turn through jobs that follow each other at one instant;
+        it loses it when it blocks (a collective it waits for) unless it ``keep`` s
+        it. Collectives (light jobs) are unaffected. Over many slices each owner
+        gets the share ``share`` gives it.
+        """
+        now = self.env.now
+        kept = self.kept is not None and self.kept == self.owner and now < self.turn_end - self.EPS
+        if not owners:
+            if not kept:
+                self.owner = self.kept = None
+        elif self.owner is None:
+            self.owner, self.turn_end = owners[0], now + self.slice
+        elif self.owner not in owners:  # blocked, or between two jobs at this instant:
+            if kept:
+                return
+            if not drop_idle:  # decide once the instant's other events have run
+                if not self.check_pending:
+                    self.check_pending = True
+                    self.env.timeout(0).callbacks.append(self._check)
+                return
+            nxt = [o for o in owners if o > self.owner]
+            self.owner, self.turn_end, self.kept = (nxt or owners)[0], now + self.slice, None
+        elif now >= self.turn_end - self.EPS and len(owners) > 1:
+            nxt = [o for o in owners if o > self.owner]
+            self.owner, self.turn_end, self.kept = (nxt or owners)[0], now + self.slice, None
+
+    def _check(self, _e) -> None:
+        self.check_pending = False
+        self._advance()
+        self._reschedule(drop_idle=True)
+
+    def _reschedule(self, drop_idle: bool = False) -> None:
         self.gen += 1
         self.rates = share([j[2] for j in self.jobs])
+        turn_dt = float("inf")
+        if self.slice > 0:
+            owners = self._turns()
+            self._take_turn(owners, drop_idle)
+            if len(owners) > 1 or (owners and self.owner not in owners):
+                turned = [i for i, j in enumerate(self.jobs) if j[2] >= 1.0 and j[3] is not None]
+                pool = sum(self.rates[i] for i in turned)
+                mine = [i for i in turned if self.jobs[i][3] == self.owner]
+                for i in turned:
+                    self.rates[i] = pool / len(mine) if i in mine else 0.0  # mine: [] while deciding
+                if (self.owner in owners and len(owners) > 1) or self.kept == self.owner:
+                    turn_dt = max(0.0, self.turn_end - self.env.now)
         if self.jobs:
             gen = self.gen
-            dt = max(0.0, min(j[0] / r if r > 0 else float("inf") for j, r in zip(self.jobs, self.rates)))
+            dt = min([turn_dt] + [j[0] / r for j, r in zip(self.jobs, self.rates) if r > 0])
             if dt != float("inf"):
-                self.env.timeout(dt).callbacks.append(lambda _e: self._wake(gen))
+                self.env.timeout(max(0.0, dt)).callbacks.append(lambda _e: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen != self.gen:

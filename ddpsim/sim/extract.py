@@ -40,7 +40,7 @@ import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.sim import contention
-from ddpsim.sim.linkfit import fit_link, fit_medians, fit_shared_link
+from ddpsim.sim.linkfit import fit_link, fit_shared_link, launch_line
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
 
@@ -50,6 +50,12 @@ NS = 1e-9
 def _med(xs, default=0.0):
     xs = list(xs)
     return statistics.median(xs) if xs else default
+
+
+def _time_slice(trace: Trace) -> float:
+    """The scheduler time slice ``ddpsim calibrate`` measured (Note [Ranks take turns on a shared core])."""
+    cal = trace.meta.get("calibration")
+    return float(cal.get("time_slice_s") or 0.0) if isinstance(cal, dict) else 0.0
 
 
 def config_from_trace(trace: Trace) -> dict:
@@ -112,7 +118,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
         cpus = cpus if 0 < cpus < trace.world_size else 0  # 0: every rank has a core of its own
         if sync:
             link, fit = fit_shared_link(trace, sync, conc, flights, cpus)
-            link = link.with_(cpus=cpus)
+            link = link.with_(cpus=cpus, time_slice_s=_time_slice(trace) if cpus else None)
         jobs = contention.core_jobs(trace, its, contention.weigh(flights, link, trace.world_size) if sync else {},
                                     cpus)
     if shared and sync:
@@ -196,7 +202,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
                 gaps.append(max(0, b.forward.start_ns - a.end_ns))
     if not (shared and sync):
         link, fit = fit_link(trace, sync, conc)
-    launch_fit = fit_medians(launch_points, weighted=False)
+    launch_fit = launch_line(launch_points)
     computes = [it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     jitter = (statistics.pstdev(computes) / statistics.mean(computes)
               if len(computes) >= 3 and statistics.mean(computes) > 0 else 0.0)

@@ -77,7 +77,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
     from ddpsim.sim.extract import workload_from_trace
-    from ddpsim.sim.calibrate import calibrate
+    from ddpsim.sim.calibrate import calibrate, time_slice
     from ddpsim.sim.refine import refine
     from ddpsim.trace import load_trace
 
@@ -88,7 +88,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
         workdir = tmp.name
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    rows, calibrations, loads, calibrations_by_ws = [], [], [], {}
+    rows, calibrations, loads, calibrations_by_ws, slices = [], [], [], {}, {}
     groups = [(m, ws) for m in models for ws in world_sizes]
     t_start = time.monotonic()
     try:
@@ -119,6 +119,9 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
                 cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
                 calibrations_by_ws[ws] = cal.meta["calibration"]
                 cal.save(paths[0])
+            elif "time_slice_s" not in cal.meta["calibration"]:  # recorded before calibrate measured it
+                cal.meta["calibration"]["time_slice_s"] = slices.get(ws) or time_slice()
+            slices[ws] = cal.meta["calibration"]["time_slice_s"]
             # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
             w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
             jit = pick_jitter(jitter, w, cal, sim_iters)

@@ -24,7 +24,9 @@ finalize, optimizer) and every in-flight collective are jobs on it (``share``
 gives their rates: Note [Latency-bound jobs on a shared core]); a collective
 completes when its job has finished on every actor's core. With ``link.cpus``
 (more ranks than cores) rank r's actor uses core ``r % cpus``, shared with the
-ranks congruent to it.
+ranks congruent to it; with ``link.time_slice_s`` they take turns on it (Note
+[Ranks take turns on a shared core]), and a rank keeps its turn into the gap
+before its next iteration.
 Times are seconds (floats); the trace builder turns them into integer ns.
 """
 from __future__ import annotations
@@ -104,7 +106,7 @@ class Model:
         self.cores: list[Core] = []
         if link.shared_core:  # rank r on core r % cpus when ranks share cores, else a core each
             shared = bool(link.cpus) and all(a.count == 1 for a in actors)
-            pool = [Core(env) for _ in range(link.cpus)] if shared else []
+            pool = [Core(env, link.time_slice_s) for _ in range(link.cpus)] if shared else []
             for a in actors:
                 a.core = pool[a.rank % link.cpus] if shared else Core(env)
                 self.ranks_on[id(a.core)] = self.ranks_on.get(id(a.core), 0) + 1
@@ -211,6 +213,8 @@ def rank(env, model: Model, actor: Actor):
                        bwd=(t_bwd, t_bwd_end), opt=t_opt, colls=colls)
             actor.iterations.append(rec)
         if w.iter_gap_s:
+            if actor.core is not None:
+                actor.core.keep(actor.rank)
             yield env.timeout(w.iter_gap_s)
 
 
@@ -283,7 +287,7 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
     timeout = env.timeout
     for p, c in zip(w.ready_order, w.grad_compute_s):
         if core is not None:  # shares the core with this rank's in-flight collectives
-            yield core.run(c * f)
+            yield core.run(c * f, owner=actor.rank)
         else:
             now = env.now  # slowed if a transfer is running past this instant
             busy = any(e > now for e in model.ends.values())
@@ -336,7 +340,7 @@ def _launch(model, plan, bi, nbytes, brec, now):
 
 def compute(env, actor: Actor, seconds: float) -> simpy.Event:
     """``seconds`` of CPU work: on the actor's core when it has one (shared core), else a timeout."""
-    return actor.core.run(seconds) if actor.core is not None else env.timeout(seconds)
+    return actor.core.run(seconds, owner=actor.rank) if actor.core is not None else env.timeout(seconds)
 
 
 def finalize(env, model: Model, actor: Actor, colls):

@@ -63,6 +63,7 @@ class Link:
     core_alpha_s: float | None = None  # shared core: CPU seconds per message step (None: all is core work)
     core_bandwidth_Bps: float | None = None  # shared core: bytes/s of CPU work (None: bandwidth_Bps)
     cpus: int = 0  # shared core: ranks pinned round robin to this many cores (0: a core per rank)
+    time_slice_s: float = 0.0  # ranks sharing a core take turns this long (s; 0: equal shares at every instant)
 
     def __post_init__(self):
         check_positive(self.bandwidth_Bps, "bandwidth")
@@ -75,6 +76,8 @@ class Link:
             raise ValueError(f"interference must be a finite number >= 0, not {self.interference!r}")
         if self.core_alpha_s is not None and not (math.isfinite(self.core_alpha_s) and self.core_alpha_s >= 0):
             raise ValueError(f"core latency must be a finite number >= 0, not {self.core_alpha_s!r}")
+        if not (math.isfinite(self.time_slice_s) and self.time_slice_s >= 0):
+            raise ValueError(f"time slice must be a finite number >= 0 s, not {self.time_slice_s!r}")
         if not isinstance(self.cpus, int) or self.cpus < 0:
             raise ValueError(f"cpus must be an integer >= 0, not {self.cpus!r}")
         if self.core_bandwidth_Bps is not None:
