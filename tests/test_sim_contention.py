@@ -151,6 +151,9 @@ def test_core_work_from_a_cpu_time_fit():
     assert Link().core_s(10**6, 2) == Link().allreduce_s(10**6, 2)  # no fit: all core work
     with pytest.raises(ValueError, match="core bandwidth"):
         Link(core_bandwidth_Bps=-1.0)
+    for bad in (-0.004, float("nan")):
+        with pytest.raises(ValueError, match="time slice"):
+            Link(time_slice_s=bad)
 
 
 def test_collective_with_cpu_fit_slows_compute_less():
