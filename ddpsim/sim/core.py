@@ -63,14 +63,14 @@ class Core:
         self.owner = None  # the rank whose turn it is (time slices only)
         self.turn_end = 0.0
         self.check_pending = False
-        self.kept = None  # an owner that keeps its turn while it does other work (``keep``)
+        self.kept = False  # the owner keeps its turn while it does other work (``keep``)
 
     def keep(self, owner) -> None:
         """``owner`` goes on with work the model does not play (the gap to its next
         iteration: in an interleaved recording, the other runs' iterations) until its
         time slice ends; the other owners wait till then."""
         if self.slice > 0 and self.owner == owner:
-            self.kept = owner
+            self.kept = True
             self._advance()
             self._reschedule()
 
@@ -115,12 +115,12 @@ class Core:
         gets the share ``share`` gives it.
         """
         now = self.env.now
-        kept = self.kept is not None and self.kept == self.owner and now < self.turn_end - self.EPS
+        kept = self.kept and now < self.turn_end - self.EPS
         if not owners:
             if not kept:
-                self.owner = self.kept = None
+                self.owner, self.kept = None, False
         elif self.owner is None:
-            self.owner, self.turn_end = owners[0], now + self.slice
+            self._pass_turn(owners[0])
         elif self.owner not in owners:  # blocked, or between two jobs at this instant:
             if kept:
                 return
@@ -129,11 +129,16 @@ class Core:
                     self.check_pending = True
                     self.env.timeout(0).callbacks.append(self._check)
                 return
-            nxt = [o for o in owners if o > self.owner]
-            self.owner, self.turn_end, self.kept = (nxt or owners)[0], now + self.slice, None
+            self._pass_turn(self._next(owners))
         elif now >= self.turn_end - self.EPS and len(owners) > 1:
-            nxt = [o for o in owners if o > self.owner]
-            self.owner, self.turn_end, self.kept = (nxt or owners)[0], now + self.slice, None
+            self._pass_turn(self._next(owners))
+
+    def _next(self, owners: list):
+        """The owner after the current one, in rank order, wrapping round."""
+        return next((o for o in owners if o > self.owner), owners[0])
+
+    def _pass_turn(self, owner) -> None:
+        self.owner, self.turn_end, self.kept = owner, self.env.now + self.slice, False
 
     def _check(self, _e) -> None:
         self.check_pending = False
@@ -153,7 +158,7 @@ class Core:
                 mine = [i for i in turned if self.jobs[i][3] == self.owner]
                 for i in turned:
                     self.rates[i] = pool / len(mine) if i in mine else 0.0  # mine: [] while deciding
-                if (self.owner in owners and len(owners) > 1) or self.kept == self.owner:
+                if (self.owner in owners and len(owners) > 1) or self.kept:
                     turn_dt = max(0.0, self.turn_end - self.env.now)
         if self.jobs:
             gen = self.gen

@@ -52,12 +52,6 @@ def _med(xs, default=0.0):
     return statistics.median(xs) if xs else default
 
 
-def _time_slice(trace: Trace) -> float:
-    """The scheduler time slice ``ddpsim calibrate`` measured (Note [Ranks take turns on a shared core])."""
-    cal = trace.meta.get("calibration")
-    return float(cal.get("time_slice_s") or 0.0) if isinstance(cal, dict) else 0.0
-
-
 def config_from_trace(trace: Trace) -> dict:
     """SimConfig fields that reproduce the recorded run (its DDP options)."""
     opts = dict(trace.meta.get("options") or {})
@@ -118,7 +112,6 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
         cpus = cpus if 0 < cpus < trace.world_size else 0  # 0: every rank has a core of its own
         if sync:
             link, fit = fit_shared_link(trace, sync, conc, flights, cpus)
-            link = link.with_(cpus=cpus, time_slice_s=_time_slice(trace) if cpus else None)
         jobs = contention.core_jobs(trace, its, contention.weigh(flights, link, trace.world_size) if sync else {},
                                     cpus)
     if shared and sync:

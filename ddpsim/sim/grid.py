@@ -88,7 +88,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
         workdir = tmp.name
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    rows, calibrations, loads, calibrations_by_ws, slices = [], [], [], {}, {}
+    rows, calibrations, loads, calibrations_by_ws, turn = [], [], [], {}, None
     groups = [(m, ws) for m in models for ws in world_sizes]
     t_start = time.monotonic()
     try:
@@ -120,8 +120,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
                 calibrations_by_ws[ws] = cal.meta["calibration"]
                 cal.save(paths[0])
             elif "time_slice_s" not in cal.meta["calibration"]:  # recorded before calibrate measured it
-                cal.meta["calibration"]["time_slice_s"] = slices.get(ws) or time_slice()
-            slices[ws] = cal.meta["calibration"]["time_slice_s"]
+                turn = cal.meta["calibration"]["time_slice_s"] = turn or time_slice()
             # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
             w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
             jit = pick_jitter(jitter, w, cal, sim_iters)

@@ -38,8 +38,10 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
         # trace has only its few bucket sizes to fit a line through.
         a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
         core = (float(cal["cpu_intercept_s"]), float(cal["cpu_s_per_byte"])) if "cpu_intercept_s" in cal else None
-        link = Link.from_fit(a, b, k, core_fit=core, concurrency=concurrency, shared_core=True,
-                             name=f"shared-core, gloo calibration (k={k})")
+        # Note [Ranks take turns on a shared core]: the scheduler's slice, where ranks share cores
+        turn = float(cal.get("time_slice_s") or 0.0) if cpus else 0.0
+        link = Link.from_fit(a, b, k, core_fit=core, concurrency=concurrency, shared_core=True, cpus=cpus,
+                             time_slice_s=turn, name=f"shared-core, gloo calibration (k={k})")
         return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,
                       "cpu_fit": core, "world_size": k}
     points = []
@@ -49,11 +51,8 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
         others = spans + mates.get(id(it), [])
         compute = (it.backward.start_ns, it.backward_compute_end_ns)
         points += [(nbytes, contention.shared_work(s, e, others, 0, compute) * NS) for s, e, nbytes in spans]
-    by_size = _by_size(points)
-    a, b = fit_medians(points)
-    if len(by_size) < 2:  # one size: a line through the origin
-        a, b = 0.0, (statistics.median(next(iter(by_size.values()))) / next(iter(by_size))) if by_size else 0.0
-    link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True,
+    a, b = fit_medians(points)  # one size: a line through the origin (fit_line)
+    link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True, cpus=cpus,
                          name=f"shared-core fit from trace (k={k})")
     return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
                   "points": len(points), "world_size": k}

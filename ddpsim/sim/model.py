@@ -287,7 +287,7 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
     timeout = env.timeout
     for p, c in zip(w.ready_order, w.grad_compute_s):
         if core is not None:  # shares the core with this rank's in-flight collectives
-            yield core.run(c * f, owner=actor.rank)
+            yield compute(env, actor, c * f)
         else:
             now = env.now  # slowed if a transfer is running past this instant
             busy = any(e > now for e in model.ends.values())
