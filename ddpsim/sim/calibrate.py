@@ -83,23 +83,30 @@ def measure(sizes: list[int], reps: int = 15, world: int = 2,
     up the peer; a median flips between the two). CPU: the lower quartile (Note
     [Spinning is not work]).
     """
+    return [tuple(r) for r in run_ranks(_worker, (sizes, reps), world, timeout)]
+
+
+def run_ranks(worker, args: tuple, world: int, timeout: float):
+    """Run ``worker(rank, world, store_path, *args, out)`` on ``world`` spawned processes
+    and return what rank 0 wrote to ``out`` (JSON). Children still alive after
+    ``timeout`` seconds, or after an error, are terminated (only our own, by handle)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
-        ctx = mp.start_processes(_worker, args=(world, os.path.join(tmp, "store"), sizes, reps, out),
+        ctx = mp.start_processes(worker, args=(world, os.path.join(tmp, "store"), *args, out),
                                  nprocs=world, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         try:
             while not ctx.join(timeout=1.0):
                 if time.monotonic() > deadline:
-                    raise ValueError(f"calibration did not finish in {timeout:.0f} s")
+                    raise ValueError(f"the {world} ranks did not finish in {timeout:.0f} s")
         finally:
-            for proc in ctx.processes:  # only our own children, by handle
+            for proc in ctx.processes:
                 if proc.is_alive():
                     proc.terminate()
                     proc.join(5)
-        return [tuple(r) for r in json.loads(Path(out).read_text())]
+        return json.loads(Path(out).read_text())
 
 
 SLICE_GAP_S = 200e-6  # s; a pause this long in a spinning loop means it lost the core
