@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddpsim.sim.calibrate import calibrate, run_ranks  # noqa: E402
+from ddpsim.sim.contention import ranks_per_core  # noqa: E402
 
 MATMUL = 192  # side of the square matmul the compute loop repeats (~0.2 ms alone here)
 
@@ -97,7 +98,7 @@ def main(argv=None) -> dict:
     sizes = [int(float(s) * 2**20) for s in args.sizes_mib.split(",")]
     cal = calibrate(sizes, reps=15, world=args.world_size)
     cpus = cal["host_cpus"] or 1
-    per_core = -(-args.world_size // cpus) if args.world_size > cpus else 1
+    per_core = ranks_per_core(args.world_size, cpus if args.world_size > cpus else 0)
     rows = run_ranks(_worker, (sizes, args.reps, args.window), args.world_size, timeout=600)
     print(f"{args.world_size} ranks on {min(cpus, args.world_size)} CPUs ({per_core} per core); "
           f"compute lost per allreduce, per rank:")

@@ -75,18 +75,21 @@ def flights(trace: Trace, sync_its, concurrency: int) -> dict[int, list[tuple[in
     return out
 
 
+def ranks_per_core(world_size: int, cpus: int) -> int:
+    """How many ranks share the busiest core when ``world_size`` ranks are pinned round
+    robin to ``cpus`` CPUs (0: a core each)."""
+    return -(-world_size // cpus) if cpus else 1
+
+
 def weigh(flights_by_it: dict, link: Link, world_size: int) -> dict:
-    """Each collective span as a job with its CPU demand ``core_s / allreduce_s``.
+    """Each collective span as a job with its CPU demand (``Link.core_demand``).
 
     Note [Latency-bound jobs on a shared core] (core.py); times the ranks on the
     core (Note [Ranks that share a CPU]).
     """
-    per_core = -(-world_size // link.cpus) if link.cpus else 1
-
-    def job(s, e, nbytes):
-        total = link.allreduce_s(nbytes, world_size)
-        return s, e, min(1.0, per_core * link.core_s(nbytes, world_size) / total) if total > 0 else 1.0
-    return {k: [job(*sp) for sp in spans] for k, spans in flights_by_it.items()}
+    per_core = ranks_per_core(world_size, link.cpus)
+    return {k: [(s, e, link.core_demand(nbytes, world_size, per_core)) for s, e, nbytes in spans]
+            for k, spans in flights_by_it.items()}
 
 
 def busy(it: Iteration) -> list[tuple[int, int, float]]:

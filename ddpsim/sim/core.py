@@ -64,6 +64,7 @@ class Core:
         self.turn_end = 0.0
         self.check_pending = False
         self.kept = False  # the owner keeps its turn while it does other work (``keep``)
+        self.ranks = 0  # ranks pinned to this core (set by the model)
 
     def keep(self, owner) -> None:
         """``owner`` goes on with work the model does not play (the gap to its next

@@ -253,10 +253,8 @@ class _Fake:
 
 
 def _comm_spans(it) -> list[tuple[int, int]]:
-    spans = [(b.launch_ns, b.complete_ns) for b in it.buckets]
-    if it.bitmap_allreduce:
-        spans.append((it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns))
-    return spans
+    """(launch, complete) of the iteration's collectives, the bitmap allreduce included."""
+    return [(launch, complete) for _k, launch, complete, _b in contention.collectives(it)]
 
 
 def _overlap(spans, lo: int, hi: int) -> float:
@@ -300,17 +298,6 @@ def _unmix_interference(deltas: dict, overlaps: dict, warm: dict) -> tuple[dict,
 
 
 def _comm_fraction(it) -> float:
-    lo, hi = it.backward.start_ns, it.backward_compute_end_ns
-    if hi <= lo:
-        return 0.0
-    covered, cur = 0, None
-    for s, e in sorted((max(lo, b.launch_ns), min(hi, b.complete_ns)) for b in it.buckets):
-        if e <= s:
-            continue
-        if cur and s <= cur[1]:
-            cur[1] = max(cur[1], e)
-        else:
-            covered += (cur[1] - cur[0]) if cur else 0
-            cur = [s, e]
-    covered += (cur[1] - cur[0]) if cur else 0
-    return covered / (hi - lo)
+    """Fraction of the backward compute with one of the iteration's buckets in flight."""
+    return _overlap([(b.launch_ns, b.complete_ns) for b in it.buckets], it.backward.start_ns,
+                    it.backward_compute_end_ns)

@@ -100,17 +100,16 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
         self._schedules: dict = {}
-        # id(core) -> the ranks pinned there. A collective is one job per core carrying their
-        # CPU work: `calibrate` timed it with ranks sharing cores as here (Note [Ranks that share a CPU])
-        self.ranks_on: dict[int, int] = {}
+        # A collective is one job per core carrying the CPU work of the ranks pinned there
+        # (``Core.ranks``): `calibrate` timed it with ranks sharing cores as here (Note [Ranks that share a CPU])
         self.cores: list[Core] = []
         if link.shared_core:  # rank r on core r % cpus when ranks share cores, else a core each
             shared = bool(link.cpus) and all(a.count == 1 for a in actors)
             pool = [Core(env, link.time_slice_s) for _ in range(link.cpus)] if shared else []
             for a in actors:
                 a.core = pool[a.rank % link.cpus] if shared else Core(env)
-                self.ranks_on[id(a.core)] = self.ranks_on.get(id(a.core), 0) + 1
-                if self.ranks_on[id(a.core)] == 1:
+                a.core.ranks += 1
+                if a.core.ranks == 1:
                     self.cores.append(a.core)
 
     def run(self) -> None:
@@ -176,8 +175,8 @@ def allreduce(env, model: Model, coll: Collective):
             model.ends[coll.key] = env.now + duration
         if model.link.shared_core:  # a job on every core, using only its CPU work's share of it
             # (Note [Latency-bound jobs on a shared core])
-            demand = model.link.core_s(coll.nbytes, model.world_size) / duration if duration > 0 else 1.0
-            yield simpy.AllOf(env, [c.run(duration, demand * model.ranks_on[id(c)]) for c in model.cores])
+            yield simpy.AllOf(env, [c.run(duration, model.link.core_demand(coll.nbytes, model.world_size, c.ranks))
+                                    for c in model.cores])
         else:
             yield env.timeout(duration)
         del model.ends[coll.key]

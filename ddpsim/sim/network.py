@@ -101,6 +101,13 @@ class Link:
         bw = self.bandwidth_Bps if self.core_bandwidth_Bps is None else self.core_bandwidth_Bps
         return min(total, _cost(self.algo, alpha, bw, nbytes, world_size))
 
+    def core_demand(self, nbytes: int, world_size: int, ranks: int = 1) -> float:
+        """The share of one core a collective uses while it runs alone: the CPU work of
+        the ``ranks`` pinned to that core over its duration, at most 1 (Note [Latency-bound
+        jobs on a shared core] in core.py)."""
+        total = self.allreduce_s(nbytes, world_size)
+        return min(1.0, ranks * self.core_s(nbytes, world_size) / total) if total > 0 else 1.0
+
     def with_(self, **changes) -> "Link":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 

@@ -70,8 +70,10 @@ def refine(w: Workload, trace: Trace, sim_iters: int = 40, jitter: float | None 
     from ddpsim.sim.api import simulate
     from ddpsim.sim.extract import replay_config
 
+    from ddpsim.sim.validate import pick_jitter
+
     real = phase_medians(trace)
-    jit = float(w.meta.get("jitter_estimated", 0.0)) if jitter is None else jitter
+    jit = pick_jitter(jitter, w, trace, sim_iters)
     cfg = replay_config(w, trace, iters=sim_iters, jitter=jit)
     total = {"forward": 1.0, "compute": 1.0, "optimizer": 1.0, "finalize_shift_s": 0.0}
 
