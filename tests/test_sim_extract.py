@@ -163,7 +163,7 @@ def test_one_launch_size_is_charged_per_launch():
 
 
 def test_lower_quartile_drops_the_polling():
-    from ddpsim.sim.calibrate import lower_quartile
+    from ddpsim.record.probe import lower_quartile
 
     assert lower_quartile([1.0, 1.1, 3.7, 1.2, 3.6, 1.0, 3.9, 1.1]) == pytest.approx(1.0)
     assert lower_quartile([5.0]) == 5.0

@@ -36,6 +36,15 @@ def test_tiny_grid_table(tmp_path, capsys):
     assert data["calibrations"][0]["link"]["shared_core"] is True
     # the calibration run and the two grid runs were kept in --workdir
     assert len(list((tmp_path / "runs").glob("*.json"))) == 3
+    # Note [Calibrate in the recording's ranks]: the line was fitted from the calibration
+    # run's own probe, every size of it, and stored with the trace
+    from ddpsim.sim.grid import CAL_SIZES
+    from ddpsim.trace import load_trace
+
+    (cal_path,) = (tmp_path / "runs").glob("*calibration*.json")
+    meta = load_trace(cal_path).meta
+    assert [n for n, _, _ in meta["allreduce_probe"]] == CAL_SIZES
+    assert meta["calibration"]["points"] == [[n, t] for n, t, _ in meta["allreduce_probe"]]
 
 
 def test_grid_configs_and_stats():

@@ -33,6 +33,8 @@ class RecordConfig:
     pin_cpus: bool = True  # pin rank r to CPU r % ncpus (removes a bimodal slowdown on CPU)
     profile_internals: bool = True  # torch impl + find_unused: profile the graph search and bitmap
     order: str | None = None  # minddp only: bucket_order ready|reverse|definition (not in torch)
+    probe_allreduce_bytes: list[int] | None = None  # bytes; time one allreduce of each size after every
+    # round of iterations, in these ranks (validate --grid's calibration); None: no probe (not in torch)
 
     def validate(self) -> "RecordConfig":
         """Raise CLIError naming the first bad value; nothing has started yet."""
@@ -51,6 +53,8 @@ class RecordConfig:
             (self.timeout_s > 0, f"--timeout must be > 0 seconds, not {self.timeout_s}"),
             (self.order is None or self.order in ORDERS,
              f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}"),
+            (not self.probe_allreduce_bytes or min(self.probe_allreduce_bytes) > 0,
+             f"probe_allreduce_bytes must be positive sizes, not {self.probe_allreduce_bytes}"),
             (self.order is None or self.impl == "minddp",
              f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
         ]

@@ -22,6 +22,7 @@ from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.record.probe import AllreduceProbe
 
 
 def env_rank() -> tuple[int, int, int]:
@@ -133,10 +134,15 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
     clock = estimate_offsets(device)
     for r in recorders:
         r.header_update({"clock": clock})
+    probes = [(AllreduceProbe(r.cfg.probe_allreduce_bytes), r) for r in runs if r.cfg.probe_allreduce_bytes]
     for it in range(max(c.iters for c in cfgs)):
         for run in runs:
             if it < run.cfg.iters:
                 run.step(it)
+        for probe, _ in probes:  # Note [Calibrate in the recording's ranks]
+            probe.time_each()
+    for probe, run in probes:
+        run.recorder.header_update({"allreduce_probe": probe.rows()})
     for run in runs:
         run.recorder.finish(run.logging_data())
 

@@ -1,8 +1,9 @@
 """``python -m ddpsim calibrate``: fit alpha/beta of the local gloo allreduce.
 
 Spawns 2 real gloo processes (torch.multiprocessing, a FileStore in a temp dir),
-times ``dist.all_reduce`` of float32 tensors over a range of sizes (mean of
-``--reps`` after a warm-up), fits ``t = a + b·bytes`` and turns it into a ring
+times ``dist.all_reduce`` of float32 tensors over a range of sizes
+(``ddpsim.record.probe.AllreduceProbe``: one of each size per round, ``--reps``
+rounds after a warm-up; the mean), fits ``t = a + b·bytes`` and turns it into a ring
 Link (``alpha = a / 2(k-1)``, ``B = 2(k-1)/k / b``). It also times each
 allreduce's CPU time (``time.process_time``: all of the process's threads, gloo's
 included; lower quartile) and fits the same line through it: the part of the
@@ -38,41 +39,18 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int,
     import torch
     import torch.distributed as dist
 
+    from ddpsim.record.probe import AllreduceProbe
     from ddpsim.record.worker import pin_to_cpu
 
     torch.set_num_threads(1)
     pin_to_cpu(rank)  # as the recorder pins its ranks, so the costs are the ones a recording sees
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
-    rows = []
-    for nbytes in sizes:
-        x = torch.ones(max(1, nbytes // 4))
-        dist.all_reduce(x)  # warm-up
-        times, cpu = [], []
-        for _ in range(reps):
-            dist.barrier()
-            t, c = time.perf_counter(), time.process_time()
-            dist.all_reduce(x)
-            times.append(time.perf_counter() - t)
-            cpu.append(time.process_time() - c)
-        rows.append((x.numel() * 4, statistics.mean(times), lower_quartile(cpu)))
+    probe = AllreduceProbe(sizes)
+    for _ in range(reps):
+        probe.time_each()
     if rank == 0:
-        Path(out).write_text(json.dumps(rows))
+        Path(out).write_text(json.dumps(probe.rows()))
     dist.destroy_process_group()
-
-
-def lower_quartile(xs: list[float]) -> float:
-    """The 25th percentile: an allreduce's CPU work without its spinning.
-
-    Note [Spinning is not work]: on this machine an allreduce's CPU time is
-    bimodal: ~1 ms for 2.3 MiB at 2 ranks most of the time, but sometimes equal to
-    its wall time (~3.7 ms), a thread polling while it waits for the peer. Such a
-    thread yields the core as soon as autograd wants it: in training, 15 such
-    allreduces overlapping backward slowed it by ~1 ms each, not ~3 ms
-    (shuffled, cap 0.25 MiB, validate grid 2026-11-21). The median would count the
-    polling; the lower quartile keeps the work.
-    """
-    xs = sorted(xs)
-    return xs[(len(xs) - 1) // 4]
 
 
 def measure(sizes: list[int], reps: int = 15, world: int = 2,
@@ -154,17 +132,22 @@ def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
 
 
 def calibrate(sizes: list[int], reps: int = 15, timeout: float = 120.0, world: int = 2) -> dict:
+    return fit_calibration(measure(sizes, reps, world, timeout), world)
+
+
+def fit_calibration(rows: list[tuple[int, float, float]], world: int, turn: float | None = None) -> dict:
+    """``meta["calibration"]`` from [(bytes, wall s, CPU s)]: the wall-time and CPU-time
+    lines, the ring Link they give, and the scheduler's time slice (measured unless given)."""
     from ddpsim.sim.linkfit import fit_line
     from ddpsim.sim.network import Link
 
-    rows = measure(sizes, reps, world, timeout)
     a, b = fit_line([(n, t) for n, t, _ in rows])
     ca, cb = fit_line([(n, c) for n, _, c in rows])
     link = Link.from_fit(a, b, world, core_fit=(ca, cb), concurrency=2, name="gloo calibration")
     return {"backend": "gloo", "world_size": world, "alpha_s": link.alpha_s, "bandwidth_Bps": link.bandwidth_Bps,
             "intercept_s": a, "s_per_byte": b, "points": [[n, t] for n, t, _ in rows],
             "cpu_intercept_s": ca, "cpu_s_per_byte": cb, "cpu_points": [[n, c] for n, _, c in rows],
-            "host_cpus": os.cpu_count(), "time_slice_s": time_slice()}
+            "host_cpus": os.cpu_count(), "time_slice_s": time_slice() if turn is None else turn}
 
 
 def main(args) -> int:

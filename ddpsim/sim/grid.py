@@ -4,8 +4,9 @@ For each model and world size, ONE calibration run (torch DDP with
 ``--calibration-cap`` MiB buckets, a cap that is not on the grid) and every grid
 configuration are recorded together, interleaved iteration by iteration (Note
 [Interleave the measurements]). The workload, the ranks' speeds and the rank noise
-are learnt from the calibration run alone, with the allreduce cost from ``ddpsim
-calibrate``; each grid run is then simulated with its own options and compared
+are learnt from the calibration run alone, with the allreduce cost timed in the
+calibration run's ranks between its iterations (Note [Calibrate in the recording's
+ranks]); each grid run is then simulated with its own options and compared
 (``validate.predict_row``). The table goes to stdout, and to OUT.csv / OUT.json.
 """
 from __future__ import annotations
@@ -57,8 +58,23 @@ def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -
         time.sleep(poll_s)
 
 
-CAL_SIZES = [k * 1024 for k in (4, 64, 256, 512, 1024, 2048, 4096, 8192)]  # bytes, for `calibrate`
-CAL_REPS = 41  # repetitions per size: a small allreduce here takes ~0.5 or ~3.5 ms at random
+CAL_SIZES = [k * 1024 for k in (4, 64, 256, 512, 1024, 2048, 4096, 8192)]  # bytes, for the allreduce line
+CAL_REPS = 41  # `calibrate` repetitions per size: a small allreduce here takes ~0.5 or ~3.5 ms at random
+
+
+# Note [Calibrate in the recording's ranks]: the shared-core model needs each
+# allreduce's cost *alone* (Note [Calibrate alone] in linkfit.py). It used to come
+# from ``ddpsim calibrate`` in fresh ranks a minute after the recording, and the
+# machine's speed drifts more than that in a minute: in one recording (validate
+# grid, 2026-11-21) an 8 MiB allreduce took 16.5 ms in `calibrate`, while the grid
+# runs' 10 MiB buckets, reduced after backward, took 14 ms; mlp at 2 ranks with
+# torch's 25 MiB cap came out 20% slow. So the calibration run's ranks time one
+# allreduce of each size (after a barrier, nothing else running) after every round
+# of the interleaved iterations (``RecordConfig.probe_allreduce_bytes``): the line
+# is measured at the same moments as the runs it predicts. Over three fresh
+# recordings the worst iteration-time error went from 11.8/14.2/12.5% to
+# 11.5/11.0/12.4% and the worst bucket start from 10.3/9.2/5.9% to 9.5/6.7/7.1%
+# (the same traces predicted both ways).
 
 
 def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdir=None, jitter=None,
@@ -77,7 +93,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
     from ddpsim.sim.extract import workload_from_trace
-    from ddpsim.sim.calibrate import calibrate, time_slice
+    from ddpsim.sim.calibrate import calibrate, fit_calibration, time_slice
     from ddpsim.sim.refine import refine
     from ddpsim.trace import load_trace
 
@@ -97,7 +113,8 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
             log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved; "
                 f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
             specs = [("calibration", RecordConfig(model=model, world_size=ws, iters=record_iters,
-                                                  bucket_cap_mb=calibration_cap_mb, profile_internals=False), None)]
+                                                  bucket_cap_mb=calibration_cap_mb, profile_internals=False,
+                                                  probe_allreduce_bytes=CAL_SIZES), None)]
             for c in configs:
                 order, cap = c["order"], c["bucket_cap_mb"]
                 impl = "torch" if order == "torch" else "minddp"
@@ -115,9 +132,14 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
             else:
                 traces = record_many([cfg for _, cfg, _ in specs], paths)
             cal = traces[0]
-            if "calibration" not in cal.meta:  # allreduce alone, vs size (Note [Calibrate alone])
-                cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
-                calibrations_by_ws[ws] = cal.meta["calibration"]
+            if "calibration" not in cal.meta:
+                probe = cal.meta.get("allreduce_probe")
+                if probe:  # Note [Calibrate in the recording's ranks]
+                    turn = turn or time_slice()
+                    cal.meta["calibration"] = fit_calibration([tuple(r) for r in probe], ws, turn)
+                else:  # a calibration run recorded without the probe
+                    cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
+                    calibrations_by_ws[ws] = cal.meta["calibration"]
                 cal.save(paths[0])
             elif "time_slice_s" not in cal.meta["calibration"]:  # recorded before calibrate measured it
                 turn = cal.meta["calibration"]["time_slice_s"] = turn or time_slice()

@@ -34,7 +34,8 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
     cal = trace.meta.get("calibration")
     if isinstance(cal, dict) and cal.get("world_size") == k and "intercept_s" in cal:
         # Note [Calibrate alone]: the shared-core model needs each allreduce's cost
-        # *alone*; `ddpsim calibrate` measures exactly that over many sizes, where a
+        # *alone*; `ddpsim calibrate` (or, in validate --grid, the recording's own
+        # ranks between iterations) measures exactly that over many sizes, where a
         # trace has only its few bucket sizes to fit a line through.
         a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
         core = (float(cal["cpu_intercept_s"]), float(cal["cpu_s_per_byte"])) if "cpu_intercept_s" in cal else None

@@ -11,7 +11,7 @@
         for each model and world size: record ONE calibration run (torch DDP with
         ``--calibration-cap`` MiB buckets, a cap that is not on the grid) and learn the
         workload, the ranks' speeds and the rank noise (jitter) from it, with the
-        allreduce cost from ``ddpsim calibrate``; then record
+        allreduce cost timed in its ranks between iterations; then record
         every grid configuration (never used for calibration), simulate it from the
         calibration workload with the same options, and print predicted against
         measured iteration time with the error, and the per-bucket launch-time error
