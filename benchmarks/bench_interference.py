@@ -42,6 +42,7 @@ def _worker(rank: int, world: int, store: str, sizes: list[int], reps: int, wind
     import torch
     import torch.distributed as dist
 
+    from ddpsim.record.probe import AllreduceProbe
     from ddpsim.record.worker import pin_to_cpu
 
     torch.set_num_threads(1)
@@ -59,12 +60,10 @@ def _worker(rank: int, world: int, store: str, sizes: list[int], reps: int, wind
 
     rows = {}
     for nbytes in sizes:
-        x = torch.ones(max(1, nbytes // 4))
-        dist.all_reduce(x)  # warm-up
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(x)
-        k = torch.tensor([max(1, int(window / max(time.perf_counter() - t0, 1e-6)))])
+        probe = AllreduceProbe([nbytes])  # warmed up, then one allreduce timed alone
+        probe.time_each()
+        x, once = probe.tensors[0], probe.wall[0][0]
+        k = torch.tensor([max(1, int(window / max(once, 1e-6)))])
         dist.broadcast(k, 0)  # the same number of allreduces on every rank
         k = int(k)
         lost, beside = [], []

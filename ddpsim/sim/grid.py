@@ -73,8 +73,39 @@ CAL_REPS = 41  # `calibrate` repetitions per size: a small allreduce here takes 
 # of the interleaved iterations (``RecordConfig.probe_allreduce_bytes``): the line
 # is measured at the same moments as the runs it predicts. Over three fresh
 # recordings the worst iteration-time error went from 11.8/14.2/12.5% to
-# 11.5/11.0/12.4% and the worst bucket start from 10.3/9.2/5.9% to 9.5/6.7/7.1%
+# 11.5/11.0/12.6% and the worst bucket start from 10.3/9.2/5.9% to 9.5/7.2/7.1%
 # (the same traces predicted both ways).
+
+
+def attach_calibration(cal, ws: int, measured: dict) -> bool:
+    """Give calibration run ``cal`` its allreduce line, ``meta["calibration"]``, if it has
+    none (True: the trace changed and should be saved).
+
+    From the run's own probe (Note [Calibrate in the recording's ranks]); a run
+    recorded without one gets ``ddpsim calibrate``'s line. ``measured`` keeps what is
+    measured outside the recording once per grid: the scheduler's time slice
+    (``"turn"``) and ``calibrate``'s line per world size.
+    """
+    from ddpsim.sim.calibrate import calibrate, fit_calibration, time_slice
+
+    def turn() -> float:
+        if "turn" not in measured:
+            measured["turn"] = time_slice()
+        return measured["turn"]
+
+    line = cal.meta.get("calibration")
+    if line is not None:
+        if "time_slice_s" not in line:  # recorded before calibrate measured it
+            line["time_slice_s"] = turn()
+        return False
+    probe = cal.meta.get("allreduce_probe")
+    if probe:
+        cal.meta["calibration"] = fit_calibration(probe, ws, turn())
+    else:
+        if ws not in measured:
+            measured[ws] = calibrate(CAL_SIZES, CAL_REPS, world=ws)
+        cal.meta["calibration"] = measured[ws]
+    return True
 
 
 def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdir=None, jitter=None,
@@ -93,7 +124,6 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
     from ddpsim.sim.extract import workload_from_trace
-    from ddpsim.sim.calibrate import calibrate, fit_calibration, time_slice
     from ddpsim.sim.refine import refine
     from ddpsim.trace import load_trace
 
@@ -104,7 +134,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
         workdir = tmp.name
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
-    rows, calibrations, loads, calibrations_by_ws, turn = [], [], [], {}, None
+    rows, calibrations, loads, measured = [], [], [], {}
     groups = [(m, ws) for m in models for ws in world_sizes]
     t_start = time.monotonic()
     try:
@@ -132,17 +162,8 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
             else:
                 traces = record_many([cfg for _, cfg, _ in specs], paths)
             cal = traces[0]
-            if "calibration" not in cal.meta:
-                probe = cal.meta.get("allreduce_probe")
-                if probe:  # Note [Calibrate in the recording's ranks]
-                    turn = turn or time_slice()
-                    cal.meta["calibration"] = fit_calibration([tuple(r) for r in probe], ws, turn)
-                else:  # a calibration run recorded without the probe
-                    cal.meta["calibration"] = calibrations_by_ws.get(ws) or calibrate(CAL_SIZES, CAL_REPS, world=ws)
-                    calibrations_by_ws[ws] = cal.meta["calibration"]
+            if attach_calibration(cal, ws, measured):
                 cal.save(paths[0])
-            elif "time_slice_s" not in cal.meta["calibration"]:  # recorded before calibrate measured it
-                turn = cal.meta["calibration"]["time_slice_s"] = turn or time_slice()
             # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
             w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
             jit = pick_jitter(jitter, w, cal, sim_iters)
