@@ -107,6 +107,33 @@ def summarize(trace: Trace) -> dict:
     return out
 
 
+def steady_summary(trace: Trace) -> dict | None:
+    """``summarize(trace)``, or None when the trace has no synced iteration (e.g. a partial run)."""
+    try:
+        return summarize(trace)
+    except ValueError:
+        return None
+
+
+def spread(trace: Trace) -> dict:
+    """How much single steady-state iterations vary: per metric, median, min, max over cycles.
+
+    ``rel`` is the half-range over the median (0.1: iterations vary by about +-10%);
+    ``n`` the number of steady cycles it is taken over (few cycles: a rough figure).
+    """
+    chosen = steady_cycles(trace)
+    if not chosen:
+        raise ValueError("trace has no synced iteration to summarise")
+    rows = [cycle_metrics(trace, c) for c in chosen]
+    out = {}
+    for k in rows[0]:
+        values = [r[k] for r in rows]
+        med = statistics.median(values)
+        out[k] = {"median": med, "min": min(values), "max": max(values), "n": len(values),
+                  "rel": (max(values) - min(values)) / 2 / med if med else 0.0}
+    return out
+
+
 def bucket_table(trace: Trace, iteration: int) -> list[dict]:
     """Per bucket at one iteration (rank-mean): bytes, ready -> launch wait, comm time.
 

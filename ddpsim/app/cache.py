@@ -32,3 +32,10 @@ def simulate(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
 @st.cache_data(max_entries=32, show_spinner="Sweeping bucket sizes x orderings x find_unused...")
 def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
     return whatif.sweep_rows(_work, _cfg)
+
+
+@st.cache_data(max_entries=256, show_spinner="Simulating...")
+def evaluate(source_key: str, cfg_key: str, _work, _base: whatif.Base, _trace, _cfg: SimConfig):
+    """whatif.evaluate with both simulations cached (the unchanged one is shared by every change)."""
+    return whatif.evaluate(_work, _base, _trace, _cfg,
+                           lambda w, c: simulate(source_key, config_key(c), w, c))

@@ -136,8 +136,11 @@ def trace_key(label: str) -> str:
         return f"missing:{label}"
 
 
-def require_trace() -> tuple[str, Trace]:
-    """(label, trace) of the open trace, with its simulated/CPU note; stops the page if none."""
+def require_trace(iterations: bool = True) -> tuple[str, Trace]:
+    """(label, trace) of the open trace, with its simulated/CPU note; stops the page if none.
+
+    iterations: also stop (with a warning saying why) when the trace recorded no iteration.
+    """
     from ddpsim.app import ui
 
     opened = current_trace()
@@ -145,7 +148,14 @@ def require_trace() -> tuple[str, Trace]:
         st.info("Choose a bundled sample or upload a trace in the sidebar.")
         st.stop()
     ui.simulated_badge(opened[1])
+    ui.partial_note(opened[1])
+    if iterations and not has_iterations(opened[1]):
+        st.stop()
     return opened
+
+
+def has_iterations(trace: Trace) -> bool:
+    return any(r.iterations for r in trace.ranks)
 
 
 def current_trace(quiet: bool = False) -> tuple[str, Trace] | None:

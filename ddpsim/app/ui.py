@@ -76,6 +76,20 @@ def simulated_badge(trace: Trace) -> None:
         st.caption(learn.CPU_NOTE)
 
 
+def partial_note(trace: Trace) -> None:
+    """Say, once per page, that a trace is partial (a rank stopped) or has no iteration at all."""
+    stopped = [r for r in trace.ranks if not r.complete]
+    if not any(r.iterations for r in trace.ranks):
+        why = next((r.error for r in stopped if r.error), "the run stopped before its first iteration")
+        st.warning(f"This trace has no iteration to show: no rank recorded one ({why}). "
+                   "Open another trace in the sidebar, or record the run again.", icon=":material/warning:")
+    elif stopped:
+        st.warning("Partial trace: " + "; ".join(f"rank {r.rank} stopped after "
+                   f"{len(r.iterations)} iteration{'s' if len(r.iterations) != 1 else ''}"
+                   + (f" ({r.error})" if r.error else "") for r in stopped)
+                   + ". The figures show what was recorded.", icon=":material/warning:")
+
+
 def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> None:
     """Iteration time, exposed comm and overlap as st.metric, with deltas against ``base``."""
     cols = st.columns(3)

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ddpsim.analysis import spread, steady_summary
 from ddpsim.sim import SimConfig, simulate, sweep, synthetic, workload_from_trace
-from ddpsim.sim.extract import config_from_trace
+from ddpsim.sim.extract import config_from_trace, measured_backward_scale
 from ddpsim.sim.network import gpus, networks
 from ddpsim.trace import Trace
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
 ORDERS = ("torch", "reverse", "definition", "ready", "random")
 SWEEP_ORDERS = ("torch", "definition", "random")
-SWEEP_CAPS = (0.25, 1.0, 4.0, 16.0, 64.0, 256.0)
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
+SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 SIM_ITERS = 3  # synced steps per simulation: iteration 0, the rebuild, one steady step
 AS_RECORDED = "as recorded"
@@ -80,9 +81,15 @@ def workload(base: Base, trace: Trace | None):
 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
-               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2) -> SimConfig:
-    """A SimConfig for the what-if choices (network applies to calibrated traces as an override)."""
+               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None) -> SimConfig:
+    """A SimConfig for the what-if choices (network applies to calibrated traces as an override).
+
+    work: the calibrated workload; at the recorded world size its ranks keep their measured
+    relative speeds, as in ``ddpsim.sim.extract.replay_config``.
+    """
     over = {}
+    if base.kind == "trace" and work is not None:
+        over["backward_scale"] = measured_backward_scale(work, int(world_size or base.config.get("world_size", 2)))
     if base.kind == "trace" and network not in (AS_RECORDED, None, ""):
         prof = networks()[network]
         over = {"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
@@ -128,3 +135,137 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
         for r in rows:
             r["best"] = r is best
     return rows, notes
+
+
+# --- What a what-if shows: the change against the unchanged configuration, simulated alike ----
+
+def choices(base: Base) -> dict:
+    """The widget defaults that reproduce the run as recorded (nothing changed)."""
+    c = base.config
+    order = c.get("order", "torch")
+    return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order if order in ORDERS else "torch",
+            "find_unused_parameters": bool(c.get("find_unused_parameters")),
+            "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
+            "network": AS_RECORDED if base.kind == "trace" else base.network}
+
+
+def cap_options(base: Base) -> list:
+    """The bucket-cap slider's values: CAPS plus the recorded cap, so it can be selected back."""
+    extra = [base.config["bucket_cap_mb"]] if base.config.get("bucket_cap_mb") not in CAPS else []
+    return [None] + sorted([c for c in CAPS if c is not None] + extra)
+
+
+def world_options(base: Base) -> list[int]:
+    """The world-size slider's values: WORLD_SIZES plus the recorded world size."""
+    return sorted(set(WORLD_SIZES) | {int(base.config.get("world_size", 2))})
+
+
+EXTRAPOLATE = 4  # a what-if at more than this many times the recorded ranks gets a caution
+
+
+@dataclass
+class Outcome:
+    """A what-if against the unchanged configuration simulated from the same calibration.
+
+    change: metric -> (what-if - unchanged) / unchanged; both simulated, so the model's
+    own error on this run cancels to first order. replay_error: metric -> (unchanged
+    simulated - recorded) / recorded, the model's error on the run itself (None without a
+    recorded run). noise: how much the recorded run's single iterations vary (+-fraction of
+    the median), the smallest change a measurement could tell apart; None without one.
+    """
+
+    sim: Trace
+    summary: dict
+    unchanged: Trace
+    unchanged_summary: dict
+    recorded_summary: dict | None
+    change: dict
+    replay_error: dict | None
+    noise: float | None
+    noise_iterations: int
+    cautions: list[str]
+
+    @property
+    def within_noise(self) -> bool:
+        return self.noise is not None and abs(self.change["iteration_time_s"]) <= self.noise
+
+
+METRICS = ("iteration_time_s", "exposed_comm_s")
+
+
+def _rel(a: dict, b: dict) -> dict:
+    return {m: (a[m] - b[m]) / b[m] if b[m] else 0.0 for m in METRICS}
+
+
+def cautions(base: Base, trace: Trace | None, cfg: SimConfig) -> list[str]:
+    """Plain warnings when the what-if reaches far beyond what was recorded."""
+    out = []
+    recorded = int(base.config.get("world_size", 2))
+    if base.kind == "trace" and cfg.world_size > EXTRAPOLATE * recorded:
+        out.append(f"Far beyond the recording: it ran {recorded} ranks, this asks for {cfg.world_size} "
+                   f"({cfg.world_size / recorded:g}x). The allreduce cost at {cfg.world_size} ranks comes "
+                   f"from a network model fitted at {recorded}, not from a measurement: read the result as "
+                   "a trend, not a prediction.")
+        if trace is not None and str(trace.meta.get("backend", "")) == "gloo":
+            out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
+                       f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
+                       "a GPU model or a GPU recording.")
+    if base.kind == "trace" and cfg.bandwidth_gbps is not None:
+        out.append("The network is not the recorded one: the allreduce times come from the chosen "
+                   "profile's datasheet figures, the compute from the recording.")
+    return out
+
+
+def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=None) -> Outcome:
+    """Simulate ``cfg`` and the unchanged configuration from the same workload, and compare.
+
+    simulate_fn(work, cfg) -> (trace, summary) defaults to ``run`` (the app passes a cached one).
+    With nothing changed ``cfg`` equals the unchanged config and the change is exactly 0.
+    """
+    sim_fn = simulate_fn or run
+    c = choices(base)
+    unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
+                               c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks,
+                               work if base.kind == "trace" else None)
+    sim, summary = sim_fn(work, cfg)
+    unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
+    # a simulated sample was made by this same model: no measured spread, no replay error to show
+    recorded = steady_summary(trace) if trace is not None and trace.source == "real" else None
+    noise, n = None, 0
+    if recorded is not None:
+        s = spread(trace)["iteration_time_s"]
+        noise, n = s["rel"], s["n"]
+    return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
+                   _rel(unchanged_summary, recorded) if recorded else None, noise, n,
+                   cautions(base, trace, cfg))
+
+
+def describe_change(out: Outcome) -> str:
+    """One sentence: the change in iteration time, with the run's noise band."""
+    ch = out.change["iteration_time_s"] * 100
+    text = (f"Iteration time {ch:+.1f}% against the same configuration unchanged, both simulated "
+            f"({out.unchanged_summary['iteration_time_s'] * 1e3:.1f} → {out.summary['iteration_time_s'] * 1e3:.1f} ms).")
+    if out.noise is None:
+        return text + (" No recorded run (a simulated sample or a GPU model) to measure the "
+                       "iteration-to-iteration spread from: treat small changes with care.")
+    band = f"±{out.noise * 100:.0f}%"
+    verdict = ("within" if out.within_noise else "larger than")
+    return (text + f" The recorded run's single iterations vary by {band} (over {out.noise_iterations} "
+            f"steady iterations): this change is {verdict} that spread"
+            + (", so a measurement could not tell it apart from noise." if out.within_noise else "."))
+
+
+def describe_replay(out: Outcome) -> str | None:
+    """The model's error on the recorded run itself (simulated unchanged vs recorded)."""
+    if out.replay_error is None:
+        return None
+    e = out.replay_error["iteration_time_s"] * 100
+    return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
+            f"configuration simulates at {out.unchanged_summary['iteration_time_s'] * 1e3:.1f} ms per "
+            f"iteration against {out.recorded_summary['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.0f}%).")
+
+
+def recommend(rows: list[dict]) -> dict | None:
+    """The best sweep row (lowest iteration time); its cap and order are slider/select values."""
+    best = [r for r in rows if r.get("best")]
+    return best[0] if best else None

@@ -54,26 +54,45 @@ def bucket_rows(trace: Trace, rank: int = 0) -> list[dict]:
     return rows
 
 
-def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int], xmax: float):
+LABEL_ALL = 30  # up to this many buckets every bar is labelled; beyond, every k-th one
+
+
+def label_step(n: int) -> int:
+    """Label every ``label_step(n)``-th bucket so that at most ~LABEL_ALL labels are drawn."""
+    return max(1, -(-n // LABEL_ALL))
+
+
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int]):
     n = len(lay.buckets)
+    # each panel its own scale: a 100 MiB construction bucket would hide 0.25 MiB rebuilt ones
+    xmax = max((max(b.bytes, b.cap_bytes or 0) for b in lay.buckets), default=1) / MIB or 1.0
+    step = label_step(n)
+    lw = 0.4 if n <= LABEL_ALL else 0.15  # thin segment edges, or many buckets turn grey
     for b in lay.buckets:
         left = 0.0
         for p in b.params:
             w = sizes.get(p, 0) / MIB
             ax.barh(b.index, w, left=left, height=0.7, color=pal.bucket_color(b.index),
-                    edgecolor=pal.TEXT, lw=0.4, gid=f"param:{lay.kind}:b{b.index}:p{p}")
+                    edgecolor=pal.TEXT, lw=lw, gid=f"param:{lay.kind}:b{b.index}:p{p}")
             left += w
-        ax.text(left + xmax * 0.01, b.index, f"b{b.index}: {b.bytes / MIB:.2f} MiB, {len(b.params)} params",
-                va="center", fontsize=8.5, color=pal.TEXT)
+        if b.index % step == 0:
+            text = f"b{b.index}: {b.bytes / MIB:.2f} MiB" + (f", {len(b.params)} params" if step == 1 else "")
+            ax.text(left + xmax * 0.01, b.index, text, va="center", fontsize=8.5 if step == 1 else 7.5,
+                    color=pal.TEXT)
         if b.cap_bytes:
             ax.vlines(b.cap_bytes / MIB, b.index - 0.42, b.index + 0.42, colors=pal.TEXT, lw=1, ls="--")
     ax.set_ylim(n - 0.5, -0.5)  # bucket 0 (launched first) on top
-    ax.set_yticks(range(n), [f"b{k}" for k in range(n)] if n <= 30 else None, fontsize=8.5)
+    ticks = range(0, n, step)
+    ax.set_yticks(ticks, [f"b{k}" for k in ticks], fontsize=8.5 if step == 1 else 7.5)
     ax.set_xlim(0, xmax * 1.6)
     ax.set_xlabel("bucket contents (MiB)")
     ax.set_ylabel("bucket = launch order (first on top)")
     title = ("construction layout" if lay.kind == "construction" else f"{lay.kind} layout") + \
-        f", from iteration {lay.from_iteration}"
+        f", from iteration {lay.from_iteration}" + (f"\n{n} buckets (labels on every {_ordinal(step)})" if step > 1 else "")
     if lay.kind == "construction" and n == 1:
         title += "\n(one bucket for iteration 0: no overlap yet)"
     ax.set_title(title, loc="left", fontsize=10.5)
@@ -103,9 +122,8 @@ def plot_buckets(trace: Trace, rank: int = 0) -> Figure:
     ax.set_title("gradients arrive in reverse", loc="left", fontsize=10.5)
     ax.grid(color=pal.GRID)
     ax.set_axisbelow(True)
-    xmax = max((b.bytes for lay in lays for b in lay.buckets), default=1) / MIB
     for lay, axl in zip(lays, axes[1:]):
-        _layout_panel(axl, trace, lay, sizes, xmax)
+        _layout_panel(axl, trace, lay, sizes)
     m = trace.meta
     who = f"{m.get('model') or (m.get('workload') or {}).get('name') or 'model'}" + \
         (" (simulated)" if trace.source == "simulated" else "")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from ddpsim.analysis import comm_end_ns, cycle_metrics, steady_cycles, summarize
+from ddpsim.analysis import comm_end_ns, cycle_metrics, exposed_comm_ns, spread, steady_cycles, steady_summary
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.timeline import (GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run,
@@ -24,22 +24,39 @@ def steady_iteration(trace: Trace) -> int:
     return steady_cycles(trace)[-1][-1]
 
 
+def median_iteration(trace: Trace) -> int:
+    """The steady-state iteration whose iteration time is the median one (the lower of two).
+
+    Drawing it makes the figure agree with the medians of ``compare_rows``: one steady
+    iteration picked otherwise can sit anywhere in the run's iteration-to-iteration spread.
+    """
+    chosen = steady_cycles(trace)
+    timed = sorted((cycle_metrics(trace, c)["iteration_time_s"], c[-1]) for c in chosen)
+    return timed[(len(timed) - 1) // 2][1]
+
+
+def usable_runs(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """(runs with a synced iteration to compare, labels of those without one, e.g. partial runs)."""
+    flags = [steady_summary(t) is not None for _, t in runs]
+    return [run for run, f in zip(runs, flags) if f], [run[0] for run, f in zip(runs, flags) if not f]
+
+
 def _pick(trace: Trace, iteration: int | None, rank: int):
     ranks = {r.rank: r for r in trace.ranks}
     r = ranks.get(rank, trace.ranks[0])
-    n = steady_iteration(trace) if iteration is None else iteration
+    n = median_iteration(trace) if iteration is None else iteration
     it = next((x for x in r.iterations if x.iteration == n), None)
     if it is None:
-        n = steady_iteration(trace)
+        n = median_iteration(trace)
         it = next(x for x in r.iterations if x.iteration == n)
     return r, it
 
 
 def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
                  window: tuple[float, float] | None = None) -> Figure:
-    """Draw each run's ``iteration`` (default: its steady iteration) for ``rank`` on one time axis.
+    """Draw each run's ``iteration`` (default: its median steady iteration) for ``rank`` on one axis.
 
-    A run without that iteration shows its steady iteration instead. window: (start_ms, end_ms).
+    A run without that iteration shows its median steady iteration instead. window: (start_ms, end_ms).
     """
     if not runs:
         raise ValueError("nothing to compare: give at least one run")
@@ -63,8 +80,9 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         ax.axhspan(y - GAP / 2, bottom + GAP / 2, color="#F6F6F6" if k % 2 else "white", zorder=0, lw=0)
         kind = "SIMULATED" if trace.source == "simulated" else "real"
         t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
-        ax.text(0.002, rows["head"] + 0.45, f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}, "
-                f"{t_it:.1f} ms]", transform=label_x, fontsize=10, fontweight="bold", va="center",
+        median = " (median)" if iteration is None else ""
+        ax.text(0.002, rows["head"] + 0.45, f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}"
+                f"{median}: {t_it:.1f} ms, exposed {exposed_comm_ns(it) * MS:.1f} ms]", transform=label_x, fontsize=10, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False)
         for name, text in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):
             yticks.append(rows[name] + 0.5)
@@ -84,17 +102,22 @@ def compare_rows(runs: list[Run]) -> list[dict]:
     """Steady-state numbers per run, with differences against the first run.
 
     Keys: run, kind, model, world_size, buckets, iteration_ms, exposed_comm_ms,
-    overlap_pct, and d_iteration_ms, d_exposed_comm_ms, d_overlap_pts, speedup (first / this).
+    overlap_pct (medians over steady iterations), iteration_min_ms, iteration_max_ms,
+    exposed_min_ms, exposed_max_ms, spread_pct (how much single iterations vary, +-%),
+    n_iterations, and d_iteration_ms, d_exposed_comm_ms, d_overlap_pts, speedup (first / this).
     """
     rows = []
     for label, trace in runs:
-        s = summarize(trace)
+        s = spread(trace)
         layout = trace.ranks[0].layouts[-1] if trace.ranks[0].layouts else None
+        t, e = s["iteration_time_s"], s["exposed_comm_s"]
         rows.append({"run": label, "kind": trace.source, "model": describe_run(trace),
                      "world_size": trace.world_size, "buckets": len(layout.buckets) if layout else 0,
-                     "iteration_ms": s["iteration_time_s"] * 1e3,
-                     "exposed_comm_ms": s["exposed_comm_s"] * 1e3,
-                     "overlap_pct": s["overlap_fraction"] * 100})
+                     "iteration_ms": t["median"] * 1e3, "exposed_comm_ms": e["median"] * 1e3,
+                     "overlap_pct": s["overlap_fraction"]["median"] * 100,
+                     "iteration_min_ms": t["min"] * 1e3, "iteration_max_ms": t["max"] * 1e3,
+                     "exposed_min_ms": e["min"] * 1e3, "exposed_max_ms": e["max"] * 1e3,
+                     "spread_pct": t["rel"] * 100, "n_iterations": t["n"]})
     if rows:
         first = rows[0]
         for row in rows:

@@ -6,7 +6,7 @@ from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import bucket_rows, plot_buckets
 
 st.header("Buckets: which gradient goes where, and in what order")
-label, trace = require_trace()
+label, trace = require_trace(iterations=False)
 
 ranks = [r.rank for r in trace.ranks]
 rank = st.selectbox("Rank", ranks, key=f"ddpsim_bucket_rank:{label}",

@@ -3,7 +3,7 @@ import streamlit as st
 
 from ddpsim.app import ui
 from ddpsim.app.state import all_labels, get_trace, pretty, trace_key
-from ddpsim.viz import compare_rows, plot_compare
+from ddpsim.viz import compare_rows, plot_compare, usable_runs
 
 st.header("Compare runs on one time axis")
 options = all_labels()
@@ -16,26 +16,35 @@ default += [o for o in options if o not in default][: 2 - len(default)]
 chosen = st.multiselect("Runs (the first is the reference)", options, default=default, format_func=pretty,
                         key="ddpsim_compare_runs", help="Any mix of real and simulated runs.")
 left, right = st.columns(2)
-which = left.radio("Iteration", ["steady state", "iteration 0 (before the rebuild)", "pick a number"],
-                   horizontal=True, key="ddpsim_compare_which")
+which = left.radio("Iteration", ["median steady-state", "iteration 0 (before the rebuild)", "pick a number"],
+                   horizontal=True, key="ddpsim_compare_which",
+                   help="Median steady-state: for each run, the steady iteration whose time is the "
+                        "median, so the figure matches the table.")
 number = right.number_input("Iteration number", 0, 1000, 1, key="ddpsim_compare_number",
                             disabled=which != "pick a number")
-iteration = {"steady state": None, "iteration 0 (before the rebuild)": 0}.get(which, int(number))
-runs = [(label, t) for label in chosen if (t := get_trace(label)) is not None]
+iteration = {"median steady-state": None, "iteration 0 (before the rebuild)": 0}.get(which, int(number))
+runs, skipped = usable_runs([(label, t) for label in chosen if (t := get_trace(label)) is not None])
+for label in skipped:
+    st.warning(f"{pretty(label)} has no complete synced iteration to compare (a partial run): left out.")
 if len(runs) < 1:
     st.info("Pick runs to compare.")
     st.stop()
 
 rows = compare_rows(runs)
 st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "world size": r["world_size"],
-               "buckets": r["buckets"], "iteration (ms)": round(r["iteration_ms"], 2),
+               "buckets": r["buckets"], "iteration (ms, median)": round(r["iteration_ms"], 2),
+               "iteration range (ms)": f"{r['iteration_min_ms']:.1f}–{r['iteration_max_ms']:.1f}",
                "Δ iteration (ms)": round(r["d_iteration_ms"], 2),
                "speed-up vs first": round(r["speedup"], 2) if r["speedup"] else None,
-               "exposed comm (ms)": round(r["exposed_comm_ms"], 2),
+               "exposed comm (ms, median)": round(r["exposed_comm_ms"], 2),
+               "exposed range (ms)": f"{r['exposed_min_ms']:.1f}–{r['exposed_max_ms']:.1f}",
                "Δ exposed (ms)": round(r["d_exposed_comm_ms"], 2),
                "overlap (%)": round(r["overlap_pct"], 1), "Δ overlap (pts)": round(r["d_overlap_pts"], 1)}
               for r in rows], hide_index=True, width="stretch")
-st.caption("Steady-state medians (ddpsim.analysis.summarize); Δ is against the first run.")
+st.caption("Medians over each run's steady-state iterations (after the rebuild); Δ is against the first "
+           "run. **Single iterations vary**: " + ", ".join(
+               f"{pretty(r['run'])} ±{r['spread_pct']:.0f}% over {r['n_iterations']} iterations" for r in rows)
+           + ". A Δ smaller than the ranges is within run-to-run noise.")
 key = "compare:" + "|".join(trace_key(label) for label, _ in runs) + f":{iteration}"
 ui.show_figure(key, lambda: plot_compare(runs, iteration), "compare",
                alt=f"{len(runs)} runs on one time axis")

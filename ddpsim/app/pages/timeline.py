@@ -1,7 +1,7 @@
 """Timeline page: one iteration of the open trace, rank by rank."""
 import streamlit as st
 
-from ddpsim.analysis import comm_end_ns, cycle_metrics
+from ddpsim.analysis import comm_end_ns, cycle_metrics, steady_summary
 from ddpsim.app import ui
 from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import plot_timeline
@@ -10,24 +10,22 @@ st.header("Timeline: what DDP did in one iteration")
 label, trace = require_trace()
 
 iterations = sorted({it.iteration for r in trace.ranks for it in r.iterations})
+steady = steady_summary(trace)
+opening = steady["steady_iterations"][-1] if steady else iterations[-1]
 all_ranks = [r.rank for r in trace.ranks]
 left, right = st.columns([3, 1])
 with left:
     if len(iterations) > 1:
-        iteration = st.select_slider("Iteration", iterations, key=f"ddpsim_iteration:{label}",
-                                     help="Iteration 0 reduces one big bucket after the whole "
-                                          "backward; from iteration 1 the rebuilt buckets overlap it.")
+        iteration = st.select_slider("Iteration", iterations, value=opening, key=f"ddpsim_iteration:{label}",
+                                     help="Opens on a steady-state iteration. Iteration 0 reduces one "
+                                          "big bucket after the whole backward; from iteration 1 the "
+                                          "rebuilt buckets overlap it.")
     else:
         iteration = iterations[0]
 with right:
     ranks = st.multiselect("Ranks", all_ranks, default=all_ranks[:4], key=f"ddpsim_ranks:{label}")
 
-# The numbers: steady state (trace.summary) and the chosen iteration alone.
-try:
-    steady = trace.summary()
-except ValueError as e:
-    steady = None
-    st.warning(f"No steady-state summary: {e}")
+# The numbers: the chosen iteration alone, and the steady state (median) for reference.
 this = cycle_metrics(trace, [iteration])
 synced = any(it.sync for r in trace.ranks for it in r.iterations if it.iteration == iteration)
 cols = st.columns(3)
@@ -40,10 +38,10 @@ for col, key, name, fmt, scale in (
     col.metric(
         f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value),
         delta=None if value is None or base is None else fmt.format(value - base).replace("%", " pts"),
-        delta_color="normal" if key == "overlap_fraction" else "inverse",
-        delta_description="vs steady state",
+        delta_color="off", delta_description="vs the steady-state median",
         help=None if base is None else f"Steady state (median over iterations "
-             f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}")
+             f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
+             "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
 
 # Zoom: a window in ms since the iteration start.
 its = [it for r in trace.ranks for it in r.iterations if it.iteration == iteration]

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import cache, ui, whatif
-from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, pretty, trace_key
+from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, has_iterations, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
@@ -26,27 +26,28 @@ else:
     net = c3.selectbox("Network", nets, index=nets.index("eth25") if "eth25" in nets else 0,
                        format_func=whatif.network_label, key="ddpsim_wi_net")
     base = whatif.Base("synthetic", arch, gpu, net, None, {"world_size": 64})
-    source_key, ref_label = f"synthetic:{base.hardware}:{arch}", "torch defaults"
+    source_key, ref_label = f"synthetic:{base.hardware}:{arch}", f"{arch} on {gpu}"
     trace = None
 k = f"ddpsim_wi:{source_key}:"  # widget keys per source, so each starts from its own base
+if trace is not None and not has_iterations(trace):
+    st.warning("The open trace recorded no iteration: nothing to calibrate the simulator from. "
+               "Pick another trace, or start from a GPU model.")
+    st.stop()
+now = whatif.choices(base)  # the widgets start at the run as recorded: nothing changed
 
 c1, c2, c3 = st.columns(3)
-base_cap = base.config.get("bucket_cap_mb")
-cap = c1.select_slider("Bucket cap (MiB)", whatif.CAPS, value=base_cap if base_cap in whatif.CAPS else None,
+cap = c1.select_slider("Bucket cap (MiB)", whatif.cap_options(base), value=now["bucket_cap_mb"],
                        format_func=lambda v: "default" if v is None else f"{v:g}", key=k + "cap",
                        help="default = torch's 25 MiB with a 1 MiB first bucket.")
-order = c2.selectbox("Bucket ordering", whatif.ORDERS, key=k + "order",
+order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index(now["order"]), key=k + "order",
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
-fu = c3.toggle("find_unused_parameters", value=bool(base.config.get("find_unused_parameters")),
-               key=k + "fu")
+fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
 c1, c2, c3 = st.columns(3)
-world = c1.select_slider("World size (ranks)", whatif.WORLD_SIZES,
-                         value=min(whatif.WORLD_SIZES, key=lambda w: abs(w - int(base.config.get("world_size", 2)))),
-                         key=k + "world")
-n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", list(range(1, 9)),
-                          value=int(base.config.get("no_sync_every") or 1), key=k + "nosync")
+world = c1.select_slider("World size (ranks)", whatif.world_options(base), value=now["world_size"], key=k + "world")
+n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", list(range(1, 9)), value=now["no_sync_every"],
+                          key=k + "nosync")
 if base.kind == "trace":
     nets = [whatif.AS_RECORDED] + whatif.network_names()
     network = c3.selectbox("Network", nets, format_func=whatif.network_label, key=k + "net")
@@ -56,46 +57,47 @@ else:
 
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
-    cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network)
-    sim, summary = cache.simulate(source_key, cache.config_key(cfg), work, cfg)
-    if trace is None or source != "the open trace":
-        ref_cfg = whatif.sim_config(base, world_size=world, network=network)
-        trace, _ = cache.simulate(source_key, cache.config_key(ref_cfg), work, ref_cfg)
-        ref_label = f"torch defaults, {world} ranks"
+    cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
+                            work=work if base.kind == "trace" else None)
+    out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
     st.stop()
 
-ref_summary = trace.summary()
-ui.metric_row(summary, ref_summary, base_name=ref_label[:40])
+for caution in out.cautions:
+    st.warning(caution, icon=":material/warning:")
+ui.metric_row(out.summary, out.unchanged_summary, base_name="unchanged (simulated)")
+st.markdown(whatif.describe_change(out))
+if (replay := whatif.describe_replay(out)):
+    st.caption(replay)
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
-               lambda: plot_compare([(ref_label, trace), ("what-if (SIMULATED)", sim)]),
-               "whatif_timeline", alt="Reference run and the simulated what-if on one time axis")
+               lambda: plot_compare([("unchanged (SIMULATED)", out.unchanged), ("what-if (SIMULATED)", out.sim)]),
+               "whatif_timeline", alt="The unchanged configuration and the what-if, both simulated, on one time axis")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     name = (f"{SIMULATED_PREFIX}{base.arch or pretty(label or '')} cap={cap or 'default'} {order} "
             f"fu={int(fu)} n={n_sync} w={world} {network}")
-    add_trace(name, sim, select=False)
+    add_trace(name, out.sim, select=False)
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and trace.source == "real":
     st.caption(ui.learn.CPU_NOTE)
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network)
+sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,
+                              work=work if base.kind == "trace" else None)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
-if rows:
-    best = next(r for r in rows if r["best"])
+if (best := whatif.recommend(rows)):
     default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]]
-    best_cap = "None (torch's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
-    st.success(f"Best simulated: **bucket_cap_mb={best_cap}**, ordering "
-               f"{best['order']}, find_unused_parameters={best['find_unused_parameters']}: "
+    best_cap = "None (the slider's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
+    st.success(f"Best simulated: **bucket_cap_mb={best_cap}**, ordering **{best['order']}**, "
+               f"find_unused_parameters **{best['find_unused_parameters']}**: "
                f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world} ranks "
-               f"(your choice above: {summary['iteration_time_s'] * 1e3:.1f} ms). "
+               f"(your choice above: {out.summary['iteration_time_s'] * 1e3:.1f} ms). "
                f"Across bucket sizes with torch's ordering the iteration time ranges "
                f"{min(r['iteration_time_s'] for r in default_rows) * 1e3:.1f}–"
                f"{max(r['iteration_time_s'] for r in default_rows) * 1e3:.1f} ms.")
     ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
                    lambda: plot_sweep(rows, title=f"{ref_label}: iteration time and exposed "
-                                                  f"communication against bucket size ({world} ranks)"),
+                                                  f"communication against bucket size ({world} ranks, SIMULATED)"),
                    "whatif_sweep", alt="Sweep of iteration time against bucket size")
 for note in notes:
     st.caption(f"Not in the sweep: {note}")
