@@ -10,7 +10,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from ddpsim.analysis import comm_end_ns, cycle_metrics, exposed_comm_ns, spread, steady_cycles, steady_summary
+from ddpsim.analysis import comm_end_ns, cycle_metrics, spread, steady_cycles, steady_summary
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.timeline import (GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run,
@@ -80,15 +80,15 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         ax.axhspan(y - GAP / 2, bottom + GAP / 2, color="#F6F6F6" if k % 2 else "white", zorder=0, lw=0)
         kind = "SIMULATED" if trace.source == "simulated" else "real"
         t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
-        median = " (median)" if iteration is None else ""
-        ax.text(0.002, rows["head"] + 0.45, f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}"
-                f"{median}: {t_it:.1f} ms, exposed {exposed_comm_ns(it) * MS:.1f} ms]", transform=label_x, fontsize=10, fontweight="bold", va="center",
+        median = ", the median one" if iteration is None else ""
+        head = f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it:.1f} ms]"
+        ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=10, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False)
         for name, text in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):
             yticks.append(rows[name] + 0.5)
             ylabels.append(text)
         t0 = it.forward.start_ns
-        _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * MS, minlabel)
+        _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * MS, minlabel, len(head))
         y = bottom + GAP
     finish_track_axes(ax, y, yticks, ylabels, "time since each run's iteration start (ms)", 9)
     ax.set_title(f"{len(picked)} runs on one time axis (rank {rank})", loc="left", fontsize=11.5)

@@ -1,7 +1,8 @@
 """The sweep curve: iteration time and exposed communication against bucket size.
 
 One line per (ordering, find_unused_parameters): the ordering sets the colour and
-marker, find_unused_parameters on is dashed. The best row (lowest iteration time)
+marker, find_unused_parameters on is dashed. torch's ordering is drawn on top and
+thicker: other orderings often give the same times and would hide it. The best row (lowest iteration time)
 is a star; the configuration being looked at is a black ring. Rows are those of
 ``ddpsim.sim.sweep.sweep``: bucket_cap_mb, order, find_unused_parameters,
 iteration_time_s, exposed_comm_s, and optionally best. A row whose bucket_cap_mb is
@@ -54,7 +55,10 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
             for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
                 if pts:
                     ax.plot(xs, [r[key] * 1e3 for _, r in pts], color=color,
-                            marker=MARKERS[k % len(MARKERS)], ms=5, ls="--" if fu else "-", lw=1.6,
+                            marker=MARKERS[k % len(MARKERS)], ms=6 if order == "torch" else 5,
+                            ls="--" if fu else "-", lw=2.4 if order == "torch" else 1.4,
+                            zorder=4 if order == "torch" else 3 - k * 0.1,  # torch's line on top
+                            alpha=1 if order == "torch" else 0.85,
                             gid=f"series:{order}:{'fu' if fu else 'nofu'}")
                 if default is not None and not fu:
                     ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3,

@@ -137,7 +137,7 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
             ax.text(xlim[0], rows["compute"] + 0.5, f"  rank {rank.rank} has no iteration {iteration}",
                     va="center", fontsize=9, style="italic")
         else:
-            _draw_rank(ax, trace, rank, it, rows, lanes[rank.rank], n_lanes, ms, minlabel)
+            _draw_rank(ax, trace, rank, it, rows, lanes[rank.rank], n_lanes, ms, minlabel, len(head))
         y = bottom + GAP
 
     finish_track_axes(ax, y, yticks, ylabels, "time since the iteration start (ms)", 9.5)
@@ -152,7 +152,9 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
     return fig
 
 
-def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, ms, minlabel):
+def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, ms, minlabel,
+               head_chars: int = 14):
+    """Draw one rank's rows; ``head_chars``: length of the name at the left of its header row."""
     yc, yr, ym = rows["compute"], rows["ready"], rows["comm"]
     pad = (1 - BAR) / 2
     for span, color, label in ((it.forward, pal.FORWARD, "forward"),
@@ -205,15 +207,17 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
                                gid=f"exposed:r{rank.rank}"))
         ax.vlines(start, yc, ym + n_lanes, colors=pal.EXPOSED, lw=1, ls=":", zorder=5)
         label = f"exposed {exposed * MS:.1f} ms"
-        x, ha = start + exposed * MS / 2, "center"
-        half = minlabel * len(label) * 0.55  # about half the bold 9.5 pt text, in ms
+        # Right-aligned at the end of the exposed span, clipped to the axes: the rank's (or run's)
+        # name sits at the left of the same header row, and a long exposed span (many ranks)
+        # would centre the label over it.
         lo, hi = ax.get_xlim()
-        if x + half > hi:
-            x, ha = hi, "right"
-        elif x - half < lo:
-            x, ha = lo, "left"
-        ax.text(x, rows["head"] + 0.45, label, ha=ha, va="center", fontsize=9.5,
-                color=pal.EXPOSED, fontweight="bold")
+        x = min(start + exposed * MS, hi)
+        width = minlabel * len(label) * 1.1  # the bold 9.5 pt text, in ms
+        ha, y = "right", rows["head"] + 0.45
+        if x - width < lo + minlabel * head_chars * 1.25:  # would run into the name: go below it
+            x, y = max(x, lo + width), rows["ready"] + 0.5
+        ax.text(x, y, label, ha=ha, va="center", fontsize=9.5, color=pal.EXPOSED, fontweight="bold",
+                clip_on=True, bbox={"fc": "white", "ec": "none", "pad": 0.5, "alpha": 0.8})
 
 
 def _bar(ax, start, end, y, color, label, minlabel, gid, text_y):
