@@ -1,0 +1,98 @@
+"""What-if: the change is simulated against the unchanged configuration, simulated alike.
+
+Library level (ddpsim.app.whatif, no Streamlit) and the page (AppTest) on a real CPU
+trace and on a simulated GPU sample.
+"""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ddpsim import samples
+from ddpsim.app import whatif
+from ddpsim.trace import load_trace
+
+REAL = "01_mlp_torch_default"
+GPU = "20_sim_resnet50_v100-eth25_w64_default"
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+
+def setup(name):
+    trace = load_trace(samples.BUNDLED_DIR / f"{name}.json")
+    base = whatif.base_for(trace)
+    work = whatif.workload(base, trace)
+    return trace, base, work
+
+
+def config(base, work, **change):
+    c = {**whatif.choices(base), **change}
+    return whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
+                             c["no_sync_every"], c["world_size"], c["network"],
+                             work=work if base.kind == "trace" else None)
+
+
+@pytest.mark.parametrize("name", [REAL, GPU])
+def test_nothing_changed_is_zero_change(name):
+    trace, base, work = setup(name)
+    out = whatif.evaluate(work, base, trace, config(base, work))
+    assert out.change == {"iteration_time_s": 0.0, "exposed_comm_s": 0.0}
+    assert out.cautions == []
+    assert "+0.0%" in whatif.describe_change(out)
+
+
+def test_replay_error_and_noise_come_from_the_recorded_run():
+    trace, base, work = setup(REAL)
+    out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=0.25))
+    recorded = trace.summary()["iteration_time_s"]
+    assert out.recorded_summary["iteration_time_s"] == recorded
+    assert out.replay_error["iteration_time_s"] == pytest.approx(
+        out.unchanged_summary["iteration_time_s"] / recorded - 1)
+    assert out.noise > 0 and out.noise_iterations >= 2  # real iterations vary
+    assert out.change["iteration_time_s"] == pytest.approx(
+        out.summary["iteration_time_s"] / out.unchanged_summary["iteration_time_s"] - 1)
+    assert "Replay error" in whatif.describe_replay(out)
+    # a simulated sample has no measured spread and no replay error to show
+    trace, base, work = setup(GPU)
+    gpu = whatif.evaluate(work, base, trace, config(base, work, world_size=128))
+    assert gpu.noise is None and gpu.replay_error is None and gpu.change["iteration_time_s"] != 0
+
+
+def test_far_extrapolation_is_cautioned():
+    trace, base, work = setup(REAL)
+    out = whatif.evaluate(work, base, trace, config(base, work, world_size=1024))
+    text = " ".join(out.cautions)
+    assert "Far beyond the recording" in text and "512x" in text and "CPU run" in text
+    assert whatif.evaluate(work, base, trace, config(base, work, world_size=8)).cautions == []
+
+
+def test_recommendation_is_a_value_the_widgets_offer():
+    for name in (REAL, GPU):
+        trace, base, work = setup(name)
+        rows, _ = whatif.sweep_rows(work, config(base, work))
+        best = whatif.recommend(rows)
+        assert best["bucket_cap_mb"] in whatif.cap_options(base)
+        assert best["order"] in whatif.ORDERS
+    assert set(whatif.SWEEP_CAPS) <= set(whatif.CAPS)
+
+
+@pytest.mark.parametrize("name", [REAL, GPU])
+def test_page_nothing_changed_shows_zero(name, monkeypatch):
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    at = AppTest.from_file(APP, default_timeout=90).run()
+    at.selectbox(key="ddpsim_source").set_value(name).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    assert not at.exception and not at.error
+    deltas = [m.proto.delta for m in at.metric]
+    assert deltas[:2] == ["0.0 ms", "0.0 ms"], deltas
+    text = "\n".join(m.value for m in at.markdown)
+    assert "+0.0% against the same configuration unchanged" in text
+    assert not at.warning  # no caution when nothing is extrapolated
+    if name == REAL:
+        assert any("Replay error" in c.value for c in at.caption)
+        world = next(s for s in at.select_slider if s.label.startswith("World size"))
+        world.set_value(1024).run()
+        assert any("Far beyond the recording" in w.value for w in at.warning)
+    best = next(s.value for s in at.success if "Best simulated" in s.value)
+    cap = next(s for s in at.select_slider if s.label == "Bucket cap (MiB)")
+    shown = best.split("bucket_cap_mb=")[1].split("**")[0]
+    assert ("default" if shown.startswith("None") else shown) in cap.options, (shown, cap.options)
