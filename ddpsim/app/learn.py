@@ -82,8 +82,8 @@ The best size depends on the model, the number of ranks and the network, and the
 that the right bucket size can make more than a 2x difference ({PAPER}, section 5.2). The
 What-if page sweeps bucket sizes for your model and marks the best; its numbers are
 simulated (ddpsim.sim), so treat them as a starting point to measure."""),
-    "cpu": Topic("Why the real runs here barely change", CPU_NOTE + " (measured on this machine; "
-                 "see the shared notes in the repository)."),
+    "cpu": Topic("Why the real runs here barely change", CPU_NOTE + " (measured on the 2-core machine "
+                 "the bundled samples were recorded on; the numbers are in `docs/accuracy.md`)."),
     "simulated": Topic("Simulated runs", """
 **Simulated runs** come from ddpsim.sim, a discrete-event model of DDP with torch 2.13's rules
 (bucket layouts, launch order, the rebuild, find_unused_parameters, no_sync). A simulation
@@ -94,3 +94,53 @@ GPT-2) and datasheet GPU and network figures. They are labelled SIMULATED everyw
 
 ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "no_sync",
          "bucket_size", "cpu", "simulated")
+
+
+# One figure per topic, drawn by ddpsim.viz from a bundled sample: (sample, view, iteration or
+# runs, caption). view: "buckets", "timeline" (an iteration; None: the median steady one),
+# "compare" (several samples, their median steady iterations).
+FIGURES = {
+    "reverse": ("06_transformer_torch_default", "buckets", None,
+                "A real 2-rank run: gradients arrive in the reverse of definition order (left); "
+                "the buckets are built from that order (right)."),
+    "buckets": ("24_sim_bert-large_a100-eth100_w64_default", "buckets", None,
+                "SIMULATED BERT-large, 64 ranks: 25 MiB buckets, the first one 1 MiB."),
+    "rebuild": ("20_sim_resnet50_v100-eth25_w64_default", "timeline", 0,
+                "SIMULATED ResNet-50, iteration 0: one bucket, reduced after the whole backward."),
+    "overlap": ("20_sim_resnet50_v100-eth25_w64_default", "timeline", None,
+                "The same run after the rebuild: allreduces run while backward computes; the "
+                "hatched part is what is left exposed."),
+    "find_unused": ("04_branchy_torch_find_unused", "timeline", None,
+                    "A real run with find_unused_parameters=True: the graph search after forward "
+                    "(dashed box) and the bitmap allreduce after the last bucket."),
+    "no_sync": ("05_convnet_torch_no_sync3", "timeline", 1,
+                "A real run syncing every 3rd micro-step: this step has no allreduce."),
+    "bucket_size": (("20_sim_resnet50_v100-eth25_w64_default", "22_sim_resnet50_v100-eth25_w64_cap100"),
+                    "compare", None,
+                    "SIMULATED ResNet-50 on 64 V100s and 25 GbE: torch's default buckets against one "
+                    "100 MiB bucket that starts only after backward (the What-if sweep tries more sizes)."),
+}
+
+
+def figure(name: str):
+    """The figure of topic ``name`` (a matplotlib Figure), or None when it has none.
+
+    Always the bundled samples (whatever DDPSIM_SAMPLES_DIR says): the texts describe them.
+    """
+    from ddpsim.samples import BUNDLED_DIR  # noqa: PLC0415 (keep this module importable cheaply)
+    from ddpsim.trace import load_trace  # noqa: PLC0415
+    from ddpsim.viz import median_iteration, plot_buckets, plot_compare, plot_timeline  # noqa: PLC0415
+
+    if name not in FIGURES:
+        return None
+
+    def sample_path(stem):
+        return BUNDLED_DIR / f"{stem}.json"
+
+    sample, view, iteration, _ = FIGURES[name]
+    if view == "compare":
+        return plot_compare([(s.split("_w64_")[-1], load_trace(sample_path(s))) for s in sample])
+    trace = load_trace(sample_path(sample))
+    if view == "buckets":
+        return plot_buckets(trace)
+    return plot_timeline(trace, median_iteration(trace) if iteration is None else iteration)

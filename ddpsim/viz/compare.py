@@ -62,10 +62,10 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         raise ValueError("nothing to compare: give at least one run")
     picked = [(label, trace, *_pick(trace, iteration, rank)) for label, trace in runs]
     lanes = [_lanes(it) for *_, it in picked]
-    n_lanes = max([1] + [max(v.values(), default=0) + 1 for v in lanes])
+    n_lanes_of = [max(1, max(v.values(), default=0) + 1) for v in lanes]  # each run its own lanes
     t_max = max(max(it.end_ns, comm_end_ns(it) or 0) - it.forward.start_ns for *_, it in picked) * MS
     xlim = window or (-0.02 * t_max, 1.02 * t_max)
-    height = len(picked) * (HEADER + 2 + n_lanes + GAP)
+    height = sum(HEADER + 2 + n + GAP for n in n_lanes_of)
     fig = Figure(figsize=(10, 1.9 + 0.34 * height), layout="constrained")
     ax = fig.add_subplot()
     ax.set_xlim(*xlim)
@@ -73,7 +73,7 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
     minlabel = (9 * 0.62 / 72) / axes_inches * (xlim[1] - xlim[0])
     label_x = blended_transform_factory(ax.transAxes, ax.transData)
     yticks, ylabels, y = [], [], 0.0
-    for k, ((label, trace, r, it), lane) in enumerate(zip(picked, lanes)):
+    for k, ((label, trace, r, it), lane, n_lanes) in enumerate(zip(picked, lanes, n_lanes_of)):
         rows = {"head": y, "compute": y + HEADER, "ready": y + HEADER + 1}
         rows["comm"] = rows["ready"] + 1
         bottom = rows["comm"] + n_lanes

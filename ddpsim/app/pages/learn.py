@@ -1,7 +1,7 @@
 """Learn page: the ideas behind every view, in plain words, with their sources."""
 import streamlit as st
 
-from ddpsim.app import learn
+from ddpsim.app import learn, ui
 
 st.header("Learn: how DDP overlaps gradient communication with backward")
 st.markdown(
@@ -21,9 +21,14 @@ for name in learn.ORDER:
     topic = learn.TOPICS[name]
     st.subheader(topic.title)
     st.markdown(topic.text)
+    if name in learn.FIGURES:
+        sample, _, _, caption = learn.FIGURES[name]
+        ui.show_figure(f"learn:{name}", lambda n=name: learn.figure(n),
+                       f"learn_{name}", alt=caption)
+        st.caption(caption)
     st.caption(f"Where to see it: {WHERE[name]}")
 st.divider()
 st.markdown(f"**Sources.** {learn.PAPER}. {learn.NOTE[0].upper() + learn.NOTE[1:]}. PyTorch source: "
             f"{learn.REDUCER} (bucket assignment, hooks, launch order, rebuild, unused parameters), "
             "`torch/nn/parallel/distributed.py` (`no_sync`). Facts about torch 2.13 were checked by "
-            "running it on this machine.")
+            "running it; how close the simulator comes to real runs is in `docs/accuracy.md`.")
