@@ -1,9 +1,12 @@
-"""Write notebooks/*.ipynb from the cell lists below (outputs stripped).
+"""Write notebooks/*.ipynb from the cell lists below, and run them so they open with outputs.
 
-    python notebooks/build_notebooks.py
+    python notebooks/build_notebooks.py --execute    # what is committed: built and run
+    python notebooks/build_notebooks.py              # sources only (no outputs), fast
 
-Edit the cells here, not in Jupyter, then rebuild: the .ipynb files in git are
-generated and carry no outputs. ``tests/test_notebooks.py`` executes every notebook.
+Edit the cells here, not in Jupyter, then rebuild with --execute: the .ipynb files in
+git are generated, and carry the outputs of one run on a 2-core CPU so that a student
+sees every figure before running anything. ``tests/test_notebooks.py`` checks the
+sources match and executes every notebook again.
 """
 from __future__ import annotations
 
@@ -636,9 +639,12 @@ NOTEBOOKS = {
 }
 
 
-def build() -> list[Path]:
+def build(names=()) -> list[Path]:
+    """Write the notebooks (all, or only ``names``) from their cells, without outputs."""
     paths = []
     for name, cells in NOTEBOOKS.items():
+        if names and name not in names:
+            continue
         nb = new_notebook(cells=cells, metadata={
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
             "language_info": {"name": "python"}})
@@ -651,6 +657,49 @@ def build() -> list[Path]:
     return paths
 
 
+def execute(path: Path, timeout_s: int = 600) -> float:
+    """Run notebook ``path`` top to bottom with this Python and save it with its outputs."""
+    import json  # noqa: PLC0415 (only --execute needs these)
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import nbclient  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as root:  # a "python3" kernel that is this interpreter
+        spec = Path(root) / "kernels" / "python3"
+        spec.mkdir(parents=True)
+        spec.joinpath("kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3", "language": "python"}))
+        old = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = os.pathsep.join([root] + ([old] if old else []))
+        try:
+            nb = nbformat.read(path, as_version=4)
+            start = time.monotonic()
+            nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout_s, allow_errors=False,
+                                    record_timing=False,
+                                    resources={"metadata": {"path": str(path.parent)}}).execute()
+        finally:
+            if old is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = old
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return time.monotonic() - start
+
+
 if __name__ == "__main__":
-    for p in build():
-        print("wrote", p.relative_to(HERE.parent))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--execute", action="store_true", help="also run each notebook and keep its outputs")
+    parser.add_argument("names", nargs="*", help="only these notebooks (e.g. 03_bucket_size_and_ordering)")
+    args = parser.parse_args()
+    for p in build(args.names):
+        print("wrote", p.relative_to(HERE.parent), flush=True)
+        if args.execute:
+            seconds = execute(p)
+            print(f"  executed in {seconds:.0f} s, {p.stat().st_size / 1024:.0f} KiB", flush=True)

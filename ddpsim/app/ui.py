@@ -99,5 +99,7 @@ def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> N
     for col, (k, name, fmt, scale, color) in zip(cols, spec):
         v = values[k] * scale
         delta = None if base is None else fmt.format(v - base[k] * scale).replace("%", " pts")
-        col.metric(name, fmt.format(v), delta=delta, delta_color=color,
+        same = delta is not None and fmt.format(v) == fmt.format(base[k] * scale)
+        col.metric(name, fmt.format(v), delta=delta, delta_color="off" if same else color,
+                   delta_arrow="off" if same else "auto",
                    delta_description=f"vs {base_name}" if base_name else None)

@@ -96,8 +96,8 @@ if (best := whatif.recommend(rows)):
                f"{min(r['iteration_time_s'] for r in default_rows) * 1e3:.1f}–"
                f"{max(r['iteration_time_s'] for r in default_rows) * 1e3:.1f} ms.")
     ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
-                   lambda: plot_sweep(rows, title=f"{ref_label}: iteration time and exposed "
-                                                  f"communication against bucket size ({world} ranks, SIMULATED)"),
+                   lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
+                                                  f"({world} ranks, SIMULATED)"),
                    "whatif_sweep", alt="Sweep of iteration time against bucket size")
 for note in notes:
     st.caption(f"Not in the sweep: {note}")
