@@ -80,6 +80,8 @@ def test_compare_real_and_simulated_with_differences():
     df = at.dataframe[0].value
     assert list(df["kind"]) == ["real", "simulated"]
     assert df["Δ iteration (ms)"].iloc[0] == 0 and df["Δ iteration (ms)"].iloc[1] > 0
+    assert {"iteration (ms, median)", "iteration range (ms)", "exposed range (ms)"} <= set(df.columns)
+    assert "Single iterations vary" in markdown(at) and "most typical" in markdown(at)
     assert len(at.image) == 1
     first = at.image[0].value
     at.radio(key="ddpsim_compare_which").set_value("iteration 0 (before the rebuild)").run()

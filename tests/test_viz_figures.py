@@ -76,3 +76,25 @@ def test_sweep_best_marked_and_series():
     assert figure_bytes(fig, "svg")[:5] in (b"<?xml", b"<svg ")
     with pytest.raises(ValueError):
         figure_bytes(fig, "gif")
+
+
+def test_compare_rows_give_spread_and_figure_draws_the_typical_iteration():
+    from ddpsim.analysis import cycle_metrics, steady_cycles
+    from ddpsim.samples import BUNDLED_DIR
+    from ddpsim.viz import typical_iteration
+
+    runs = [(n, load_trace(BUNDLED_DIR / f"{n}.json")) for n in ("01_mlp_torch_default", "02_mlp_torch_cap0.25")]
+    rows = compare_rows(runs)
+    for row, (_, t) in zip(rows, runs):
+        times = [cycle_metrics(t, c)["iteration_time_s"] * 1e3 for c in steady_cycles(t)]
+        assert row["iteration_min_ms"] == pytest.approx(min(times)) and row["iteration_max_ms"] == pytest.approx(max(times))
+        assert row["iteration_min_ms"] <= row["iteration_ms"] <= row["iteration_max_ms"]
+        assert row["n_iterations"] == len(times) and row["spread_pct"] > 0  # real iterations vary
+        # the drawn iteration is the steady one closest to the medians, and says so
+        it = typical_iteration(t)
+        assert it in [c[-1] for c in steady_cycles(t)]
+        best = min(abs(x - row["iteration_ms"]) / row["iteration_ms"] for x in times)
+        assert abs(cycle_metrics(t, [it])["iteration_time_s"] * 1e3 - row["iteration_ms"]) / row["iteration_ms"] \
+            <= best + 0.15
+    heads = [x.get_text() for x in plot_compare(runs).axes[0].texts if "most typical" in x.get_text()]
+    assert len(heads) == 2

@@ -129,7 +129,7 @@ def figure(name: str):
     """
     from ddpsim.samples import BUNDLED_DIR  # noqa: PLC0415 (keep this module importable cheaply)
     from ddpsim.trace import load_trace  # noqa: PLC0415
-    from ddpsim.viz import median_iteration, plot_buckets, plot_compare, plot_timeline  # noqa: PLC0415
+    from ddpsim.viz import typical_iteration, plot_buckets, plot_compare, plot_timeline  # noqa: PLC0415
 
     if name not in FIGURES:
         return None
@@ -143,4 +143,4 @@ def figure(name: str):
     trace = load_trace(sample_path(sample))
     if view == "buckets":
         return plot_buckets(trace)
-    return plot_timeline(trace, median_iteration(trace) if iteration is None else iteration)
+    return plot_timeline(trace, typical_iteration(trace) if iteration is None else iteration)

@@ -12,7 +12,7 @@ app, or ``fig.savefig(...)`` anywhere else (``figure_bytes`` gives PNG/SVG bytes
 Bucket ``i`` has the colour ``bucket_color(i)`` in every view.
 """
 from ddpsim.viz.buckets import bucket_rows, plot_buckets
-from ddpsim.viz.compare import (compare_rows, median_iteration, plot_compare, steady_iteration,
+from ddpsim.viz.compare import (compare_rows, typical_iteration, plot_compare, steady_iteration,
                                  usable_runs)
 from ddpsim.viz.figio import figure_bytes
 from ddpsim.viz.palette import bucket_color
@@ -20,5 +20,5 @@ from ddpsim.viz.sweep import plot_sweep
 from ddpsim.viz.timeline import describe_iteration, plot_timeline
 
 __all__ = ["bucket_color", "bucket_rows", "compare_rows", "describe_iteration", "figure_bytes",
-           "median_iteration", "plot_buckets", "plot_compare", "plot_sweep", "plot_timeline",
+           "typical_iteration", "plot_buckets", "plot_compare", "plot_sweep", "plot_timeline",
            "steady_iteration", "usable_runs"]

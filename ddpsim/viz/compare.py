@@ -7,6 +7,8 @@ Real and simulated runs mix freely; simulated ones are labelled as such.
 """
 from __future__ import annotations
 
+import statistics
+
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
@@ -24,15 +26,17 @@ def steady_iteration(trace: Trace) -> int:
     return steady_cycles(trace)[-1][-1]
 
 
-def median_iteration(trace: Trace) -> int:
-    """The steady-state iteration whose iteration time is the median one (the lower of two).
+def typical_iteration(trace: Trace) -> int:
+    """The steady-state iteration closest to the run's medians (iteration time and exposed comm).
 
-    Drawing it makes the figure agree with the medians of ``compare_rows``: one steady
-    iteration picked otherwise can sit anywhere in the run's iteration-to-iteration spread.
+    The most typical single iteration: drawing it keeps the figure close to the medians of
+    ``compare_rows``, where one steady iteration picked otherwise can sit anywhere in the
+    run's iteration-to-iteration spread. Ties go to the earlier iteration.
     """
-    chosen = steady_cycles(trace)
-    timed = sorted((cycle_metrics(trace, c)["iteration_time_s"], c[-1]) for c in chosen)
-    return timed[(len(timed) - 1) // 2][1]
+    keys = ("iteration_time_s", "exposed_comm_s")
+    rows = [(c[-1], cycle_metrics(trace, c)) for c in steady_cycles(trace)]
+    med = {k: statistics.median(m[k] for _, m in rows) for k in keys}
+    return min(rows, key=lambda r: sum(abs(r[1][k] - med[k]) / (med[k] or 1) for k in keys))[0]
 
 
 def usable_runs(runs: list[Run]) -> tuple[list[Run], list[str]]:
@@ -44,10 +48,10 @@ def usable_runs(runs: list[Run]) -> tuple[list[Run], list[str]]:
 def _pick(trace: Trace, iteration: int | None, rank: int):
     ranks = {r.rank: r for r in trace.ranks}
     r = ranks.get(rank, trace.ranks[0])
-    n = median_iteration(trace) if iteration is None else iteration
+    n = typical_iteration(trace) if iteration is None else iteration
     it = next((x for x in r.iterations if x.iteration == n), None)
     if it is None:
-        n = median_iteration(trace)
+        n = typical_iteration(trace)
         it = next(x for x in r.iterations if x.iteration == n)
     return r, it
 
@@ -80,7 +84,7 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         ax.axhspan(y - GAP / 2, bottom + GAP / 2, color="#F6F6F6" if k % 2 else "white", zorder=0, lw=0)
         kind = "SIMULATED" if trace.source == "simulated" else "real"
         t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
-        median = ", the median one" if iteration is None else ""
+        median = ", the most typical" if iteration is None else ""
         head = f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it:.1f} ms]"
         ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=10, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False)

@@ -16,13 +16,13 @@ default += [o for o in options if o not in default][: 2 - len(default)]
 chosen = st.multiselect("Runs (the first is the reference)", options, default=default, format_func=pretty,
                         key="ddpsim_compare_runs", help="Any mix of real and simulated runs.")
 left, right = st.columns(2)
-which = left.radio("Iteration", ["median steady-state", "iteration 0 (before the rebuild)", "pick a number"],
+which = left.radio("Iteration", ["most typical", "iteration 0 (before the rebuild)", "pick a number"],
                    horizontal=True, key="ddpsim_compare_which",
-                   help="Median steady-state: for each run, the steady iteration whose time is the "
-                        "median, so the figure matches the table.")
+                   help="Most typical: for each run, the steady-state iteration closest to its medians "
+                        "(the numbers in the table).")
 number = right.number_input("Iteration number", 0, 1000, 1, key="ddpsim_compare_number",
                             disabled=which != "pick a number")
-iteration = {"median steady-state": None, "iteration 0 (before the rebuild)": 0}.get(which, int(number))
+iteration = {"most typical": None, "iteration 0 (before the rebuild)": 0}.get(which, int(number))
 runs, skipped = usable_runs([(label, t) for label in chosen if (t := get_trace(label)) is not None])
 for label in skipped:
     st.warning(f"{pretty(label)} has no complete synced iteration to compare (a partial run): left out.")
@@ -44,7 +44,9 @@ st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "world size": r["worl
 st.caption("Medians over each run's steady-state iterations (after the rebuild); Δ is against the first "
            "run. **Single iterations vary**: " + ", ".join(
                f"{pretty(r['run'])} ±{r['spread_pct']:.0f}% over {r['n_iterations']} iterations" for r in rows)
-           + ". A Δ smaller than the ranges is within run-to-run noise.")
+           + ". A Δ smaller than the ranges is within run-to-run noise. The figure draws one iteration "
+           "per run (the most typical: closest to its medians) with its own time in its header, so it "
+           "can differ from the table by up to those ranges.")
 key = "compare:" + "|".join(trace_key(label) for label, _ in runs) + f":{iteration}"
 ui.show_figure(key, lambda: plot_compare(runs, iteration), "compare",
                alt=f"{len(runs)} runs on one time axis")

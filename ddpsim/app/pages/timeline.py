@@ -4,14 +4,14 @@ import streamlit as st
 from ddpsim.analysis import comm_end_ns, cycle_metrics, steady_summary
 from ddpsim.app import ui
 from ddpsim.app.state import require_trace, trace_key
-from ddpsim.viz import median_iteration, plot_timeline
+from ddpsim.viz import typical_iteration, plot_timeline
 
 st.header("Timeline: what DDP did in one iteration")
 label, trace = require_trace()
 
 iterations = sorted({it.iteration for r in trace.ranks for it in r.iterations})
 steady = steady_summary(trace)
-opening = median_iteration(trace) if steady else iterations[-1]  # a typical iteration, not iteration 0
+opening = typical_iteration(trace) if steady else iterations[-1]  # a typical iteration, not iteration 0
 all_ranks = [r.rank for r in trace.ranks]
 left, right = st.columns([3, 1])
 with left:
