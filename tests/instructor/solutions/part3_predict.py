@@ -1,3 +1,4 @@
+# ddpsim: instructor only (left out of the student release, see assignments/INSTRUCTORS.md)
 """Part 3 reference solution: predict, then measure (instructors only)."""
 from __future__ import annotations
 
