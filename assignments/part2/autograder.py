@@ -18,9 +18,10 @@ from ddpsim.grade.probe import analyse, expected_buckets
 from ddpsim.grade.ranks import RankFailure, run_ranks
 
 ATOL, RTOL = 1e-5, 1e-4
-# Note [Measured overlap] (ddpsim/grade/probe.py). The reference overlaps nearly every bucket
-# that can overlap; waiting in the hook or launching after backward overlaps none.
-MIN_OVERLAP = 0.5  # fraction of the buckets that could overlap, over all ranks and steps
+# Note [Measured overlap] (ddpsim/grade/probe.py). The reference overlapped 29 to 40 of the 40
+# allreduces that could (5 gradings on a loaded 2-core machine); waiting in the hook or launching
+# after backward overlaps none, by construction. The bar sits far from both.
+MIN_OVERLAP = 0.25  # share of the allreduces that could overlap (all ranks and steps) that did
 
 
 def real_run(ctx):
@@ -30,7 +31,7 @@ def real_run(ctx):
 
         template = str(ctx.tmp / "run.json.rank{rank}.jsonl")
         try:
-            outs = run_ranks(H.rank_main, 2, (str(ctx.path), template), timeout=90)
+            outs = run_ranks(H.rank_main, 2, (str(ctx.path), template), timeout=ctx.rank_timeout)
         except RankFailure as e:
             if e.not_implemented:
                 raise NotImplementedError(e.not_implemented) from None
