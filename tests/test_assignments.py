@@ -28,6 +28,13 @@ WRONG_PART2 = {
     "part2_wrong_boundaries.py": "one allreduce per bucket",  # (d) its own, wrong, buckets
     "part2_not_averaged.py": "single-process training",  # (e) summed, not averaged
 }
+# wrong part 1 and part 3 solutions -> the checks that must fail ("*": every check)
+WRONG_OTHER = {
+    ("part1", "part1_calls_torch.py"): "*",  # torch's function through a name built at run time
+    ("part3", "part3_made_up_rows.py"): "predict_sweep",  # rows not from the simulator
+    ("part3", "part3_copied_trace.py"): "the real run",  # an old recording relabelled
+    ("part3", "part3_default_cap_everywhere.py"): "over LINK",  # 25 MiB without simulating
+}
 _graded: dict[Path, tuple[int, dict, str]] = {}
 
 
@@ -65,6 +72,20 @@ def test_wrong_part2_solution_fails_its_check(name, tmp_path):
     assert rc == 1 and results["score"] < results["max_score"], stdout
     assert len(failed) == 1 and WRONG_PART2[name] in failed[0], \
         f"expected only the {WRONG_PART2[name]!r} check to fail, failed: {failed}\n{stdout}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part,name", sorted(WRONG_OTHER))
+def test_wrong_part1_part3_solution_fails_its_check(part, name, tmp_path):
+    rc, results, stdout = grade(part, WRONG / name, tmp_path)
+    assert validate_results(results) == []
+    failed = [t["name"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert rc == 1 and results["score"] < results["max_score"], stdout
+    if WRONG_OTHER[part, name] == "*":
+        assert results["score"] == 0, stdout
+    else:
+        assert len(failed) == 1 and WRONG_OTHER[part, name] in failed[0], \
+            f"expected only the {WRONG_OTHER[part, name]!r} check to fail, failed: {failed}\n{stdout}"
 
 
 @pytest.mark.slow

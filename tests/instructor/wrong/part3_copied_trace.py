@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference3 import reference  # noqa: E402
 
 ANSWER, predict_sweep = reference.ANSWER, reference.predict_sweep
-choose_bucket_cap_mb = reference.choose_bucket_cap_mb
+choose_bucket_cap_mb, choose_link_cap_mb = reference.choose_bucket_cap_mb, reference.choose_link_cap_mb
 
 
 def confirm(out_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference3 import reference  # noqa: E402
 
-ANSWER, confirm = reference.ANSWER, reference.confirm
+ANSWER, confirm, choose_link_cap_mb = reference.ANSWER, reference.confirm, reference.choose_link_cap_mb
 
 
 def predict_sweep():
