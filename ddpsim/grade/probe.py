@@ -7,8 +7,9 @@
   time is the moment the gradient was accumulated, whatever the student's hook then does.
 - **collectives**: it replaces ``torch.distributed.all_reduce`` with a wrapper that stamps the
   call (the launch) and the end of the allreduce: for ``async_op=True`` the earliest of the Work's
-  future completing (a ``then`` callback, run by gloo's thread when the result lands) and any
-  ``wait()`` on the returned Work returning; for a blocking call, its return.
+  future completing (a ``then`` callback, run by gloo's thread when the result lands; the
+  student's ``get_future()`` is chained after it) and any ``wait()`` on the returned Work
+  returning; for a blocking call, its return.
 
 ``analyse`` (pure, testable on hand-made numbers) turns one iteration's stamps into the three
 facts the autograder grades: which buckets of DDP's layout were allreduced (boundaries), in which
@@ -45,17 +46,29 @@ class Collective:
 
 
 class _TimedWork:
-    """The Work the student gets back: the real one, with ``wait()`` stamped."""
+    """The Work the student gets back: the real one, with ``wait()`` stamped, and whose
+    ``get_future()`` is the real future chained through the probe's stamp (a real
+    ``torch.futures.Future`` with the same value). Note: a torch Future wakes its waiters
+    *before* it runs its callbacks, so a student waiting on the raw future could run on before
+    a callback on it stamps the end; waiting on the chained future cannot."""
 
     def __init__(self, work, collective: Collective):
         self._work, self._collective = work, collective
+
+        def stamp(fut):
+            collective.done()
+            return fut.value()  # re-raises the allreduce's error, if any
+        self._future = work.get_future().then(stamp)
 
     def wait(self, *args, **kwargs):
         out = self._work.wait(*args, **kwargs)
         self._collective.done()
         return out
 
-    def __getattr__(self, name):  # get_future, is_completed, ...: the real Work's
+    def get_future(self):
+        return self._future
+
+    def __getattr__(self, name):  # is_completed, exception, ...: the real Work's
         return getattr(self._work, name)
 
 
@@ -112,7 +125,6 @@ class OverlapProbe:
         if not async_op or work is None:
             c.done()
             return work
-        work.get_future().then(lambda fut: c.done())
         return _TimedWork(work, c)
 
 
