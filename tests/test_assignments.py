@@ -6,6 +6,7 @@ tests/test_grade.py; this file and tests/instructor/ are left out of the student
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,11 +93,13 @@ def test_wrong_part1_part3_solution_fails_its_check(part, name, tmp_path):
 def test_autograder_table(tmp_path):
     """The table for the record: each wrong part 2 solution and the reference, as graded."""
     rows = [("reference", REFERENCES["part2"])] + [(n, WRONG / n) for n in sorted(WRONG_PART2)]
-    lines = [f"{'part 2 solution':<28} {'score':>7}  failed check"]
+    lines = [f"{'part 2 solution':<28} {'score':>7}  {'overlap':>8}  failed check"]
     for label, path in rows:
         _, results, _ = grade("part2", path, tmp_path)
         failed = [t for t in results["tests"] if t["score"] < t["max_score"]]
+        overlap = re.search(r"(\d+) of the (\d+) allreduces", results["tests"][-1]["output"])
         lines.append(f"{label:<28} {results['score']:>3g}/{results['max_score']:<3g}  "
+                     f"{'/'.join(overlap.groups()) if overlap else '?':>8}  "
                      + ("; ".join(f"{t['number']} {t['name']}" for t in failed) or "-"))
         assert (label == "reference") == (not failed)
     print("\n" + "\n".join(lines))

@@ -160,6 +160,8 @@ def test_analyse_reads_order_and_boundaries_from_the_sizes_allreduced():
     split = analyse(stamps(grads, [(40, 110, 250), (35, 210, 350), (10, 410, 450), (20, 450, 500)]),
                     buckets, numels)
     assert not split.sizes_ok and split.order == [0, 1, None, None]
+    extra = analyse(stamps(grads, [(1, 150, 350)] * 5), buckets, numels)  # dummy collectives
+    assert not extra.sizes_ok and extra.overlapped == extra.could_overlap == 2  # capped
 
 
 def test_analyse_in_order_launch_limits_what_could_overlap():

@@ -27,6 +27,9 @@ import time
 from dataclasses import dataclass, field
 
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+_ALL_REDUCE_HOMES = (dist, c10d)
 
 
 def _now() -> int:
@@ -96,14 +99,16 @@ class OverlapProbe:
         self._hooks = [p.register_post_accumulate_grad_hook(lambda p, i=i: self._grad(i))
                        for i, p in enumerate(self.params)]
         self._real_all_reduce = dist.all_reduce
-        dist.all_reduce = self._all_reduce
+        for module in _ALL_REDUCE_HOMES:  # torch.distributed re-exports distributed_c10d's
+            module.all_reduce = self._all_reduce
         return self
 
     def uninstall(self) -> None:
         for h in self._hooks:
             h.remove()
         if self._real_all_reduce is not None:
-            dist.all_reduce = self._real_all_reduce
+            for module in _ALL_REDUCE_HOMES:
+                module.all_reduce = self._real_all_reduce
 
     def begin_iteration(self) -> None:
         self.current = IterationStamps()
@@ -164,5 +169,6 @@ def analyse(stamps: dict, buckets: list[list[int]], numels: list[int]) -> Iterat
         could += full_at < last
     grad_times = sorted(ready.values())
     overlapped = sum(1 for _, s, e in colls if e is not None and any(s < t < e for t in grad_times))
+    overlapped = min(overlapped, could)  # extra collectives (wrong boundaries) add nothing
     before = sum(1 for _, s, _ in colls if s < last)
     return IterationVerdict(sizes_ok, order, overlapped, could, before)
