@@ -171,7 +171,10 @@ def test_overlap(ctx):
               f"gradient become ready while in flight ({len(runs)} rank-steps of {len(buckets)} "
               f"buckets; at least {need} needed)")
     assert could > 0, "harness: no bucket could overlap (a rank reported no gradients?)"
-    assert overlapped >= need, (
-        detail + ": launch each bucket from the hook as soon as it and every earlier bucket are "
-        "full, with async_op=True, and wait for the results only in finalize")
+    early = sum(v.launched_before_last_grad for _, _, v in runs)
+    hint = ("none started before backward's last gradient: launch each bucket from the hook as "
+            "soon as it and every earlier bucket are full" if not early else
+            f"{early} started before backward's last gradient, but finished before the next "
+            "gradient came: launch with async_op=True and wait for the results only in finalize")
+    assert overlapped >= need, f"{detail}: {hint}"
     return "passed: " + detail
