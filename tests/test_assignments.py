@@ -1,10 +1,12 @@
-"""The course module's self-check (assignments/): the reference solutions pass every
-autograder test, the untouched starter files fail every test with a clear
-"not implemented" message (no crash), and the grade command's JSON output follows the
-Gradescope results.json schema."""
+# ddpsim: instructor only (left out of the student release, see assignments/INSTRUCTORS.md)
+"""The course's autograder against answers whose grade is known: every reference solution
+gets full marks, and each known-wrong part 2 solution loses the points of exactly the check
+that names its mistake. The student-safe self-checks (starters, bad input, the release) are in
+tests/test_grade.py; this file and tests/instructor/ are left out of the student release."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,76 +16,101 @@ import pytest
 from ddpsim.grade import validate_results
 
 ROOT = Path(__file__).resolve().parent.parent
-A = ROOT / "assignments"
-PARTS = {
-    "part1": (A / "part1" / "buckets.py", A / "solutions" / "part1_buckets.py"),
-    "part2": (A / "part2" / "bucketed_ddp.py", A / "solutions" / "part2_bucketed_ddp.py"),
-    "part3": (A / "part3" / "predict.py", A / "solutions" / "part3_predict.py"),
+SOLUTIONS = ROOT / "tests" / "instructor" / "solutions"
+WRONG = ROOT / "tests" / "instructor" / "wrong"
+REFERENCES = {"part1": SOLUTIONS / "part1_buckets.py",
+              "part2": SOLUTIONS / "part2_bucketed_ddp.py",
+              "part3": SOLUTIONS / "part3_predict.py"}
+# wrong part 2 solution -> the one check (a substring of its name) that must fail
+WRONG_PART2 = {
+    "part2_no_overlap.py": "overlap:",  # (a) every bucket launched after backward
+    "part2_wait_at_once.py": "overlap:",  # (b) launched from the hook, waited on at once
+    "part2_ready_order.py": "launch order",  # (c) launched as buckets fill, not in bucket order
+    "part2_wrong_boundaries.py": "one allreduce per bucket",  # (d) its own, wrong, buckets
+    "part2_not_averaged.py": "single-process training",  # (e) summed, not averaged
 }
+# wrong part 1 and part 3 solutions -> the checks that must fail ("*": every check)
+WRONG_OTHER = {
+    ("part1", "part1_calls_torch.py"): "*",  # torch's function through a name built at run time
+    ("part3", "part3_made_up_rows.py"): "predict_sweep",  # rows not from the simulator
+    ("part3", "part3_copied_trace.py"): "the real run",  # an old recording relabelled
+    ("part3", "part3_default_cap_everywhere.py"): "over LINK",  # 25 MiB without simulating
+}
+_graded: dict[Path, tuple[int, dict, str]] = {}
 
 
-def grade(part: str, student: Path, tmp_path: Path) -> tuple[int, dict, str]:
-    out = tmp_path / f"{part}-{student.stem}.json"
-    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", part, str(student), "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert out.is_file(), f"no results JSON written\n{proc.stdout}\n{proc.stderr}"
-    return proc.returncode, json.loads(out.read_text()), proc.stdout
+def grade(part: str, student: Path, out_dir: Path) -> tuple[int, dict, str]:
+    """Grade once per test session (the table reuses the runs)."""
+    if student not in _graded:
+        out = out_dir / f"{part}-{student.stem}.json"
+        proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", part, str(student),
+                               "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert out.is_file(), f"no results JSON written\n{proc.stdout}\n{proc.stderr}"
+        _graded[student] = (proc.returncode, json.loads(out.read_text()), proc.stdout)
+    return _graded[student]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("part", sorted(PARTS))
-def test_reference_solution_passes(part, tmp_path):
-    rc, results, stdout = grade(part, PARTS[part][1], tmp_path)
+@pytest.mark.parametrize("part", sorted(REFERENCES))
+def test_reference_solution_gets_full_marks(part, tmp_path):
+    rc, results, stdout = grade(part, REFERENCES[part], tmp_path)
     assert validate_results(results) == []
     failed = [t for t in results["tests"] if t["score"] < t["max_score"]]
     assert not failed, stdout
-    assert rc == 0 and results["score"] == sum(t["max_score"] for t in results["tests"])
+    assert rc == 0 and results["score"] == results["max_score"] == sum(
+        t["max_score"] for t in results["tests"])
     print(stdout)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("part", sorted(PARTS))
-def test_starter_fails_with_not_implemented(part, tmp_path):
-    rc, results, stdout = grade(part, PARTS[part][0], tmp_path)
+@pytest.mark.parametrize("name", sorted(WRONG_PART2))
+def test_wrong_part2_solution_fails_its_check(name, tmp_path):
+    rc, results, stdout = grade("part2", WRONG / name, tmp_path)
     assert validate_results(results) == []
-    assert rc == 1 and results["score"] == 0, stdout
-    for t in results["tests"]:
-        assert t["status"] == "failed" and t["score"] == 0
-        assert t["output"].startswith("not implemented: "), f"{t['name']}: {t['output']}"
+    failed = [t["name"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert rc == 1 and results["score"] < results["max_score"], stdout
+    assert len(failed) == 1 and WRONG_PART2[name] in failed[0], \
+        f"expected only the {WRONG_PART2[name]!r} check to fail, failed: {failed}\n{stdout}"
 
 
-def test_reference_solutions_are_kept_apart_from_starters():
-    for starter, solution in PARTS.values():
-        assert starter.parent != solution.parent
-        assert "NotImplementedError" in starter.read_text()
+@pytest.mark.slow
+@pytest.mark.parametrize("part,name", sorted(WRONG_OTHER))
+def test_wrong_part1_part3_solution_fails_its_check(part, name, tmp_path):
+    rc, results, stdout = grade(part, WRONG / name, tmp_path)
+    assert validate_results(results) == []
+    failed = [t["name"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert rc == 1 and results["score"] < results["max_score"], stdout
+    if WRONG_OTHER[part, name] == "*":
+        assert results["score"] == 0, stdout
+    else:
+        assert len(failed) == 1 and WRONG_OTHER[part, name] in failed[0], \
+            f"expected only the {WRONG_OTHER[part, name]!r} check to fail, failed: {failed}\n{stdout}"
+
+
+@pytest.mark.slow
+def test_autograder_table(tmp_path):
+    """The table for the record: each wrong part 2 solution and the reference, as graded."""
+    rows = [("reference", REFERENCES["part2"])] + [(n, WRONG / n) for n in sorted(WRONG_PART2)]
+    lines = [f"{'part 2 solution':<28} {'score':>7}  {'overlap':>8}  failed check"]
+    for label, path in rows:
+        _, results, _ = grade("part2", path, tmp_path)
+        failed = [t for t in results["tests"] if t["score"] < t["max_score"]]
+        overlap = re.search(r"(\d+) of the (\d+) allreduces", results["tests"][-1]["output"])
+        lines.append(f"{label:<28} {results['score']:>3g}/{results['max_score']:<3g}  "
+                     f"{'/'.join(overlap.groups()) if overlap else '?':>8}  "
+                     + ("; ".join(f"{t['number']} {t['name']}" for t in failed) or "-"))
+        assert (label == "reference") == (not failed)
+    print("\n" + "\n".join(lines))
+
+
+def test_instructor_files_stay_out_of_the_student_tree():
+    from ddpsim.grade.release import is_instructor_only
+
+    for path in list(REFERENCES.values()) + sorted(WRONG.glob("*.py")) + [Path(__file__)]:
+        assert is_instructor_only(path), f"{path} lacks the instructor-only first line"
+        assert ROOT / "assignments" not in path.parents
+    assert not (ROOT / "assignments" / "solutions").exists()
+    for part, solution in REFERENCES.items():
         assert "NotImplementedError" not in solution.read_text()
-    for part in PARTS:
-        assert (A / part / "HANDOUT.md").is_file() and (A / part / "autograder.py").is_file()
-    assert (A / "INSTRUCTORS.md").is_file()
-
-
-def test_validate_results_catches_bad_json():
-    good = {"score": 1.0, "tests": [{"name": "a", "score": 1.0, "max_score": 1.0, "output": "ok"}]}
-    assert validate_results(good) == []
-    assert validate_results({"score": 2.0, "tests": good["tests"]})  # score != sum
-    assert validate_results({"score": 1.0, "tests": [{"name": "a", "score": 2, "max_score": 1,
-                                                      "output": ""}]})
-    assert validate_results({"tests": []})
-
-
-def test_grade_command_usage_errors(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part9", "x.py"], cwd=ROOT,
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and "invalid choice" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part1", str(tmp_path / "missing.py")],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 2 and "does not exist" in proc.stderr
-
-
-def test_a_file_that_does_not_import_fails_every_test_cleanly(tmp_path):
-    bad = tmp_path / "broken.py"
-    bad.write_text("def compute_bucket_assignment_by_size(:\n")
-    rc, results, _ = grade("part1", bad, tmp_path)
-    assert rc == 1 and validate_results(results) == []
-    assert all(t["output"].startswith("could not import broken.py") for t in results["tests"])

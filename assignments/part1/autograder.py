@@ -1,18 +1,23 @@
 """Part 1 autograder: the student's compute_bucket_assignment_by_size against torch's own
 ``torch.distributed._compute_bucket_assignment_by_size`` (the real C++ algorithm),
-on hand-picked cases and on many generated parameter lists (hypothesis).
+on hand-picked cases and on many generated parameter lists (hypothesis). Every call of the
+student's function runs under a ``Tripwire``: calling torch's or ddpsim's implementation, by any
+route, fails the test.
 
 Run: python -m ddpsim.grade part1 path/to/buckets.py [--json results.json]
 """
 from __future__ import annotations
 
 import ast
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ddpsim
 from ddpsim.grade import points
 
 MIB = 1024 * 1024
@@ -31,10 +36,42 @@ def oracle(ts, limits, sparse=(), indices=()):
     return dist._compute_bucket_assignment_by_size(ts, list(limits), list(sparse), list(indices))
 
 
+class Tripwire:
+    """Watches a call of the student's function (``sys.setprofile``) for a call of torch's
+    ``_compute_bucket_assignment_by_size`` or of any function in the ddpsim package, however it
+    was reached (an import, ``getattr`` on a built string, ...): the answer must be computed."""
+
+    DDPSIM = str(Path(ddpsim.__file__).resolve().parent)
+
+    def __init__(self):
+        self.hit = None
+
+    def _watch(self, frame, event, arg):
+        if self.hit:
+            return
+        if event == "c_call" and getattr(arg, "__name__", "") == "_compute_bucket_assignment_by_size":
+            self.hit = "torch's _compute_bucket_assignment_by_size"
+        elif event == "call" and frame.f_code.co_filename.startswith(self.DDPSIM):
+            self.hit = f"ddpsim's {frame.f_code.co_name} ({Path(frame.f_code.co_filename).name})"
+
+    def __enter__(self):
+        sys.setprofile(self._watch)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+        assert not self.hit, f"the solution must be your own: it called {self.hit}"
+
+
+def student_call(student, *args):
+    with Tripwire():
+        return student.compute_bucket_assignment_by_size(*args)
+
+
 def check(student, spec, limits, sparse=(), indices=(), any_order=False):
     ts = tensors(spec)
     want = oracle(ts, limits, sparse, indices)
-    got = student.compute_bucket_assignment_by_size(ts, list(limits), list(sparse), list(indices))
+    got = student_call(student, ts, list(limits), list(sparse), list(indices))
     assert isinstance(got, tuple) and len(got) == 2, \
         f"must return a pair (bucket_indices, per_bucket_size_limits), got {got!r:.200}"
     got = ([list(map(int, b)) for b in got[0]], [int(x) for x in got[1]])
@@ -62,7 +99,7 @@ def test_own_implementation(ctx):
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert not any("_compute_bucket_assignment_by_size" in x or x.startswith("ddpsim") for x in names), \
         "the solution must be your own: do not call torch's or ddpsim's bucket assignment"
-    ctx.student.compute_bucket_assignment_by_size([torch.empty(4)], [MIB])
+    student_call(ctx.student, [torch.empty(4)], [MIB])
 
 
 @points(3, name="one small model, one 25 MiB bucket")

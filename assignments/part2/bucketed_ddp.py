@@ -5,8 +5,9 @@ Read HANDOUT.md first. Fill in TODO 1-4; everything else is given. Grade yoursel
     python -m ddpsim.grade part2 assignments/part2/bucketed_ddp.py
 
 The autograder trains a small model for 5 steps on 2 real gloo processes with your
-BucketedDDP and reads the trace your code reports to ``recorder`` (a
-ddpsim.record.events.RankRecorder): gradient-ready times, bucket launches, completions.
+BucketedDDP. It measures the overlap and the launch order itself (its own gradient hooks and a
+wrapper around dist.all_reduce), and also checks the trace your code reports to ``recorder``
+(a ddpsim.record.events.RankRecorder), which you can open in the dashboard.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Part 3: predict, then measure (starter file).
 
-Read HANDOUT.md first. Fill in TODO 1-4. Grade yourself with:
+Read HANDOUT.md first. Fill in TODO 1-4 (and 2b). Grade yourself with:
 
     python -m ddpsim.grade part3 assignments/part3/predict.py
 """
@@ -19,6 +19,10 @@ BASELINE = assignments_dir() / "part3" / "baseline.json"  # a real run at the de
 CANDIDATES_MB = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 25]
 SIM_ITERS = 4
 REAL_ITERS = 5
+# The link you are sizing for next: the same model on 2 machines joined by a slow link
+# (250 Mbit/s, 3 ms per message), each with communication off the compute core (like a GPU's
+# own copy engines): the simulator's what-if options, passed to SimConfig.
+LINK = {"shared_core": False, "bandwidth_gbps": 0.25, "latency_us": 3000.0}
 
 
 def predict_sweep() -> list[dict]:
@@ -36,9 +40,18 @@ def choose_bucket_cap_mb() -> float:
     raise NotImplementedError("TODO 2: choose_bucket_cap_mb() in predict.py")
 
 
+def choose_link_cap_mb() -> float:
+    """TODO 2b: the candidate with the smallest simulated iteration_time_s over LINK.
+
+    The same sweep, with SimConfig(world_size=WORLD_SIZE, iters=SIM_ITERS, **LINK).
+    """
+    raise NotImplementedError("TODO 2b: choose_link_cap_mb() in predict.py")
+
+
 ANSWER = """
-TODO 3: in 80-200 words, say which cap you chose and why the simulator prefers it: what do
-very small buckets cost, what does one big bucket cost, and what did your real run show?
+TODO 3: in 80-200 words, say which caps you chose and why: why does the cap barely matter on
+this machine, what do very small buckets cost over LINK, what does one big bucket cost, and
+what did your real run show against the prediction?
 """
 
 

@@ -1,6 +1,7 @@
 """ddpsim.grade: the autograder of the course module in ``assignments/``.
 
     python -m ddpsim.grade part1 path/to/buckets.py [--json results.json]
+    python -m ddpsim.grade release OUTDIR     # the students' copy, without solutions (release.py)
 
 Each part's tests live in ``assignments/partN/autograder.py``: plain functions
 ``test_*(ctx)`` (run in the order they are defined), each with a weight set by

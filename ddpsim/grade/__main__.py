@@ -1,4 +1,5 @@
-"""``python -m ddpsim.grade partN STUDENT_FILE [--json results.json]``."""
+"""``python -m ddpsim.grade partN STUDENT_FILE [--json results.json]``, and
+``python -m ddpsim.grade release OUTDIR`` (the student copy, without solutions)."""
 from __future__ import annotations
 
 import argparse
@@ -10,21 +11,33 @@ from ddpsim.grade.core import PARTS, grade, results_json
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["release"]:
+        return release_main(argv[1:])
     p = argparse.ArgumentParser(
         prog="python -m ddpsim.grade",
         description="Grade one part of the ddpsim course module (assignments/). Exit status: "
-                    "0 all tests passed, 1 some failed, 2 usage error.")
+                    "0 all tests passed, 1 some failed, 2 usage error. "
+                    "`python -m ddpsim.grade release OUTDIR` writes the students' copy.")
     p.add_argument("part", choices=PARTS, help="which part: " + ", ".join(PARTS))
     p.add_argument("student_file", help="the student's file (e.g. assignments/part1/buckets.py)")
     p.add_argument("--json", metavar="PATH", help="also write Gradescope-style results JSON here")
     p.add_argument("--tests", metavar="DIR", help="folder with autograder.py (default: assignments/PART)")
+    p.add_argument("--rank-timeout", metavar="S", type=float, default=90.0,
+                   help="stop a multi-process run (every rank) after S seconds (default 90)")
     p.add_argument("--quiet", action="store_true", help="print only the total")
     args = p.parse_args(argv)
     path = Path(args.student_file)
     if not path.is_file():
         print(f"ddpsim.grade: error: {path} does not exist", file=sys.stderr)
         return 2
-    result = grade(args.part, path, tests_dir=args.tests)
+    if args.rank_timeout <= 0:
+        print(f"ddpsim.grade: error: --rank-timeout must be > 0, got {args.rank_timeout:g}",
+              file=sys.stderr)
+        return 2
+    result = grade(args.part, path, tests_dir=args.tests, rank_timeout=args.rank_timeout)
+    if result.error:
+        print(f"ddpsim.grade: error: {result.error}", file=sys.stderr)
     if args.quiet:
         print(f"{args.part}: {result.score:g}/{result.max_score:g}")
     else:
@@ -33,6 +46,28 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results_json(result), indent=2))
     return 0 if result.passed else 1
+
+
+def release_main(argv: list[str]) -> int:
+    from ddpsim.grade.release import ReleaseError, release
+
+    p = argparse.ArgumentParser(
+        prog="python -m ddpsim.grade release",
+        description="Write the students' copy of this repository into OUTDIR: every tracked file "
+                    "except the instructor-only ones (reference and wrong solutions, the tests "
+                    "that grade them). See assignments/INSTRUCTORS.md.")
+    p.add_argument("outdir", help="a new or empty folder outside this repository")
+    args = p.parse_args(argv)
+    try:
+        r = release(args.outdir)
+    except ReleaseError as e:
+        print(f"ddpsim.grade release: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(r.copied)} files to {r.outdir}; left out {len(r.left_out)} "
+          f"instructor-only files:")
+    for rel in r.left_out:
+        print(f"  {rel}")
+    return 0
 
 
 if __name__ == "__main__":

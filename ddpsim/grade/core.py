@@ -10,12 +10,13 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PARTS = ("part1", "part2", "part3")
 NOT_IMPLEMENTED = "not implemented"
+IMPORT_TIMEOUT = 60.0  # s: importing the student's file takes longer than this -> every test fails
 
 
 def assignments_dir() -> Path:
@@ -53,6 +54,7 @@ class GradeResult:
     student_file: str
     tests: list[TestResult] = field(default_factory=list)
     seconds: float = 0.0
+    error: str | None = None  # one line, when the student's file could not be graded at all
 
     @property
     def score(self) -> float:
@@ -69,10 +71,12 @@ class GradeResult:
     def table(self) -> str:
         width = max((len(t.name) for t in self.tests), default=10)
         lines = [f"ddpsim.grade {self.part}: {self.student_file}"]
+        if self.error:
+            lines.append(f"  error: {self.error}; every test fails")
         for t in self.tests:
             mark = "PASS" if t.passed else "FAIL"
             lines.append(f"  {t.number:>4} {t.name:<{width}}  {t.score:>4g}/{t.max_score:<4g} {mark}")
-            if not t.passed:
+            if not t.passed and not self.error:
                 lines += [f"         {line}" for line in t.output.strip().splitlines()[:12]]
         lines.append(f"  total {self.score:g}/{self.max_score:g} in {self.seconds:.1f} s")
         return "\n".join(lines)
@@ -81,8 +85,9 @@ class GradeResult:
 class GradeContext:
     """What a test sees: the student module, its path, a scratch folder, shared results."""
 
-    def __init__(self, student, path: Path, tmp: Path):
+    def __init__(self, student, path: Path, tmp: Path, rank_timeout: float = 90.0):
         self.student, self.path, self.tmp = student, path, tmp
+        self.rank_timeout = rank_timeout  # s: a multi-process run is stopped (every rank) after this
         self._shared: dict[str, tuple[bool, object]] = {}
 
     def shared(self, key: str, compute):
@@ -122,8 +127,11 @@ def describe_failure(e: BaseException) -> str:
         return str(e) or "assertion failed"
     if isinstance(e, _Timeout):
         return str(e)
+    if isinstance(e, SyntaxError):
+        return f"{type(e).__name__}: {e.msg} ({Path(e.filename or '?').name}, line {e.lineno})"
     tb = traceback.extract_tb(e.__traceback__)
-    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)), "")
+    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
+                  if not f.filename.startswith("<frozen")), "")
     return f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")
 
 
@@ -146,30 +154,37 @@ def _run_one(fn, ctx: GradeContext, number: str) -> TestResult:
     name = getattr(fn, "grade_name", fn.__name__)
     buf = io.StringIO()
     start = time.monotonic()
-
-    def on_alarm(signum, frame):
-        raise _Timeout(f"timed out after {timeout:g} s (an infinite loop or a hang?)")
-
-    use_alarm = hasattr(signal, "SIGALRM") and _main_thread()
-    if use_alarm:
-        old = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        with redirect_stdout(buf):
+        with time_limit(timeout, "(an infinite loop or a hang?)"), redirect_stdout(buf):
             message = fn(ctx)
         score, output = weight, (message or "passed")
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - every failure is a failed test
         score, output = 0.0, describe_failure(e)
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
     printed = buf.getvalue().strip()
     if printed:
         output = f"{output}\n{printed}"
     return TestResult(name, number, score, weight, output, time.monotonic() - start)
+
+
+@contextmanager
+def time_limit(seconds: float, why: str = ""):
+    """Raise ``_Timeout`` in the main thread after ``seconds`` (no limit off the main thread)."""
+    if not (hasattr(signal, "SIGALRM") and _main_thread()):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise _Timeout(f"timed out after {seconds:g} s {why}".strip())
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _main_thread() -> bool:
@@ -183,7 +198,8 @@ def collect_tests(autograder) -> list:
     return sorted(fns, key=lambda f: inspect.getsourcelines(f)[1])
 
 
-def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = None) -> GradeResult:
+def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = None,
+          rank_timeout: float = 90.0) -> GradeResult:
     """Run ``part``'s autograder on ``student_file``; never raises for a student's error."""
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}: choose one of {', '.join(PARTS)}")
@@ -196,16 +212,17 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
     tmp = Path(tempfile.mkdtemp(prefix=f"ddpsim-grade-{part}-"))
     try:
         try:
-            student = load_file(path, f"ddpsim_student_{part}")
+            with time_limit(IMPORT_TIMEOUT, "importing it (code at module level that never ends?)"):
+                student = load_file(path, f"ddpsim_student_{part}")
         except BaseException as e:  # noqa: BLE001 - a file that does not import fails every test
             if isinstance(e, KeyboardInterrupt):
                 raise
-            why = f"could not import {path.name}: {describe_failure(e)}"
+            why = result.error = f"could not import {path.name}: {describe_failure(e)}"
             result.tests = [TestResult(getattr(f, "grade_name", f.__name__), f"{PARTS.index(part) + 1}.{i}",
                                        0.0, getattr(f, "grade_points", 1.0), why)
                             for i, f in enumerate(tests, 1)]
             return result
-        ctx = GradeContext(student, path, tmp)
+        ctx = GradeContext(student, path, tmp, rank_timeout)
         for i, fn in enumerate(tests, 1):
             result.tests.append(_run_one(fn, ctx, f"{PARTS.index(part) + 1}.{i}"))
     finally:

@@ -1,8 +1,14 @@
 """What the part 2 autograder runs on each rank: 5 steps of real 2-process training
-with the student's BucketedDDP, reported to a ``ddpsim.record.events.RankRecorder``.
+with the student's BucketedDDP, reported to a ``ddpsim.record.events.RankRecorder`` by the
+student's code and, independently, measured by the harness's own ``OverlapProbe``
+(``ddpsim/grade/probe.py``: its own gradient hooks and its own wrapper around
+``torch.distributed.all_reduce``). The overlap, order and bucket checks read the probe only.
 
 The model, ``GradeNet``, has a frozen layer (requires_grad=False, so no gradient and
-no hook) and a tied weight (``fc3.weight is fc2.weight``: one parameter, used twice).
+no hook), a tied weight (``fc3.weight is fc2.weight``: one parameter, used twice) and a
+``head`` defined first but used last: its bucket (the last one) is full first, so a DDP that
+launches buckets as they fill, not in bucket order, shows. Bucket sizes are all different,
+so the harness tells buckets apart by the size of the tensor allreduced.
 Each rank starts from a *different* random init (seed 100 + rank), so only the
 constructor's broadcast can make them equal. Batches are fixed: rank r trains on
 half r of the full batch, so DDP must match single-process training on the full batch.
@@ -16,8 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ddpsim.grade.probe import OverlapProbe
+
 STEPS = 5
-BUCKET_CAP_MB = 0.1  # ~100 KiB: several buckets for GradeNet
+BUCKET_CAP_MB = 0.1  # ~100 KiB: six buckets for GradeNet (MiB, like DDP's bucket_cap_mb)
 FULL_BATCH = 32
 LR = 0.1
 
@@ -25,21 +33,20 @@ LR = 0.1
 class GradeNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1 = nn.Linear(64, 256)
-        self.frozen = nn.Linear(256, 256)
+        self.head = nn.Linear(192, 136)  # defined first, used last: the last bucket, full first
+        self.fc1 = nn.Linear(64, 192)
+        self.frozen = nn.Linear(192, 192)
         self.frozen.requires_grad_(False)
-        self.fc2 = nn.Linear(256, 256)
-        self.fc3 = nn.Linear(256, 256)
+        self.fc2 = nn.Linear(192, 192)
+        self.fc3 = nn.Linear(192, 192)
         self.fc3.weight = self.fc2.weight  # tied: one parameter, two uses
-        self.fc4 = nn.Linear(256, 128)
-        self.head = nn.Linear(128, 10)
+        self.fc4 = nn.Linear(192, 160)
+        self.fc5 = nn.Linear(160, 192)
+        self.fc6 = nn.Linear(192, 192)
 
     def forward(self, x):
-        x = torch.relu(self.fc1(x))
-        x = torch.relu(self.frozen(x))
-        x = torch.relu(self.fc2(x))
-        x = torch.relu(self.fc3(x))
-        x = torch.relu(self.fc4(x))
+        for layer in (self.fc1, self.frozen, self.fc2, self.fc3, self.fc4, self.fc5, self.fc6):
+            x = torch.relu(layer(x))
         return self.head(x)
 
 
@@ -91,9 +98,12 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
     from ddpsim.record.events import RankRecorder, now_ns
     from ddpsim.record.instrument import param_table
 
-    student = load_student(student_path)
     torch.manual_seed(100 + rank)
     model = GradeNet()
+    # The harness's own clock goes in before the student's module is imported (a
+    # `from torch.distributed import all_reduce` then gets the wrapper too) and hooks.
+    probe = OverlapProbe(expected_params(model)).install()
+    student = load_student(student_path)
     header = {"world_size": world, "backend": "gloo", "impl": "student", "model": "GradeNet",
               "options": {"bucket_cap_mb": BUCKET_CAP_MB, "iters": STEPS},
               "config": {"model": "GradeNet", "world_size": world, "iters": STEPS,
@@ -110,6 +120,7 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
             x, y = batch(step)
             x, y = x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half]
             rec.begin_iteration(step, True)
+            probe.begin_iteration()
             f0 = now_ns()
             loss = F.cross_entropy(ddp(x), y)
             f1 = now_ns()
@@ -120,12 +131,16 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
             opt.step()
             opt.zero_grad(set_to_none=True)
             rec.span("optimizer", b1, now_ns())
+            probe.end_iteration()
             rec.end_iteration()
         rec.finish(None)
     except BaseException as e:
         rec.fail(f"{type(e).__name__}: {e}")
         raise
-    return {"before": before, "after_broadcast": after_broadcast, "final": flat(model),
+    finally:
+        probe.uninstall()
+    return {"probe": [it.to_dict() for it in probe.iterations],
+            "before": before, "after_broadcast": after_broadcast, "final": flat(model),
             "frozen_unchanged": torch.equal(model.frozen.weight, rank0_frozen_weight()),
             "tied": model.fc3.weight is model.fc2.weight}
 

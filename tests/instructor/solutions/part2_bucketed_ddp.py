@@ -1,3 +1,4 @@
+# ddpsim: instructor only (left out of the student release, see assignments/INSTRUCTORS.md)
 """Part 2 reference solution: an overlapping, bucketed DDP (instructors only).
 
 The starter (assignments/part2/bucketed_ddp.py) is this file with the TODO bodies removed.

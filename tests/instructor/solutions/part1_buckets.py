@@ -1,3 +1,4 @@
+# ddpsim: instructor only (left out of the student release, see assignments/INSTRUCTORS.md)
 """Part 1 reference solution: gradient bucket assignment (instructors only).
 
 Mirrors ``compute_bucket_assignment_by_size`` in torch/csrc/distributed/c10d/reducer.cpp.

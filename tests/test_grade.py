@@ -1,0 +1,203 @@
+"""The autograder's own behaviour (ddpsim.grade), with no solution needed (kept in the student
+release): untouched starters fail every test with "not implemented", bad input gets one line,
+a hung rank is stopped with no process left behind, the harness's overlap analysis counts what
+it should, and the release leaves every instructor-only file out."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpsim.grade import validate_results
+from ddpsim.grade.probe import analyse
+
+ROOT = Path(__file__).resolve().parent.parent
+A = ROOT / "assignments"
+STARTERS = {"part1": A / "part1" / "buckets.py", "part2": A / "part2" / "bucketed_ddp.py",
+            "part3": A / "part3" / "predict.py"}
+
+
+def grade(part: str, student: Path, tmp_path: Path, *extra: str, cwd: Path = ROOT):
+    out = tmp_path / f"{part}-{student.stem}.json"
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", part, str(student), "--json", str(out),
+                           *extra], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert out.is_file(), f"no results JSON written\n{proc.stdout}\n{proc.stderr}"
+    return proc, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", sorted(STARTERS))
+def test_starter_fails_with_not_implemented(part, tmp_path):
+    proc, results = grade(part, STARTERS[part], tmp_path)
+    assert validate_results(results) == []
+    assert proc.returncode == 1 and results["score"] == 0, proc.stdout
+    for t in results["tests"]:
+        assert t["status"] == "failed" and t["score"] == 0
+        assert t["output"].startswith("not implemented: "), f"{t['name']}: {t['output']}"
+
+
+def test_starters_and_handouts_are_in_place():
+    for part, starter in STARTERS.items():
+        assert "NotImplementedError" in starter.read_text()
+        assert (A / part / "HANDOUT.md").is_file() and (A / part / "autograder.py").is_file()
+    assert (A / "INSTRUCTORS.md").is_file()
+    assert not (A / "solutions").exists(), "solutions belong in tests/instructor/ (left out of releases)"
+
+
+def test_validate_results_catches_bad_json():
+    good = {"score": 1.0, "tests": [{"name": "a", "score": 1.0, "max_score": 1.0, "output": "ok"}]}
+    assert validate_results(good) == []
+    assert validate_results({"score": 2.0, "tests": good["tests"]})  # score != sum
+    assert validate_results({"score": 1.0, "tests": [{"name": "a", "score": 2, "max_score": 1,
+                                                      "output": ""}]})
+    assert validate_results({"tests": []})
+
+
+def run_cli(*args: str, cwd: Path = ROOT):
+    return subprocess.run([sys.executable, "-m", "ddpsim.grade", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_grade_command_usage_errors(tmp_path):
+    proc = run_cli("part9", "x.py")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+    proc = run_cli("part1", str(tmp_path / "missing.py"))
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("missing.py does not exist")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_cli("part1", str(STARTERS["part1"]), "--rank-timeout", "0")
+    assert proc.returncode == 2 and "--rank-timeout must be > 0" in proc.stderr
+
+
+def test_a_file_that_does_not_import_fails_every_test_with_one_line(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("def compute_bucket_assignment_by_size(:\n")
+    proc, results = grade("part1", bad, tmp_path)
+    assert proc.returncode == 1 and validate_results(results) == []
+    assert proc.stderr.strip() == ("ddpsim.grade: error: could not import broken.py: "
+                                   "SyntaxError: invalid syntax (broken.py, line 1)")
+    assert all(t["output"].startswith("could not import broken.py") for t in results["tests"])
+
+
+HUNG = '''
+import os, time
+import torch.distributed as dist
+from torch import nn
+
+def reducer_params(module):
+    return [p for p in module.parameters() if p.requires_grad]
+
+class BucketedDDP(nn.Module):
+    def __init__(self, module, bucket_cap_mb=25.0, recorder=None, process_group=None):
+        super().__init__()
+        with open(os.path.join(os.environ["HUNG_PIDS"], f"{dist.get_rank()}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        if dist.get_rank() == 1:
+            time.sleep(3600)  # rank 1 hangs; rank 0 waits for it in the barrier below
+        dist.barrier()
+'''
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state
+
+
+@pytest.mark.slow
+def test_a_hung_rank_is_stopped_and_no_process_is_left(tmp_path):
+    student = tmp_path / "hung.py"
+    student.write_text(HUNG)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    start = time.monotonic()
+    env = {**os.environ, "HUNG_PIDS": str(pids)}
+    out = tmp_path / "hung.json"
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part2", str(student), "--json",
+                           str(out), "--rank-timeout", "8"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert time.monotonic() - start < 60, "the hang was not stopped at --rank-timeout"
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
+    results = json.loads(out.read_text())
+    run_tests = [t for t in results["tests"] if "timed out after 8 s" in t["output"]]
+    assert run_tests and all(t["score"] == 0 for t in run_tests), proc.stdout
+    assert all(len(t["output"].splitlines()) == 1 for t in run_tests)
+    ranks = [int(p.read_text()) for p in sorted(pids.glob("*.pid"))]
+    assert len(ranks) == 2 and not any(alive(pid) for pid in ranks), "a rank outlived the grader"
+
+
+# -- the harness's own overlap measurement, on hand-made stamps (times in ns) ----------------
+
+
+def stamps(grads, collectives):
+    return {"grads": [(t, i) for i, t in grads.items()], "collectives": collectives}
+
+
+def test_analyse_counts_a_bucket_overlapped_when_a_gradient_lands_in_its_span():
+    buckets, numels = [[3], [2], [0, 1]], [10, 20, 35, 40]  # sizes 40, 35, 30
+    grads = {3: 100, 2: 200, 1: 300, 0: 400}
+    good = analyse(stamps(grads, [(40, 110, 250), (35, 210, 350), (30, 410, 500)]), buckets, numels)
+    assert good.sizes_ok and good.order == [0, 1, 2]
+    assert (good.overlapped, good.could_overlap, good.launched_before_last_grad) == (2, 2, 2)
+    waited = analyse(stamps(grads, [(40, 110, 150), (35, 210, 250), (30, 410, 500)]), buckets, numels)
+    assert (waited.overlapped, waited.could_overlap) == (0, 2)
+    late = analyse(stamps(grads, [(40, 410, 450), (35, 450, 480), (30, 480, 500)]), buckets, numels)
+    assert (late.overlapped, late.launched_before_last_grad) == (0, 0)
+
+
+def test_analyse_reads_order_and_boundaries_from_the_sizes_allreduced():
+    buckets, numels = [[3], [2], [0, 1]], [10, 20, 35, 40]
+    grads = {3: 100, 2: 200, 1: 300, 0: 400}
+    swapped = analyse(stamps(grads, [(35, 110, 250), (40, 210, 350), (30, 410, 500)]), buckets, numels)
+    assert swapped.sizes_ok and swapped.order == [1, 0, 2]
+    split = analyse(stamps(grads, [(40, 110, 250), (35, 210, 350), (10, 410, 450), (20, 450, 500)]),
+                    buckets, numels)
+    assert not split.sizes_ok and split.order == [0, 1, None, None]
+    extra = analyse(stamps(grads, [(1, 150, 350)] * 5), buckets, numels)  # dummy collectives
+    assert not extra.sizes_ok and extra.overlapped == extra.could_overlap == 2  # capped
+
+
+def test_analyse_in_order_launch_limits_what_could_overlap():
+    # bucket 2 fills first but must wait for bucket 1, whose last gradient is the iteration's last
+    buckets, numels = [[3], [2], [0]], [5, 1, 20, 40]
+    grads = {0: 100, 3: 200, 2: 300}
+    v = analyse(stamps(grads, [(40, 210, 350), (20, 310, 400), (5, 400, 450)]), buckets, numels)
+    assert v.could_overlap == 1 and v.overlapped == 1  # bucket 0 only, though bucket 2 was full first
+
+
+# -- the student release -----------------------------------------------------------------------
+def test_release_leaves_every_instructor_file_out(tmp_path):
+    from ddpsim.grade.release import INSTRUCTOR_ONLY, ReleaseError, release
+
+    try:
+        r = release(tmp_path / "course")
+    except ReleaseError as e:
+        pytest.skip(f"not the instructors' repository: {e}")
+    assert r.left_out and all(not (r.outdir / p).exists() for p in r.left_out)
+    for rel in r.copied:
+        path = r.outdir / rel
+        with open(path, "rb") as f:
+            assert not f.readline().startswith(INSTRUCTOR_ONLY.encode()), rel
+    assert not (r.outdir / "tests" / "instructor").exists()
+    assert {str(p.relative_to(ROOT)) for p in STARTERS.values()} <= set(r.copied)
+    proc = run_cli("part1", "assignments/part1/buckets.py", "--quiet", cwd=r.outdir)
+    assert proc.returncode == 1 and proc.stdout.strip() == "part1: 0/28", proc.stdout + proc.stderr
+    again = run_cli("release", str(tmp_path / "again"), cwd=r.outdir)
+    assert again.returncode == 2 and "not a git checkout" in again.stderr
+
+
+def test_release_refuses_a_folder_inside_the_repository_or_not_empty(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    proc = run_cli("release", str(tmp_path / "full"))
+    assert proc.returncode == 2 and "exists and is not an empty folder" in proc.stderr
+    proc = run_cli("release", "tests/somewhere")
+    assert proc.returncode == 2 and "inside the repository" in proc.stderr
+    assert not (ROOT / "tests" / "somewhere").exists()
