@@ -47,12 +47,15 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
         return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **opts)
+    if cfg.impl == "overlap":
+        from ddpsim.minddp.overlap import OverlapDDP
+        return OverlapDDP(model, recorder=recorder, **opts)
     from ddpsim.minddp.naive import NaiveDDP
     return NaiveDDP(model, recorder=recorder, **opts)
 
 
 class TorchProbes:
-    """The probes on torch's DDP (see instrument.py); minddp and naive report by themselves."""
+    """The probes on torch's DDP (see instrument.py); minddp, naive and overlap report by themselves."""
 
     def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder):
         params = instrument.reducer_params(ddp.module)
