@@ -31,3 +31,19 @@ def mixed_mlp() -> Workload:
         return x, torch.randint(0, 10, (batch_size,), generator=g)
 
     return Workload(MixedMLP(), batch, F.cross_entropy, default_batch_size=16)
+
+
+class OneLinear(nn.Module):
+    """One parameter: torch's rebuild gives back the construction layout."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 10, bias=False)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def one_param() -> Workload:
+    w = mixed_mlp()
+    return Workload(OneLinear(), w.batch, F.cross_entropy, default_batch_size=16)
