@@ -67,15 +67,20 @@ def rung_row(rung: str, trace: Trace, source: str) -> dict:
             "overlap": statistics.median(r["overlap_fraction"] for r in rows)}
 
 
-def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0) -> dict[str, Trace]:
-    """Each rung predicted from the workload learnt from the torch rung's recording."""
+def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0, learn_from: str = "torch") -> dict[str, Trace]:
+    """Each rung simulated from a workload learnt from a recording.
+
+    ``learn_from="torch"``: one workload, from the torch rung, predicts all four rungs
+    (three of them from a run the simulator never saw); ``"own"``: each rung replays
+    its own recording.
+    """
     from ddpsim.sim.api import simulate
     from ddpsim.sim.extract import replay_config, workload_from_trace
 
-    source = traces["torch"]
-    w = workload_from_trace(source)
     out = {}
     for rung in RUNGS:
+        source = traces["torch" if learn_from == "torch" else rung.name]
+        w = workload_from_trace(source)
         cfg = replay_config(w, source, iters=iters, seed=seed,
                             jitter=float(w.meta.get("jitter_estimated", 0.0)), **rung.simulate)
         out[rung.name], _ = simulate(w, cfg)
@@ -124,6 +129,9 @@ def add_arguments(p) -> None:
                    help="bucket cap in MiB for the bucketed rungs (default: torch's)")
     p.add_argument("--sim-iters", type=int, default=20, help="iterations simulated per rung")
     p.add_argument("--out-dir", default="ladder", help="folder for the four traces")
+    p.add_argument("--learn-from", default="torch", choices=("torch", "own"),
+                   help="simulate every rung from the torch rung's recording (a prediction), or each "
+                        "rung from its own recording (a replay)")
 
 
 def main(args) -> int:
@@ -134,7 +142,8 @@ def main(args) -> int:
     print(f"recording {len(RUNGS)} rungs of {args.model} on {args.world_size} ranks, interleaved, "
           f"{args.iters} iterations each ...", file=sys.stderr, flush=True)
     measured = record_ladder(args.model, args.world_size, args.iters, Path(args.out_dir), args.bucket_cap_mb)
-    simulated = simulate_rungs(measured, args.sim_iters)
+    simulated = simulate_rungs(measured, args.sim_iters, learn_from=args.learn_from)
     print(format_table(ladder_table(measured, simulated)))
-    print(f"traces: {Path(args.out_dir)}/ladder_<rung>.json; simulated from ladder_torch.json")
+    learnt = "ladder_torch.json" if args.learn_from == "torch" else "each rung's own trace"
+    print(f"traces: {Path(args.out_dir)}/ladder_<rung>.json; simulated from {learnt}")
     return 0
