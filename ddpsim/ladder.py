@@ -98,6 +98,39 @@ def ladder_table(measured: dict[str, Trace], simulated: dict[str, Trace] | None 
     return rows
 
 
+def rung_of(trace: Trace) -> str | None:
+    """Which rung a real or simulated trace stands on (None: none of them).
+
+    minddp with torch's order counts as the torch rung: it is torch's algorithm.
+    """
+    if trace.source == "real":
+        impl, order = trace.meta.get("impl"), (trace.meta.get("config") or {}).get("order")
+        if impl in ("naive", "overlap"):
+            return impl
+        if impl == "minddp":
+            return "bucketed" if order in ("reverse", "definition") else "torch"
+        return "torch" if impl == "torch" else None
+    cfg = trace.meta.get("config") or {}
+    if cfg.get("naive") or cfg.get("overlap"):
+        return "naive" if cfg.get("naive") else "overlap"
+    return "bucketed" if cfg.get("order") in ("reverse", "definition") else "torch"
+
+
+def rows_for_runs(runs: list[tuple[str, Trace]]) -> list[dict]:
+    """Ladder rows for the runs a user picked (the first run of each rung and source), in rung order.
+
+    For the Compare page: the runs need not come from one ``ladder`` recording, so their
+    timings are comparable only if they were recorded side by side.
+    """
+    seen: dict[tuple[str, str], dict] = {}
+    for _label, trace in runs:
+        rung = rung_of(trace)
+        source = "measured" if trace.source == "real" else "simulated"
+        if rung is not None and (rung, source) not in seen:
+            seen[(rung, source)] = rung_row(rung, trace, source)
+    return [seen[(r.name, s)] for r in RUNGS for s in ("measured", "simulated") if (r.name, s) in seen]
+
+
 def format_table(rows: list[dict]) -> str:
     """A plain-text table: median [p25-p75] in ms."""
     def cell(s):
