@@ -16,8 +16,9 @@ torch       torch's ``DistributedDataParallel``    one bucket in iteration 0, th
 ``python -m ddpsim ladder`` records the four rungs in the same ranks, taking turns
 iteration by iteration (``record_many``), so that a slow spell of the machine hits every
 rung alike, and prints each rung's iteration time and exposed communication (median
-and interquartile range over steady iterations), measured and simulated. The simulator
-learns one workload from the torch rung's recording and predicts all four rungs.
+and interquartile range over steady iterations), measured and simulated: *replayed*
+(each rung from its own recording) and *predicted* (all four rungs from the torch
+rung's recording alone, learnt as ``validate --grid`` learns its calibration run).
 """
 from __future__ import annotations
 
@@ -70,32 +71,41 @@ def rung_row(rung: str, trace: Trace, source: str) -> dict:
 def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0, learn_from: str = "torch") -> dict[str, Trace]:
     """Each rung simulated from a workload learnt from a recording.
 
-    ``learn_from="torch"``: one workload, from the torch rung, predicts all four rungs
-    (three of them from a run the simulator never saw); ``"own"``: each rung replays
-    its own recording.
+    ``learn_from="torch"``: one workload, learnt as ``validate --grid`` learns its
+    calibration run (the torch rung's allreduce line timed in its own ranks between
+    rounds, Note [Calibrate in the recording's ranks]; then Note [Self-calibration]),
+    predicts all four rungs, three of them from runs the simulator never saw.
+    ``"own"``: each rung replays its own recording.
     """
     from ddpsim.sim.api import simulate
     from ddpsim.sim.extract import replay_config, workload_from_trace
+    from ddpsim.sim.grid import attach_calibration
+    from ddpsim.sim.refine import refine
 
-    out = {}
+    out, learnt = {}, None
     for rung in RUNGS:
         source = traces["torch" if learn_from == "torch" else rung.name]
-        w = workload_from_trace(source)
+        if learn_from != "torch":
+            w = workload_from_trace(source)
+        elif learnt is None:
+            if source.meta.get("allreduce_probe"):
+                attach_calibration(source, source.world_size, {})
+                w = learnt = refine(workload_from_trace(source), source, iters)
+            else:
+                w = learnt = workload_from_trace(source)
         cfg = replay_config(w, source, iters=iters, seed=seed,
                             jitter=float(w.meta.get("jitter_estimated", 0.0)), **rung.simulate)
         out[rung.name], _ = simulate(w, cfg)
     return out
 
 
-def ladder_table(measured: dict[str, Trace], simulated: dict[str, Trace] | None = None) -> list[dict]:
-    """Rows for every rung: measured, then simulated when given."""
-    rows = []
-    for rung in RUNGS:
-        if rung.name in measured:
-            rows.append(rung_row(rung.name, measured[rung.name], "measured"))
-        if simulated and rung.name in simulated:
-            rows.append(rung_row(rung.name, simulated[rung.name], "simulated"))
-    return rows
+def ladder_table(measured: dict[str, Trace], simulated: dict[str, Trace] | None = None,
+                 **more: dict[str, Trace]) -> list[dict]:
+    """Rows for every rung: measured, then each simulation (``simulated``, then the
+    keyword ones, e.g. ``replayed=..., predicted=...``; the keyword is the row's source)."""
+    sources = {"measured": measured, "simulated": simulated or {}, **more}
+    return [rung_row(rung.name, traces[rung.name], source)
+            for rung in RUNGS for source, traces in sources.items() if rung.name in traces]
 
 
 def rung_of(trace: Trace) -> str | None:
@@ -135,9 +145,9 @@ def format_table(rows: list[dict]) -> str:
     """A plain-text table: median [p25-p75] in ms."""
     def cell(s):
         return f"{s['median']:7.1f} [{s['p25']:.1f}-{s['p75']:.1f}]"
-    lines = [f"{'rung':<9} {'source':<9} {'n':>3}  {'iteration ms [IQR]':<22} {'exposed comm ms [IQR]':<22} overlap"]
+    lines = [f"{'rung':<9} {'source':<10} {'n':>3}  {'iteration ms [IQR]':<22} {'exposed comm ms [IQR]':<22} overlap"]
     for r in rows:
-        lines.append(f"{r['rung']:<9} {r['source']:<9} {r['n']:>3}  {cell(r['iteration_ms']):<22} "
+        lines.append(f"{r['rung']:<9} {r['source']:<10} {r['n']:>3}  {cell(r['iteration_ms']):<22} "
                      f"{cell(r['exposed_ms']):<22} {r['overlap']:.0%}")
     return "\n".join(lines)
 
@@ -148,8 +158,11 @@ def record_ladder(model: str, world_size: int, iters: int, out_dir: Path, bucket
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
 
+    from ddpsim.sim.grid import CAL_SIZES
+
     cfgs = [RecordConfig(model=model, world_size=world_size, iters=iters, bucket_cap_mb=bucket_cap_mb,
-                         profile_internals=False, **r.record) for r in RUNGS]
+                         profile_internals=False, **r.record,
+                         probe_allreduce_bytes=CAL_SIZES if r.name == "torch" else None) for r in RUNGS]
     traces = record_many(cfgs, [Path(out_dir) / f"ladder_{r.name}.json" for r in RUNGS], progress=progress)
     return {r.name: t for r, t in zip(RUNGS, traces)}
 
@@ -162,9 +175,9 @@ def add_arguments(p) -> None:
                    help="bucket cap in MiB for the bucketed rungs (default: torch's)")
     p.add_argument("--sim-iters", type=int, default=20, help="iterations simulated per rung")
     p.add_argument("--out-dir", default="ladder", help="folder for the four traces")
-    p.add_argument("--learn-from", default="torch", choices=("torch", "own"),
-                   help="simulate every rung from the torch rung's recording (a prediction), or each "
-                        "rung from its own recording (a replay)")
+    p.add_argument("--simulate", default="both", choices=("both", "predicted", "replayed"),
+                   help="predicted: every rung from the torch rung's recording alone; replayed: each "
+                        "rung from its own recording; both (default)")
 
 
 def main(args) -> int:
@@ -175,8 +188,13 @@ def main(args) -> int:
     print(f"recording {len(RUNGS)} rungs of {args.model} on {args.world_size} ranks, interleaved, "
           f"{args.iters} iterations each ...", file=sys.stderr, flush=True)
     measured = record_ladder(args.model, args.world_size, args.iters, Path(args.out_dir), args.bucket_cap_mb)
-    simulated = simulate_rungs(measured, args.sim_iters, learn_from=args.learn_from)
-    print(format_table(ladder_table(measured, simulated)))
-    learnt = "ladder_torch.json" if args.learn_from == "torch" else "each rung's own trace"
-    print(f"traces: {Path(args.out_dir)}/ladder_<rung>.json; simulated from {learnt}")
+    sims = {}
+    if args.simulate in ("both", "replayed"):
+        sims["replayed"] = simulate_rungs(measured, args.sim_iters, learn_from="own")
+    if args.simulate in ("both", "predicted"):
+        sims["predicted"] = simulate_rungs(measured, args.sim_iters, learn_from="torch")
+    print(format_table(ladder_table(measured, **sims)))
+    print(f"traces: {Path(args.out_dir)}/ladder_<rung>.json. replayed: each rung simulated from its own "
+          "recording; predicted: every rung from ladder_torch.json alone (its allreduce line timed in "
+          "its ranks between rounds)")
     return 0

@@ -331,14 +331,15 @@ Each rung adds one idea of DDP, and each has an implementation you can read and 
 iteration by iteration**, so a slow spell of this shared machine hits every rung alike (the same
 as `python -m ddpsim ladder`). The table gives each rung's median iteration time and exposed
 communication with the interquartile range (IQR) over the steady iterations, measured and
-simulated. Here each rung is simulated from its own recording; `learn_from="torch"` predicts all four from
-the torch rung alone."""),
+simulated. *replayed*: each rung simulated from its own recording. *predicted*: all four rungs from
+the torch rung's recording alone (`learn_from="torch"`): a fair test, since the simulator never saw
+the other three runs."""),
     C('''from ddpsim.ladder import format_table, ladder_table, record_ladder, simulate_rungs
 from ddpsim.viz import plot_ladder
 
 measured = record_ladder("mlp", world_size=2, iters=10, out_dir=WORK / "ladder")
-simulated = simulate_rungs(measured, iters=16, learn_from="own")
-rows = ladder_table(measured, simulated)
+rows = ladder_table(measured, replayed=simulate_rungs(measured, iters=16, learn_from="own"),
+                    predicted=simulate_rungs(measured, iters=16, learn_from="torch"))
 print(format_table(rows))'''),
     C('''plot_ladder(rows)'''),
     M("""What to look for (on this 2-core CPU the rungs are close and noisy; on GPUs, where compute and
@@ -349,7 +350,12 @@ communication do not share cores, the steps are larger):
   (`reverse`: the guess that gradients arrive in reverse definition order) a bucket waits for
   its last gradient, so here the big bucket overlaps little.
 - **bucketed → torch**: the rebuild puts parameters into buckets in the order their gradients
-  *really* arrived, and the small first bucket starts communication early."""),
+  *really* arrived, and the small first bucket starts communication early.
+- **predicted vs measured**: the prediction learns each launch's cost and each collective's share
+  of the CPU core from the torch rung's two large buckets, far from ten small per-parameter
+  collectives (when this notebook was written it overestimated the overlap rung about 2.5x, and the
+  naive rung by about a third). A model is only as good as the runs it has seen: that is why
+  `validate --grid` checks predictions on runs it was not fitted to."""),
     M("""## Try it yourself
 - Change the cap in section 1 until one parameter is larger than the cap. What happens?
 - In section 2, use `bucket_cap_mb=None` (torch's default): why is there one bucket after the rebuild too?

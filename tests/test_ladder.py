@@ -21,8 +21,9 @@ def test_ladder_records_four_rungs_interleaved_and_simulates_them(tmp_path, caps
     assert main(["ladder", "--model", "mlp", "--iters", "4", "--sim-iters", "4",
                  "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines()[1:9]]
-    assert [(r[0], r[1]) for r in rows] == [(r.name, s) for r in RUNGS for s in ("measured", "simulated")]
+    rows = [line.split() for line in out.splitlines()[1:13]]
+    sources = ("measured", "replayed", "predicted")
+    assert [(r[0], r[1]) for r in rows] == [(r.name, s) for r in RUNGS for s in sources]
     from ddpsim.trace import load_trace
 
     traces = {r.name: load_trace(tmp_path / f"ladder_{r.name}.json") for r in RUNGS}
