@@ -353,8 +353,8 @@ communication do not share cores, the steps are larger):
   *really* arrived, and the small first bucket starts communication early.
 - **predicted vs measured**: the prediction learns each launch's cost and each collective's share
   of the CPU core from the torch rung's two large buckets, far from ten small per-parameter
-  collectives (when this notebook was written it overestimated the overlap rung about 2.5x, and the
-  naive rung by about a third). A model is only as good as the runs it has seen: that is why
+  collectives (while this notebook was written, its overlap prediction was between 18% and 2.6x too
+  long, depending on the machine's load). A model is only as good as the runs it has seen: that is why
   `validate --grid` checks predictions on runs it was not fitted to."""),
     M("""## Try it yourself
 - Change the cap in section 1 until one parameter is larger than the cap. What happens?
