@@ -110,3 +110,16 @@ def test_bucket_order_parse():
         BucketOrder.parse("sideways")
     with pytest.raises(ValueError, match="not available"):
         BucketOrder.parse("random", allowed=(BucketOrder.TORCH,))
+
+
+def test_one_order_vocabulary_everywhere():
+    from ddpsim.minddp.ddp import DistributedDataParallel
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.sim.workload import ORDERS
+
+    assert set(ORDERS) == {o.value for o in BucketOrder}  # the simulator runs every order
+    # record --order: 'ready' was the old name of torch's order, migrated on validate
+    assert RecordConfig(impl="minddp", order="ready").validate().order == "torch"
+    # minddp runs the orders a real run can follow; 'ready' needs the ready order before iteration 0
+    with pytest.raises(ValueError, match="not available"):
+        DistributedDataParallel(torch.nn.Linear(2, 2), bucket_order="ready")

@@ -33,3 +33,25 @@ def test_ladder_records_four_rungs_interleaved_and_simulates_them(tmp_path, caps
     spans = sorted((it.forward.start_ns, it.iteration, k)
                    for k, t in enumerate(traces.values()) for it in t.ranks[0].iterations)
     assert [(i, k) for _, i, k in spans] == [(i, k) for i in range(4) for k in range(4)]
+
+
+def test_ladder_figure_has_a_bar_pair_per_rung_and_source():
+    from ddpsim.viz import plot_ladder
+
+    s = {"median": 10.0, "p25": 9.0, "p75": 12.0}
+    rows = [{"rung": r.name, "source": src, "n": 5, "iteration_ms": s,
+             "exposed_ms": {"median": 4.0, "p25": 3.0, "p75": 5.0}, "overlap": 0.5}
+            for r in RUNGS for src in ("measured", "predicted")]
+    fig = plot_ladder(rows)
+    gids = {p.get_gid() for p in fig.axes[0].patches if p.get_gid()}
+    assert gids == {f"ladder:{r.name}:{src}:{part}" for r in RUNGS for src in ("measured", "predicted")
+                    for part in ("busy", "exposed")}
+
+
+def test_naive_and_overlap_are_exclusive_in_the_simulator():
+    import pytest
+
+    from ddpsim.sim.api import SimConfig
+
+    with pytest.raises(ValueError, match="choose one"):
+        SimConfig(naive=True, overlap=True).validate()
