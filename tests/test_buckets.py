@@ -63,6 +63,8 @@ def test_equals_torch_on_both_paths(case):
 
 def test_case_count_reported():
     """Runs after the property test in file order: how many cases each path saw."""
+    if not any(CASES.values()):
+        pytest.skip("the property test did not run in this session (-k?)")
     print(f"\nbucket assignment vs torch: {CASES}")
     assert CASES["construction"] >= 1000 and CASES["rebuild"] >= 1000
 
