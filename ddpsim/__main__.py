@@ -21,6 +21,7 @@ COMMANDS = {
     "sweep": "ddpsim.sim.sweep_cli",
     "calibrate": "ddpsim.sim.calibrate",
     "validate": "ddpsim.sim.validate",
+    "ladder": "ddpsim.ladder",
 }
 
 

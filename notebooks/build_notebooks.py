@@ -145,7 +145,8 @@ NB02 = [
 readable Python DDP whose methods carry the names of the functions in
 `torch/csrc/distributed/c10d/reducer.cpp`: bucket assignment by size (the cap overshoot and the
 never-split rule), the hooks that fire as gradients arrive, the strictly in-order launch of
-allreduces, and `finalize_backward`. Then the naive per-parameter variant, for contrast.
+allreduces, and `finalize_backward`. Then the naive per-parameter variant, for contrast, and the
+ladder from naive data parallelism to torch's DDP, recorded side by side.
 
 **Time:** about 1 minute to run, 30 minutes to read. Builds on notebook 01.
 
@@ -318,9 +319,51 @@ for impl, tr in runs.items():
           f"exposed comm {s['exposed_comm_s'] * 1e3:6.1f} ms")'''),
     C('''plot_timeline(runs["minddp"], 2)'''),
     C('''plot_timeline(runs["naive"], 2)'''),
+    M("""## 5. The ladder: naive → overlap → bucketed → torch's DDP
+
+Each rung adds one idea of DDP, and each has an implementation you can read and record:
+
+| rung | implementation | what it adds |
+|---|---|---|
+| naive | `NaiveDDP` (`--impl naive`) | allreduce every gradient, one after another, after backward |
+| overlap | `OverlapDDP` (`--impl overlap`) | launch each gradient's allreduce from its hook, while backward still runs |
+| bucketed | minddp, fixed buckets (`--impl minddp --order reverse`) | pack gradients into capped buckets, launched in order |
+| torch | torch's `DistributedDataParallel` | one bucket in iteration 0, then buckets rebuilt in gradient-ready order with a small first bucket |
+
+`ddpsim.ladder.record_ladder` records the four rungs **in the same two processes, taking turns
+iteration by iteration**, so a slow spell of this shared machine hits every rung alike (the same
+as `python -m ddpsim ladder`). The table gives each rung's median iteration time and exposed
+communication with the interquartile range (IQR) over the steady iterations, measured and
+simulated. *replayed*: each rung simulated from its own recording. *predicted*: all four rungs from
+the torch rung's recording alone (`learn_from="torch"`): a fair test, since the simulator never saw
+the other three runs."""),
+    C('''from ddpsim.ladder import format_table, ladder_table, record_ladder, simulate_rungs
+from ddpsim.viz import plot_ladder
+
+measured = record_ladder("mlp", world_size=2, iters=10, out_dir=WORK / "ladder")
+rows = ladder_table(measured, replayed=simulate_rungs(measured, iters=16, learn_from="own"),
+                    predicted=simulate_rungs(measured, iters=16, learn_from="torch"))
+print(format_table(rows))'''),
+    C('''plot_ladder(rows)'''),
+    M("""What to look for (on this 2-core CPU the rungs are close and noisy; on GPUs, where compute and
+communication do not share cores, the steps are larger):
+- **naive → overlap**: the exposed communication shrinks, because most allreduces now run during
+  backward. But every parameter still pays a collective's fixed latency.
+- **overlap → bucketed**: fewer, larger allreduces. With buckets reduced in a *fixed* order
+  (`reverse`: the guess that gradients arrive in reverse definition order) a bucket waits for
+  its last gradient, so here the big bucket overlaps little.
+- **bucketed → torch**: the rebuild puts parameters into buckets in the order their gradients
+  *really* arrived, and the small first bucket starts communication early.
+- **predicted vs measured**: the prediction learns each launch's cost and each collective's share
+  of the CPU core from the torch rung's two large buckets, far from ten small per-parameter
+  collectives (while this notebook was written, its overlap prediction was between 18% and 2.6x too
+  long, depending on the machine's load). A model is only as good as the runs it has seen: that is why
+  `validate --grid` checks predictions on runs it was not fitted to."""),
     M("""## Try it yourself
 - Change the cap in section 1 until one parameter is larger than the cap. What happens?
 - In section 2, use `bucket_cap_mb=None` (torch's default): why is there one bucket after the rebuild too?
+- In section 5, pass `bucket_cap_mb=1` to `record_ladder`: which rungs change, and why?
+- Read `ddpsim/minddp/overlap.py`: why must every rank launch the same allreduces in the same order?
 - Read `ddpsim/minddp/reducer.py` next to reducer.cpp; then do **assignment part 1 and part 2**.
 
 Next: **03 · Bucket size and ordering**."""),

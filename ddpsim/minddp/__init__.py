@@ -1,13 +1,16 @@
 """minddp: a readable re-implementation of torch DistributedDataParallel.
 
 ``DistributedDataParallel`` (ddp.py) + ``Reducer`` (reducer.py) match torch 2.13's DDP
-bucket for bucket; ``NaiveDDP`` (naive.py) is the no-bucket, no-overlap baseline.
+bucket for bucket; ``NaiveDDP`` (naive.py) is the no-bucket, no-overlap baseline and
+``OverlapDDP`` (overlap.py) the per-parameter allreduce launched from each gradient's hook.
 """
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.ddp import DistributedDataParallel
 from ddpsim.minddp.messages import MarkedReadyTwiceError, MissingGradientError
 from ddpsim.minddp.naive import NaiveDDP
+from ddpsim.minddp.overlap import OverlapDDP
 from ddpsim.minddp.reducer import Reducer
 
-__all__ = ["DistributedDataParallel", "NaiveDDP", "Reducer", "compute_bucket_assignment_by_size",
+__all__ = ["DistributedDataParallel", "NaiveDDP", "OverlapDDP", "Reducer",
+           "compute_bucket_assignment_by_size",
            "MissingGradientError", "MarkedReadyTwiceError"]

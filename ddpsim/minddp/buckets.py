@@ -1,7 +1,8 @@
 """Bucket assignment and the flat gradient buffers of the readable reducer.
 
-Mirrors the free function ``compute_bucket_assignment_by_size`` and the bucket
-bookkeeping of ``Reducer::initialize_buckets`` / ``initialize_bucket_views`` in
+The assignment itself is ``ddpsim.buckets`` (torch's ``compute_bucket_assignment_by_size``,
+shared with the simulator); here it is applied to tensors, next to the bucket bookkeeping
+of ``Reducer::initialize_buckets`` / ``initialize_bucket_views`` in
 ``torch/csrc/distributed/c10d/reducer.cpp`` (torch 2.13).
 """
 from __future__ import annotations
@@ -12,49 +13,21 @@ import torch
 import torch.distributed as dist
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
+from ddpsim import buckets
+
 
 def compute_bucket_assignment_by_size(tensors, bucket_size_limits, expect_sparse_gradient=(),
                                       tensor_indices=()):
-    """Mirrors ``compute_bucket_assignment_by_size`` in reducer.cpp.
+    """Mirrors ``compute_bucket_assignment_by_size`` in reducer.cpp, on torch tensors.
 
     Returns ``(bucket_indices, per_bucket_size_limits)`` like
-    ``torch.distributed._compute_bucket_assignment_by_size``.
-
-    Note [Bucket assignment by size]: buckets are kept per (dtype, device),
-    because one flat buffer holds one dtype on one device. Parameters are added
-    in the given order; a bucket closes as soon as its size is >= the current
-    limit *after* adding a parameter, so a parameter is never split and a bucket
-    may overshoot by one parameter. Each (dtype, device) walks through
-    ``bucket_size_limits`` one bucket at a time and then stays on the last limit
-    (that is how the small first bucket is made). Sparse-gradient parameters get
-    a bucket each. When ``tensor_indices`` is empty (construction), buckets are
-    sorted by their smallest parameter index; when it is given (the rebuild,
-    in gradient-ready order) the order of closing is kept.
+    ``torch.distributed._compute_bucket_assignment_by_size``. The algorithm is
+    ``ddpsim.buckets.compute_bucket_assignment_by_size`` (Note [Bucket assignment by
+    size], Note [Leftover buckets follow the hash map]), shared with the simulator.
     """
-    indices = list(tensor_indices) or list(range(len(tensors)))
-    result = []  # [(indices, limit)] in the order buckets close
-    open_buckets = {}  # (dtype, device) -> [indices, bytes, limit]
-    limit_pos = {}  # (dtype, device) -> position in bucket_size_limits
-    for tensor, index in zip(tensors, indices):
-        if expect_sparse_gradient and expect_sparse_gradient[index]:
-            result.append(([index], 0))
-            continue
-        key = (tensor.dtype, tensor.device)
-        bucket = open_buckets.setdefault(key, [[], 0, 0])
-        pos = limit_pos.setdefault(key, 0)
-        bucket[0].append(index)
-        bucket[1] += tensor.numel() * tensor.element_size()
-        bucket[2] = bucket_size_limits[pos]
-        if bucket[1] >= bucket[2]:
-            result.append((bucket[0], bucket[2]))
-            open_buckets[key] = [[], 0, 0]
-            limit_pos[key] = min(pos + 1, len(bucket_size_limits) - 1)
-    # Leftover buckets: reducer.cpp walks an unordered_map here; with several
-    # dtypes in a rebuild its order is the hash order, ours is first-seen order.
-    result += [(b[0], b[2]) for b in open_buckets.values() if b[0]]
-    if not tensor_indices:
-        result.sort(key=lambda r: min(r[0]))
-    return [r[0] for r in result], [r[1] for r in result]
+    return buckets.compute_bucket_assignment_by_size(
+        [buckets.spec_of(t) for t in tensors], bucket_size_limits, expect_sparse_gradient,
+        tensor_indices)
 
 
 def broadcast_layout(indices, limits, group):

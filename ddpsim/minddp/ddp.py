@@ -8,19 +8,20 @@ buffer broadcast) -> module forward -> ``_post_forward`` (prepare_for_backward).
 """
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from ddpsim import buckets
+from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.reducer import Reducer
 
-MB = 1024 * 1024
-DEFAULT_BUCKET_CAP_MB = 25  # distributed.py: _DEFAULT_BUCKET_CAP_MB
+MB = buckets.MIB
+DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_CAP_MB  # MiB; distributed.py: _DEFAULT_BUCKET_CAP_MB
 BROADCAST_BUCKET_BYTES = 250 * MB  # distributed.py: self.broadcast_bucket_size
 
 
@@ -45,25 +46,19 @@ def build_params_for_reducer(module: nn.Module):
 def bucket_caps(bucket_cap_mb):
     """Mirrors ``_BucketCapacityConfig.create``: (cap, first-bucket cap) in bytes.
 
-    Note [The small first bucket]: the first bucket to be reduced holds the
-    gradients computed last; a small one (1 MiB, ``dist._DEFAULT_FIRST_BUCKET_BYTES``)
-    starts communication sooner. torch applies it only when bucket_cap_mb is left
-    at its default (None); an explicit cap is used for the first bucket too.
+    See Note [The small first bucket] in ``ddpsim.buckets.caps_bytes``.
     """
-    cap = int((DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MB)
-    return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap)
-
-
-BUCKET_ORDERS = (None, "ready", "reverse", "definition")
+    first, cap = buckets.caps_bytes(bucket_cap_mb)
+    return cap, first
 
 
 class DistributedDataParallel(nn.Module):
     """Drop-in for the part of torch DDP that training code uses.
 
     ``bucket_order`` (ddpsim only, **not in torch**): which parameters share a bucket
-    and in which order the buckets are reduced.
+    and in which order the buckets are reduced, a ``ddpsim.buckets.BucketOrder``:
 
-    - ``None`` or ``"ready"`` (default): torch's behaviour: the construction layout
+    - ``None`` or ``"torch"`` (default): torch's behaviour: the construction layout
       (one bucket, or reverse definition order with find_unused_parameters), rebuilt
       once in gradient-ready order (see ``Reducer.should_rebuild_buckets``).
     - ``"reverse"``: caps over definition order, buckets reversed (torch's
@@ -81,9 +76,8 @@ class DistributedDataParallel(nn.Module):
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None):
         super().__init__()
-        if bucket_order not in BUCKET_ORDERS:
-            raise ValueError(f"bucket_order must be one of {BUCKET_ORDERS}, not {bucket_order!r}")
-        self.bucket_order = None if bucket_order == "ready" else bucket_order
+        order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
+        self.bucket_order = None if order is BucketOrder.TORCH else order.value
         self.module = module
         self.process_group = process_group or dist.group.WORLD
         self.find_unused_parameters = find_unused_parameters
@@ -121,12 +115,9 @@ class DistributedDataParallel(nn.Module):
         if self.bucket_order is not None:  # ddpsim only: a fixed layout, never rebuilt
             self.reducer = self.fixed_order_reducer(params, names, gradient_as_bucket_view, recorder)
             return
-        if self.static_graph or not self.find_unused_parameters:
-            limits = [sys.maxsize]
-        elif self.first_bucket_bytes_cap < self.bucket_bytes_cap:
-            limits = [self.first_bucket_bytes_cap, self.bucket_bytes_cap]
-        else:
-            limits = [self.bucket_bytes_cap]
+        limits = buckets.construction_limits(
+            self.first_bucket_bytes_cap, self.bucket_bytes_cap,
+            single=self.static_graph or not self.find_unused_parameters)
         indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
         self.reducer = Reducer(params, indices[::-1], per_bucket_limits[::-1],
                                self.process_group, self.bucket_bytes_cap,
@@ -145,7 +136,7 @@ class DistributedDataParallel(nn.Module):
         """
         first, cap = self.first_bucket_bytes_cap, self.bucket_bytes_cap
         if self.bucket_order == "reverse":
-            limits = [first, cap] if first < cap else [cap]
+            limits = buckets.construction_limits(first, cap, single=False)
             indices, per_bucket = compute_bucket_assignment_by_size(params, limits)
             indices, per_bucket = indices[::-1], per_bucket[::-1]
         else:

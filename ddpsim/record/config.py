@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass
 from ddpsim.errors import CLIError
 from ddpsim.models import ModelSpecError, check_spec
 
-IMPLS = ("torch", "minddp", "naive")
-ORDERS = ("ready", "reverse", "definition")  # minddp's bucket_order (ddpsim only, not in torch)
+IMPLS = ("torch", "minddp", "naive", "overlap")
+ORDERS = ("torch", "reverse", "definition")  # minddp's bucket_order: ddpsim.buckets.BucketOrder (not in torch)
+LEGACY_ORDERS = {"ready": "torch"}  # before issue 17, --order ready meant torch's order
 BACKENDS = ("gloo", "nccl")
 
 
@@ -32,12 +33,13 @@ class RecordConfig:
     timeout_s: float = 60.0  # collective timeout (init_process_group timeout), seconds
     pin_cpus: bool = True  # pin rank r to CPU r % ncpus (removes a bimodal slowdown on CPU)
     profile_internals: bool = True  # torch impl + find_unused: profile the graph search and bitmap
-    order: str | None = None  # minddp only: bucket_order ready|reverse|definition (not in torch)
+    order: str | None = None  # minddp only: bucket_order torch|reverse|definition (not in torch); None: torch
     probe_allreduce_bytes: list[int] | None = None  # bytes; time one allreduce of each size after every
     # round of iterations, in these ranks (validate --grid's calibration); None: no probe (not in torch)
 
     def validate(self) -> "RecordConfig":
         """Raise CLIError naming the first bad value; nothing has started yet."""
+        self.order = LEGACY_ORDERS.get(self.order, self.order)
         checks = [
             (self.world_size >= 1, f"--world-size must be >= 1, not {self.world_size}"),
             (self.iters >= 1, f"--iters must be >= 1, not {self.iters}"),
@@ -98,7 +100,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", type=int, default=d.world_size, help="number of ranks")
     p.add_argument("--iters", type=int, default=d.iters, help="micro-steps per rank")
     p.add_argument("--impl", default=d.impl, choices=IMPLS,
-                   help="torch DDP, ddpsim's readable minddp, or the naive per-parameter variant")
+                   help="torch DDP, ddpsim's readable minddp, naive (per-parameter allreduce after "
+                        "backward) or overlap (per-parameter allreduce from each gradient's hook)")
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="bucket cap in MiB (default: torch's 25 MiB with a 1 MiB first bucket)")
     p.add_argument("--find-unused-parameters", action="store_true")
@@ -113,9 +116,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=d.lr, help="SGD learning rate")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                    help="collective timeout in seconds")
-    p.add_argument("--order", default=None, choices=ORDERS,
-                   help="minddp only (not in torch): bucket order ready (torch's: rebuilt in "
-                        "gradient-ready order), reverse or definition (fixed layouts, never rebuilt)")
+    p.add_argument("--order", default=None, choices=ORDERS + tuple(LEGACY_ORDERS),
+                   help="minddp only (not in torch): bucket order torch (torch's: rebuilt in "
+                        "gradient-ready order; 'ready' is its old name), reverse or definition "
+                        "(fixed layouts, never rebuilt)")
     p.add_argument("--no-profile-internals", dest="profile_internals", action="store_false",
                    help="with --impl torch and --find-unused-parameters, do not run torch's profiler to "
                         "record the graph search and bitmap allreduce (it slows those iterations ~10%%)")

@@ -96,17 +96,23 @@ class RankRecorder:
         self.iteration["bitmap_allreduce"] = {"launch_ns": launch_ns,
                                               "complete_ns": complete_ns, "bytes": nbytes}
 
-    def end_iteration(self, layout_caps=None) -> None:
+    def end_iteration(self, layout_caps=None, rebuilt: bool = False) -> None:
         """Write the finished iteration to the shard.
 
         If the buckets launched this iteration differ from the layout in effect, the
         observed layout becomes a new layout from this iteration on. ``layout_caps``
         (a function: observed buckets -> caps, or None) supplies each new bucket's cap.
+        ``rebuilt``: the DDP rebuilt its buckets before this iteration.
+
+        Note [A rebuild is recorded even when nothing moved]: torch rebuilds once after
+        the first synced iteration whatever the result (``Reducer::rebuild_buckets``), so
+        a rebuild that gives back the same buckets is still a "rebuilt" layout, for
+        torch's DDP (told by ``rebuilt``) as for minddp (which records its own rebuild).
         """
         it = self.iteration
         if self._observed:
             observed = [self._observed[k] for k in sorted(self._observed)]
-            if self.layout is None or _shape(observed) != _shape(self.layout):
+            if self.layout is None or rebuilt or _shape(observed) != _shape(self.layout):
                 caps = layout_caps(observed) if layout_caps else [None] * len(observed)
                 kind = "construction" if self.layout is None else "rebuilt"
                 self.set_layout(it["iteration"], kind,

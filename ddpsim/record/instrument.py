@@ -131,14 +131,18 @@ def torch_layout_caps(ddp, params):
         if not seen_first:
             seen_first.append(True)
             limits, _ = cfg.compute_bucket_size_limits(ddp.static_graph, ddp.find_unused_parameters)
-            _, per = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
-            per = list(reversed(per))
+            got, per = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
         else:
+            # Each dtype's params in the observed buckets come in the ready order that built
+            # them, so each dtype's buckets and caps come out the same; the buckets of
+            # different dtypes may not (Note [Leftover buckets follow the hash map]): match
+            # caps to buckets by their parameters, not by position.
             order = [i for b in observed for i in b["params"]]
             limits = [cfg.first_bucket_bytes_cap, cfg.bucket_bytes_cap]
-            _, per = dist._compute_bucket_assignment_by_size(
+            got, per = dist._compute_bucket_assignment_by_size(
                 [params[i] for i in order], limits, [False] * len(order), order)
-        return list(per) if len(per) == len(observed) else [None] * len(observed)
+        cap_of = {tuple(b): c for b, c in zip(got, per)}
+        return [cap_of.get(tuple(b["params"])) for b in observed]
 
     return caps
 

@@ -17,6 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.models import build_workload, call_batch
 from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
@@ -47,12 +48,15 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
         return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **opts)
+    if cfg.impl == "overlap":
+        from ddpsim.minddp.overlap import OverlapDDP
+        return OverlapDDP(model, recorder=recorder, **opts)
     from ddpsim.minddp.naive import NaiveDDP
     return NaiveDDP(model, recorder=recorder, **opts)
 
 
 class TorchProbes:
-    """The probes on torch's DDP (see instrument.py); minddp and naive report by themselves."""
+    """The probes on torch's DDP (see instrument.py); minddp, naive and overlap report by themselves."""
 
     def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder):
         params = instrument.reducer_params(ddp.module)
@@ -63,6 +67,15 @@ class TorchProbes:
         ddp.register_comm_hook(state, instrument.bucket_hook)
         self.layout_caps = instrument.torch_layout_caps(ddp, params)
         self.find_unused = cfg.find_unused_parameters
+        self.ddp, self.rebuilt_seen = ddp, False
+
+    def just_rebuilt(self) -> bool:
+        """True in the one iteration whose forward rebuilt torch's buckets
+        (Note [A rebuild is recorded even when nothing moved] in events.py)."""
+        if self.rebuilt_seen or not torchcompat.has_rebuilt_buckets(self.ddp):
+            return False
+        self.rebuilt_seen = True
+        return True
 
     def before(self, sync: bool) -> None:
         self.grads.reset()
@@ -122,7 +135,8 @@ class Run:
             rec.span("optimizer", b1, now_ns())
         if probes:
             probes.after(sync, rec)
-        rec.end_iteration(probes.layout_caps if probes else None)
+        rec.end_iteration(probes.layout_caps if probes else None,
+                          rebuilt=probes.just_rebuilt() if probes else False)
 
     def logging_data(self) -> dict | None:
         return self.ddp._get_ddp_logging_data() if self.cfg.impl == "torch" else None

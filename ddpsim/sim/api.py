@@ -33,6 +33,7 @@ import simpy
 from ddpsim.analysis import summarize
 from ddpsim.sim import network
 from ddpsim.sim.model import Actor, Model, Plan
+from ddpsim.sim.replay import replayed
 from ddpsim.sim.workload import (ORDERS, Workload, caps_bytes, construction_layout,
                                  ordered_layout, param_order)
 from ddpsim.trace import (Bucket, BucketEvent, Collective, GradReady, Iteration, Layout, Param,
@@ -52,6 +53,7 @@ class SimConfig:
     order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
     no_sync_every: int = 1
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
+    overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
     seed: int = 0
     jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
     stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
@@ -74,6 +76,8 @@ class SimConfig:
         integer(self.iters, "iters", 1)
         integer(self.no_sync_every, "no_sync_every", 1)
         integer(self.max_explicit_ranks, "max_explicit_ranks", 1)
+        if self.naive and self.overlap:
+            raise ValueError("naive and overlap are two different DDPs: choose one")
         caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)
         if not isinstance(self.order, (list, tuple)) and self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} or a list, not {self.order!r}")
@@ -103,29 +107,44 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
                       shared_core=shared)
 
 
-def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[Plan]]:
-    """Bucket layouts per micro-step, following torch 2.13 (see ddp-internals.md)."""
+def choose_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[str], list[int]]:
+    """(layouts as (buckets, caps), their kinds, synced steps before the switch to the second).
+
+    Follows torch 2.13 (ddp-internals.md) through ``ddpsim.buckets``; a replay of the
+    recorded options takes the recording's layouts (Note [Replay the recorded layouts]).
+    """
     first, cap = caps_bytes(cfg.bucket_cap_mb, cfg.first_bucket_cap_mb)
+    fu, static = cfg.find_unused_parameters, cfg.static_graph
+    ready = param_order(w, "ready")
+    switch = [2 if static else 1]  # torch rebuilds after 1 (static_graph: 2) synced steps
+    if cfg.naive or cfg.overlap:  # one "bucket" per parameter, in gradient-ready order
+        return [([[i] for i in ready], [None] * len(ready))], ["naive" if cfg.naive else "overlap"], []
+    recorded = replayed(w, cfg)
+    if recorded is not None:
+        lays, kinds = recorded
+        return lays, kinds, switch if len(lays) == 2 else []
+    if cfg.order != "torch":
+        if cfg.order == "reverse":
+            lay = construction_layout(w, first, cap, single=False)
+        else:
+            lay = ordered_layout(w, param_order(w, cfg.order, cfg.seed), first, cap)
+        return [lay], ["construction"], []
+    if fu and not static:  # never rebuilt
+        return [construction_layout(w, first, cap, single=False)], ["construction"], []
+    # a single bucket, rebuilt in ready order
+    return ([construction_layout(w, first, cap, single=True), ordered_layout(w, ready, first, cap)],
+            ["construction", "rebuilt"], switch)
+
+
+def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[Plan]]:
+    """Bucket layouts per micro-step (see ``choose_layouts``)."""
     n_micro = cfg.iters * cfg.no_sync_every
     fu, static = cfg.find_unused_parameters, cfg.static_graph
     if w.unused and not (fu or static):
         raise ValueError(f"{len(w.unused)} parameter(s) never receive a gradient (e.g. index "
                          f"{w.unused[0]}); torch fails at the next forward unless "
                          "find_unused_parameters=True")
-    ready = param_order(w, "ready")
-    if cfg.naive:
-        lays, kinds, switch = [([[i] for i in ready], [None] * len(ready))], ["naive"], []
-    elif cfg.order != "torch":
-        if cfg.order == "reverse":
-            lay = construction_layout(w, first, cap, single=False)
-        else:
-            lay = ordered_layout(w, param_order(w, cfg.order, cfg.seed), first, cap)
-        lays, kinds, switch = [lay], ["construction"], []
-    elif fu and not static:  # never rebuilt
-        lays, kinds, switch = [construction_layout(w, first, cap, single=False)], ["construction"], []
-    else:  # single bucket, rebuilt in ready order after 1 (static_graph: 2) synced steps
-        lays = [construction_layout(w, first, cap, single=True), ordered_layout(w, ready, first, cap)]
-        kinds, switch = ["construction", "rebuilt"], [2 if static else 1]
+    lays, kinds, switch = choose_layouts(w, cfg)
     layouts = [b for b, _ in lays]
     plans, syncs, layout_id, trace_layouts = [], 0, 0, []
     sizes = [p.bytes for p in w.params]
@@ -225,6 +244,7 @@ def simulate(source, config: SimConfig | None = None, **overrides) -> tuple[Trac
     model_events = len(actors) * sum(len(w.ready_order) + 4 + (3 * len(layouts[p.layout_id]) if p.sync else 0)
                                      for p in plans)
     trace = build_trace(w, cfg, link, model, trace_layouts, groups)
+    trace.meta["layouts_from"] = "recording" if replayed(w, cfg) is not None else "computed"
     summary = summarize(trace)
     summary.update(world_size=cfg.world_size, n_buckets=len(trace_layouts[-1].buckets),
                    link=link.to_dict(), actors=len(actors), simpy_events=simpy_events,

@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
     d.add_argument("--no-sync-every", type=int, help="sync every n micro-steps (no_sync in between)")
     d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
+    d.add_argument("--overlap", action="store_true",
+                   help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
     d.add_argument("--iters", type=int, help="synced steps to simulate (default 6)")
     d.add_argument("--seed", type=int)
     d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation")
@@ -114,6 +116,8 @@ def config_from_args(args, defaults: dict):
         values["order"] = order
     if getattr(args, "naive", False):
         values["naive"] = True
+    if getattr(args, "overlap", False):
+        values["overlap"] = True
     strag = parse_stragglers(getattr(args, "straggler", None))
     if strag:
         values["stragglers"] = strag

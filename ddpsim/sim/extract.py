@@ -41,6 +41,7 @@ import statistics
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.sim import contention
 from ddpsim.sim.linkfit import fit_link, fit_shared_link, launch_line
+from ddpsim.sim.replay import recorded_layouts
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
 
@@ -102,6 +103,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
     sync = [it for it in its if it.sync and it.grad_ready]
     nosync = [it for it in its if not it.sync and it.grad_ready]
     backend = str(trace.meta.get("backend", "gloo"))
+    device = "cuda:0" if backend == "nccl" else "cpu"  # rank 0's, whose rebuilt layout wins
     conc = concurrency or (trace.meta.get("link") or {}).get("concurrency") or (2 if backend == "gloo" else 1)
     interference, clean = 0.0, sync or nosync
     shared = uses_shared_core(trace) if shared_core is None else shared_core
@@ -201,7 +203,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               if len(computes) >= 3 and statistics.mean(computes) > 0 else 0.0)
     return Workload(
         name=str(trace.meta.get("model", "recorded")),
-        params=[ParamSpec(p.index, p.name, p.bytes, p.dtype, list(p.shape)) for p in params],
+        params=[ParamSpec(p.index, p.name, p.bytes, p.dtype, list(p.shape), device) for p in params],
         ready_order=order, grad_compute_s=[_med(deltas[p]) * NS for p in order], link=link.with_(
             interference=interference),
         forward_s=fwd * NS, pre_backward_s=pre * NS, graph_search_s=search * NS, finalize_s=finalize * NS,
@@ -209,6 +211,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
         launch_s=launch_fit[0] * NS, launch_s_per_byte=launch_fit[1] * NS,
         meta={"kind": "trace", "source": trace.source, "recorded_world_size": trace.world_size,
               "backend": backend, "steady_iterations": sorted(steady), "comm_fit": fit,
+              "recorded_layouts": recorded_layouts(trace),  # Note [Replay the recorded layouts]
               "shared_core": bool(shared and sync),
               "rank_factors": rank_factors(work_by_rank),
               "interference_estimated": interference,

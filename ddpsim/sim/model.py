@@ -252,6 +252,10 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
             rec["grads"] += [(t0 + cum[0], u, True) for u in w.unused]
         for b, pos in enumerate(ready_pos):
             brec[b] = [t0 + cum[pos], None, None]
+    if plan.naive:  # NaiveDDP: after backward, one blocking allreduce per parameter
+        yield env.timeout(cum[-1])
+        colls = yield from naive_reduce(env, model, plan, nbytes, brec)
+        return colls
     colls, last = [], 0.0
     for pos, launches in schedule:
         target = cum[pos]
@@ -318,16 +322,24 @@ def _backward_stepwise(env, model: Model, actor: Actor, plan: Plan, f: float, re
                             brec[next_launch][2] = env.now  # launch_end_ns
                     next_launch += 1
     if sync:
-        if plan.naive:  # the naive DDP: one allreduce per parameter, after backward
-            now = env.now
-            for bi in range(nb):
-                colls.append(_launch(model, plan, bi, nbytes, brec, now))
+        if plan.naive:  # NaiveDDP: after backward, one blocking allreduce per parameter
+            colls = yield from naive_reduce(env, model, plan, nbytes, brec)
         elif next_launch < nb:
             raise RuntimeError("a bucket never became ready (parameters without gradients)")
         if plan.bitmap:
             colls.append(model.launch((plan.iteration, "bitmap"), model.bitmap_bytes))
             if rec is not None:
                 rec["bitmap_launch"] = env.now
+    return colls
+
+
+def naive_reduce(env, model, plan, nbytes, brec):
+    """``NaiveDDP.all_reduce_grads``: each allreduce waits for the previous one to finish."""
+    colls = []
+    for bi in range(len(nbytes)):
+        colls.append(_launch(model, plan, bi, nbytes, brec, env.now))
+        if not colls[-1].done.processed:
+            yield colls[-1].done
     return colls
 
 

@@ -33,7 +33,8 @@ def add_arguments(p) -> None:
     f = p.add_argument_group("fixed options")
     f.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
     f.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
-    f.add_argument("--naive", action="store_true")
+    f.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
+    f.add_argument("--overlap", action="store_true", help="per-parameter allreduce from each gradient's hook")
     f.add_argument("--iters", type=int, default=4, help="synced steps per configuration (default 4)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
@@ -70,6 +71,8 @@ def main(args) -> int:
             base[k] = getattr(args, k)
     if args.naive:
         base["naive"] = True
+    if args.overlap:
+        base["overlap"] = True
     strag = parse_stragglers(args.straggler)
     if strag:
         base["stragglers"] = strag

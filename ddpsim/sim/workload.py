@@ -10,14 +10,9 @@ training step, independent of the DDP options being explored:
 - forward, loss, optimizer and the other fixed costs of an iteration;
 - the network (:class:`ddpsim.sim.network.Link`) it runs on.
 
-The bucket assignment here is a pure-python copy of torch's
-``compute_bucket_assignment_by_size`` (reducer.cpp): parameters are taken in the
-given order, kept apart per dtype, and a bucket closes as soon as its size is
-``>=`` its cap *after* adding a parameter (never split; may overshoot by one). The
-first bucket of each dtype gets the first cap, later buckets the second. Without
-explicit ``order`` the buckets are sorted by smallest parameter index (torch's
-construction path); DDP then reverses the list, see :func:`construction_layout`.
-The tests check it against ``torch.distributed._compute_bucket_assignment_by_size``.
+The bucket assignment is ``ddpsim.buckets`` (torch's ``compute_bucket_assignment_by_size``,
+the one implementation, shared with minddp); :func:`construction_layout` and
+:func:`ordered_layout` apply it to a workload's parameter table.
 """
 from __future__ import annotations
 
@@ -25,12 +20,10 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from ddpsim import buckets
+from ddpsim.buckets import (DEFAULT_CAP_MB, DEFAULT_FIRST_CAP_BYTES, MAXSIZE, MIB,  # noqa: F401
+                            BucketOrder, TensorSpec, caps_bytes)
 from ddpsim.sim.network import Link
-
-MIB = 1024 * 1024
-DEFAULT_CAP_MB = 25
-DEFAULT_FIRST_CAP_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-MAXSIZE = 2 ** 63 - 1  # sys.maxsize: "no cap", the 2.13 single first-iteration bucket
 
 
 @dataclass
@@ -40,6 +33,11 @@ class ParamSpec:
     bytes: int
     dtype: str = "float32"
     shape: list[int] = field(default_factory=list)
+    device: str = "cpu"  # rank 0's device: with several dtypes it orders the rebuilt buckets
+
+    @property
+    def spec(self) -> TensorSpec:
+        return TensorSpec(self.bytes, self.dtype, self.device)
 
 
 @dataclass
@@ -107,78 +105,33 @@ def validate_workload(w: Workload) -> None:
 
 def compute_bucket_assignment(sizes: list[int], caps: list[int], dtypes: list[str] | None = None,
                               order: list[int] | None = None) -> tuple[list[list[int]], list[int]]:
-    """Torch's ``compute_bucket_assignment_by_size`` (dense tensors), in pure python.
+    """``ddpsim.buckets.compute_bucket_assignment_by_size`` on sizes and dtypes (one device).
 
-    ``sizes[i]``: bytes of parameter i. ``caps``: size limits; the first bucket of
-    each dtype uses ``caps[0]``, the next ``caps[1]``, ... the last cap repeats.
-    ``order``: parameter indices to take, in that order (torch's ``tensor_indices``,
-    the rebuild path: buckets come out in closing order, not sorted). Without it,
-    parameters are taken 0..n-1 and buckets are sorted by their smallest index.
-    Returns (bucket_indices, per_bucket_caps) like torch.
+    ``sizes[i]``: bytes of parameter i; ``order``: torch's ``tensor_indices`` (the
+    rebuild path), else definition order (the construction path).
     """
-    if not caps or any(c <= 0 for c in caps):
-        raise ValueError("bucket caps must be positive")
     dtypes = dtypes or ["float32"] * len(sizes)
-    result: list[tuple[list[int], int]] = []
-    open_: dict[str, list] = {}  # dtype -> [indices, size, cap position]
-    for i in (order if order is not None else range(len(sizes))):
-        acc = open_.get(dtypes[i])
-        if acc is None:
-            acc = open_[dtypes[i]] = [[], 0, 0]
-        acc[0].append(i)
-        acc[1] += sizes[i]
-        cap = caps[acc[2]]
-        if acc[1] >= cap:
-            result.append((acc[0], cap))
-            acc[0], acc[1] = [], 0
-            acc[2] = min(acc[2] + 1, len(caps) - 1)
-    for acc in open_.values():
-        if acc[0]:
-            result.append((acc[0], caps[acc[2]]))
+    specs = [TensorSpec(n, d) for n, d in zip(sizes, dtypes)]
     if order is None:
-        result.sort(key=lambda r: min(r[0]))
-    return [r[0] for r in result], [r[1] for r in result]
-
-
-def caps_bytes(bucket_cap_mb: float | None, first_bucket_cap_mb: float | None = None) -> tuple[int, int]:
-    """(first cap, cap) in bytes, following torch 2.13's _BucketCapacityConfig.
-
-    The 1 MiB first cap applies only when bucket_cap_mb is left at its default.
-    """
-    if bucket_cap_mb is not None:
-        _check_cap(bucket_cap_mb, "bucket_cap_mb")
-    if first_bucket_cap_mb is not None:
-        _check_cap(first_bucket_cap_mb, "first_bucket_cap_mb")
-    cap = int((DEFAULT_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MIB)
-    first = DEFAULT_FIRST_CAP_BYTES if bucket_cap_mb is None else cap
-    if first_bucket_cap_mb is not None:
-        first = int(first_bucket_cap_mb * MIB)
-    return max(first, 1), max(cap, 1)
-
-
-def _check_cap(v, name):
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive number of MiB, not {v!r}")
+        return buckets.compute_bucket_assignment_by_size(specs, caps)
+    return buckets.compute_bucket_assignment_by_size([specs[i] for i in order], caps, (), list(order))
 
 
 def construction_layout(w: Workload, first: int, cap: int,
                         single: bool) -> tuple[list[list[int]], list[int | None]]:
-    """DDP's constructor layout: one bucket (``single``), else caps over definition order,
-    reversed. Returns (buckets, per-bucket caps; None for the uncapped single bucket)."""
-    sizes, dtypes = [p.bytes for p in w.params], [p.dtype for p in w.params]
-    caps = [MAXSIZE] if single else ([first, cap] if first < cap else [cap])
-    buckets, limits = compute_bucket_assignment(sizes, caps, dtypes)
-    return list(reversed(buckets)), [None if c == MAXSIZE else c for c in reversed(limits)]
+    """DDP's constructor layout (``ddpsim.buckets.construction_layout``): one bucket
+    (``single``), else caps over definition order, reversed. Caps: None when uncapped."""
+    return buckets.construction_layout([p.spec for p in w.params], first, cap, single)
 
 
 def ordered_layout(w: Workload, order: list[int], first: int,
                    cap: int) -> tuple[list[list[int]], list[int]]:
-    """The rebuild path: params taken in ``order``; bucket 0 is the first to close."""
-    sizes, dtypes = [p.bytes for p in w.params], [p.dtype for p in w.params]
-    return compute_bucket_assignment(sizes, [first, cap], dtypes, order=order)
+    """The rebuild path (``ddpsim.buckets.rebuilt_layout``): params taken in ``order``;
+    bucket 0 is the first to close."""
+    return buckets.rebuilt_layout([p.spec for p in w.params], order, first, cap)
 
 
-ORDERS = ("torch", "reverse", "definition", "ready", "random")
+ORDERS = tuple(o.value for o in BucketOrder)  # the simulator runs every BucketOrder
 
 
 def param_order(w: Workload, order, seed: int = 0) -> list[int]:

@@ -3,7 +3,8 @@ import streamlit as st
 
 from ddpsim.app import ui
 from ddpsim.app.state import all_labels, get_trace, pretty, trace_key
-from ddpsim.viz import compare_rows, plot_compare, usable_runs
+from ddpsim import ladder
+from ddpsim.viz import compare_rows, plot_compare, plot_ladder, usable_runs
 
 st.header("Compare runs on one time axis")
 options = all_labels()
@@ -50,6 +51,15 @@ st.caption("Medians over each run's steady-state iterations (after the rebuild);
 key = "compare:" + "|".join(trace_key(label) for label, _ in runs) + f":{iteration}"
 ui.show_figure(key, lambda: plot_compare(runs, iteration), "compare",
                alt=f"{len(runs)} runs on one time axis")
+with st.expander("The ladder: naive → overlap → bucketed → torch's DDP"):
+    ladder_rows = ladder.rows_for_runs(runs)
+    if len({r["rung"] for r in ladder_rows}) < 2:
+        st.info("Pick runs of at least two rungs: record `naive`, `overlap`, `minddp` with a fixed "
+                "order, and `torch` on the Record page, or run `python -m ddpsim ladder`, which "
+                "records all four side by side and simulates them.")
+    else:
+        ui.show_figure("ladder:" + key, lambda: plot_ladder(ladder_rows), "ladder",
+                       alt=f"iteration time and exposed communication of {len(ladder_rows)} rungs")
 if any(t.source == "real" for _, t in runs):
     st.caption("Real runs: " + ui.learn.CPU_NOTE)
 ui.explain("overlap", "bucket_size", "simulated")

@@ -10,7 +10,7 @@ from ddpsim.viz import plot_timeline
 
 POLL_S = 0.25
 MODELS = ("mlp", "convnet", "transformer", "branchy", "shuffled")  # the zoo (no torch import here)
-IMPLS = ("torch", "minddp", "naive")
+IMPLS = ("torch", "minddp", "overlap", "naive")
 st.header("Record a real DDP run")
 st.caption("Runs N processes with gloo on this machine (each rank pinned to a CPU), records every "
            "gradient-ready event, bucket and allreduce, and opens the trace. " + ui.learn.CPU_NOTE)
@@ -25,7 +25,8 @@ with st.form("ddpsim_record_form"):
     c1, c2, c3 = st.columns(3)
     impl = c1.selectbox("Implementation", IMPLS, key="ddpsim_rec_impl",
                         format_func={"torch": "torch DDP", "minddp": "ddpsim's readable DDP (minddp)",
-                                     "naive": "naive (one allreduce per parameter)"}.get)
+                                     "overlap": "overlap (one allreduce per parameter, from its hook)",
+                                     "naive": "naive (one allreduce per parameter, after backward)"}.get)
     cap = c2.select_slider("Bucket cap (MiB)", [None, 0.1, 0.25, 0.5, 1.0, 5.0, 25.0, 100.0],
                            format_func=lambda v: "default" if v is None else f"{v:g}", key="ddpsim_rec_cap")
     fu = c3.checkbox("find_unused_parameters", key="ddpsim_rec_fu")

@@ -1,0 +1,59 @@
+"""Replaying a recording: its own bucket layouts, when the options are unchanged.
+
+Note [Replay the recorded layouts]: a recorded trace holds the layouts the real run
+used (torch's buckets as its comm hook saw them, or minddp's). When the simulator
+replays that run with the options it was recorded with, it takes those layouts rather
+than recomputing them, so the simulation never disagrees with its own input about
+which parameters shared a bucket. Any layout what-if (another cap, order, or
+find_unused_parameters) computes layouts with ``ddpsim.buckets``.
+"""
+from __future__ import annotations
+
+from ddpsim.buckets import BucketOrder
+
+BUCKETED = ("torch", "minddp")  # impls whose layouts depend on the options below
+
+
+def recorded_options(trace) -> dict:
+    """The layout-deciding options of a recorded run."""
+    opts = trace.meta.get("options") or {}
+    order = (trace.meta.get("config") or {}).get("order")
+    return {"impl": str(trace.meta.get("impl", "torch")),
+            "bucket_cap_mb": opts.get("bucket_cap_mb"),
+            "find_unused_parameters": bool(opts.get("find_unused_parameters", False)),
+            "static_graph": bool(opts.get("static_graph", False)),
+            "order": BucketOrder.parse({"ready": "torch"}.get(order, order)).value}
+
+
+def recorded_layouts(trace) -> dict | None:
+    """Rank 0's layouts and the options they were built under (None: not a real recording)."""
+    if trace.source != "real" or not trace.ranks or not trace.ranks[0].layouts:
+        return None
+    try:
+        options = recorded_options(trace)
+    except ValueError:
+        return None
+    return {"options": options,
+            "layouts": [{"from_iteration": lay.from_iteration, "kind": lay.kind,
+                         "buckets": [list(b.params) for b in lay.buckets],
+                         "caps": [b.cap_bytes for b in lay.buckets]} for lay in trace.ranks[0].layouts]}
+
+
+def replayed(w, cfg) -> tuple[list, list[str]] | None:
+    """(layouts as (buckets, caps), kinds) from the recording when ``cfg`` replays it, else None."""
+    rec = (w.meta or {}).get("recorded_layouts")
+    if not rec or getattr(cfg, "naive", False) or getattr(cfg, "overlap", False):
+        return None
+    opts = rec["options"]
+    order = cfg.order if isinstance(cfg.order, str) else None
+    same = (opts["impl"] in BUCKETED and cfg.bucket_cap_mb == opts["bucket_cap_mb"]
+            and cfg.first_bucket_cap_mb is None and order == opts["order"]
+            and cfg.find_unused_parameters == opts["find_unused_parameters"]
+            and cfg.static_graph == opts["static_graph"])
+    lays = rec["layouts"]
+    if not same or not 1 <= len(lays) <= 2:
+        return None
+    known = set(range(w.n_params))
+    if any(sorted(i for b in lay["buckets"] for i in b) != sorted(known) for lay in lays):
+        return None  # the recording's layouts do not cover this workload's parameters
+    return [(lay["buckets"], lay["caps"]) for lay in lays], [lay["kind"] for lay in lays]

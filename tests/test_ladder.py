@@ -1,0 +1,57 @@
+"""The ladder: naive -> overlap -> bucketed -> torch's DDP, recorded interleaved and simulated."""
+import pytest
+
+from ddpsim.__main__ import main
+from ddpsim.ladder import RUNGS, spread
+
+
+def test_spread_is_median_and_quartiles():
+    assert spread([4.0]) == {"median": 4.0, "p25": 4.0, "p75": 4.0}
+    s = spread([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (s["median"], s["p25"], s["p75"]) == (3.0, 2.0, 4.0)
+
+
+def test_too_few_iterations_is_one_line_error(capsys):
+    assert main(["ladder", "--iters", "2"]) == 2
+    assert "--iters must be >= 3" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ladder_records_four_rungs_interleaved_and_simulates_them(tmp_path, capsys):
+    assert main(["ladder", "--model", "mlp", "--iters", "4", "--sim-iters", "4",
+                 "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()[1:13]]
+    sources = ("measured", "replayed", "predicted")
+    assert [(r[0], r[1]) for r in rows] == [(r.name, s) for r in RUNGS for s in sources]
+    from ddpsim.trace import load_trace
+
+    traces = {r.name: load_trace(tmp_path / f"ladder_{r.name}.json") for r in RUNGS}
+    assert {n: t.meta["impl"] for n, t in traces.items()} == \
+        {"naive": "naive", "overlap": "overlap", "bucketed": "minddp", "torch": "torch"}
+    # taking turns: iteration i of every rung before iteration i + 1 of any
+    spans = sorted((it.forward.start_ns, it.iteration, k)
+                   for k, t in enumerate(traces.values()) for it in t.ranks[0].iterations)
+    assert [(i, k) for _, i, k in spans] == [(i, k) for i in range(4) for k in range(4)]
+
+
+def test_ladder_figure_has_a_bar_pair_per_rung_and_source():
+    from ddpsim.viz import plot_ladder
+
+    s = {"median": 10.0, "p25": 9.0, "p75": 12.0}
+    rows = [{"rung": r.name, "source": src, "n": 5, "iteration_ms": s,
+             "exposed_ms": {"median": 4.0, "p25": 3.0, "p75": 5.0}, "overlap": 0.5}
+            for r in RUNGS for src in ("measured", "predicted")]
+    fig = plot_ladder(rows)
+    gids = {p.get_gid() for p in fig.axes[0].patches if p.get_gid()}
+    assert gids == {f"ladder:{r.name}:{src}:{part}" for r in RUNGS for src in ("measured", "predicted")
+                    for part in ("busy", "exposed")}
+
+
+def test_naive_and_overlap_are_exclusive_in_the_simulator():
+    import pytest
+
+    from ddpsim.sim.api import SimConfig
+
+    with pytest.raises(ValueError, match="choose one"):
+        SimConfig(naive=True, overlap=True).validate()
