@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.minddp.ddp import build_params_for_reducer
 from ddpsim.record.events import RankRecorder, now_ns
 
@@ -119,28 +120,23 @@ def bucket_hook(state, bucket):
 def torch_layout_caps(ddp, params):
     """A function giving the caps torch built each bucket under, for RankRecorder.end_iteration.
 
-    Construction: ``dist._compute_bucket_assignment_by_size`` with the limits
-    ``distributed.py`` uses (``[sys.maxsize]`` unless find_unused_parameters). Rebuilt:
-    the same function over the ready order with ``[first_bucket_cap, bucket_cap]``, as
-    ``Reducer::rebuild_buckets`` does. The caps are torch's own ``per_bucket_size_limits``.
+    Construction: torch's ``_compute_bucket_assignment_by_size`` with the limits
+    ``_ddp_init_helper`` uses; rebuilt: the same function over the ready order with
+    ``[first_bucket_cap, bucket_cap]``, as ``Reducer::rebuild_buckets`` does. The caps are
+    torch's own ``per_bucket_size_limits``; every private read is in ``ddpsim.torchcompat``,
+    and a cap it cannot tell is None ("unknown") rather than a guess.
     """
-    cfg = ddp._bucket_config
+    caps = torchcompat.bucket_caps(ddp)
     seen_first = []
 
-    def caps(observed: list[dict]) -> list[int | None]:
-        if not seen_first:
-            seen_first.append(True)
-            limits, _ = cfg.compute_bucket_size_limits(ddp.static_graph, ddp.find_unused_parameters)
-            _, per = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
-            per = list(reversed(per))
-        else:
-            order = [i for b in observed for i in b["params"]]
-            limits = [cfg.first_bucket_bytes_cap, cfg.bucket_bytes_cap]
-            _, per = dist._compute_bucket_assignment_by_size(
-                [params[i] for i in order], limits, [False] * len(order), order)
-        return list(per) if len(per) == len(observed) else [None] * len(observed)
+    def layout(observed: list[dict]) -> list[int | None]:
+        construction = not seen_first
+        seen_first.append(True)
+        return torchcompat.layout_caps(caps, params, observed, construction,
+                                       bool(getattr(ddp, "static_graph", False)),
+                                       bool(getattr(ddp, "find_unused_parameters", False)))
 
-    return caps
+    return layout
 
 
 class InternalsProfiler:

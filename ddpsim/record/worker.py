@@ -17,6 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.models import build_workload, call_batch
 from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
@@ -125,7 +126,7 @@ class Run:
         rec.end_iteration(probes.layout_caps if probes else None)
 
     def logging_data(self) -> dict | None:
-        return self.ddp._get_ddp_logging_data() if self.cfg.impl == "torch" else None
+        return torchcompat.ddp_logging_data(self.ddp) if self.cfg.impl == "torch" else None
 
 
 def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
