@@ -95,7 +95,8 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
     world = head.get("world_size", len(shards))
     missing = sorted(set(range(world)) - set(ranks))
     meta = {k: head[k] for k in ("torch_version", "python_version", "backend", "world_size", "impl",
-                                 "model", "options", "config", "created", "command", "pinning", "allreduce_probe")
+                                 "model", "options", "config", "created", "command", "pinning", "allreduce_probe",
+                                 "placement", "timebase")
             if k in head}
     meta["hosts"] = sorted({s["header"].get("host", "") for s in shards})
     clocks = [s["header"].get("clock", {}) for s in shards]

@@ -164,10 +164,12 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     die_with_parent()
     rank, world, local = env_rank()
     cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
-    backend = cfg.resolved_backend()
+    placement = cfg.placement()
+    backend = placement.backend
     torch.set_num_threads(1)
-    if backend == "nccl":
-        device = torch.device("cuda", local)
+    header = {**(header or {}), "placement": {"device": placement.device, "reason": placement.reason}}
+    if placement.device == "cuda":  # nccl: GPU local_rank; gloo --device cuda: GPUs shared round-robin
+        device = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
