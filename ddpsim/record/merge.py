@@ -18,7 +18,8 @@ from ddpsim.errors import CLIError
 from ddpsim.trace import VERSION, from_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
-TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns")
+TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
+             "cpu_t_ns", "cpu_launch_ns", "cpu_complete_ns")
 
 
 def read_shard(path: str | Path) -> dict:
