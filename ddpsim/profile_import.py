@@ -78,7 +78,8 @@ class RankImport:
         buckets, bitmap = self._collectives(step, bwd_start, bwd_end)
         it = {"iteration": number, "sync": bool(buckets), "forward": _span(f0, b0),
               "backward": _span(b0, max(self._t(bwd_end), b0)),
-              "grad_ready": [{"t_ns": _ns(t), "k": k} for k, t in enumerate(ready)],
+              "grad_ready": [{"t_ns": _ns(t), "k": k, **({"cpu_t_ns": _ns(o.end)} if self.gpu else {})}
+                             for k, (t, o) in enumerate(zip(ready, grads))],
               "buckets": buckets, "graph_search": None, "bitmap_allreduce": bitmap, "optimizer": None}
         if opt:
             end = (zero[-1] if zero and zero[-1].start >= opt[0].start else opt[-1]).end
@@ -221,7 +222,8 @@ def _finish_rank(rank: int, its: list[dict], params: list[dict], imp: RankImport
             ev["ready_ns"] = max(times) if times else ev["cpu_launch_ns"]
             if ev["launch_ns"] is None:  # no GPU work: a zero-length collective at ready time
                 ev["launch_ns"] = ev["complete_ns"] = ev["ready_ns"]
-            ev.pop("cpu_launch_ns")
+            if not imp.gpu:
+                ev.pop("cpu_launch_ns")  # the launch is already on the CPU clock
     kind = "construction" if first["iteration"] == 0 else "rebuilt"
     return {"rank": rank, "host": "", "pid": None, "clock_offset_ns": 0, "complete": True, "error": None,
             "layouts": [{"from_iteration": its[0]["iteration"], "kind": kind, "buckets": buckets}],

@@ -145,3 +145,45 @@ def test_bad_profiles_are_one_line_errors(tmp_path):
                              "--out", str(tmp_path / "o.json")], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "cannot read profile" in result.stderr and not (tmp_path / "o.json").exists()
+
+
+def _profile_rank(rank, world, out_dir):
+    """A real CPU/gloo DDP run under torch.profiler, exported as each rank's Kineto trace."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=3)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
+                                record_shapes=True) as prof:
+        for _ in range(5):
+            torch.nn.functional.cross_entropy(ddp(torch.randn(32, 64)), torch.randint(0, 10, (32,))).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            prof.step()
+    path = f"{out_dir}/rank{rank}.json"
+    prof.export_chrome_trace(path)
+    return path, sum(p.numel() * 4 for p in model.parameters())
+
+
+@pytest.mark.slow
+def test_cpu_gloo_profile_from_this_machine(tmp_path):
+    from distutil import run_ranks
+
+    results = run_ranks(_profile_rank, 2, args=(str(tmp_path),), timeout=300)
+    trace = import_profiles([r[0] for r in results])
+    total = results[0][1]
+    assert trace.meta["timebase"]["grad_ready"] == "cpu" and trace.meta["backend"] == "gloo"
+    assert sum(p.bytes for p in trace.params) == total and len(trace.params) == 6
+    for rank in trace.ranks:
+        assert [it.iteration for it in rank.iterations] == [2, 3, 4]
+        layout = rank.layouts[0]
+        assert sum(b.bytes for b in layout.buckets) == total and len(layout.buckets) > 1
+        assert sorted(i for b in layout.buckets for i in b.params) == list(range(6))
+        for it in rank.iterations:
+            assert len(it.grad_ready) == 6 and len(it.buckets) == len(layout.buckets)
+            for b in it.buckets:  # the gloo collective on its own thread, after the launch
+                assert b.ready_ns <= b.launch_ns < b.complete_ns
