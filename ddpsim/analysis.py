@@ -108,6 +108,16 @@ def _union_ns(spans: list[tuple[int, int]]) -> int:
     return total
 
 
+def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
+    """On a GPU trace (``meta.timebase``): how long after the host queued a gradient's work
+    (its hook ran, ``cpu_t_ns``) the GPU finished it (``t_ns``), in ms; None without CPU times."""
+    gaps = [(g.t_ns - g.cpu_t_ns) / 1e6 for r in trace.ranks for it in r.iterations
+            if it.iteration == iteration for g in it.grad_ready if g.cpu_t_ns is not None]
+    if not gaps:
+        return None
+    return {"median_ms": statistics.median(gaps), "max_ms": max(gaps), "n": len(gaps)}
+
+
 def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     """Iteration time, exposed comm and overlap for one cycle (seconds, fraction)."""
     per_rank = [_by_number(r) for r in trace.ranks]

@@ -187,3 +187,20 @@ def test_cpu_gloo_profile_from_this_machine(tmp_path):
             assert len(it.grad_ready) == 6 and len(it.buckets) == len(layout.buckets)
             for b in it.buckets:  # the gloo collective on its own thread, after the launch
                 assert b.ready_ns <= b.launch_ns < b.complete_ns
+
+
+@pytest.mark.slow
+def test_app_opens_an_imported_profile_and_says_the_gap(tmp_path, monkeypatch):
+    """The dashboard's Timeline page on an imported H100 profile (GPU clock, CPU times beside)."""
+    from streamlit.testing.v1 import AppTest
+
+    from ddpsim import samples
+
+    import_profiles(profiles("vit_b_16_nccl_ws1")).save(tmp_path / "vit_imported.json")
+    monkeypatch.setenv(samples.ENV_VAR, str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.selectbox(key="ddpsim_source").set_value("vit_imported").run()
+    at.switch_page("ddpsim/app/pages/timeline.py").run()
+    assert not at.exception and not at.error, [e.message for e in at.exception]
+    assert len(at.image) == 1
+    assert any("Times here are the GPU's" in i.value for i in at.info)
