@@ -206,28 +206,40 @@ def import_profiles(paths: list[str | Path]) -> Trace:
 def _finish_rank(rank: int, its: list[dict], params: list[dict], imp: RankImport, notes: set) -> dict:
     n = len(params)
     order = [n - 1 - k for k in range(n)]  # DDP index of the k-th ready gradient
-    first = next((it for it in its if it["buckets"]), its[0])
-    buckets, ok = _layout(params, order, [b["bytes"] for b in first["buckets"]])
-    if not ok:
-        notes.add("bucket members could not be recovered (allreduce sizes do not add up to the "
-                  "parameters in ready order); only their sizes are known")
+    layouts, buckets = [], []
     for it in its:
         for g in it["grad_ready"]:
             k = g.pop("k")
             g["param"] = order[k] if k < n else n
         it["grad_ready"] = [g for g in it["grad_ready"] if g["param"] < n]
-        ready = {g["param"]: g["t_ns"] for g in it["grad_ready"]}
-        for ev, layout_b in zip(it["buckets"], buckets):
-            times = [ready[m] for m in layout_b["params"] if m in ready]
-            ev["ready_ns"] = max(times) if times else ev["cpu_launch_ns"]
-            if ev["launch_ns"] is None:  # no GPU work: a zero-length collective at ready time
-                ev["launch_ns"] = ev["complete_ns"] = ev["ready_ns"]
-            if not imp.gpu:
-                ev.pop("cpu_launch_ns")  # the launch is already on the CPU clock
-    kind = "construction" if first["iteration"] == 0 else "rebuilt"
+        sizes = [b["bytes"] for b in it["buckets"]]
+        if sizes and sizes != [b["bytes"] for b in buckets]:  # a new layout from here (e.g. the rebuild)
+            buckets, ok = _layout(params, order, sizes)
+            if not ok:
+                notes.add("bucket members could not be recovered (allreduce sizes do not add up to "
+                          "the parameters in ready order); only their sizes are known")
+            kind = "construction" if it["iteration"] == 0 or not layouts else "rebuilt"
+            layouts.append({"from_iteration": it["iteration"], "kind": kind, "buckets": buckets})
+        _bucket_times(it, buckets, imp.gpu)
+    if not layouts:
+        layouts = [{"from_iteration": its[0]["iteration"], "kind": "construction", "buckets": []}]
+    layouts[0]["from_iteration"] = its[0]["iteration"]
+    if layouts[0]["kind"] == "construction" and its[0]["iteration"] > 0:
+        layouts[0]["kind"] = "rebuilt"  # profiled after iteration 0: torch had rebuilt by then
     return {"rank": rank, "host": "", "pid": None, "clock_offset_ns": 0, "complete": True, "error": None,
-            "layouts": [{"from_iteration": its[0]["iteration"], "kind": kind, "buckets": buckets}],
-            "iterations": its, "ddp_logging_data": None}
+            "layouts": layouts, "iterations": its, "ddp_logging_data": None}
+
+
+def _bucket_times(it: dict, buckets: list[dict], gpu: bool) -> None:
+    """Each bucket's ready time: its last gradient's; a collective without GPU work sits there."""
+    ready = {g["param"]: g["t_ns"] for g in it["grad_ready"]}
+    for ev, layout_b in zip(it["buckets"], buckets):
+        times = [ready[m] for m in layout_b["params"] if m in ready]
+        ev["ready_ns"] = max(times) if times else ev["cpu_launch_ns"]
+        if ev["launch_ns"] is None:  # no GPU work: a zero-length collective at ready time
+            ev["launch_ns"] = ev["complete_ns"] = ev["ready_ns"]
+        if not gpu:
+            ev.pop("cpu_launch_ns")  # the launch is already on the CPU clock
 
 
 def _align(rank_dicts: list[dict], ranks) -> tuple[dict, str]:
