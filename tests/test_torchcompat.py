@@ -129,3 +129,14 @@ def test_no_private_torch_use_outside_torchcompat():
 def _prose(code: str) -> bool:
     """A docstring line: words, no call or assignment."""
     return not re.search(r"[=(\[]", code)
+
+
+def test_unsupported_torch_is_one_warning_line_not_a_crash(tmp_path):
+    """As a torch outside the range would: the command still runs (here to its own one-line error)."""
+    code = ("import sys, torch; torch.__version__ = '2.3.1'; from ddpsim.__main__ import main; "
+            f"sys.exit(main(['record', '--world-size', '0', '--out', r'{tmp_path / 'r.json'}']))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("ddpsim: warning: torch 2.3.1 is outside the range") and "2.4 to 2.13" in lines[0]
+    assert "--world-size must be >= 1" in lines[1] and result.returncode == 2
