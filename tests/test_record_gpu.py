@@ -70,3 +70,68 @@ def test_gloo_with_cuda_tensors(record):
     assert trace.meta["backend"] == "gloo" and trace.meta["placement"]["device"] == "cuda"
     assert all(len(r.iterations) == 3 for r in trace.ranks)
     assert visible_gpus()[0] >= 1
+
+
+class _CpuEvent:
+    """A torch.cuda.Event stand-in that timestamps on the host when recorded (this machine has no GPU)."""
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self, stream=None):
+        import time
+        self.t = time.perf_counter_ns()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) / 1e6
+
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+
+def _timed_rank(rank, world, shard_dir):
+    """The recorder's CUDA-event path on real gloo DDP, with host-stamped stand-in events."""
+    import torch
+
+    from ddpsim.record import worker
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.events import RankRecorder
+
+    torch.cuda.Event = _CpuEvent
+    torch.cuda.current_stream = lambda device=None: _Stream()
+    worker.gpu_timed = lambda device, cfg: True
+    cfg = RecordConfig(model="mlp", world_size=world, iters=4, backend="gloo")
+    path = f"{shard_dir}/run.json.rank{rank}.jsonl"
+    rec = RankRecorder(path, rank, {"world_size": world, "backend": "gloo", "impl": "torch"})
+    run = worker.Run(cfg, rank, world, torch.device("cpu"), rec)
+    for it in range(cfg.iters):
+        run.step(it)
+    rec.finish(None)
+    return path
+
+
+@pytest.mark.slow
+def test_cuda_event_path_runs_end_to_end_on_real_ddp(tmp_path):
+    """Every probe of the GPU path (hooks, comm hook, then-callback, spans, resolve) on real DDP."""
+    from distutil import run_ranks
+
+    from ddpsim.record.merge import merge_files
+
+    shards = run_ranks(_timed_rank, 2, args=(str(tmp_path),), timeout=300)
+    trace = merge_files(shards, tmp_path / "run.json")
+    assert trace.meta["timebase"]["grad_ready"] == "gpu"
+    raw = __import__("json").loads((tmp_path / "run.json").read_text())
+    for rank, raw_rank in zip(trace.ranks, raw["ranks"]):
+        for it, raw_it in zip(rank.iterations, raw_rank["iterations"]):
+            assert {"forward", "backward", "optimizer"} <= set(raw_it["cpu_spans"])
+            assert it.grad_ready and all(0 <= g.t_ns - g.cpu_t_ns < 50_000_000 for g in it.grad_ready)
+            for b in it.buckets:
+                assert b.cpu_launch_ns is not None and b.cpu_complete_ns is not None
+                assert b.ready_ns <= b.launch_ns <= b.complete_ns <= it.backward.end_ns
+            assert it.forward.end_ns == it.backward.start_ns < it.optimizer.start_ns + 1
+        assert len(rank.layouts) == 2 and rank.layouts[1].kind == "rebuilt"

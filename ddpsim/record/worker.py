@@ -78,6 +78,11 @@ class TorchProbes:
             self.grads.mark_unused()
 
 
+def gpu_timed(device, cfg: RecordConfig) -> bool:
+    """Whether a run is timed with CUDA events: torch's DDP on CUDA tensors."""
+    return device.type == "cuda" and cfg.impl == "torch"
+
+
 class Run:
     """One DDP configuration trained and recorded in this rank process.
 
@@ -94,7 +99,7 @@ class Run:
         recorder.header_update({"params": instrument.param_table(self.model)})
         self.ddp = wrap_model(cfg, self.model, recorder, device)
         # On CUDA, torch's DDP is timed by CUDA events (gpuclock.py); minddp/naive report CPU times.
-        self.timer = GpuTimer(device) if device.type == "cuda" and cfg.impl == "torch" else None
+        self.timer = GpuTimer(device) if gpu_timed(device, cfg) else None
         recorder.header_update({"timebase": timebase("cuda" if self.timer else "cpu")})
         self.probes = TorchProbes(cfg, self.ddp, recorder, self.timer) if cfg.impl == "torch" else None
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
