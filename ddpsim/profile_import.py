@@ -177,8 +177,24 @@ def _layout(params: list[dict], order: list[int], bucket_bytes: list[int]) -> tu
     return out, pos == len(order)
 
 
+def profile_files(paths: list[str | Path]) -> list[Path]:
+    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
+    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
 def import_profiles(paths: list[str | Path]) -> Trace:
-    """Kineto traces (one per rank) -> a validated ddpsim Trace."""
+    """Kineto traces (one per rank; a folder stands for its traces) -> a validated ddpsim Trace."""
+    paths = profile_files(paths)
     ranks, notes, infos = [], set(), []
     for i, path in enumerate(paths):
         profile = Profile(read_profile(path), name=str(path))
@@ -296,7 +312,8 @@ def _timebase(clock: str) -> dict:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("profiles", nargs="+", help="Kineto traces (.json or .json.gz), one per rank")
+    p.add_argument("profiles", nargs="+",
+                   help="Kineto traces (.json or .json.gz), one per rank, or a folder of them")
     p.add_argument("--out", required=True, help="ddpsim trace to write (JSON)")
 
 

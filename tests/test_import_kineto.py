@@ -174,7 +174,7 @@ def test_cpu_gloo_profile_from_this_machine(tmp_path):
     from distutil import run_ranks
 
     results = run_ranks(_profile_rank, 2, args=(str(tmp_path),), timeout=300)
-    trace = import_profiles([r[0] for r in results])
+    trace = import_profiles([tmp_path])  # the folder, as tensorboard_trace_handler leaves it
     total = results[0][1]
     assert trace.meta["timebase"]["grad_ready"] == "cpu" and trace.meta["backend"] == "gloo"
     assert sum(p.bytes for p in trace.params) == total and len(trace.params) == 6
