@@ -128,7 +128,8 @@ class RankImport:
             return op.start, max(gloo_run.end, op.end)
         if self.gpu:
             self.notes.add("an allreduce launched no GPU work (NCCL with one rank runs no kernel): "
-                           "it is shown with no duration, when its bucket was ready on the GPU")
+                           "it is shown with no duration, when its bucket was ready on the GPU; "
+                           "to simulate more ranks, give the network (simulate --bandwidth-gbps/--latency-us)")
             return None, None  # placed at its bucket's ready time in finish()
         return op.start, op.end
 
