@@ -41,7 +41,6 @@ COMPUTE_STREAM, COMM_STREAM = 7, 20  # device tids (Kineto: stream ids)
 HOST_PID = 100_000  # host process of rank r in the multi-rank file: HOST_PID + r
 HOST_TID = 1
 NCCL_NAME = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-COMPUTE, COMM = COMPUTE_STREAM, COMM_STREAM  # old names (tids)
 
 
 def _us(ns: int) -> float:
