@@ -52,10 +52,15 @@ def test_cuda_that_does_not_work_counts_as_no_gpu():
 
 
 def test_local_ranks_come_from_torchrun(monkeypatch):
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    for var in ("LOCAL_WORLD_SIZE", "RANK", "DDPSIM_LAUNCHED"):
+        monkeypatch.delenv(var, raising=False)
     assert local_ranks(16) == 16  # ddpsim's own launcher: every rank is local
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert local_ranks(16) == 16  # a variable left by some outer job does not count
+    monkeypatch.setenv("RANK", "5")
     assert local_ranks(16) == 4  # torchrun on 4 nodes of 4
+    monkeypatch.setenv("DDPSIM_LAUNCHED", "1")
+    assert local_ranks(16) == 16  # a rank started by ddpsim's launcher
 
 
 def test_default_config_never_picks_nccl_without_a_gpu_per_rank():

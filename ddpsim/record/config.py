@@ -111,7 +111,8 @@ def local_ranks(world_size: int) -> int:
     """Ranks on this node: torchrun's LOCAL_WORLD_SIZE, else every rank (ddpsim's own launcher)."""
     import os
 
-    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    under_torchrun = "RANK" in os.environ and "DDPSIM_LAUNCHED" not in os.environ
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if under_torchrun else world_size
 
 
 def visible_gpus() -> tuple[int, bool]:
