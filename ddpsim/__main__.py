@@ -17,6 +17,7 @@ COMMANDS = {
     "record": "ddpsim.record.cli",
     "merge": "ddpsim.record.merge",
     "export": "ddpsim.export",
+    "import": "ddpsim.profile_import",
     "simulate": "ddpsim.sim.cli",
     "sweep": "ddpsim.sim.sweep_cli",
     "calibrate": "ddpsim.sim.calibrate",

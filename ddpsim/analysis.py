@@ -80,6 +80,44 @@ def overlap_fraction(it: Iteration) -> float | None:
     return hidden / union if union > 0 else None
 
 
+def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -> float | None:
+    """One rank's overlap fraction over several iterations, weighted by communication time
+    (the hidden allreduce time over all in-flight time), as profilers such as HTA report it;
+    ``summarize`` averages the per-iteration fractions instead."""
+    hidden = union = 0.0
+    for it in rank.iterations:
+        if iterations is not None and it.iteration not in iterations:
+            continue
+        f = overlap_fraction(it)
+        if f is not None:
+            spans = [(b.launch_ns, b.complete_ns) for b in it.buckets]
+            if it.bitmap_allreduce:
+                spans.append((it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns))
+            u = _union_ns(spans)
+            hidden, union = hidden + f * u, union + u
+    return hidden / union if union else None
+
+
+def _union_ns(spans: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total, end = total + (e - s), e
+        elif e > end:
+            total, end = total + (e - end), e
+    return total
+
+
+def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
+    """On a GPU trace (``meta.timebase``): how long after the host queued a gradient's work
+    (its hook ran, ``cpu_t_ns``) the GPU finished it (``t_ns``), in ms; None without CPU times."""
+    gaps = [(g.t_ns - g.cpu_t_ns) / 1e6 for r in trace.ranks for it in r.iterations
+            if it.iteration == iteration for g in it.grad_ready if g.cpu_t_ns is not None]
+    if not gaps:
+        return None
+    return {"median_ms": statistics.median(gaps), "max_ms": max(gaps), "n": len(gaps)}
+
+
 def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     """Iteration time, exposed comm and overlap for one cycle (seconds, fraction)."""
     per_rank = [_by_number(r) for r in trace.ranks]

@@ -1,34 +1,50 @@
-"""Chrome Trace Event export: open a ddpsim trace in Perfetto or chrome://tracing.
+"""Export a ddpsim trace in the PyTorch profiler's (Kineto) Chrome-trace shape.
 
-Layout: one ``pid`` per rank, ``tid`` 0 for compute and ``tid`` 1 (and up, when
-collectives overlap) for communication, because Perfetto needs the complete
-("X") events on one track to nest. Timestamps are microseconds on the trace's
-one clock. Categories (``cat``): forward, backward, optimizer, allreduce,
-graph_search, bitmap_allreduce; instants: grad_ready, bucket_ready.
+Perfetto, chrome://tracing and HolisticTraceAnalysis (HTA) read it. Two forms:
+
+- ``export --chrome TRACE OUT.json``: every rank in one file (a Perfetto view; documented
+  multi-rank form): rank r's device is process ``r``, its host process ``HOST_PID + r``.
+- ``export --chrome TRACE OUTDIR --per-rank``: one Kineto file per rank, ``OUTDIR/rank{r}.json``,
+  each with its own ``distributedInfo`` (``{"backend", "rank", "world_size"}``), as
+  ``tensorboard_trace_handler`` writes them; HTA's ``TraceAnalysis(trace_dir=OUTDIR)`` reads it.
+
+Shape, per rank (Note [Kineto shape]):
+- host process: ``ProfilerStep#N`` (user_annotation) around each iteration, the
+  ``DistributedDataParallel.forward`` / ``Optimizer.step`` annotations, and one ``cudaLaunchKernel``
+  (cuda_runtime) per device span, linked to it by ``args.correlation`` and an ``ac2g`` flow;
+- device process, compute stream (tid ``COMPUTE_STREAM``): kernels ``ddpsim::forward``, one
+  ``ddpsim::backward <param>`` per gradient (from the previous gradient's ready time to this
+  one's), ``ddpsim::optimizer``; instants ``grad_ready`` and ``bucket_ready``;
+- device process, communication streams (tid ``COMM_STREAM`` + lane, a lane per collective in
+  flight so spans nest): one ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` kernel per bucket
+  allreduce (named like NCCL's so HTA classifies it as communication; ``args.backend`` says
+  which backend really ran it), the used-parameter bitmap likewise;
+- flow arrows (cat ``ddp_grad_to_bucket``) from each gradient's ready time to its bucket's allreduce.
+
+Note [Kineto shape]: HTA keeps a device kernel only if a host-side launch with the same
+``correlation`` lies inside a ``ProfilerStep#N`` that is not the last one, and it finds the
+rank with the regular expression ``"rank":\\s+(\\d+)``, so ``distributedInfo`` comes first and
+JSON is written with ``": "`` separators. HTA also drops the last ``ProfilerStep``, so the export
+ends with an empty one (``args.ddpsim: "closing marker"``) after the last iteration. Times are microseconds on the trace's one clock
+(``meta.timebase`` says whether that is the GPU's or the host's).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from ddpsim.analysis import steady_cycles
 from ddpsim.trace import Trace, load_trace
 
-HELP = "export a trace to Chrome Trace Event JSON (Perfetto, chrome://tracing)"
-COMPUTE, COMM = 0, 1  # tids
+HELP = "export a trace in the PyTorch profiler's Chrome-trace shape (Perfetto, HTA)"
+COMPUTE_STREAM, COMM_STREAM = 7, 20  # device tids (Kineto: stream ids)
+HOST_PID = 100_000  # host process of rank r in the multi-rank file: HOST_PID + r
+HOST_TID = 1
+NCCL_NAME = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 
 
 def _us(ns: int) -> float:
     return ns / 1000.0
-
-
-def _span(name, cat, pid, tid, start_ns, end_ns, args):
-    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
-            "ts": _us(start_ns), "dur": _us(end_ns - start_ns), "args": args}
-
-
-def _instant(name, cat, pid, tid, t_ns, args):
-    return {"name": name, "cat": cat, "ph": "i", "s": "t", "pid": pid, "tid": tid,
-            "ts": _us(t_ns), "args": args}
 
 
 def _lanes(spans: list[tuple[int, int]]) -> list[int]:
@@ -47,68 +63,184 @@ def _lanes(spans: list[tuple[int, int]]) -> list[int]:
     return lanes
 
 
-def _rank_events(trace: Trace, rank) -> list[dict]:
-    pid, events, comm = rank.rank, [], []
-    for it in rank.iterations:
-        n = it.iteration
-        layout = rank.layout_at(n)
+class _RankWriter:
+    """Builds one rank's events; ``gpu`` and ``host`` are its device and host pids."""
+
+    def __init__(self, trace: Trace, rank, gpu: int, host: int, iterations: set[int] | None):
+        self.trace, self.rank, self.gpu, self.host = trace, rank, gpu, host
+        self.keep = iterations
+        self.events: list[dict] = []
+        # Large ids, as Kineto's: HTA stores correlations in the smallest int type that holds
+        # them, then writes row numbers into that column (small ids overflow it).
+        self.correlation = (rank.rank + 1) * 10_000_000
+        self.flow = (rank.rank + 1) * 10_000_000
+        self.backend = str(trace.meta.get("backend", "unknown"))
+
+    def kernel(self, name: str, cat: str, tid: int, start_ns: int, end_ns: int, args: dict) -> None:
+        """A device span plus its host launch and ac2g flow (Note [Kineto shape])."""
+        c = self.correlation
+        self.correlation += 1
+        ts, dur = _us(start_ns), max(_us(end_ns - start_ns), 0.001)
+        self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": self.gpu, "tid": tid, "ts": ts,
+                            "dur": dur, "args": {"stream": tid, "device": 0, "correlation": c,
+                                                 "ddpsim": cat, **args}})
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": self.host,
+                            "tid": HOST_TID, "ts": ts, "dur": 0.001, "args": {"correlation": c}})
+        for ph, pid, tid in (("s", self.host, HOST_TID), ("f", self.gpu, tid)):
+            self.events.append({"ph": ph, "id": c, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g",
+                                "name": "ac2g", **({"bp": "e"} if ph == "f" else {})})
+
+    def annotation(self, name: str, start_ns: int, end_ns: int, args: dict) -> None:
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": self.host,
+                            "tid": HOST_TID, "ts": _us(start_ns), "dur": _us(end_ns - start_ns), "args": args})
+
+    def instant(self, name: str, cat: str, t_ns: int, args: dict) -> None:
+        self.events.append({"ph": "i", "s": "t", "cat": cat, "name": name, "pid": self.gpu,
+                            "tid": COMPUTE_STREAM, "ts": _us(t_ns), "args": args})
+
+    def arrow(self, t_from: int, t_to: int, to_tid: int, args: dict) -> None:
+        f = self.flow
+        self.flow += 1
+        self.events.append({"ph": "s", "id": f, "pid": self.gpu, "tid": COMPUTE_STREAM, "ts": _us(t_from - 1),
+                            "cat": "ddp_grad_to_bucket", "name": "gradient -> bucket", "args": args})
+        self.events.append({"ph": "f", "bp": "e", "id": f, "pid": self.gpu, "tid": to_tid, "ts": _us(t_to),
+                            "cat": "ddp_grad_to_bucket", "name": "gradient -> bucket", "args": args})
+
+    def build(self) -> list[dict]:
+        iters = [it for it in self.rank.iterations if self.keep is None or it.iteration in self.keep]
+        comm = []
+        for k, it in enumerate(iters):
+            step_end = iters[k + 1].forward.start_ns if k + 1 < len(iters) else it.end_ns
+            self.annotation(f"ProfilerStep#{it.iteration}", it.forward.start_ns, max(step_end, it.end_ns), {})
+            comm += self._iteration(it)
+        if iters:  # HTA drops the last ProfilerStep; an empty closing one keeps every iteration in
+            end = max(it.end_ns for it in iters)
+            self.annotation(f"ProfilerStep#{iters[-1].iteration + 1}", end, end, {"ddpsim": "closing marker"})
+        comm.sort(key=lambda c: c[2])
+        tids = set()
+        comm = [c for c in comm if c[3] > c[2]]  # no GPU work (NCCL on one rank): no kernel
+        for (name, cat, start, end, args, arrows), lane in zip(comm, _lanes([(c[2], c[3]) for c in comm])):
+            tid = COMM_STREAM + lane
+            tids.add(tid)
+            self.kernel(name, cat, tid, start, end, args)
+            for t_ready, a in arrows:
+                self.arrow(t_ready, start, tid, a)
+        return self._metadata(tids | {COMM_STREAM}) + self.events
+
+    def _iteration(self, it) -> list[tuple]:
+        n, trace = it.iteration, self.trace
+        layout = self.rank.layout_at(n)
         bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
-        for cat, span in (("forward", it.forward), ("backward", it.backward), ("optimizer", it.optimizer),
-                          ("graph_search", it.graph_search)):
-            if span:
-                args = {"iteration": n, "sync": it.sync}
-                events.append(_span(f"{cat} {n}", cat, pid, COMPUTE, span.start_ns, span.end_ns, args))
-        for g in it.grad_ready:
-            events.append(_instant(trace.param_name(g.param), "grad_ready", pid, COMPUTE, g.t_ns, {
-                "iteration": n, "param": g.param, "name": trace.param_name(g.param),
-                "bucket": bucket_of.get(g.param), "unused": g.unused}))
+        base = {"iteration": n, "sync": it.sync}
+        self.annotation("DistributedDataParallel.forward", it.forward.start_ns, it.forward.end_ns, base)
+        self.kernel("ddpsim::forward", "forward", COMPUTE_STREAM, it.forward.start_ns, it.forward.end_ns, base)
+        prev = it.backward.start_ns
+        ready = sorted(it.grad_ready, key=lambda g: g.t_ns)
+        for g in ready:
+            name = trace.param_name(g.param)
+            args = {**base, "param": g.param, "name": name, "bucket": bucket_of.get(g.param), "unused": g.unused}
+            if g.t_ns > prev:
+                self.kernel(f"ddpsim::backward {name}", "backward", COMPUTE_STREAM, prev, g.t_ns, args)
+                prev = g.t_ns
+            self.instant(name, "grad_ready", g.t_ns, args)
+        if not ready:  # no per-gradient times (e.g. a no_sync step recorded without hooks)
+            self.kernel("ddpsim::backward", "backward", COMPUTE_STREAM, it.backward.start_ns, it.backward.end_ns, base)
+        if it.optimizer:
+            self.annotation("Optimizer.step#SGD.step", it.optimizer.start_ns, it.optimizer.end_ns, base)
+            self.kernel("ddpsim::optimizer", "optimizer", COMPUTE_STREAM, it.optimizer.start_ns,
+                        it.optimizer.end_ns, base)
+        if it.graph_search:
+            self.annotation("torch.distributed.ddp.reducer::search_unused_parameters",
+                            it.graph_search.start_ns, it.graph_search.end_ns, base)
+        comm = []
         for b in it.buckets:
-            events.append(_instant(f"bucket {b.bucket} ready", "bucket_ready", pid, COMPUTE, b.ready_ns,
-                                   {"iteration": n, "bucket": b.bucket, "bytes": b.bytes}))
-            comm.append(("allreduce", f"allreduce bucket {b.bucket}", b.launch_ns, b.complete_ns,
-                         {"iteration": n, "bucket": b.bucket, "bytes": b.bytes}))
+            args = {**base, "bucket": b.bucket, "bytes": b.bytes, "backend": self.backend}
+            self.instant(f"bucket {b.bucket} ready", "bucket_ready", b.ready_ns, args)
+            members = [g for g in ready if bucket_of.get(g.param) == b.bucket]
+            arrows = [(min(g.t_ns, b.launch_ns), {**base, "param": g.param, "bucket": b.bucket}) for g in members]
+            comm.append((f"{NCCL_NAME} (bucket {b.bucket})", "allreduce", b.launch_ns, b.complete_ns, args, arrows))
         if it.bitmap_allreduce:
             c = it.bitmap_allreduce
-            comm.append(("bitmap_allreduce", "used-parameter bitmap", c.launch_ns, c.complete_ns,
-                         {"iteration": n, "bytes": c.bytes}))
-    comm.sort(key=lambda c: c[2])
-    for (cat, name, start, end, args), lane in zip(comm, _lanes([(c[2], c[3]) for c in comm])):
-        events.append(_span(name, cat, pid, COMM + lane, start, end, args))
-    return events
+            comm.append(("ncclDevKernel_AllReduce_Sum_i32_RING_LL (used-parameter bitmap)", "bitmap_allreduce",
+                         c.launch_ns, c.complete_ns, {**base, "bytes": c.bytes, "backend": self.backend}, []))
+        return comm
+
+    def _metadata(self, comm_tids: set[int]) -> list[dict]:
+        r = self.rank.rank
+        meta = [{"ph": "M", "name": "process_name", "pid": self.gpu, "tid": 0, "args": {"name": f"rank {r}"}},
+                {"ph": "M", "name": "process_labels", "pid": self.gpu, "tid": 0, "args": {"labels": f"GPU {r}"}},
+                {"ph": "M", "name": "process_sort_index", "pid": self.gpu, "tid": 0, "args": {"sort_index": r}},
+                {"ph": "M", "name": "process_name", "pid": self.host, "tid": 0, "args": {"name": f"rank {r} host"}},
+                {"ph": "M", "name": "process_labels", "pid": self.host, "tid": 0, "args": {"labels": "CPU"}},
+                {"ph": "M", "name": "thread_name", "pid": self.gpu, "tid": COMPUTE_STREAM,
+                 "args": {"name": "compute (stream 7)"}}]
+        for tid in sorted(comm_tids):
+            label = f"communication (stream {tid})"
+            meta.append({"ph": "M", "name": "thread_name", "pid": self.gpu, "tid": tid, "args": {"name": label}})
+        return meta
 
 
-def _metadata(rank: int, comm_tids: set[int]) -> list[dict]:
-    meta = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}},
-            {"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}},
-            {"ph": "M", "name": "thread_name", "pid": rank, "tid": COMPUTE, "args": {"name": "compute"}}]
-    for tid in sorted(comm_tids):
-        label = "communication" if tid == COMM else f"communication {tid - COMM + 1}"
-        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
-    return meta
+def _header(trace: Trace, rank: int) -> dict:
+    meta = trace.meta
+    return {"distributedInfo": {"backend": meta.get("backend"), "rank": rank, "world_size": trace.world_size},
+            "schemaVersion": 1, "deviceProperties": [], "displayTimeUnit": "ms",
+            "otherData": {"source": trace.source, "model": meta.get("model"), "impl": meta.get("impl"),
+                          "world_size": trace.world_size, "backend": meta.get("backend"),
+                          "timebase": meta.get("timebase"), "exported_by": "ddpsim"}}
 
 
-def to_chrome(trace: Trace) -> dict:
+def steady_iterations(trace: Trace) -> set[int]:
+    """The steady-state iterations (``ddpsim.analysis.steady_cycles``): no iteration 0, final layout."""
+    return {i for c in steady_cycles(trace) for i in c}
+
+
+def to_chrome(trace: Trace, iterations: set[int] | None = None) -> dict:
+    """Every rank in one file (the multi-rank form): device pid r, host pid HOST_PID + r."""
     events = []
     for rank in trace.ranks:
-        rank_events = _rank_events(trace, rank)
-        tids = {e["tid"] for e in rank_events if e["tid"] >= COMM} | {COMM}
-        events += _metadata(rank.rank, tids) + rank_events
-    meta = trace.meta
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"source": trace.source, "model": meta.get("model"), "impl": meta.get("impl"),
-                          "world_size": trace.world_size, "backend": meta.get("backend")},
-            "distributedInfo": {"backend": meta.get("backend"), "rank": 0, "world_size": trace.world_size}}
+        events += _RankWriter(trace, rank, rank.rank, HOST_PID + rank.rank, iterations).build()
+    return {**_header(trace, trace.ranks[0].rank), "traceEvents": events}
+
+
+def to_kineto(trace: Trace, rank: int, iterations: set[int] | None = None) -> dict:
+    """One rank's file, as the PyTorch profiler writes it (device pid 0, host pid 1)."""
+    r = next((x for x in trace.ranks if x.rank == rank), None)
+    if r is None:
+        raise ValueError(f"the trace has no rank {rank}")
+    return {**_header(trace, rank), "traceEvents": _RankWriter(trace, r, 0, 1, iterations).build()}
+
+
+def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | None = None) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in trace.ranks:
+        path = out_dir / f"rank{r.rank}.json"
+        path.write_text(json.dumps(to_kineto(trace, r.rank, iterations)))  # ": " separators (HTA)
+        paths.append(path)
+    return paths
 
 
 def add_arguments(p) -> None:
     p.add_argument("--chrome", action="store_true", required=True,
-                   help="write Chrome Trace Event JSON (the only export format so far)")
+                   help="write the PyTorch profiler's Chrome-trace (Kineto) shape")
     p.add_argument("trace", help="ddpsim trace (JSON)")
-    p.add_argument("out", help="Chrome trace file to write")
+    p.add_argument("out", help="file to write; with --per-rank, a folder for rank<R>.json files")
+    p.add_argument("--per-rank", action="store_true",
+                   help="one Kineto file per rank in the folder OUT (what HolisticTraceAnalysis reads)")
+    p.add_argument("--steady", action="store_true",
+                   help="only the steady-state iterations (no iteration 0, no layout rebuild)")
 
 
 def main(args) -> int:
-    chrome = to_chrome(load_trace(args.trace))
+    trace = load_trace(args.trace)
+    keep = steady_iterations(trace) if args.steady else None
+    if args.per_rank:
+        paths = write_per_rank(trace, args.out, keep)
+        print(f"wrote {len(paths)} per-rank Kineto traces to {args.out}/ (rank<R>.json); open one in "
+              f"https://ui.perfetto.dev or the folder with HolisticTraceAnalysis")
+        return 0
+    chrome = to_chrome(trace, keep)
     Path(args.out).write_text(json.dumps(chrome))
     print(f"wrote {args.out}: {len(chrome['traceEvents'])} events; open it in https://ui.perfetto.dev")
     return 0

@@ -4,11 +4,217 @@ Every use of a private torch attribute or function (names starting with ``_``), 
 that changed between torch releases, goes through a function in this module, so that a new torch
 release needs checking in one file. Each function says which torch versions it was checked on and
 what it falls back to when the private API is missing.
+
+"Checked" means: read in that release's sources (torch/nn/parallel/distributed.py,
+torch/distributed/__init__.py) or run here (2.13.0+cpu). A missing attribute never raises: the
+function falls back to public behaviour, or returns None, which callers show as "unknown".
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+from dataclasses import dataclass
 
-# ----------------------------------------------------------------------------- rebuild (issue 17)
+import torch
+import torch.distributed as dist
+
+SUPPORTED = ((2, 4), (2, 13))  # oldest and newest (major, minor) ddpsim was checked on
+MIB = 1024 * 1024
+# torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.13.
+DEFAULT_FIRST_BUCKET_BYTES = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MIB))
+DEFAULT_BUCKET_CAP_MB = 25  # DDP's bucket_cap_mb default, 1.x - 2.13
+
+
+def torch_version(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of ``torch.__version__`` (or of ``version``): "2.11.0+cu130" -> (2, 11)."""
+    text = (version or torch.__version__).split("+")[0]
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (2 - len(parts)))  # type: ignore[return-value]
+
+
+def version_warning(version: str | None = None) -> str | None:
+    """One line when torch is outside the checked range, else None."""
+    got = torch_version(version)
+    lo, hi = SUPPORTED
+    if lo <= got <= hi:
+        return None
+    return (f"ddpsim: warning: torch {version or torch.__version__} is outside the range ddpsim was "
+            f"checked on ({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}); private APIs fall back to public "
+            f"behaviour and some fields may read 'unknown'")
+
+
+_warned = []
+
+
+def warn_if_unsupported() -> None:
+    """Print ``version_warning`` once per process, to stderr."""
+    line = version_warning()
+    if line and not _warned:
+        _warned.append(line)
+        print(line, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- bucket sizes
+
+
+def compute_bucket_assignment_by_size(tensors, size_limits, expect_sparse_gradient=None,
+                                      tensor_indices=None):
+    """torch's own ``dist._compute_bucket_assignment_by_size`` -> (bucket_indices, per_bucket_limits).
+
+    Checked on 2.4 - 2.13 (the same 4-argument signature since 1.10). Returns None when this
+    torch has no such function, so callers can say "unknown" instead of guessing.
+    """
+    fn = getattr(dist, "_compute_bucket_assignment_by_size", None)
+    if fn is None:
+        return None
+    sparse = list(expect_sparse_gradient) if expect_sparse_gradient is not None else []
+    if tensor_indices is None:
+        buckets, limits = fn(list(tensors), list(size_limits), sparse)
+    else:
+        buckets, limits = fn(list(tensors), list(size_limits), sparse, list(tensor_indices))
+    return [list(b) for b in buckets], list(limits)  # a tuple, like torch's
+
+
+@dataclass
+class BucketCaps:
+    """The size limits a torch DDP object builds its buckets under (bytes)."""
+
+    bucket_bytes: int | None  # the cap of every bucket but the first; None: unknown
+    first_candidates: list[int]  # the first (soonest-reduced) bucket's cap: the likely ones, best first
+    source: str  # where these came from: "_bucket_config", "bucket_bytes_cap" or "unknown"
+
+    def construction_limits(self, static_graph: bool, find_unused: bool) -> list[list[int]] | None:
+        """Candidate ``bucket_size_limits`` of ``_ddp_init_helper`` (before its reversal)."""
+        if self.bucket_bytes is None:
+            return None
+        if static_graph or not find_unused:
+            return [[sys.maxsize]]  # one bucket until the rebuild (every release checked)
+        out = []
+        for first in self.first_candidates:
+            limits = [first, self.bucket_bytes] if first < self.bucket_bytes else [self.bucket_bytes]
+            if limits not in out:
+                out.append(limits)
+        return out
+
+    def rebuild_limits(self) -> list[list[int]] | None:
+        """Candidate limits of ``Reducer::rebuild_buckets``: [first cap, cap]."""
+        if self.bucket_bytes is None:
+            return None
+        return [[first, self.bucket_bytes] for first in self.first_candidates]
+
+
+def bucket_caps(ddp) -> BucketCaps:
+    """Read a torch DDP object's bucket caps, whatever its release.
+
+    - 2.13 (and 2.12's ``_BucketCapacityConfig``): ``ddp._bucket_config`` with
+      ``bucket_bytes_cap`` and ``first_bucket_bytes_cap``.
+    - 2.4 - 2.11: ``ddp.bucket_bytes_cap`` and ``ddp.bucket_bytes_cap_default``; the reducer's first
+      cap is ``_DEFAULT_FIRST_BUCKET_BYTES`` if the default was kept, else ``bucket_bytes_cap``.
+    - older: ``bucket_bytes_cap`` only, and the first cap was always ``_DEFAULT_FIRST_BUCKET_BYTES``.
+    Where the first cap is not certain, both candidates are given; ``layout_caps`` keeps the one
+    that reproduces the buckets seen.
+    """
+    cfg = getattr(ddp, "_bucket_config", None)
+    cap = getattr(cfg, "bucket_bytes_cap", None)
+    first = getattr(cfg, "first_bucket_bytes_cap", None)
+    if isinstance(cap, int) and isinstance(first, int):
+        return BucketCaps(cap, [first], "_bucket_config")
+    cap = getattr(ddp, "bucket_bytes_cap", None)
+    if not isinstance(cap, int):
+        return BucketCaps(None, [], "unknown")
+    default = getattr(ddp, "bucket_bytes_cap_default", None)
+    if default is True:
+        firsts = [DEFAULT_FIRST_BUCKET_BYTES]
+    elif default is False:
+        firsts = [cap, DEFAULT_FIRST_BUCKET_BYTES]
+    else:
+        firsts = [DEFAULT_FIRST_BUCKET_BYTES, cap]
+    return BucketCaps(cap, firsts, "bucket_bytes_cap")
+
+
+def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bool,
+                static_graph: bool, find_unused: bool) -> list[int | None]:
+    """The cap torch built each observed bucket under, or None for each when it cannot be told.
+
+    ``observed``: the buckets in index order, ``{"params": [...]}``. Construction: torch's
+    assignment over the parameters in definition order, reversed (``_ddp_init_helper``);
+    rebuilt: over the observed ready order (``Reducer::rebuild_buckets``). A candidate is kept
+    only if torch's own function reproduces the observed buckets.
+    """
+    unknown = [None] * len(observed)
+    want = [list(b["params"]) for b in observed]
+    if construction:
+        candidates = caps.construction_limits(static_graph, find_unused) or []
+        for limits in candidates:
+            got = compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+            if got and [sorted(b) for b in reversed(got[0])] == [sorted(b) for b in want]:
+                return list(reversed(got[1]))
+        return unknown
+    order = [i for b in want for i in b]
+    for limits in caps.rebuild_limits() or []:
+        got = compute_bucket_assignment_by_size([params[i] for i in order], limits,
+                                                [False] * len(order), order)
+        if got and [sorted(b) for b in got[0]] == [sorted(b) for b in want]:
+            return list(got[1])
+    return unknown
+
+
+# ----------------------------------------------------------------------------- DDP internals
+
+
+def ddp_logging_data(ddp) -> dict | None:
+    """torch's ``ddp._get_ddp_logging_data()`` as a plain dict, or None where it is missing.
+
+    Checked on 2.4 - 2.13 (a method of DistributedDataParallel since 1.9; its keys grew over
+    releases, so readers use ``.get``).
+    """
+    fn = getattr(ddp, "_get_ddp_logging_data", None)
+    if fn is None:
+        return None
+    try:
+        return dict(fn())
+    except RuntimeError:  # e.g. a logger that was never set up
+        return None
+
+
+def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0) -> None:
+    """``dist._broadcast_coalesced`` (DDP's ``_sync_module_states``), else one broadcast per tensor.
+
+    Checked on 2.4 - 2.13. The fallback sends the same values, in more messages.
+    """
+    fn = getattr(dist, "_broadcast_coalesced", None)
+    if fn is not None:
+        fn(process_group, list(tensors), bucket_bytes, src)
+        return
+    for t in tensors:
+        dist.broadcast(t, src=dist.get_global_rank(process_group, src) if process_group else src,
+                       group=process_group)
+
+
+def preserve_version_counter(tensors):
+    """``torch.autograd._unsafe_preserve_version_counter`` (DDP's buffer broadcast), else a no-op.
+
+    Checked on 2.4 - 2.13. Without it an in-place broadcast into a buffer bumps its version
+    counter; only autograd's "modified in place" check can notice.
+    """
+    fn = getattr(torch.autograd, "_unsafe_preserve_version_counter", None)
+    return fn(tuple(tensors)) if fn is not None else contextlib.nullcontext()
+
+
+def is_non_overlapping_and_dense(t) -> bool:
+    """``torch._prims_common.is_non_overlapping_and_dense_or_false`` (the reducer's layout test for
+    a bucket view), else ``is_contiguous()``. Checked on 2.4 - 2.13."""
+    try:
+        from torch._prims_common import is_non_overlapping_and_dense_or_false as fn
+    except ImportError:
+        return bool(t.is_contiguous())
+    return bool(fn(t))
+
+
+# ----------------------------------------------------------------------------- rebuild
 
 
 def has_rebuilt_buckets(ddp) -> bool | None:

@@ -75,6 +75,7 @@ class GradReady:
     t_ns: int
     param: int
     unused: bool = False  # marked ready by find_unused_parameters, not computed
+    cpu_t_ns: int | None = None  # when t_ns is the GPU's (meta.timebase): the host time the hook ran
 
 
 @dataclass
@@ -87,6 +88,8 @@ class BucketEvent:
     launch_ns: int
     complete_ns: int
     launch_end_ns: int | None = None  # the launch call returned: its cost on the autograd thread ends
+    cpu_launch_ns: int | None = None  # when times are the GPU's (meta.timebase): the host launch time
+    cpu_complete_ns: int | None = None  # ... and the host time the completion callback ran
 
 
 @dataclass
@@ -301,14 +304,16 @@ class _Reader:
     def iteration(self, d, path):
         g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731
         grads = [GradReady(self.get(x, "t_ns", int, f"{path}.grad_ready[{i}]"),
-                           self.get(x, "param", int, f"{path}.grad_ready[{i}]"), bool(x.get("unused", False)))
+                           self.get(x, "param", int, f"{path}.grad_ready[{i}]"), bool(x.get("unused", False)),
+                           self.get(x, "cpu_t_ns", int, f"{path}.grad_ready[{i}]", True))
                  for i, x in enumerate(g("grad_ready", list))]
         buckets = []
         for i, b in enumerate(g("buckets", list)):
             p = f"{path}.buckets[{i}]"
             buckets.append(BucketEvent(*(self.get(b, k, int, p) for k in
                                          ("bucket", "bytes", "ready_ns", "launch_ns", "complete_ns")),
-                                       self.get(b, "launch_end_ns", int, p, True)))
+                                       *(self.get(b, k, int, p, True) for k in
+                                         ("launch_end_ns", "cpu_launch_ns", "cpu_complete_ns"))))
         bitmap = g("bitmap_allreduce", dict, True)
         if bitmap is not None:
             p = f"{path}.bitmap_allreduce"

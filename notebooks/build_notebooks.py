@@ -174,7 +174,9 @@ makes 1600 bytes: the bucket closes there, 1000 bytes over the cap."""),
 
 params = list(tiny.parameters())
 ours = compute_bucket_assignment_by_size(params, [600])
-theirs = dist._compute_bucket_assignment_by_size(params, [600])  # torch's C++ implementation
+from ddpsim import torchcompat  # the one place ddpsim calls torch's private functions
+
+theirs = torchcompat.compute_bucket_assignment_by_size(params, [600])  # torch's C++ implementation
 print("minddp:", ours)
 print("torch: ", theirs)
 assert ours == tuple(theirs) or list(ours) == list(theirs)
@@ -184,7 +186,7 @@ for bucket in ours[0]:
     M("""Two caps: the first bucket gets the first limit, later ones the last. This is how the small
 1 MiB first bucket is made. (Try `[100, 600]` and `[10_000]`.)"""),
     C('''print(compute_bucket_assignment_by_size(params, [100, 600]))
-print(dist._compute_bucket_assignment_by_size(params, [100, 600]))'''),
+print(torchcompat.compute_bucket_assignment_by_size(params, [100, 600]))'''),
     M("""## 2. Watch the reducer work
 
 We wrap the tiny model in `minddp.DistributedDataParallel` with a 600-byte cap and log every call

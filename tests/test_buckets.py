@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
+from ddpsim import torchcompat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +23,7 @@ CASES = {"construction": 0, "rebuild": 0}
 
 
 def torch_oracle(tensors, limits, sparse, indices):
-    buckets, per = dist._compute_bucket_assignment_by_size(tensors, limits, sparse, indices)
-    return [list(b) for b in buckets], list(per)
+    return torchcompat.compute_bucket_assignment_by_size(tensors, limits, sparse, indices)
 
 
 @st.composite

@@ -1,36 +1,66 @@
-"""Chrome Trace Event export: the shape Perfetto and chrome://tracing read."""
+"""Chrome-trace export in the PyTorch profiler's (Kineto) shape: what Perfetto and HTA read."""
 import json
 import subprocess
 import sys
 
 from conftest import ROOT
 from ddpsim import load_trace
-from ddpsim.export import to_chrome
+from ddpsim.export import COMM_STREAM, COMPUTE_STREAM, HOST_PID, to_chrome, to_kineto
 
 FIXTURE = "tests/fixtures/tiny_trace.json"
 
 
-def test_export_layout_categories_and_args():
+def _device(events):
+    return [e for e in events if e["ph"] in ("X", "i") and e["pid"] < HOST_PID]
+
+
+def test_export_streams_categories_and_args():
     trace = load_trace(ROOT / FIXTURE)
     events = to_chrome(trace)["traceEvents"]
-    body = [e for e in events if e["ph"] != "M"]
-    assert {e["pid"] for e in body} == {r.rank for r in trace.ranks}
-    cats = {e["cat"] for e in body}
-    assert {"forward", "backward", "optimizer", "allreduce", "grad_ready", "bucket_ready"} <= cats
+    body = _device(events)
+    assert {e["pid"] for e in body} == {r.rank for r in trace.ranks}  # device process = rank
+    kinds = {e["args"].get("ddpsim") for e in body if e["ph"] == "X"} | {e["cat"] for e in body if e["ph"] == "i"}
+    assert {"forward", "backward", "optimizer", "allreduce", "grad_ready", "bucket_ready"} <= kinds
     for e in body:
-        if e["cat"] == "allreduce":
-            assert e["ph"] == "X" and e["tid"] >= 1 and {"iteration", "bucket", "bytes"} <= set(e["args"])
-        if e["cat"] in ("forward", "backward", "optimizer"):
-            assert e["ph"] == "X" and e["tid"] == 0
-        if e["cat"] == "grad_ready":
-            assert e["ph"] == "i" and {"iteration", "param", "name", "bucket"} <= set(e["args"])
+        if e["ph"] == "X":
+            assert e["cat"] == "kernel" and e["args"]["stream"] == e["tid"]
+            if e["args"]["ddpsim"] == "allreduce":  # communication on its own stream(s)
+                assert e["tid"] >= COMM_STREAM and e["name"].startswith("ncclDevKernel")
+                assert {"iteration", "bucket", "bytes", "backend"} <= set(e["args"])
+            else:
+                assert e["tid"] == COMPUTE_STREAM
+        elif e["cat"] == "grad_ready":
+            assert {"iteration", "param", "name", "bucket"} <= set(e["args"])
+
+
+def test_profiler_steps_launches_and_flows():
+    trace = load_trace(ROOT / FIXTURE)
+    events = to_kineto(trace, 0)["traceEvents"]
+    steps = [e["name"] for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    n = len(trace.ranks[0].iterations)
+    assert steps == [f"ProfilerStep#{i}" for i in range(n + 1)]  # + the empty closing step (HTA)
+    kernels = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"}
+    launches = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"}
+    assert kernels == launches  # every device span has its host launch
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "ddp_grad_to_bucket"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "ddp_grad_to_bucket"}
+    assert starts and starts.keys() == ends.keys()
+    synced = [it for it in trace.ranks[0].iterations if it.buckets]
+    assert len(starts) == sum(len(it.grad_ready) for it in synced)  # one arrow per gradient
+    assert all(ends[i]["tid"] >= COMM_STREAM and ends[i]["ts"] >= starts[i]["ts"] for i in starts)
+
+
+def test_rank_file_header_is_kinetos():
+    trace = load_trace(ROOT / FIXTURE)
+    text = json.dumps(to_kineto(trace, 1))
+    assert text.startswith('{"distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}')
 
 
 def test_timestamps_are_microseconds_on_one_base():
     trace = load_trace(ROOT / FIXTURE)
     events = to_chrome(trace)["traceEvents"]
     first = trace.ranks[1].iterations[0].forward
-    fwd = next(e for e in events if e.get("cat") == "forward" and e["pid"] == trace.ranks[1].rank)
+    fwd = next(e for e in events if e.get("name") == "ddpsim::forward" and e["pid"] == trace.ranks[1].rank)
     assert fwd["ts"] == first.start_ns / 1000 and fwd["dur"] == first.duration_ns / 1000
 
 
@@ -42,14 +72,20 @@ def test_spans_on_one_track_nest():
         if e["ph"] == "X":
             tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
     for spans in tracks.values():
-        spans.sort()
+        spans.sort(key=lambda s: (s[0], -s[1]))  # an enclosing span before what it holds
         for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
-            assert s2 >= e1 or e2 <= e1, "overlapping spans must nest"
+            assert s2 >= e1 - 1e-9 or e2 <= e1, "overlapping spans must nest"
 
 
-def test_cli_writes_json(tmp_path):
+def test_cli_writes_json_and_per_rank_files(tmp_path):
     out = tmp_path / "chrome.json"
-    result = subprocess.run([sys.executable, "-m", "ddpsim", "export", "--chrome", FIXTURE, str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "ddpsim", "export", "--chrome", *a],  # noqa: E731
+                                    cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = run(FIXTURE, str(out))
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["displayTimeUnit"] == "ms"
+    result = run(FIXTURE, str(tmp_path / "ranks"), "--per-rank", "--steady")
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in (tmp_path / "ranks").iterdir())
+    assert files == ["rank0.json", "rank1.json"]
+    assert json.loads((tmp_path / "ranks" / "rank1.json").read_text())["distributedInfo"]["rank"] == 1

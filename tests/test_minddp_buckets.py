@@ -4,8 +4,8 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.minddp import compute_bucket_assignment_by_size
 from ddpsim.minddp.ddp import bucket_caps, build_params_for_reducer
 
@@ -25,7 +25,7 @@ LIMITS = [
     [sys.maxsize],
     [1],  # every tensor its own bucket
     [4096],
-    [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024],  # the default first cap
+    [torchcompat.DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024],  # the default first cap
     [1000, 50_000],
     [300, 2000, 9000],
 ]
@@ -38,7 +38,7 @@ def test_construction_assignment_matches_torch(limits, mixed):
     for trial in range(20):
         tensors = _params(rng, rng.randint(1, 40), mixed)
         ours = compute_bucket_assignment_by_size(tensors, limits)
-        theirs = dist._compute_bucket_assignment_by_size(tensors, limits)
+        theirs = torchcompat.compute_bucket_assignment_by_size(tensors, limits)
         assert ours == (theirs[0], theirs[1]), (trial, [t.shape for t in tensors])
 
 
@@ -52,7 +52,7 @@ def test_rebuild_assignment_in_ready_order_matches_torch(limits):
         rng.shuffle(order)
         ordered = [tensors[i] for i in order]
         ours = compute_bucket_assignment_by_size(ordered, limits, (), order)
-        theirs = dist._compute_bucket_assignment_by_size(ordered, limits, [], order)
+        theirs = torchcompat.compute_bucket_assignment_by_size(ordered, limits, [], order)
         assert ours == (theirs[0], theirs[1])
 
 
@@ -60,12 +60,12 @@ def test_sparse_gradient_gets_own_bucket():
     tensors = _params(random.Random(3), 8, mixed=False)
     sparse = [False, True, False, False, True, False, False, False]
     ours = compute_bucket_assignment_by_size(tensors, [4096], sparse)
-    assert ours == tuple(dist._compute_bucket_assignment_by_size(tensors, [4096], sparse))
+    assert ours == tuple(torchcompat.compute_bucket_assignment_by_size(tensors, [4096], sparse))
 
 
 def test_bucket_caps_follow_torch():
     mib = 1024 * 1024
-    assert bucket_caps(None) == (25 * mib, dist._DEFAULT_FIRST_BUCKET_BYTES)
+    assert bucket_caps(None) == (25 * mib, torchcompat.DEFAULT_FIRST_BUCKET_BYTES)
     assert bucket_caps(25) == (25 * mib, 25 * mib)  # explicit cap: no small first bucket
     assert bucket_caps(0.25) == (mib // 4, mib // 4)
 

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distutil import run_ranks
+from ddpsim import torchcompat
 
 pytest.importorskip("ddpsim.models.zoo_models")
 
@@ -84,7 +85,7 @@ def _layout(ddp):
 
 
 def _torch_layouts(ddp):
-    d = ddp._get_ddp_logging_data()
+    d = torchcompat.ddp_logging_data(ddp)
     sizes = [int(s) for s in d["bucket_sizes"].split(", ")]
     rebuilt = None
     if d.get("has_rebuilt_buckets"):

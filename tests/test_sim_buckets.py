@@ -3,8 +3,8 @@ import random
 
 import pytest
 import torch
-import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.sim import Link, ParamSpec, Workload, compute_bucket_assignment, synthetic
 from ddpsim.sim.api import SimConfig, plan_layouts
 from ddpsim.sim.workload import MIB, caps_bytes, construction_layout, ordered_layout
@@ -25,8 +25,8 @@ def oracle(numels, dts, caps, order=None):
     tensors are passed already in that order and ``tensor_indices`` labels them."""
     tensors = [torch.empty(n, dtype=DTYPES[d]) for n, d in zip(numels, dts)]
     if order is None:
-        return dist._compute_bucket_assignment_by_size(tensors, caps)
-    return dist._compute_bucket_assignment_by_size([tensors[i] for i in order], caps,
+        return torchcompat.compute_bucket_assignment_by_size(tensors, caps)
+    return torchcompat.compute_bucket_assignment_by_size([tensors[i] for i in order], caps,
                                                    [False] * len(tensors), order)
 
 

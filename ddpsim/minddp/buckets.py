@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from ddpsim import buckets
+from ddpsim import buckets, torchcompat
 
 
 def compute_bucket_assignment_by_size(tensors, bucket_size_limits, expect_sparse_gradient=(),
@@ -91,7 +90,7 @@ def make_bucket(index, variable_indices, cap_bytes, params) -> Bucket:
     for p in members:
         if p.dtype != first.dtype or p.device != first.device:
             raise ValueError("all parameters in a bucket must share dtype and device")
-        if is_non_overlapping_and_dense_or_false(p):
+        if torchcompat.is_non_overlapping_and_dense(p):
             views.append(gradients.as_strided(p.size(), p.stride(), offset))
         else:
             views.append(gradients.narrow(0, offset, p.numel()).view(p.size()))

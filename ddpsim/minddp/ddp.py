@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddpsim import buckets
+from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
@@ -99,7 +99,7 @@ class DistributedDataParallel(nn.Module):
         """Mirrors ``_sync_module_states``: every rank starts from rank 0's weights."""
         tensors = [p.detach() for p in self.module.parameters()] + self.modules_buffers
         if tensors:
-            dist._broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
+            torchcompat.broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
 
     def ddp_init_helper(self, params, names, gradient_as_bucket_view, recorder):
         """Mirrors ``_ddp_init_helper``.
@@ -183,10 +183,9 @@ class DistributedDataParallel(nn.Module):
         that follows a synced forward (``require_forward_param_sync``).
         """
         self.modules_buffers = [b for _, b in self.module.named_buffers()]
-        with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(
-                tuple(self.modules_buffers)):
-            dist._broadcast_coalesced(self.process_group, self.modules_buffers,
-                                      BROADCAST_BUCKET_BYTES, 0)
+        with torch.no_grad(), torchcompat.preserve_version_counter(self.modules_buffers):
+            torchcompat.broadcast_coalesced(self.process_group, self.modules_buffers,
+                                            BROADCAST_BUCKET_BYTES, 0)
 
     def post_forward(self, output):
         """Mirrors ``_post_forward``.

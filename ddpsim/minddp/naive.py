@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ddpsim import torchcompat
 from ddpsim.minddp.ddp import BROADCAST_BUCKET_BYTES, build_params_for_reducer
 from ddpsim.record.events import now_ns
 
@@ -59,8 +60,8 @@ class NaiveDDP(nn.Module):
         tensors = list(extra) + [b for _, b in self.module.named_buffers()]
         if tensors:
             with torch.no_grad():
-                dist._broadcast_coalesced(self.process_group, tensors,
-                                          BROADCAST_BUCKET_BYTES, 0)
+                torchcompat.broadcast_coalesced(self.process_group, tensors,
+                                                BROADCAST_BUCKET_BYTES, 0)
 
     @contextmanager
     def no_sync(self):

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from ddpsim import torchcompat
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
 from ddpsim.record.merge import merge_files
@@ -38,10 +39,14 @@ def progress_bar(done: int, total: int) -> None:
 
 
 def main(args) -> int:
-    cfg = record_config.from_args(args)
+    torchcompat.warn_if_unsupported()
+    cfg = record_config.from_args(args)  # a backend this node cannot run stops here, one line
     out = Path(args.out)
     if under_torchrun():
+        if os.environ.get("RANK") == "0":
+            print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
         return _torchrun_rank(cfg, out)
+    print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
     show = progress_bar if sys.stderr.isatty() else None
     trace = record(cfg, out, progress=show, master_port=args.master_port)
     summary = trace.summary()

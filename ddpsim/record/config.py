@@ -13,6 +13,7 @@ IMPLS = ("torch", "minddp", "naive", "overlap")
 ORDERS = ("torch", "reverse", "definition")  # minddp's bucket_order: ddpsim.buckets.BucketOrder (not in torch)
 LEGACY_ORDERS = {"ready": "torch"}  # before issue 17, --order ready meant torch's order
 BACKENDS = ("gloo", "nccl")
+DEVICES = ("cpu", "cuda")
 
 
 @dataclass
@@ -28,7 +29,8 @@ class RecordConfig:
     no_sync_every: int | None = None  # sync every n-th micro-step (n-1 under no_sync); None: always
     batch_size: int | None = None  # samples per rank per micro-step; None: the model's default
     seed: int = 0  # torch.manual_seed before building the model
-    backend: str | None = None  # None: nccl if CUDA is available, else gloo
+    backend: str | None = None  # None: nccl with one visible GPU per local rank, else gloo (choose_backend)
+    device: str | None = None  # cpu|cuda tensors; None: cuda with nccl, cpu with gloo (torch has no default)
     lr: float = 0.01  # SGD learning rate
     timeout_s: float = 60.0  # collective timeout (init_process_group timeout), seconds
     pin_cpus: bool = True  # pin rank r to CPU r % ncpus (removes a bimodal slowdown on CPU)
@@ -53,6 +55,8 @@ class RecordConfig:
             (self.backend is None or self.backend in BACKENDS,
              f"--backend must be gloo or nccl, not {self.backend!r}"),
             (self.timeout_s > 0, f"--timeout must be > 0 seconds, not {self.timeout_s}"),
+            (self.device is None or self.device in DEVICES,
+             f"--device must be cpu or cuda, not {self.device!r}"),
             (self.order is None or self.order in ORDERS,
              f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}"),
             (not self.probe_allreduce_bytes or min(self.probe_allreduce_bytes) > 0,
@@ -67,14 +71,15 @@ class RecordConfig:
             check_spec(self.model)
         except ModelSpecError as e:
             raise CLIError(str(e)) from None
+        self.placement()  # a backend or device this node cannot run is an error now, not in a rank
         return self
 
-    def resolved_backend(self) -> str:
-        if self.backend:
-            return self.backend
-        import torch
+    def placement(self) -> "Placement":
+        """The backend and device this node will use (see ``choose_backend``)."""
+        return choose_backend(self.backend, self.device, local_ranks(self.world_size), *visible_gpus())
 
-        return "nccl" if torch.cuda.is_available() else "gloo"
+    def resolved_backend(self) -> str:
+        return self.placement().backend
 
     def is_sync(self, iteration: int) -> bool:
         """Micro-step ``iteration`` synchronises unless it is a no_sync accumulation step."""
@@ -90,6 +95,72 @@ class RecordConfig:
     @classmethod
     def from_json(cls, text: str) -> "RecordConfig":
         return cls(**json.loads(text))
+
+
+@dataclass
+class Placement:
+    """Where a recording's ranks run: the backend, the tensors' device, and why (one line)."""
+
+    backend: str  # gloo or nccl
+    device: str  # cpu or cuda
+    reason: str
+
+    def line(self) -> str:
+        return f"backend {self.backend} on {self.device}: {self.reason}"
+
+
+def local_ranks(world_size: int) -> int:
+    """Ranks on this node: torchrun's LOCAL_WORLD_SIZE, else every rank (ddpsim's own launcher)."""
+    import os
+
+    under_torchrun = "RANK" in os.environ and "DDPSIM_LAUNCHED" not in os.environ
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if under_torchrun else world_size
+
+
+def visible_gpus() -> tuple[int, bool]:
+    """(visible CUDA devices, whether CUDA works) on this node; (0, False) without CUDA."""
+    try:
+        import torch
+
+        ok = torch.cuda.is_available()
+        return (torch.cuda.device_count() if ok else 0), ok
+    except Exception:  # noqa: BLE001 - a broken CUDA install means no GPU for us
+        return 0, False
+
+
+def choose_backend(backend: str | None, device: str | None, local: int, gpus: int,
+                   cuda_ok: bool | None = None) -> Placement:
+    """The backend rule; raises CLIError (one line) for a choice this node cannot run.
+
+    Note [NCCL needs one GPU per rank]: NCCL refuses two ranks on one GPU (the run then
+    dies inside a rank with a CUDA message that names neither NCCL nor the GPU count). So
+    NCCL is the default only when this node sees at least as many GPUs as it runs ranks;
+    otherwise gloo, which also accepts CUDA tensors (``--device cuda``, GPUs shared).
+    """
+    cuda_ok = gpus > 0 if cuda_ok is None else cuda_ok
+    gpus = gpus if cuda_ok else 0
+    have = f"{local} local rank{'s' if local != 1 else ''} and {gpus} visible GPU{'s' if gpus != 1 else ''}"
+    if device == "cuda" and not gpus:
+        raise CLIError("--device cuda needs CUDA, but this node has no visible GPU "
+                       "(torch.cuda.is_available() is False); use --device cpu")
+    if backend == "nccl":
+        if device == "cpu":
+            raise CLIError("--backend nccl needs CUDA tensors: drop --device cpu or use --backend gloo")
+        if gpus < local:
+            raise CLIError(f"--backend nccl needs one GPU per local rank, but this node has {have}; "
+                           "use --backend gloo (optionally with --device cuda) or fewer ranks")
+        return Placement("nccl", "cuda", f"requested, {have}")
+    if backend == "gloo":
+        return Placement("gloo", device or "cpu", f"requested, {have}")
+    if device != "cpu" and gpus and gpus >= local:
+        return Placement("nccl", "cuda", f"default: {have}, so one GPU per rank")
+    if device == "cpu":
+        why = "--device cpu"
+    elif gpus:
+        why = f"{have}: NCCL needs one GPU per rank"
+    else:
+        why = "no CUDA GPU visible"
+    return Placement("gloo", device or "cpu", f"default: {why}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,7 +183,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="samples per rank per micro-step")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--backend", default=None, choices=BACKENDS,
-                   help="default: nccl with one GPU per rank when CUDA is available, else gloo")
+                   help="default: nccl when this node has a GPU for every local rank, else gloo")
+    p.add_argument("--device", default=None, choices=DEVICES,
+                   help="tensor device: cuda lets gloo use GPUs (ranks share them round-robin); "
+                        "default cuda with nccl, cpu with gloo")
     p.add_argument("--lr", type=float, default=d.lr, help="SGD learning rate")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s,
                    help="collective timeout in seconds")

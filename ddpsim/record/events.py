@@ -66,9 +66,11 @@ class RankRecorder:
         """``name``: forward, backward, optimizer or graph_search."""
         self.iteration[name] = {"start_ns": start_ns, "end_ns": end_ns}
 
-    def grad_ready(self, param: int, t_ns: int, unused: bool = False) -> None:
-        self.iteration["grad_ready"].append(
-            {"t_ns": t_ns, "param": param, **({"unused": True} if unused else {})})
+    def grad_ready(self, param: int, t_ns: int, unused: bool = False) -> dict:
+        """Returns the event, so that a GPU time can replace ``t_ns`` later (gpuclock.py)."""
+        ev = {"t_ns": t_ns, "param": param, **({"unused": True} if unused else {})}
+        self.iteration["grad_ready"].append(ev)
+        return ev
 
     def bucket_launch(self, bucket: int, params: list[int], nbytes: int, t_ns: int,
                       ready_ns: int | None = None) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.minddp.ddp import build_params_for_reducer
 from ddpsim.record.events import RankRecorder, now_ns
 
@@ -47,15 +48,18 @@ def param_table(module: torch.nn.Module) -> list[dict]:
 class GradReadyProbe:
     """Post-accumulate-grad hooks on every reducer parameter: gradient-ready times."""
 
-    def __init__(self, params, recorder: RankRecorder):
+    def __init__(self, params, recorder: RankRecorder, timer=None):
         self.recorder = recorder
+        self.timer = timer  # a gpuclock.GpuTimer on CUDA: the GPU time replaces the hook's CPU time
         self.seen: list[int] = []
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
         self.n = len(params)
 
     def _hook(self, index: int):
         def hook(_param):
-            self.recorder.grad_ready(index, now_ns())
+            ev = self.recorder.grad_ready(index, now_ns())
+            if self.timer is not None:  # Note [Events on the right stream] in gpuclock.py
+                self.timer.later(ev, "t_ns", "cpu_t_ns")
             self.seen.append(index)
         return hook
 
@@ -81,9 +85,10 @@ class GradReadyProbe:
 class CommHookState:
     """State for ``bucket_hook``: what DDP's built-in allreduce needs, plus the recorder."""
 
-    def __init__(self, params, recorder: RankRecorder, process_group=None, profiled=False):
+    def __init__(self, params, recorder: RankRecorder, process_group=None, profiled=False, timer=None):
         self.index = {id(p): i for i, p in enumerate(params)}
         self.recorder = recorder
+        self.timer = timer  # gpuclock.GpuTimer on CUDA, else None
         self.group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.profiled = profiled
@@ -100,6 +105,9 @@ def bucket_hook(state, bucket):
     # Not cached: after the rebuild a new bucket's buffer can reuse the old one's address.
     params = [state.index[id(p)] for p in bucket.parameters()]
     event = state.recorder.bucket_launch(bucket.index(), params, buffer.numel() * buffer.element_size(), t)
+    timer = state.timer
+    if timer is not None:  # the bucket's gradients are in its buffer on the GPU
+        timer.later(event, "launch_ns", "cpu_launch_ns")
     buffer.div_(state.world_size)
     if state.profiled:
         with torch.profiler.record_function(OUR_LAUNCH):
@@ -107,44 +115,38 @@ def bucket_hook(state, bucket):
     else:
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
 
-    def done(fut):  # runs on a gloo thread when the allreduce completes
+    def done(fut):  # CPU: runs on a gloo thread when the allreduce completes
         event["complete_ns"] = now_ns()
+        if timer is not None:  # CUDA: runs once the collective is queued, on streams that wait for it
+            timer.later(event, "complete_ns", "cpu_complete_ns")
         return fut.value()[0]
 
     future = work.get_future().then(done)
-    state.recorder.launch_end(event, now_ns())
+    if timer is None:  # the launch call's cost on the autograd thread (a CPU quantity)
+        state.recorder.launch_end(event, now_ns())
     return future
 
 
 def torch_layout_caps(ddp, params):
     """A function giving the caps torch built each bucket under, for RankRecorder.end_iteration.
 
-    Construction: ``dist._compute_bucket_assignment_by_size`` with the limits
-    ``distributed.py`` uses (``[sys.maxsize]`` unless find_unused_parameters). Rebuilt:
-    the same function over the ready order with ``[first_bucket_cap, bucket_cap]``, as
-    ``Reducer::rebuild_buckets`` does. The caps are torch's own ``per_bucket_size_limits``.
+    Construction: torch's ``_compute_bucket_assignment_by_size`` with the limits
+    ``_ddp_init_helper`` uses; rebuilt: the same function over the ready order with
+    ``[first_bucket_cap, bucket_cap]``, as ``Reducer::rebuild_buckets`` does. The caps are
+    torch's own ``per_bucket_size_limits``; every private read is in ``ddpsim.torchcompat``,
+    and a cap it cannot tell is None ("unknown") rather than a guess.
     """
-    cfg = ddp._bucket_config
+    caps = torchcompat.bucket_caps(ddp)
     seen_first = []
 
-    def caps(observed: list[dict]) -> list[int | None]:
-        if not seen_first:
-            seen_first.append(True)
-            limits, _ = cfg.compute_bucket_size_limits(ddp.static_graph, ddp.find_unused_parameters)
-            got, per = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
-        else:
-            # Each dtype's params in the observed buckets come in the ready order that built
-            # them, so each dtype's buckets and caps come out the same; the buckets of
-            # different dtypes may not (Note [Leftover buckets follow the hash map]): match
-            # caps to buckets by their parameters, not by position.
-            order = [i for b in observed for i in b["params"]]
-            limits = [cfg.first_bucket_bytes_cap, cfg.bucket_bytes_cap]
-            got, per = dist._compute_bucket_assignment_by_size(
-                [params[i] for i in order], limits, [False] * len(order), order)
-        cap_of = {tuple(b): c for b, c in zip(got, per)}
-        return [cap_of.get(tuple(b["params"])) for b in observed]
+    def layout(observed: list[dict]) -> list[int | None]:
+        construction = not seen_first
+        seen_first.append(True)
+        return torchcompat.layout_caps(caps, params, observed, construction,
+                                       bool(getattr(ddp, "static_graph", False)),
+                                       bool(getattr(ddp, "find_unused_parameters", False)))
 
-    return caps
+    return layout
 
 
 class InternalsProfiler:

@@ -18,7 +18,8 @@ from ddpsim.errors import CLIError
 from ddpsim.trace import VERSION, from_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
-TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns")
+TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
+             "cpu_t_ns", "cpu_launch_ns", "cpu_complete_ns")
 
 
 def read_shard(path: str | Path) -> dict:
@@ -95,7 +96,8 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
     world = head.get("world_size", len(shards))
     missing = sorted(set(range(world)) - set(ranks))
     meta = {k: head[k] for k in ("torch_version", "python_version", "backend", "world_size", "impl",
-                                 "model", "options", "config", "created", "command", "pinning", "allreduce_probe")
+                                 "model", "options", "config", "created", "command", "pinning", "allreduce_probe",
+                                 "placement", "timebase")
             if k in head}
     meta["hosts"] = sorted({s["header"].get("host", "") for s in shards})
     clocks = [s["header"].get("clock", {}) for s in shards]

@@ -23,6 +23,7 @@ from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.record.gpuclock import GpuTimer, timebase
 from ddpsim.record.probe import AllreduceProbe
 
 
@@ -58,12 +59,12 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
 class TorchProbes:
     """The probes on torch's DDP (see instrument.py); minddp, naive and overlap report by themselves."""
 
-    def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder):
+    def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder, timer=None):
         params = instrument.reducer_params(ddp.module)
-        self.grads = instrument.GradReadyProbe(params, recorder)
+        self.grads = instrument.GradReadyProbe(params, recorder, timer)
         self.profiler = (instrument.InternalsProfiler(len(params)) if cfg.profile_internals
                          and cfg.find_unused_parameters and not cfg.static_graph else None)
-        state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None)
+        state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None, timer=timer)
         ddp.register_comm_hook(state, instrument.bucket_hook)
         self.layout_caps = instrument.torch_layout_caps(ddp, params)
         self.find_unused = cfg.find_unused_parameters
@@ -89,6 +90,11 @@ class TorchProbes:
             self.grads.mark_unused()
 
 
+def gpu_timed(device, cfg: RecordConfig) -> bool:
+    """Whether a run is timed with CUDA events: torch's DDP on CUDA tensors."""
+    return device.type == "cuda" and cfg.impl == "torch"
+
+
 class Run:
     """One DDP configuration trained and recorded in this rank process.
 
@@ -104,7 +110,10 @@ class Run:
         self.model = self.workload.model.to(device)
         recorder.header_update({"params": instrument.param_table(self.model)})
         self.ddp = wrap_model(cfg, self.model, recorder, device)
-        self.probes = TorchProbes(cfg, self.ddp, recorder) if cfg.impl == "torch" else None
+        # On CUDA, torch's DDP is timed by CUDA events (gpuclock.py); minddp/naive report CPU times.
+        self.timer = GpuTimer(device) if gpu_timed(device, cfg) else None
+        recorder.header_update({"timebase": timebase("cuda" if self.timer else "cpu")})
+        self.probes = TorchProbes(cfg, self.ddp, recorder, self.timer) if cfg.impl == "torch" else None
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
         self.sync_device = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
@@ -117,29 +126,63 @@ class Run:
         target = target.to(self.device)
         if probes:
             probes.before(sync)
+        if self.timer:
+            self.timer.anchor()
         rec.begin_iteration(it, sync)
-        with contextlib.nullcontext() if sync else self.ddp.no_sync():
-            f0 = now_ns()
-            loss = self.workload.loss(self.ddp(*inputs), target)
-            self.sync_device()
-            f1 = now_ns()
-            loss.backward()
-            self.sync_device()
-            b1 = now_ns()
-        rec.span("forward", f0, f1)
-        rec.span("backward", f1, b1)
-        if sync:
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
-            self.sync_device()
-            rec.span("optimizer", b1, now_ns())
+        if self.timer:  # GPU spans from events; no device sync inside the iteration
+            self._step_timed(sync, inputs, target)
+        else:
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                f0 = now_ns()
+                loss = self.workload.loss(self.ddp(*inputs), target)
+                self.sync_device()
+                f1 = now_ns()
+                loss.backward()
+                self.sync_device()
+                b1 = now_ns()
+            rec.span("forward", f0, f1)
+            rec.span("backward", f1, b1)
+            if sync:
+                self.opt.step()
+                self.opt.zero_grad(set_to_none=True)
+                self.sync_device()
+                rec.span("optimizer", b1, now_ns())
         if probes:
             probes.after(sync, rec)
         rec.end_iteration(probes.layout_caps if probes else None,
                           rebuilt=probes.just_rebuilt() if probes else False)
 
+    def _step_timed(self, sync: bool, inputs, target) -> None:
+        """One micro-step on CUDA: span boundaries are CUDA events (gpuclock.py), resolved at the end."""
+        rec, timer = self.recorder, self.timer
+        marks = {}
+        with contextlib.nullcontext() if sync else self.ddp.no_sync():
+            marks["f0"] = {"t": now_ns()}
+            timer.later(marks["f0"], "t", "cpu")
+            loss = self.workload.loss(self.ddp(*inputs), target)
+            marks["f1"] = {"t": now_ns()}
+            timer.later(marks["f1"], "t", "cpu")
+            loss.backward()
+            marks["b1"] = {"t": now_ns()}
+            timer.later(marks["b1"], "t", "cpu")
+        if sync:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            marks["o1"] = {"t": now_ns()}
+            timer.later(marks["o1"], "t", "cpu")
+        timer.resolve()
+        rec.span("forward", marks["f0"]["t"], marks["f1"]["t"])
+        rec.span("backward", marks["f1"]["t"], marks["b1"]["t"])
+        if sync:
+            rec.span("optimizer", marks["b1"]["t"], marks["o1"]["t"])
+        cpu = {k: m["cpu"] for k, m in marks.items()}  # the host times the work was queued
+        rec.iteration["cpu_spans"] = {"forward": {"start_ns": cpu["f0"], "end_ns": cpu["f1"]},
+                                      "backward": {"start_ns": cpu["f1"], "end_ns": cpu["b1"]},
+                                      **({"optimizer": {"start_ns": cpu["b1"], "end_ns": cpu["o1"]}}
+                                         if sync else {})}
+
     def logging_data(self) -> dict | None:
-        return self.ddp._get_ddp_logging_data() if self.cfg.impl == "torch" else None
+        return torchcompat.ddp_logging_data(self.ddp) if self.cfg.impl == "torch" else None
 
 
 def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
@@ -177,10 +220,12 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     die_with_parent()
     rank, world, local = env_rank()
     cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
-    backend = cfg.resolved_backend()
+    placement = cfg.placement()
+    backend = placement.backend
     torch.set_num_threads(1)
-    if backend == "nccl":
-        device = torch.device("cuda", local)
+    header = {**(header or {}), "placement": {"device": placement.device, "reason": placement.reason}}
+    if placement.device == "cuda":  # nccl: GPU local_rank; gloo --device cuda: GPUs shared round-robin
+        device = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")

@@ -83,6 +83,8 @@ def replay_config(w: Workload, trace: Trace, **fields):
 
 def uses_shared_core(trace: Trace) -> bool:
     """A recorded gloo trace (CPU ranks pinned to cores), or a simulated one that modelled it."""
+    if (trace.meta.get("placement") or {}).get("device") == "cuda":
+        return False  # gloo with CUDA tensors: the compute is on the GPU, not the rank's core
     if trace.source == "real" and "backend" in trace.meta:
         return str(trace.meta["backend"]) == "gloo"
     return bool((trace.meta.get("link") or {}).get("shared_core", False))

@@ -1,7 +1,7 @@
 """Timeline page: one iteration of the open trace, rank by rank."""
 import streamlit as st
 
-from ddpsim.analysis import comm_end_ns, cycle_metrics, steady_summary
+from ddpsim.analysis import comm_end_ns, cycle_metrics, enqueue_gap, steady_summary
 from ddpsim.app import ui
 from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import typical_iteration, plot_timeline
@@ -42,6 +42,12 @@ for col, key, name, fmt, scale in (
         help=None if base is None else f"Steady state (median over iterations "
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
              "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
+
+gap = enqueue_gap(trace, iteration)  # GPU traces: the hooks ran when the CPU queued the work
+if gap:
+    st.info(f"Times here are the GPU's. The CPU queued each gradient's work earlier: its hook ran "
+            f"{gap['median_ms']:.2f} ms (median; up to {gap['max_ms']:.2f} ms) before the GPU finished it. "
+            "A recorder that only reads CPU clocks would show the backward ending too soon.")
 
 # Zoom: a window in ms since the iteration start.
 its = [it for r in trace.ranks for it in r.iterations if it.iteration == iteration]

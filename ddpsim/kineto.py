@@ -1,0 +1,177 @@
+"""Reading one PyTorch-profiler (Kineto) Chrome trace: the events, indexed for DDP questions.
+
+``torch.profiler``'s ``export_chrome_trace`` and ``tensorboard_trace_handler`` write one JSON
+file per rank (optionally gzipped): ``{"traceEvents": [...], "distributedInfo": {...},
+"deviceProperties": [...], ...}``. Times (``ts``, ``dur``) are microseconds on one timeline:
+CPU events on the host's clock, GPU events (``cat`` kernel, gpu_memcpy, gpu_memset) converted
+onto it by Kineto. A GPU op carries ``args.correlation``, the id of the CUDA runtime call
+(``cat`` cuda_runtime, on a CPU thread) that launched it; ``ac2g`` flow events draw the same link.
+
+Note [GPU completion from a profile]: a CUDA stream runs its work in launch order, so "all work
+this CPU thread had queued on the compute stream by CPU time t is done" happens at the latest
+end among the ops launched before t, or at t itself if the stream had already drained. That is
+exactly what a CUDA event recorded at t measures, so ``Profile.done_by`` is the GPU time of an
+event recorded at t: a gradient-ready hook's CUDA event, or the end of the forward.
+"""
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpsim.trace import TraceFormatError
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
+               "float64": 8, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8}
+
+
+def read_profile(path: str | Path) -> dict:
+    """The JSON of a Kineto trace (.json or .json.gz); TraceFormatError names what is wrong."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except OSError as e:
+        raise TraceFormatError(f"cannot read profile {path}: {e.strerror or e}") from None
+    except (ValueError, EOFError) as e:
+        raise TraceFormatError(f"{path} is not a JSON (or gzipped JSON) profiler trace: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceFormatError(f"{path} is not a PyTorch profiler trace (no traceEvents list)")
+    if isinstance(data.get("format"), str) and data.get("format") == "ddpsim-trace":
+        raise TraceFormatError(f"{path} is already a ddpsim trace; open it directly")
+    return data
+
+
+@dataclass
+class Op:
+    """A complete ("X") event."""
+
+    name: str
+    cat: str
+    pid: object
+    tid: object
+    start: float  # us
+    end: float  # us
+    args: dict = field(default_factory=dict)
+
+    def within(self, other: "Op") -> bool:
+        return other.start <= self.start and self.end <= other.end + 1e-3
+
+
+class Profile:
+    """One rank's profile, indexed: CPU ops by thread, GPU ops by stream and by launching call."""
+
+    def __init__(self, data: dict, name: str = "profile"):
+        self.name = name
+        self.info = data.get("distributedInfo") or {}
+        self.devices = data.get("deviceProperties") or []
+        self.cpu: list[Op] = []
+        self.gpu: list[Op] = []
+        self.runtime: dict[int, Op] = {}  # correlation id -> the runtime call
+        for e in data["traceEvents"]:
+            if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
+                continue
+            try:
+                op = Op(str(e.get("name", "")), str(e.get("cat", "")), e.get("pid"), e.get("tid"),
+                        float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("args") or {})
+            except (TypeError, ValueError):
+                continue
+            if op.cat in GPU_CATS:
+                self.gpu.append(op)
+            elif op.cat in ("cuda_runtime", "cuda_driver"):
+                if "correlation" in op.args:
+                    self.runtime[op.args["correlation"]] = op
+            elif op.cat not in ("gpu_user_annotation", "Trace"):
+                self.cpu.append(op)
+        self.cpu.sort(key=lambda o: o.start)
+        self.gpu.sort(key=lambda o: o.start)
+        self.compute_stream = self._busiest_stream()
+        self._launched = self._launch_index()
+
+    # -- lookups ---------------------------------------------------------------------------
+    def named(self, name: str, within: Op | None = None, prefix: bool = False) -> list[Op]:
+        match = (lambda n: n.startswith(name)) if prefix else (lambda n: n == name)
+        return [o for o in self.cpu if match(o.name) and (within is None or o.within(within))]
+
+    def launched_by(self, op: Op) -> list[Op]:
+        """GPU ops launched by runtime calls on ``op``'s thread during ``op``."""
+        out = []
+        for g in self.gpu:
+            call = self.runtime.get(g.args.get("correlation"))
+            if call is not None and call.tid == op.tid and op.start <= call.start <= op.end:
+                out.append(g)
+        return out
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpu)
+
+    def _busiest_stream(self):
+        counts: dict = {}
+        for g in self.gpu:
+            if g.cat == "kernel":
+                counts[g.tid] = counts.get(g.tid, 0) + 1
+        return max(counts, key=counts.get) if counts else None
+
+    def _launch_index(self):
+        """Compute-stream ops as (launch call start, running max of GPU end), by launch time."""
+        rows = []
+        for g in self.gpu:
+            call = self.runtime.get(g.args.get("correlation"))
+            if g.tid == self.compute_stream and call is not None:
+                rows.append((call.start, g.end))
+        rows.sort()
+        starts, ends, latest = [], [], float("-inf")
+        for s, e in rows:
+            latest = max(latest, e)
+            starts.append(s)
+            ends.append(latest)
+        return starts, ends
+
+    def done_by(self, t_cpu: float) -> float:
+        """GPU time (us) when the compute-stream work launched before CPU time ``t_cpu`` is done
+        (Note [GPU completion from a profile]); ``t_cpu`` itself without GPU events."""
+        starts, ends = self._launched
+        k = bisect.bisect_left(starts, t_cpu)
+        return max(ends[k - 1], t_cpu) if k else t_cpu
+
+    def first_gpu_start_after(self, t_cpu: float, default: float) -> float:
+        """GPU start of the first compute-stream op launched at or after ``t_cpu``."""
+        best = None
+        for g in self.gpu:
+            call = self.runtime.get(g.args.get("correlation"))
+            if g.tid == self.compute_stream and call is not None and call.start >= t_cpu:
+                best = g.start if best is None else min(best, g.start)
+        return best if best is not None else default
+
+
+def collective_bytes(op: Op, profile: Profile) -> int | None:
+    """Bytes of a ``c10d::allreduce_``: ``record_param_comms`` (``In msg nelems``, ``dtype``)
+    inside it, else its ``Input Dims`` (record_shapes) as float32."""
+    for inner in profile.named("record_param_comms", within=op):
+        n = inner.args.get("In msg nelems")
+        if isinstance(n, int):
+            return n * DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4)
+    dims = op.args.get("Input Dims")
+    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list):
+        numel = 1
+        for d in dims[0][0]:
+            numel *= int(d)
+        return numel * 4
+    return None
+
+
+def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
+    """(shape, dtype) of an op's first input, from record_shapes' ``Input Dims`` / ``Input type``."""
+    dims, types = op.args.get("Input Dims"), op.args.get("Input type")
+    shape = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
+    if shape is not None and not all(isinstance(d, int) for d in shape):
+        shape = None
+    dtype = str(types[0]) if isinstance(types, list) and types else "float"
+    return shape, {"float": "float32", "half": "float16", "double": "float64",
+                   "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype)

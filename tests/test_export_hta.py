@@ -1,0 +1,71 @@
+"""HolisticTraceAnalysis (PyPI, pinned) reads ddpsim's per-rank export and agrees with ddpsim.
+
+HTA's ``get_comm_comp_overlap`` is, per rank, the communication time that overlaps compute over
+all communication time (its iterations weighted by their communication time); ddpsim's summary
+averages per-iteration fractions. Both are checked: the same definition to within rounding, and
+the headline figure within 5 points on steady traces.
+"""
+import logging
+from pathlib import Path
+
+import pytest
+
+from ddpsim import load_trace
+from ddpsim.analysis import comm_weighted_overlap
+from ddpsim.export import steady_iterations, write_per_rank
+from ddpsim.profile_import import import_profiles
+
+hta = pytest.importorskip("hta.trace_analysis")
+SAMPLES = Path(__file__).resolve().parents[1] / "ddpsim" / "samples"
+GPU_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "gpu-traces"
+
+
+def hta_on(trace, tmp_path):
+    keep = steady_iterations(trace)
+    write_per_rank(trace, tmp_path, keep)
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    analysis = hta.TraceAnalysis(trace_dir=str(tmp_path))
+    overlap = analysis.get_comm_comp_overlap(visualize=False)
+    breakdown = analysis.get_temporal_breakdown(visualize=False)
+    return keep, dict(zip(overlap["rank"], overlap["comp_comm_overlap_pctg"])), breakdown
+
+
+def _traces():
+    out = {"simulated resnet50": load_trace(SAMPLES / "20_sim_resnet50_v100-eth25_w64_default.json"),
+           "recorded mlp (CPU)": load_trace(SAMPLES / "01_mlp_torch_default.json"),
+           "recorded transformer (CPU)": load_trace(SAMPLES / "06_transformer_torch_default.json")}
+    if GPU_TRACES.is_dir():
+        out["imported H100 resnet18 (gloo, 2 ranks)"] = import_profiles(
+            [GPU_TRACES / f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)])
+    return out
+
+
+TRACES = _traces()
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_hta_overlap_is_ddpsims(name, tmp_path):
+    trace = TRACES[name]
+    keep, hta_pct, breakdown = hta_on(trace, tmp_path)
+    for rank in trace.ranks:  # the same definition: equal to within HTA's rounding
+        ours = 100 * comm_weighted_overlap(rank, keep)
+        assert abs(hta_pct[rank.rank] - ours) < 0.5, (rank.rank, hta_pct[rank.rank], ours)
+    # the temporal breakdown saw every compute span: forward, backward compute, optimizer
+    for rank in trace.ranks:
+        compute_us = sum((it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns
+                          + (it.optimizer.duration_ns if it.optimizer else 0)) / 1000
+                         for it in rank.iterations if it.iteration in keep)
+        row = breakdown[breakdown["rank"] == rank.rank].iloc[0]
+        assert abs(row["compute_time(us)"] - compute_us) <= 0.01 * compute_us + 2 * len(keep)
+
+
+@pytest.mark.parametrize("name", ["simulated resnet50", "recorded mlp (CPU)",
+                                  "imported H100 resnet18 (gloo, 2 ranks)"])
+def test_hta_agrees_with_ddpsim_summary_within_5_points(name, tmp_path):
+    if name not in TRACES:
+        pytest.skip(f"the GPU trace fixtures are not at {GPU_TRACES}")
+    trace = TRACES[name]
+    _, hta_pct, _ = hta_on(trace, tmp_path)
+    ours = 100 * trace.summary()["overlap_fraction"]
+    theirs = sum(hta_pct.values()) / len(hta_pct)
+    assert abs(theirs - ours) < 5, (theirs, ours)
