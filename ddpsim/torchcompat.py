@@ -153,12 +153,18 @@ def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bo
             if got and [sorted(b) for b in reversed(got[0])] == [sorted(b) for b in want]:
                 return list(reversed(got[1]))
         return unknown
+    # Each dtype's params come in the observed buckets in the ready order that built them, so
+    # each dtype's buckets come out the same; buckets of different dtypes may not keep their
+    # positions (Note [Leftover buckets follow the hash map] in ddpsim/buckets.py): match the
+    # caps to the buckets by their parameters.
     order = [i for b in want for i in b]
     for limits in caps.rebuild_limits() or []:
         got = compute_bucket_assignment_by_size([params[i] for i in order], limits,
                                                 [False] * len(order), order)
-        if got and [sorted(b) for b in got[0]] == [sorted(b) for b in want]:
-            return list(got[1])
+        cap_of = {tuple(sorted(b)): cap for b, cap in zip(*got)} if got else {}
+        found = [cap_of.get(tuple(sorted(b))) for b in want]
+        if None not in found:
+            return found
     return unknown
 
 

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import torch
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
