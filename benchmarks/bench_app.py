@@ -23,8 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/devtools.py: the headless-browser driver
 
-from ddpsim.app.devtools import Browser, serve_app  # noqa: E402
+from devtools import Browser, serve_app  # noqa: E402
 
 ORDERS = ("reverse", "definition", "ready", "random")  # each a new, uncached configuration
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddpsim.sim.calibrate import calibrate, run_ranks  # noqa: E402
-from ddpsim.sim.contention import ranks_per_core  # noqa: E402
+from ddpsim.experiments.calibrate import calibrate, run_ranks  # noqa: E402
+from ddpsim.learn.contention import ranks_per_core  # noqa: E402
 
 MATMUL = 192  # side of the square matmul the compute loop repeats (~0.2 ms alone here)
 

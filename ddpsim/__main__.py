@@ -20,9 +20,9 @@ COMMANDS = {
     "import": "ddpsim.profile_import",
     "simulate": "ddpsim.sim.cli",
     "sweep": "ddpsim.sim.sweep_cli",
-    "calibrate": "ddpsim.sim.calibrate",
-    "validate": "ddpsim.sim.validate",
-    "ladder": "ddpsim.ladder",
+    "calibrate": "ddpsim.experiments.calibrate",
+    "validate": "ddpsim.experiments.validate",
+    "ladder": "ddpsim.experiments.ladder",
 }
 
 

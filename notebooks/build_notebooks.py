@@ -332,14 +332,14 @@ Each rung adds one idea of DDP, and each has an implementation you can read and 
 | bucketed | minddp, fixed buckets (`--impl minddp --order reverse`) | pack gradients into capped buckets, launched in order |
 | torch | torch's `DistributedDataParallel` | one bucket in iteration 0, then buckets rebuilt in gradient-ready order with a small first bucket |
 
-`ddpsim.ladder.record_ladder` records the four rungs **in the same two processes, taking turns
+`ddpsim.experiments.ladder.record_ladder` records the four rungs **in the same two processes, taking turns
 iteration by iteration**, so a slow spell of this shared machine hits every rung alike (the same
 as `python -m ddpsim ladder`). The table gives each rung's median iteration time and exposed
 communication with the interquartile range (IQR) over the steady iterations, measured and
 simulated. *replayed*: each rung simulated from its own recording. *predicted*: all four rungs from
 the torch rung's recording alone (`learn_from="torch"`): a fair test, since the simulator never saw
 the other three runs."""),
-    C('''from ddpsim.ladder import format_table, ladder_table, record_ladder, simulate_rungs
+    C('''from ddpsim.experiments.ladder import format_table, ladder_table, record_ladder, simulate_rungs
 from ddpsim.viz import plot_ladder
 
 measured = record_ladder("mlp", world_size=2, iters=10, out_dir=WORK / "ladder")
@@ -386,11 +386,11 @@ Builds on notebooks 01 and 02."""),
     C(setup("nb03")),
     M("""## 1. Calibrate the local network
 
-`ddpsim.sim.calibrate` (also `python -m ddpsim calibrate`) starts 2 gloo processes, times
+`ddpsim.experiments.calibrate` (also `python -m ddpsim calibrate`) starts 2 gloo processes, times
 allreduces of several sizes and fits a line: `time = a + b * bytes`. The intercept is the
 latency every collective pays; the slope is one over the bandwidth. Small buckets pay the
 latency many times; large buckets pay mostly bandwidth."""),
-    C('''from ddpsim.sim.calibrate import calibrate
+    C('''from ddpsim.experiments.calibrate import calibrate
 
 t = time.time()
 cal = calibrate([4 * 1024, 64 * 1024, 512 * 1024, 2 * 2**20, 8 * 2**20], reps=3, timeout=120)
@@ -416,7 +416,8 @@ recording (`workload_from_trace`), and a network. We record the zoo `transformer
 default cap, then simulate many caps in well under a second."""),
     C('''from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
-from ddpsim.sim import SimConfig, simulate, sweep, synthetic, workload_from_trace
+from ddpsim.learn import simulate, sweep, workload_from_trace
+from ddpsim.sim import SimConfig, synthetic
 from ddpsim.viz import plot_sweep
 
 base = record(RecordConfig(model="transformer", world_size=2, iters=4), WORK / "transformer.json")

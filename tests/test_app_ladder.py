@@ -3,10 +3,10 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from ddpsim.ladder import RUNGS, rung_of
+from ddpsim.experiments.ladder import RUNGS, rung_of
 from ddpsim.samples import sample_path
-from ddpsim.sim.api import simulate
-from ddpsim.sim.extract import replay_config, workload_from_trace
+from ddpsim.learn import simulate
+from ddpsim.learn.extract import replay_config, workload_from_trace
 from ddpsim.trace import load_trace
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

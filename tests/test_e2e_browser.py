@@ -1,7 +1,7 @@
 """End to end in a real headless Chromium: the served app renders, and the What-if page reacts.
 
 Needs Debian's ``chromium`` (/usr/bin/chromium); driven over the DevTools protocol with
-the ``websockets`` package Streamlit already installs (ddpsim.app.devtools). Screenshots
+the ``websockets`` package Streamlit already installs (tests/devtools.py). Screenshots
 go to $DDPSIM_ARTIFACTS, else artifacts/ at the repository root (git-ignored).
 """
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpsim.app.devtools import CHROMIUM, Browser, group_alive, serve_app
+from devtools import CHROMIUM, Browser, group_alive, serve_app
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("DDPSIM_ARTIFACTS") or ROOT / "artifacts")

@@ -2,7 +2,7 @@
 import pytest
 
 from ddpsim.__main__ import main
-from ddpsim.ladder import RUNGS, spread
+from ddpsim.experiments.ladder import RUNGS, spread
 
 
 def test_spread_is_median_and_quartiles():

@@ -13,7 +13,7 @@ ITERATIONS = 4
 def record_rank(rank, world_size, shard_dir, impl):
     from ddpsim.minddp import DistributedDataParallel as MinDDP, NaiveDDP, OverlapDDP
     from ddpsim.models.mlp import mlp
-    from ddpsim.record.events import RankRecorder, now_ns
+    from ddpsim.events import RankRecorder, now_ns
 
     torch.manual_seed(0)
     w = mlp()  # 10 params, ~12.6 MB: 0.25 MiB caps give 4 buckets after the rebuild

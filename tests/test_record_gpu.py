@@ -100,7 +100,7 @@ def _timed_rank(rank, world, shard_dir):
 
     from ddpsim.record import worker
     from ddpsim.record.config import RecordConfig
-    from ddpsim.record.events import RankRecorder
+    from ddpsim.events import RankRecorder
 
     torch.cuda.Event = _CpuEvent
     torch.cuda.current_stream = lambda device=None: _Stream()

@@ -2,8 +2,9 @@
 import pytest
 import simpy
 
-from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate, workload_from_trace
-from ddpsim.sim.contention import shared_work as _shared_work
+from ddpsim.learn import simulate, workload_from_trace
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload
+from ddpsim.learn.contention import shared_work as _shared_work
 from ddpsim.sim.core import Core
 
 MIB = 1024 * 1024
@@ -213,7 +214,7 @@ def test_extraction_inverts_ranks_sharing_a_cpu():
 
 
 def test_pinned_cpus_from_meta():
-    from ddpsim.sim.contention import pinned_cpus
+    from ddpsim.learn.contention import pinned_cpus
 
     trace, _ = simulate(tiny_shared(), SimConfig(world_size=2, bucket_cap_mb=2, iters=2))
     assert pinned_cpus(trace) == 0

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate, workload_from_trace
+from ddpsim.learn import simulate, workload_from_trace
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload
 from ddpsim.trace import from_dict
 
 MIB = 1024 * 1024
@@ -133,7 +134,7 @@ def test_cli_subprocess_end_to_end(recorded, tmp_path):
 
 
 def test_validate_self_prediction_is_exact_for_a_simulated_run(recorded):
-    from ddpsim.sim.validate import validate
+    from ddpsim.experiments.validate import validate
 
     _, trace, _ = recorded
     trace.meta["link"] = {"concurrency": 1}
@@ -143,7 +144,7 @@ def test_validate_self_prediction_is_exact_for_a_simulated_run(recorded):
 
 
 def test_calibrate_fits_local_gloo():
-    from ddpsim.sim.calibrate import calibrate
+    from ddpsim.experiments.calibrate import calibrate
 
     cal = calibrate([4096, 1 << 20], reps=2, timeout=90)
     assert cal["alpha_s"] >= 0 and cal["bandwidth_Bps"] > 0 and len(cal["points"]) == 2
@@ -155,7 +156,7 @@ def test_calibrate_fits_local_gloo():
 
 
 def test_one_launch_size_is_charged_per_launch():
-    from ddpsim.sim.linkfit import launch_line
+    from ddpsim.learn.linkfit import launch_line
 
     assert launch_line([(4 * MIB, 500_000.0), (4 * MIB, 540_000.0), (4 * MIB, 600_000.0)]) == (540_000.0, 0.0)
     a, b = launch_line([(MIB, 300_000.0), (3 * MIB, 500_000.0)])  # two sizes: the line through them
@@ -170,7 +171,7 @@ def test_lower_quartile_drops_the_polling():
 
 
 def test_launch_cost_and_rank_speeds_are_learnt():
-    from ddpsim.sim.extract import measured_backward_scale
+    from ddpsim.learn.extract import measured_backward_scale
 
     w = workload()
     w.link = w.link.with_(shared_core=True)  # the CPU gloo path

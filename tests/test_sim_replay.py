@@ -2,8 +2,8 @@
 import copy
 
 from ddpsim.samples import sample_path
-from ddpsim.sim.api import simulate
-from ddpsim.sim.extract import replay_config, workload_from_trace
+from ddpsim.learn import simulate
+from ddpsim.learn.extract import replay_config, workload_from_trace
 from ddpsim.trace import load_trace
 
 

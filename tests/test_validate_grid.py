@@ -8,8 +8,8 @@ import pytest
 from ddpsim.__main__ import main
 from ddpsim.record.config import RecordConfig
 from ddpsim.errors import CLIError
-from ddpsim.sim.grid import grid_configs, stats
-from ddpsim.sim.validate import bucket_start_error
+from ddpsim.experiments.grid import grid_configs, stats
+from ddpsim.experiments.compare import bucket_start_error
 
 
 @pytest.mark.slow
@@ -38,7 +38,7 @@ def test_tiny_grid_table(tmp_path, capsys):
     assert len(list((tmp_path / "runs").glob("*.json"))) == 3
     # Note [Calibrate in the recording's ranks]: the line was fitted from the calibration
     # run's own probe, every size of it, and stored with the trace
-    from ddpsim.sim.grid import CAL_SIZES
+    from ddpsim.experiments.grid import CAL_SIZES
     from ddpsim.trace import load_trace
 
     (cal_path,) = (tmp_path / "runs").glob("*calibration*.json")
@@ -91,7 +91,7 @@ def test_calibration_cap_must_not_be_on_the_grid(capsys):
 
 def test_jitter_is_measured_unless_given():
     from ddpsim.sim import Link, ParamSpec, Workload
-    from ddpsim.sim.validate import pick_jitter
+    from ddpsim.learn.jitter import pick_jitter
 
     w = Workload("t", [ParamSpec(0, "p0", 4)], [0], [1.0], Link(), meta={"jitter_estimated": 0.12})
     assert pick_jitter(None, w, None, 10) == 0.12  # Note [Measured, not fitted, noise]

@@ -7,7 +7,7 @@ Read HANDOUT.md first. Fill in TODO 1-4; everything else is given. Grade yoursel
 The autograder trains a small model for 5 steps on 2 real gloo processes with your
 BucketedDDP. It measures the overlap and the launch order itself (its own gradient hooks and a
 wrapper around dist.all_reduce), and also checks the trace your code reports to ``recorder``
-(a ddpsim.record.events.RankRecorder), which you can open in the dashboard.
+(a ddpsim.events.RankRecorder), which you can open in the dashboard.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpsim.minddp import compute_bucket_assignment_by_size  # or your part 1 solution
-from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.events import RankRecorder, now_ns
 
 MB = 1024 * 1024
 queue_callback = torch.autograd.Variable._execution_engine.queue_callback

@@ -29,7 +29,8 @@ MIB = 1024 * 1024
 def simulator_rows(ctx, link: dict | None = None):
     """The autograder's own sweep on the baseline: this machine, or over ``link``."""
     def compute():
-        from ddpsim.sim import SimConfig, sweep, workload_from_trace
+        from ddpsim.learn import sweep, workload_from_trace
+                from ddpsim.sim import SimConfig
 
         w = workload_from_trace(load_trace(BASELINE))
         return sweep(w, {"bucket_cap_mb": CANDIDATES_MB},

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
-from ddpsim.sim import SimConfig, simulate, sweep, synthetic, workload_from_trace
-from ddpsim.sim.extract import config_from_trace, measured_backward_scale
+from ddpsim.learn import simulate, sweep, workload_from_trace
+from ddpsim.sim import SimConfig, synthetic
+from ddpsim.learn.extract import config_from_trace, measured_backward_scale
 from ddpsim.sim.network import gpus, networks
 from ddpsim.trace import Trace
 
@@ -85,7 +86,7 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     """A SimConfig for the what-if choices (network applies to calibrated traces as an override).
 
     work: the calibrated workload; at the recorded world size its ranks keep their measured
-    relative speeds, as in ``ddpsim.sim.extract.replay_config``.
+    relative speeds, as in ``ddpsim.learn.extract.replay_config``.
     """
     over = {}
     if base.kind == "trace" and work is not None:

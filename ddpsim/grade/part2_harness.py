@@ -1,5 +1,5 @@
 """What the part 2 autograder runs on each rank: 5 steps of real 2-process training
-with the student's BucketedDDP, reported to a ``ddpsim.record.events.RankRecorder`` by the
+with the student's BucketedDDP, reported to a ``ddpsim.events.RankRecorder`` by the
 student's code and, independently, measured by the harness's own ``OverlapProbe``
 (``ddpsim/grade/probe.py``: its own gradient hooks and its own wrapper around
 ``torch.distributed.all_reduce``). The overlap, order and bucket checks read the probe only.
@@ -95,7 +95,7 @@ def single_process_reference() -> list[float]:
 
 
 def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> dict:
-    from ddpsim.record.events import RankRecorder, now_ns
+    from ddpsim.events import RankRecorder, now_ns
     from ddpsim.record.instrument import param_table
 
     torch.manual_seed(100 + rank)

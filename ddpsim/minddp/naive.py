@@ -26,7 +26,7 @@ from torch import nn
 
 from ddpsim import torchcompat
 from ddpsim.minddp.ddp import BROADCAST_BUCKET_BYTES, build_params_for_reducer
-from ddpsim.record.events import now_ns
+from ddpsim.events import now_ns
 
 
 class NaiveDDP(nn.Module):

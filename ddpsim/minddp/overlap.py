@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.minddp.naive import NaiveDDP
-from ddpsim.record.events import now_ns
+from ddpsim.events import now_ns
 
 
 class OverlapDDP(NaiveDDP):

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from ddpsim.minddp import messages
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
-from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.events import RankRecorder, now_ns
 
 
 class Reducer:

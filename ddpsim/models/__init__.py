@@ -22,19 +22,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-
-@dataclass
-class Workload:
-    model: torch.nn.Module
-    batch: Callable[[int, int, int, int], tuple]
-    loss: Callable
-    default_batch_size: int = 32  # samples per rank per iteration
+from ddpsim.models.contract import Workload
 
 
 class ModelSpecError(ValueError):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpsim.models import Workload
+from ddpsim.models.contract import Workload
 from ddpsim.models._data import batch_generator, classify, teacher_generator
 
 N_CLASSES = 10

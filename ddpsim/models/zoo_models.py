@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpsim.models import Workload
+from ddpsim.models.contract import Workload
 from ddpsim.models.convnet import convnet
 from ddpsim.models.mlp import branchy, mlp, shuffled
 from ddpsim.models.transformer import transformer

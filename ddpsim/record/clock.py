@@ -16,7 +16,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
-from ddpsim.record.events import now_ns
+from ddpsim.events import now_ns
 
 ROUNDS = 7  # barrier rounds for the estimate
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ddpsim.record.events import now_ns
+from ddpsim.events import now_ns
 
 ANCHOR_TRIES = 3  # event/host pairs per anchor; the narrowest host window wins
 

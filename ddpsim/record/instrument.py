@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ddpsim import torchcompat
 from ddpsim.minddp.ddp import build_params_for_reducer
-from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.events import RankRecorder, now_ns
 
 SEARCH_EVENT = "torch.distributed.ddp.reducer::search_unused_parameters"
 OUR_LAUNCH = "ddpsim::bucket_launch"

@@ -22,7 +22,7 @@ from ddpsim.models import build_workload, call_batch
 from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
-from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.events import RankRecorder, now_ns
 from ddpsim.record.gpuclock import GpuTimer, timebase
 from ddpsim.record.probe import AllreduceProbe
 

@@ -5,18 +5,16 @@
     >>> trace, summary = simulate(w, SimConfig(world_size=8, bucket_cap_mb=25))
     >>> rows = sweep(w, {"bucket_cap_mb": [1, 5, 25, 100]}, SimConfig(world_size=64))
 
-``simulate`` also takes a recorded ``Trace`` (the workload is extracted from it,
-see ``ddpsim.sim.extract``). Modules: workload (params, timings, bucket layouts),
-network (Link cost models, hardware profiles), model (the simpy processes), api
-(SimConfig, simulate, rank groups), extract (trace -> workload), archs (ResNet-50,
-BERT-large, GPT-2 tables), sweep, cli / sweep_cli / calibrate / validate (commands).
+The simulator takes a ``Workload``; a recorded ``Trace`` goes through ``ddpsim.learn``
+(``ddpsim.learn.simulate(trace)`` learns the workload, then calls this one). Modules:
+workload (params, timings, bucket layouts), network (Link cost models, hardware
+profiles), model (the simpy processes), api (SimConfig, simulate, rank groups),
+archs (ResNet-50, BERT-large, GPT-2 tables), sweep. See docs/architecture.md.
 """
 from ddpsim.sim.api import SimConfig, simulate
 from ddpsim.sim.archs import synthetic
-from ddpsim.sim.extract import config_from_trace, workload_from_trace
 from ddpsim.sim.network import Link
 from ddpsim.sim.sweep import sweep
 from ddpsim.sim.workload import ParamSpec, Workload, compute_bucket_assignment
 
-__all__ = ["SimConfig", "simulate", "sweep", "synthetic", "workload_from_trace", "config_from_trace",
-           "Link", "ParamSpec", "Workload", "compute_bucket_assignment"]
+__all__ = ["SimConfig", "simulate", "sweep", "synthetic", "Link", "ParamSpec", "Workload", "compute_bucket_assignment"]

@@ -218,18 +218,17 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     return actors, groups
 
 
-def simulate(source, config: SimConfig | None = None, **overrides) -> tuple[Trace, dict]:
-    """Simulate ``source`` (a Workload or a recorded Trace) under ``config``.
+def simulate(w: Workload, config: SimConfig | None = None, **overrides) -> tuple[Trace, dict]:
+    """Simulate workload ``w`` under ``config``.
 
     Returns (trace with source "simulated", summary). The summary is
     ``ddpsim.analysis.summarize(trace)`` plus world_size, n_buckets, link, events.
+    A recorded trace goes through ``ddpsim.learn.simulate``, which learns its workload first.
     """
-    from ddpsim.sim.extract import workload_from_trace
-
+    require_workload(w)
     cfg = config or SimConfig()
     if overrides:
         cfg = SimConfig(**{**asdict(cfg), **overrides})
-    w = source if isinstance(source, Workload) else workload_from_trace(source)
     cfg.validate()
     link = resolve_link(w, cfg)
     layouts, trace_layouts, plans = plan_layouts(w, cfg)
@@ -251,6 +250,13 @@ def simulate(source, config: SimConfig | None = None, **overrides) -> tuple[Trac
                    model_events=model_events, sim_wall_s=wall)
     trace.meta["summary"] = {k: v for k, v in summary.items() if k != "per_bucket"}
     return trace, summary
+
+
+def require_workload(w) -> None:
+    """The simulator models DDP on a Workload; learning one from a trace is a layer above."""
+    if not isinstance(w, Workload):
+        raise TypeError(f"the simulator takes a ddpsim.sim.Workload, not {type(w).__name__}: "
+                        "for a recorded trace use ddpsim.learn.simulate / ddpsim.learn.sweep")
 
 
 def _ns(t: float) -> int:

@@ -60,7 +60,7 @@ def add_arguments(p) -> None:
 def load_source(args):
     """(workload, config defaults) from --trace or --arch."""
     from ddpsim.sim.archs import synthetic
-    from ddpsim.sim.extract import config_from_trace, workload_from_trace
+    from ddpsim.learn.extract import config_from_trace, workload_from_trace
     from ddpsim.trace import load_trace
 
     if bool(args.trace) == bool(args.arch):

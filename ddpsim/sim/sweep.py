@@ -14,16 +14,14 @@ import itertools
 import json
 from dataclasses import asdict, fields
 
-from ddpsim.sim.api import SimConfig, simulate
+from ddpsim.sim.api import SimConfig, require_workload, simulate
 
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
 
 
-def sweep(source, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
+def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
     """Simulate every combination of ``grid`` (field -> list of values) over ``base``."""
-    from ddpsim.sim.extract import workload_from_trace
-    from ddpsim.sim.workload import Workload as W
-
+    require_workload(w)
     names = {f.name for f in fields(SimConfig)}
     bad = [k for k in grid if k not in names]
     if bad:
@@ -33,7 +31,6 @@ def sweep(source, grid: dict, base: SimConfig | None = None, metric: str = "iter
     for k, v in grid.items():
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"sweep values for {k} must be a non-empty list")
-    w = source if isinstance(source, W) else workload_from_trace(source)
     base = base or SimConfig()
     rows = []
     keys = list(grid)

@@ -3,7 +3,7 @@
 One horizontal bar per (rung, source): the median iteration time, split into the part
 without communication exposed (grey) and the exposed communication after backward (red,
 hatched), with the interquartile range of the iteration time as a whisker. Rows are
-those of ``ddpsim.ladder.ladder_table``: rung, source ("measured", "replayed", "predicted"...), n,
+those of ``ddpsim.experiments.ladder.ladder_table``: rung, source ("measured", "replayed", "predicted"...), n,
 iteration_ms and exposed_ms ({median, p25, p75}), overlap.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ import streamlit as st
 
 from ddpsim.app import ui
 from ddpsim.app.state import all_labels, get_trace, pretty, trace_key
-from ddpsim import ladder
+from ddpsim.experiments import ladder
 from ddpsim.viz import compare_rows, plot_compare, plot_ladder, usable_runs
 
 st.header("Compare runs on one time axis")

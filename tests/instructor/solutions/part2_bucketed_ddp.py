@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpsim.minddp import compute_bucket_assignment_by_size  # or your part 1 solution
-from ddpsim.record.events import RankRecorder, now_ns
+from ddpsim.events import RankRecorder, now_ns
 
 MB = 1024 * 1024
 queue_callback = torch.autograd.Variable._execution_engine.queue_callback

@@ -6,7 +6,8 @@ from ddpsim import load_trace
 from ddpsim.grade import assignments_dir
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
-from ddpsim.sim import SimConfig, sweep, workload_from_trace
+from ddpsim.learn import sweep, workload_from_trace
+from ddpsim.sim import SimConfig
 
 # Given: the model, the network and the candidates (do not change).
 MODEL = "transformer"  # ddpsim's zoo transformer (tied embedding/head)

@@ -77,10 +77,10 @@ def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0, learn_fr
     predicts all four rungs, three of them from runs the simulator never saw.
     ``"own"``: each rung replays its own recording.
     """
-    from ddpsim.sim.api import simulate
-    from ddpsim.sim.extract import replay_config, workload_from_trace
-    from ddpsim.sim.grid import attach_calibration
-    from ddpsim.sim.refine import refine
+    from ddpsim.learn import simulate
+    from ddpsim.learn.extract import replay_config, workload_from_trace
+    from ddpsim.experiments.grid import attach_calibration
+    from ddpsim.learn.refine import refine
 
     out, learnt = {}, None
     for rung in RUNGS:
@@ -158,7 +158,7 @@ def record_ladder(model: str, world_size: int, iters: int, out_dir: Path, bucket
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
 
-    from ddpsim.sim.grid import CAL_SIZES
+    from ddpsim.experiments.grid import CAL_SIZES
 
     cfgs = [RecordConfig(model=model, world_size=world_size, iters=iters, bucket_cap_mb=bucket_cap_mb,
                          profile_internals=False, **r.record,

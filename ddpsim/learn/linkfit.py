@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.sim import contention
+from ddpsim.learn import contention
 from ddpsim.sim.network import Link
 from ddpsim.trace import Trace
 

@@ -11,7 +11,7 @@ allreduce that is work on the core (Note [Not all of an allreduce is core work]
 in network.py), and measures the scheduler's time slice (``time_slice``). The
 result is printed, and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
-``ddpsim.sim.extract`` uses it when a trace's own buckets cannot be fitted.
+``ddpsim.learn.extract`` uses it when a trace's own buckets cannot be fitted.
 The children are joined with a timeout and terminated if they hang.
 """
 from __future__ import annotations
@@ -138,7 +138,7 @@ def calibrate(sizes: list[int], reps: int = 15, timeout: float = 120.0, world: i
 def fit_calibration(rows: list[tuple[int, float, float]], world: int, turn: float | None = None) -> dict:
     """``meta["calibration"]`` from [(bytes, wall s, CPU s)]: the wall-time and CPU-time
     lines, the ring Link they give, and the scheduler's time slice (measured unless given)."""
-    from ddpsim.sim.linkfit import fit_line
+    from ddpsim.learn.linkfit import fit_line
     from ddpsim.sim.network import Link
 
     a, b = fit_line([(n, t) for n, t, _ in rows])

@@ -7,7 +7,7 @@ configuration are recorded together, interleaved iteration by iteration (Note
 are learnt from the calibration run alone, with the allreduce cost timed in the
 calibration run's ranks between its iterations (Note [Calibrate in the recording's
 ranks]); each grid run is then simulated with its own options and compared
-(``validate.predict_row``). The table goes to stdout, and to OUT.csv / OUT.json.
+(``compare.predict_row``). The table goes to stdout, and to OUT.csv / OUT.json.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpsim.sim.validate import _jitter, pick_jitter, predict_row
+from ddpsim.experiments.compare import parse_jitter, predict_row
+from ddpsim.learn.jitter import pick_jitter
 
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
 COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
@@ -86,7 +87,7 @@ def attach_calibration(cal, ws: int, measured: dict) -> bool:
     measured outside the recording once per grid: the scheduler's time slice
     (``"turn"``) and ``calibrate``'s line per world size.
     """
-    from ddpsim.sim.calibrate import calibrate, fit_calibration, time_slice
+    from ddpsim.experiments.calibrate import calibrate, fit_calibration, time_slice
 
     def turn() -> float:
         if "turn" not in measured:
@@ -123,8 +124,8 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
     """
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
-    from ddpsim.sim.extract import workload_from_trace
-    from ddpsim.sim.refine import refine
+    from ddpsim.learn.extract import workload_from_trace
+    from ddpsim.learn.refine import refine
     from ddpsim.trace import load_trace
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -255,7 +256,7 @@ def main_grid(args) -> int:
         load = wait_for_load(args.wait_load, args.wait_max_s,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
         print(f"load average at start: {load:.2f}", file=sys.stderr, flush=True)
-    jitter = _jitter(args.jitter)
+    jitter = parse_jitter(args.jitter)
     res = run_grid(models, world_sizes, grid_configs(caps, orders, fus), args.record_iters, args.iters or 40,
                    args.workdir, jitter, reuse=args.reuse, calibration_cap_mb=cal_cap)
     print(f"{'model':12} {'ws':4} {'cap':>11} {'order':10} {'fu':3}  {'predicted':>19}  {'measured':>17}  "

@@ -39,8 +39,8 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
-from ddpsim.sim import contention
-from ddpsim.sim.linkfit import fit_link, fit_shared_link, launch_line
+from ddpsim.learn import contention
+from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
 from ddpsim.sim.replay import recorded_layouts
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace

@@ -26,6 +26,9 @@ import dataclasses
 import statistics
 
 from ddpsim.analysis import steady_cycles
+from ddpsim.learn.extract import replay_config
+from ddpsim.learn.jitter import pick_jitter
+from ddpsim.sim.api import simulate
 from ddpsim.sim.workload import Workload
 from ddpsim.trace import Trace
 
@@ -67,11 +70,6 @@ def refine(w: Workload, trace: Trace, sim_iters: int = 40, jitter: float | None 
     in ``trace``, ``jitter_estimated``): noise lengthens the tail (every collective
     waits for the slowest rank), so the tail is fitted with it in place.
     """
-    from ddpsim.sim.api import simulate
-    from ddpsim.sim.extract import replay_config
-
-    from ddpsim.sim.validate import pick_jitter
-
     real = phase_medians(trace)
     jit = pick_jitter(jitter, w, trace, sim_iters)
     cfg = replay_config(w, trace, iters=sim_iters, jitter=jit)
