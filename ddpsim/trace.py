@@ -145,6 +145,10 @@ class RankTrace:
                 current = layout
         return current
 
+    def iteration(self, iteration: int) -> Iteration | None:
+        """This rank's iteration number ``iteration`` (None if it did not record it)."""
+        return next((it for it in self.iterations if it.iteration == iteration), None)
+
 
 @dataclass
 class Trace:
@@ -168,11 +172,9 @@ class Trace:
                 return p.name
         return f"param{index}"
 
-    def summary(self) -> dict:
-        """Iteration time, exposed communication and overlap (see ddpsim.analysis)."""
-        from ddpsim.analysis import summarize
-
-        return summarize(self)
+    def iteration_on_ranks(self, iteration: int) -> list[Iteration]:
+        """Iteration number ``iteration`` of every rank that recorded it, in rank order."""
+        return [it for it in (r.iteration(iteration) for r in self.ranks) if it is not None]
 
     def to_dict(self) -> dict:
         d = asdict(self)

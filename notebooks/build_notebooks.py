@@ -121,11 +121,13 @@ plot_timeline(trace, 0)'''),
     C('''plot_timeline(trace, 1)'''),
     M("""## 6. The headline numbers
 
-`summary()` gives medians over the steady-state iterations: iteration time, *exposed*
+`summarize(trace)` gives medians over the steady-state iterations: iteration time, *exposed*
 communication (allreduce time after backward compute ended, which the step has to wait for) and
 the overlap fraction. On this 2-core machine, compute and communication compete for the same
 cores, so overlap helps less than on GPUs (see notebook 03)."""),
-    C('''s = trace.summary()
+    C('''from ddpsim.analysis import summarize
+
+s = summarize(trace)
 print(f"iteration {s['iteration_time_s'] * 1e3:.1f} ms, exposed comm {s['exposed_comm_s'] * 1e3:.1f} ms, "
       f"overlap {s['overlap_fraction']:.0%}")'''),
     M("""## Try it yourself
@@ -308,14 +310,15 @@ print(f"naive: {len(calls)} allreduces of {calls} elements")
 dist.destroy_process_group()'''),
     M("""The same contrast on 2 real ranks, recorded with `--impl minddp` and `--impl naive` (the zoo
 `mlp`, 3 iterations each): compare the timelines of iteration 2."""),
-    C('''from ddpsim.record.config import RecordConfig
+    C('''from ddpsim.analysis import summarize
+from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
 from ddpsim.viz import plot_timeline
 
 runs = {impl: record(RecordConfig(model="mlp", world_size=2, iters=3, impl=impl, bucket_cap_mb=2),
                      WORK / f"{impl}.json") for impl in ("minddp", "naive")}
 for impl, tr in runs.items():
-    s = tr.summary()
+    s = summarize(tr)
     n = len(tr.ranks[0].iterations[-1].buckets)
     print(f"{impl:7} {n:3d} allreduces per step, iteration {s['iteration_time_s'] * 1e3:6.1f} ms, "
           f"exposed comm {s['exposed_comm_s'] * 1e3:6.1f} ms")'''),
@@ -414,9 +417,10 @@ fig'''),
 The simulator needs a **workload**: each gradient's backward compute time, taken from a real
 recording (`workload_from_trace`), and a network. We record the zoo `transformer` once with the
 default cap, then simulate many caps in well under a second."""),
-    C('''from ddpsim.record.config import RecordConfig
-from ddpsim.record.launcher import record
+    C('''from ddpsim.analysis import summarize
 from ddpsim.learn import simulate, sweep, workload_from_trace
+from ddpsim.record.config import RecordConfig
+from ddpsim.record.launcher import record
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.viz import plot_sweep
 
@@ -473,7 +477,7 @@ Take the best cap of the local sweep in section 2, record a real run with it and
 2-core machine varies by about ±10% between runs, so expect the same ballpark, not the same digit."""),
     C('''check = record(RecordConfig(model="transformer", world_size=2, iters=4, bucket_cap_mb=best["bucket_cap_mb"]),
                WORK / "confirm.json")
-measured = check.summary()["iteration_time_s"]
+measured = summarize(check)["iteration_time_s"]
 predicted = best["iteration_time_s"]
 print(f"cap {best['bucket_cap_mb']} MiB: predicted {predicted * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "
       f"({measured / predicted - 1:+.0%})")

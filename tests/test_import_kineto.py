@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT
 from ddpsim import load_trace
+from ddpsim.analysis import summarize
 from ddpsim.profile_import import import_profiles
 from ddpsim.trace import TraceFormatError
 
@@ -127,7 +128,7 @@ def test_cli_import_then_open_and_simulate(tmp_path):
     assert "2 rank(s), 6 iterations, 62 parameters, times on the gpu clock" in result.stdout
     trace = load_trace(out)
     assert trace.meta["source_format"] == "kineto" and trace.meta["import_notes"]
-    assert trace.summary()["iteration_time_s"] > 0
+    assert summarize(trace)["iteration_time_s"] > 0
     sim = run("simulate", "--trace", str(out), "--iters", "4")
     assert sim.returncode == 0, sim.stderr
     assert "world size 2, 3 buckets" in sim.stdout

@@ -1,6 +1,8 @@
 """``record --impl torch|minddp|naive``: three implementations, one trace format."""
 import pytest
 
+from ddpsim.analysis import summarize
+
 
 def layouts(trace):
     return [(l.from_iteration, l.kind, [(b.index, b.params, b.bytes, b.cap_bytes) for b in l.buckets])
@@ -23,7 +25,7 @@ def test_minddp_trace_matches_torch_trace(record):
                 assert all(b.launch_end_ns is not None and b.launch_end_ns >= b.launch_ns for b in it.buckets)
         # which ranks shared a core (Note [Ranks that share a CPU])
         assert trace.meta["pinning"]["cpus"] >= 1
-    assert mini.summary().keys() == torch_trace.summary().keys()
+    assert summarize(mini).keys() == summarize(torch_trace).keys()
 
 
 @pytest.mark.slow
@@ -34,4 +36,4 @@ def test_naive_trace_has_no_overlap(record):
             last_grad = max(g.t_ns for g in it.grad_ready)
             assert len(it.buckets) == sum(p.index is not None for p in trace.params)
             assert all(b.launch_ns >= last_grad for b in it.buckets), "naive launches after backward"
-    assert trace.summary()["overlap_fraction"] == 0.0
+    assert summarize(trace)["overlap_fraction"] == 0.0

@@ -21,11 +21,9 @@ def bucket_starts(trace) -> dict[int, float]:
     ranks (the same definitions for real and simulated traces).
     """
     per: dict[int, list[float]] = {}
-    by_rank = [{it.iteration: it for it in r.iterations} for r in trace.ranks]
     for cycle in steady_cycles(trace):
-        i = cycle[-1]
-        its = [m[i] for m in by_rank if i in m]
-        start = min(m[cycle[0]].forward.start_ns for m in by_rank if cycle[0] in m)
+        its = trace.iteration_on_ranks(cycle[-1])
+        start = min(it.forward.start_ns for it in trace.iteration_on_ranks(cycle[0]))
         launches: dict[int, list[int]] = {}
         for it in its:
             for b in it.buckets:

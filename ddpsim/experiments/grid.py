@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ddpsim.analysis import summarize
 from ddpsim.experiments.compare import parse_jitter, predict_row
 from ddpsim.learn.jitter import pick_jitter
 
@@ -169,7 +170,7 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
             w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
             jit = pick_jitter(jitter, w, cal, sim_iters)
             calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
-                                 "measured_ms": cal.summary()["iteration_time_s"] * 1e3,
+                                 "measured_ms": summarize(cal)["iteration_time_s"] * 1e3,
                                  "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)})
             log(f"    calibration: measured {calibrations[-1]['measured_ms']:.1f} ms, jitter {jit:.3f}, "
                 f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.analysis import comm_end_ns, steady_cycles
+from ddpsim.analysis import comm_end_ns, covered_fraction, steady_cycles
 from ddpsim.learn import contention
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
 from ddpsim.sim.replay import recorded_layouts
@@ -146,7 +146,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
                 d = max(0.0, d - sum(contention.compute_work(a, min(e, g.t_ns), others) for a, e in own))
             else:
                 d = max(0, g.t_ns - prev - sum(min(e, g.t_ns) - a for a, e in own))
-                overlaps.setdefault(g.param, []).append(_overlap(spans, prev, g.t_ns))
+                overlaps.setdefault(g.param, []).append(covered_fraction(spans, prev, g.t_ns))
             deltas.setdefault(g.param, []).append(d)
             work += d
             prev = g.t_ns
@@ -160,7 +160,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
                 if it.sync and it.iteration not in steady and it.grad_ready:
                     prev, spans = it.backward.start_ns, _comm_spans(it)
                     for g in sorted((g for g in it.grad_ready if not g.unused), key=lambda g: g.t_ns):
-                        if _overlap(spans, prev, g.t_ns) < 0.2:
+                        if covered_fraction(spans, prev, g.t_ns) < 0.2:
                             warm.setdefault(g.param, []).append(max(0, g.t_ns - prev))
                         prev = g.t_ns
         deltas, interference = _unmix_interference(deltas, overlaps, warm)
@@ -262,20 +262,6 @@ def _comm_spans(it) -> list[tuple[int, int]]:
     return [(launch, complete) for _k, launch, complete, _b in contention.collectives(it)]
 
 
-def _overlap(spans, lo: int, hi: int) -> float:
-    """Fraction of [lo, hi] with one of this rank's collectives in flight."""
-    if hi <= lo:
-        return 0.0
-    cut = sorted((max(lo, s), min(hi, e)) for s, e in spans if e > lo and s < hi)
-    covered, end = 0, lo
-    for s, e in cut:
-        s = max(s, end)
-        if e > s:
-            covered += e - s
-            end = e
-    return covered / (hi - lo)
-
-
 def _unmix_interference(deltas: dict, overlaps: dict, warm: dict) -> tuple[dict, float]:
     """Split gradient gaps into clean compute and a slowdown while comm is in flight.
 
@@ -304,5 +290,5 @@ def _unmix_interference(deltas: dict, overlaps: dict, warm: dict) -> tuple[dict,
 
 def _comm_fraction(it) -> float:
     """Fraction of the backward compute with one of the iteration's buckets in flight."""
-    return _overlap([(b.launch_ns, b.complete_ns) for b in it.buckets], it.backward.start_ns,
+    return covered_fraction([(b.launch_ns, b.complete_ns) for b in it.buckets], it.backward.start_ns,
                     it.backward_compute_end_ns)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ddpsim import torchcompat
+from ddpsim.analysis import summarize
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
 from ddpsim.record.merge import merge_files
@@ -49,7 +50,7 @@ def main(args) -> int:
     print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
     show = progress_bar if sys.stderr.isatty() else None
     trace = record(cfg, out, progress=show, master_port=args.master_port)
-    summary = trace.summary()
+    summary = summarize(trace)
     print(f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} ranks, {cfg.iters} iterations; "
           f"iteration {summary['iteration_time_s'] * 1e3:.1f} ms, "
           f"exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, overlap {summary['overlap_fraction']:.0%}")

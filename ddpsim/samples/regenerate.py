@@ -16,6 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 
+from ddpsim.analysis import summarize
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
 from ddpsim.samples import BUNDLED_DIR
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
             return 2
         out = BUNDLED_DIR / f"{name}.json"
         trace = _make(SAMPLES[name], out)
-        s = trace.summary()
+        s = summarize(trace)
         print(f"{out.name}: iteration {s['iteration_time_s'] * 1e3:.1f} ms, "
               f"overlap {s['overlap_fraction']:.0%}, {out.stat().st_size // 1024} KiB")
     return 0

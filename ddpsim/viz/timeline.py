@@ -31,7 +31,7 @@ HEADER, GAP = 0.9, 0.35  # rank header row height, gap after each rank
 def describe_iteration(trace: Trace, iteration: int) -> str:
     """One line saying what kind of iteration this is, e.g. the layout in effect."""
     rank = trace.ranks[0]
-    it = next((x for x in rank.iterations if x.iteration == iteration), None)
+    it = rank.iteration(iteration)
     if it is not None and not it.sync:
         return f"iteration {iteration}: no_sync step (gradients accumulate locally, no allreduce)"
     layout = rank.layout_at(iteration)
@@ -92,7 +92,7 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
     relative to the iteration start. ax: draw into this Axes instead of a new figure.
     """
     chosen = _select_ranks(trace, ranks)
-    its = {r.rank: next((x for x in r.iterations if x.iteration == iteration), None) for r in chosen}
+    its = {r.rank: r.iteration(iteration) for r in chosen}
     present = [it for it in its.values() if it is not None]
     if not present:
         known = sorted({x.iteration for r in trace.ranks for x in r.iterations})

@@ -1,4 +1,4 @@
-"""Analyses: functions from a Trace to numbers and tables.
+"""Metrics: functions from a Trace to the headline numbers and tables.
 
 One definition of each metric serves real and simulated traces alike, so that a
 prediction and a measurement are always compared like for like.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 
+from ddpsim.analysis.intervals import union_ns
 from ddpsim.trace import Iteration, RankTrace, Trace
 
 NS = 1e-9  # seconds per nanosecond
@@ -45,10 +46,6 @@ def steady_cycles(trace: Trace) -> list[list[int]]:
     steady = [c for c in all_cycles
               if 0 not in c and all(r0.layout_at(i) is final for i in c)]
     return steady or all_cycles[1:] or all_cycles
-
-
-def _by_number(rank: RankTrace) -> dict[int, Iteration]:
-    return {it.iteration: it for it in rank.iterations}
 
 
 def comm_end_ns(it: Iteration) -> int | None:
@@ -93,26 +90,16 @@ def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -
             spans = [(b.launch_ns, b.complete_ns) for b in it.buckets]
             if it.bitmap_allreduce:
                 spans.append((it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns))
-            u = _union_ns(spans)
+            u = union_ns(spans)
             hidden, union = hidden + f * u, union + u
     return hidden / union if union else None
-
-
-def _union_ns(spans: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total, end = total + (e - s), e
-        elif e > end:
-            total, end = total + (e - end), e
-    return total
 
 
 def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
     """On a GPU trace (``meta.timebase``): how long after the host queued a gradient's work
     (its hook ran, ``cpu_t_ns``) the GPU finished it (``t_ns``), in ms; None without CPU times."""
-    gaps = [(g.t_ns - g.cpu_t_ns) / 1e6 for r in trace.ranks for it in r.iterations
-            if it.iteration == iteration for g in it.grad_ready if g.cpu_t_ns is not None]
+    gaps = [(g.t_ns - g.cpu_t_ns) / 1e6 for it in trace.iteration_on_ranks(iteration)
+            for g in it.grad_ready if g.cpu_t_ns is not None]
     if not gaps:
         return None
     return {"median_ms": statistics.median(gaps), "max_ms": max(gaps), "n": len(gaps)}
@@ -120,8 +107,8 @@ def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
 
 def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     """Iteration time, exposed comm and overlap for one cycle (seconds, fraction)."""
-    per_rank = [_by_number(r) for r in trace.ranks]
-    present = [m for m in per_rank if all(i in m for i in cycle)]
+    per_rank = [{i: r.iteration(i) for i in cycle} for r in trace.ranks]
+    present = [m for m in per_rank if all(m[i] is not None for i in cycle)]
     start = min(m[cycle[0]].forward.start_ns for m in present)
     end = max(m[cycle[-1]].end_ns for m in present)
     synced = [m[cycle[-1]] for m in present]
@@ -179,9 +166,8 @@ def bucket_table(trace: Trace, iteration: int) -> list[dict]:
     launch first (DDP launches strictly in bucket order).
     """
     rows: dict[int, list] = {}
-    for rank in trace.ranks:
-        it = _by_number(rank).get(iteration)
-        for b in (it.buckets if it else []):
+    for it in trace.iteration_on_ranks(iteration):
+        for b in it.buckets:
             rows.setdefault(b.bucket, []).append(b)
     table = []
     for index in sorted(rows):
@@ -197,5 +183,7 @@ def bucket_table(trace: Trace, iteration: int) -> list[dict]:
 
 def grad_ready_order(trace: Trace, rank: int = 0, iteration: int = 0) -> list[int]:
     """Parameter indices in the order their gradients became ready."""
-    it = _by_number(trace.ranks[rank])[iteration]
+    it = trace.ranks[rank].iteration(iteration)
+    if it is None:
+        raise KeyError(f"rank {rank} has no iteration {iteration}")
     return [g.param for g in sorted(it.grad_ready, key=lambda g: g.t_ns)]
