@@ -1,9 +1,8 @@
-"""``python -m ddpsim.sim simulate|sweep ...``: the simulator's commands on their own."""
+"""``python -m ddpsim.sim simulate|sweep|calibrate|validate ...``: the simulator's commands on their own."""
 import sys
 
-from ddpsim import __main__ as top
+from ddpsim.cli import COMMANDS, main
 
 if __name__ == "__main__":
-    top.COMMANDS = {k: v for k, v in top.COMMANDS.items()
-                    if k in ("simulate", "sweep", "calibrate", "validate")}
-    sys.exit(top.main())
+    sys.exit(main(commands={k: v for k, v in COMMANDS.items()
+                            if k in ("simulate", "sweep", "calibrate", "validate")}))

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ddpsim.sim.cli import add_input_arguments, load_source, parse_stragglers
+from ddpsim.cli.simulate import add_input_arguments, load_source, parse_stragglers
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 

@@ -1,0 +1,60 @@
+"""The command line: ``python -m ddpsim <command>``, every command's front end in one place.
+
+Each command lives in a module with ``HELP`` (one line), ``add_arguments(parser)``
+and ``main(args) -> int``: ``record``, ``simulate`` and ``sweep`` in this package,
+the others beside the library code they drive (``COMMANDS``). Errors meant for the
+user are raised as ``CLIError`` (or ValueError / TraceFormatError) and printed as
+one line, with exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ddpsim.errors import CLIError  # noqa: F401  (re-exported for commands)
+
+# command name -> module implementing it
+COMMANDS = {
+    "record": "ddpsim.cli.record",
+    "merge": "ddpsim.record.merge",
+    "export": "ddpsim.export",
+    "import": "ddpsim.profile_import",
+    "simulate": "ddpsim.cli.simulate",
+    "sweep": "ddpsim.cli.sweep",
+    "calibrate": "ddpsim.experiments.calibrate",
+    "validate": "ddpsim.experiments.validate",
+    "ladder": "ddpsim.experiments.ladder",
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the full usage is in --help)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser(commands: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m ddpsim",
+                          description="ddpsim: record, re-implement and simulate PyTorch DDP")
+    sub = parser.add_subparsers(dest="command", metavar="<command>", required=True,
+                                parser_class=OneLineParser)
+    for name, module_name in (commands or COMMANDS).items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None, commands: dict[str, str] | None = None) -> int:
+    args = build_parser(commands).parse_args(argv)
+    try:
+        return int(args._main(args) or 0)
+    except KeyboardInterrupt:
+        print("ddpsim: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as e:  # CLIError and TraceFormatError are ValueErrors
+        print(f"ddpsim {args.command}: error: {e}", file=sys.stderr)
+        return 2
