@@ -218,8 +218,11 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     return actors, groups
 
 
-def simulate(w: Workload, config: SimConfig | None = None, **overrides) -> tuple[Trace, dict]:
+def simulate(w: Workload, config: SimConfig | None = None, platform=None, **overrides) -> tuple[Trace, dict]:
     """Simulate workload ``w`` under ``config``.
+
+    ``platform``: a factory ``(env, link, world_size, actors) -> platform`` (see
+    ``platform.py``); default the one the link describes (``platform_for``).
 
     Returns (trace with source "simulated", summary). The summary is
     ``ddpsim.analysis.summarize(trace)`` plus world_size, n_buckets, link, events.
@@ -235,7 +238,8 @@ def simulate(w: Workload, config: SimConfig | None = None, **overrides) -> tuple
     actors, groups = plan_actors(cfg, len(plans), explicit=bool(link.shared_core and link.cpus))
     t0 = time.perf_counter()
     env = simpy.Environment()
-    model = Model(env, w, link, cfg.world_size, layouts, plans, actors)
+    model = Model(env, w, link, cfg.world_size, layouts, plans, actors,
+                  platform and platform(env, link, cfg.world_size, actors))
     model.run()
     wall = time.perf_counter() - t0
     simpy_events = next(env._eid)  # simpy numbers every scheduled event

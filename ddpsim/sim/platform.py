@@ -1,0 +1,125 @@
+"""Where a simulated rank's work runs: its compute device and the network.
+
+The DDP model (``model.py``) says *what* each rank does and in which order; the
+platform says how long it takes. It is an object the model calls, so another
+machine is another class with the same methods:
+
+``compute(actor, s)``   ``s`` seconds of the rank's own work (forward, optimizer, ...)
+``gradient(actor, s)``  one gradient's backward compute (may be slowed by communication)
+``start(work)``         every rank has launched collective ``work``: it is committed
+``transfer(work)``      a process: the collective's data movement, until it is done
+``keep_turn(actor)``    the rank goes on with work the model does not play (the gap
+                        before its next iteration)
+
+Two platforms:
+
+``Devices``      each rank computes on a device of its own (a GPU's compute stream, or
+                 a CPU core nobody shares); collectives run on the network, at most
+                 ``link.concurrency`` at once (NCCL's one stream, gloo's two threads),
+                 each taking ``link.allreduce_s``. Compute started while a transfer
+                 runs is slowed by ``1 + link.interference`` (decided at the gradient's
+                 start; a transfer ending exactly then does not count, one starting
+                 then does).
+``SharedCores``  CPU gloo with each rank pinned to a core (``link.shared_core``): the
+                 core runs the rank's compute *and* its collectives' CPU work
+                 (``core.Core``: processor sharing, Note [Latency-bound jobs on a shared
+                 core]); a collective completes when its job has finished on every
+                 core. With ``link.cpus`` (more ranks than cores) rank r uses core
+                 ``r % cpus``; with ``link.time_slice_s`` the ranks on a core take turns
+                 (Note [Ranks take turns on a shared core]), and a rank keeps its turn
+                 into the gap before its next iteration.
+Times are seconds (floats).
+"""
+from __future__ import annotations
+
+import simpy
+
+from ddpsim.sim.core import Core
+from ddpsim.sim.network import Link
+
+
+class Devices:
+    """A device per rank and a network with ``link.concurrency`` slots."""
+
+    coupled = False  # does a gradient's compute time depend on the communication in flight?
+
+    def __init__(self, env: simpy.Environment, link: Link, world_size: int, actors: list):
+        self.env, self.link, self.world_size = env, link, world_size
+        self.slots = simpy.Resource(env, capacity=link.concurrency)
+        self.ends: dict[tuple, float] = {}  # transferring collectives -> end time (interference)
+        self.committed = 0  # collectives started by all ranks, running or queued for a slot
+        self.coupled = bool(link.interference)
+
+    def compute(self, actor, seconds: float) -> simpy.Event:
+        return self.env.timeout(seconds)
+
+    def gradient(self, actor, seconds: float) -> simpy.Event:
+        now = self.env.now  # slowed if a transfer is running past this instant
+        busy = any(e > now for e in self.ends.values())
+        return self.env.timeout(seconds * (1.0 + self.link.interference) if busy else seconds)
+
+    def start(self, work) -> None:
+        """Every rank launched ``work``: it is in flight from now if a slot is free, so
+        compute started at this instant is already slowed."""
+        if self.committed < self.link.concurrency:
+            work.counted = True
+            self.ends[work.key] = self.env.now + self.link.allreduce_s(work.nbytes, self.world_size)
+        self.committed += 1
+
+    def transfer(self, work):
+        """Wait for a slot, move the data; ``work.start`` is when it got the slot."""
+        with self.slots.request() as slot:
+            yield slot
+            work.start = self.env.now
+            duration = self.link.allreduce_s(work.nbytes, self.world_size)
+            if not work.counted:
+                self.ends[work.key] = self.env.now + duration
+            yield self._move(work, duration)
+            del self.ends[work.key]
+            self.committed -= 1
+
+    def _move(self, work, duration: float) -> simpy.Event:
+        return self.env.timeout(duration)
+
+    def keep_turn(self, actor) -> None:
+        """Nothing to keep: no rank waits for another's device."""
+
+
+class SharedCores(Devices):
+    """CPU ranks pinned to cores that also run their gloo threads."""
+
+    def __init__(self, env: simpy.Environment, link: Link, world_size: int, actors: list):
+        super().__init__(env, link, world_size, actors)
+        self.coupled = True
+        # A collective is one job per core carrying the CPU work of the ranks pinned there
+        # (``Core.ranks``): `calibrate` timed it with ranks sharing cores as here (Note [Ranks that share a CPU])
+        self.cores: list[Core] = []
+        self.core_of: dict[int, Core] = {}
+        shared = bool(link.cpus) and all(a.count == 1 for a in actors)
+        pool = [Core(env, link.time_slice_s) for _ in range(link.cpus)] if shared else []
+        for a in actors:  # rank r on core r % cpus when ranks share cores, else a core each
+            core = pool[a.rank % link.cpus] if shared else Core(env)
+            self.core_of[id(a)] = core
+            core.ranks += 1
+            if core.ranks == 1:
+                self.cores.append(core)
+
+    def compute(self, actor, seconds: float) -> simpy.Event:
+        return self.core_of[id(actor)].run(seconds, owner=actor.rank)
+
+    def gradient(self, actor, seconds: float) -> simpy.Event:
+        return self.compute(actor, seconds)  # shares the core with this rank's in-flight collectives
+
+    def _move(self, work, duration: float) -> simpy.Event:
+        # a job on every core, using only its CPU work's share of it (Note [Latency-bound jobs on a shared core])
+        demand = self.link.core_demand
+        return simpy.AllOf(self.env, [c.run(duration, demand(work.nbytes, self.world_size, c.ranks))
+                                      for c in self.cores])
+
+    def keep_turn(self, actor) -> None:
+        self.core_of[id(actor)].keep(actor.rank)
+
+
+def platform_for(env: simpy.Environment, link: Link, world_size: int, actors: list) -> Devices:
+    """The platform ``link`` describes."""
+    return (SharedCores if link.shared_core else Devices)(env, link, world_size, actors)
