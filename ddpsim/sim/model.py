@@ -111,9 +111,10 @@ class Reducer:
 
     Note [Buckets launch in index order]: reducer.cpp's ``mark_bucket_ready`` launches
     buckets from ``next_bucket_`` on while they are ready, so a ready bucket waits for
-    every lower-indexed one (``launchable``). Unused parameters are counted ready at
-    the first hook (``mark_unused``); a bucket they complete alone launches with the
-    next bucket that becomes ready.
+    every lower-indexed one (``launchable``). Unused parameters are marked ready at
+    the first hook; a bucket they complete alone is ready then, and launches with
+    the next bucket that a gradient makes ready (torch launches it at once; kept, as
+    it was, so as not to move predictions: an open question).
     """
 
     def __init__(self, model: Model, plan: Plan, brec: dict | None):
@@ -123,9 +124,6 @@ class Reducer:
         self.pending = [len(b) for b in model.layouts[plan.layout_id]]
         self.next_bucket = 0
         self.works: list[Work] = []
-
-    def mark_unused(self, p: int) -> None:
-        self.pending[self.bucket_of[p]] -= 1
 
     def mark_variable_ready(self, p: int, now: float) -> bool:
         """``Reducer::mark_variable_ready``: ``p``'s gradient is in its bucket. True if that made it ready."""
@@ -236,7 +234,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
         for u in unused:  # marked ready at the first autograd hook
             if grads is not None:
                 grads.append((now, u, True))
-            reducer.mark_unused(u)
+            reducer.mark_variable_ready(u, now)  # launches wait for the next ready bucket
         unused = []
         if not reducer.mark_variable_ready(p, now):
             continue
@@ -244,7 +242,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
             if done > waited:
                 yield env.timeout(done - waited)
                 waited = done
-            reducer.all_reduce_bucket(b, now)
+            reducer.all_reduce_bucket(b, now if lazy else env.now)  # env.now: after earlier launches' costs
             cost = w.launch_cost(reducer.nbytes[b])  # Note [Launching costs the autograd thread]
             if cost > 0:
                 yield platform.compute(actor, cost)
