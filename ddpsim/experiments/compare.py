@@ -8,6 +8,7 @@ import math
 import statistics
 
 from ddpsim.analysis import steady_cycles, summarize
+from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.learn.extract import replay_config
 from ddpsim.sim.api import simulate
 
@@ -44,7 +45,7 @@ def bucket_start_error(predicted, measured, iteration_s: float) -> float:
 def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: float = 0.0) -> dict:
     """Simulate the recorded run ``measured``'s options from ``workload``; compare."""
     cfg = replay_config(workload, measured, iters=sim_iters, jitter=jitter,
-                        order="torch" if order in ("torch", "ready") else order)
+                        order=BucketOrder.parse(order, allowed=REAL_ORDERS).value)
     sim, s = simulate(workload, cfg)
     m = summarize(measured)
     pred, meas = s["iteration_time_s"], m["iteration_time_s"]

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ddpsim.analysis import summarize
+from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.experiments.compare import parse_jitter, predict_row
 from ddpsim.learn.jitter import pick_jitter
 
@@ -234,9 +235,11 @@ def main_grid(args) -> int:
         raise ValueError(f"--world-sizes must be integers separated by commas, not {args.world_sizes!r}") from None
     caps = [_cap(c) for c in args.caps.split(",")]
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
-    bad = [o for o in orders if o not in ("torch", "ready", "reverse", "definition")]
-    if bad:
-        raise ValueError(f"--orders: {bad[0]!r} is not torch, ready, reverse or definition")
+    for o in orders:  # recorded, so only the orders a real run has (ddpsim.buckets.REAL_ORDERS)
+        try:
+            BucketOrder.parse(o, allowed=REAL_ORDERS)
+        except ValueError as e:
+            raise ValueError(f"--orders: {e}") from None
     fus = [_bool(v) for v in args.find_unused.split(",") if v.strip()]
     if not models or not world_sizes or min(world_sizes) < 1 or not orders or not fus:
         raise ValueError("--grid needs at least one model, world size (>= 1), order and find_unused value")

@@ -51,7 +51,7 @@ def add_arguments(p) -> None:
     g.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
     g.add_argument("--caps", default="0.25,default", help="bucket_cap_mb values; 'default' = torch's")
     g.add_argument("--orders", default="torch,definition",
-                   help="torch (torch DDP), or ready/reverse/definition (minddp --order)")
+                   help="torch (torch DDP), or reverse/definition (minddp --order; ddpsim.buckets.BucketOrder)")
     g.add_argument("--find-unused", default="off,on", help="find_unused_parameters values: off,on")
     g.add_argument("--calibration-cap", type=float, default=grid.CALIBRATION_CAP_MB, metavar="MIB",
                    help=f"bucket_cap_mb of the calibration run; must not be one of --caps "

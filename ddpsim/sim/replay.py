@@ -12,6 +12,8 @@ from __future__ import annotations
 from ddpsim.buckets import BucketOrder
 
 BUCKETED = ("torch", "minddp")  # impls whose layouts depend on the options below
+# traces recorded before BucketOrder had one meaning: minddp's order "ready" was torch's rebuild
+LEGACY_ORDERS = {"ready": "torch"}
 
 
 def recorded_options(trace) -> dict:
@@ -22,7 +24,7 @@ def recorded_options(trace) -> dict:
             "bucket_cap_mb": opts.get("bucket_cap_mb"),
             "find_unused_parameters": bool(opts.get("find_unused_parameters", False)),
             "static_graph": bool(opts.get("static_graph", False)),
-            "order": BucketOrder.parse({"ready": "torch"}.get(order, order)).value}
+            "order": BucketOrder.parse(LEGACY_ORDERS.get(order, order)).value}
 
 
 def recorded_layouts(trace) -> dict | None:
