@@ -15,7 +15,7 @@ PACKAGE = ROOT / "ddpsim"
 
 # bottom to top: layer name -> its components, each a list of module prefixes
 LAYERS: list[tuple[str, dict[str, list[str]]]] = [
-    ("shared ideas", {"errors": ["ddpsim.errors"], "buckets": ["ddpsim.buckets"],
+    ("shared ideas", {"errors": ["ddpsim.errors"], "buckets": ["ddpsim.buckets"], "ranks": ["ddpsim.ranks"],
                       "torchcompat": ["ddpsim.torchcompat"], "events": ["ddpsim.events", "ddpsim.heartbeat"],
                       "models": ["ddpsim.models"]}),
     ("trace format", {"trace": ["ddpsim", "ddpsim.trace", "ddpsim.trace_reader", "ddpsim.kineto",
