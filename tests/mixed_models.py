@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpsim.models import Workload
+from ddpsim.models import Training
 
 
 class MixedMLP(nn.Module):
@@ -24,13 +24,13 @@ class MixedMLP(nn.Module):
         return self.head(h.half()).float()
 
 
-def mixed_mlp() -> Workload:
+def mixed_mlp() -> Training:
     def batch(iteration, rank, world_size, batch_size):
         g = torch.Generator().manual_seed(1000 * iteration + rank)
         x = torch.randn(batch_size, 64, generator=g)
         return x, torch.randint(0, 10, (batch_size,), generator=g)
 
-    return Workload(MixedMLP(), batch, F.cross_entropy, default_batch_size=16)
+    return Training(MixedMLP(), batch, F.cross_entropy, default_batch_size=16)
 
 
 class OneLinear(nn.Module):
@@ -44,6 +44,6 @@ class OneLinear(nn.Module):
         return self.lin(x)
 
 
-def one_param() -> Workload:
+def one_param() -> Training:
     w = mixed_mlp()
-    return Workload(OneLinear(), w.batch, F.cross_entropy, default_batch_size=16)
+    return Training(OneLinear(), w.batch, F.cross_entropy, default_batch_size=16)

@@ -7,7 +7,7 @@ import torch
 from ddpsim import torchcompat
 from ddpsim.minddp.ddp import build_params_for_reducer
 
-from ddpsim.models import (ModelSpecError, Workload, build_workload, call_batch, resolve_factory,
+from ddpsim.models import (ModelSpecError, Training, build_workload, call_batch, resolve_factory,
                            zoo)
 from ddpsim.models.mlp import branch_used
 
@@ -22,7 +22,7 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _build(name: str) -> Workload:
+def _build(name: str) -> Training:
     torch.manual_seed(0)
     return build_workload(name)
 
@@ -45,7 +45,7 @@ def test_zoo_names():
 @pytest.mark.parametrize("name", NAMES)
 def test_forward_backward(name):
     w = _build(name)
-    assert isinstance(w, Workload) and w.default_batch_size > 0
+    assert isinstance(w, Training) and w.default_batch_size > 0
     inputs, target = call_batch(w, 0, 0, 2, 4)
     loss = w.loss(w.model(*inputs), target)
     assert loss.dim() == 0 and torch.isfinite(loss)

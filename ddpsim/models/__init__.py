@@ -1,8 +1,9 @@
 """The model zoo, and how a user's own model plugs into the recorder.
 
-A *workload* is what one DDP rank trains: a model, a batch function and a loss.
+A ``Training`` is what one DDP rank trains: a model, a batch function and a loss
+(the simulator's ``ddpsim.sim.Workload`` is another thing: timings, not tensors).
 
-    factory() -> Workload | (model, batch, loss)
+    factory() -> Training | (model, batch, loss)
 
     model: torch.nn.Module
     batch(iteration, rank, world_size, batch_size) -> (inputs, target)
@@ -27,14 +28,16 @@ from typing import Callable
 
 import torch
 
-from ddpsim.models.contract import Workload
+from ddpsim.models.contract import Training
+
+Workload = Training  # its name before ddpsim.sim.Workload took it: factories written against it still work
 
 
 class ModelSpecError(ValueError):
     """--model names no zoo model and no loadable factory."""
 
 
-def zoo() -> dict[str, Callable[[], Workload]]:
+def zoo() -> dict[str, Callable[[], Training]]:
     """Zoo model name -> factory."""
     from ddpsim.models import zoo_models
 
@@ -46,7 +49,7 @@ def check_spec(spec: str) -> None:
     resolve_factory(spec)
 
 
-def resolve_factory(spec: str) -> Callable[[], Workload]:
+def resolve_factory(spec: str) -> Callable[[], Training]:
     """Turn a --model value into a factory function, or raise ModelSpecError."""
     models = zoo()
     if spec in models:
@@ -78,21 +81,21 @@ def resolve_factory(spec: str) -> Callable[[], Workload]:
     return factory
 
 
-def build_workload(spec: str) -> Workload:
+def build_workload(spec: str) -> Training:
     """Call the factory for ``spec`` and normalise what it returns."""
     made = resolve_factory(spec)()
-    if isinstance(made, Workload):
+    if isinstance(made, Training):
         return made
     if isinstance(made, tuple) and len(made) == 3:
         model, batch, loss = made
         if isinstance(model, torch.nn.Module) and callable(batch) and callable(loss):
-            return Workload(model, batch, loss)
+            return Training(model, batch, loss)
     raise ModelSpecError(
-        f"factory for {spec!r} must return (model, batch, loss) or a Workload, "
+        f"factory for {spec!r} must return (model, batch, loss) or a Training, "
         f"not {type(made).__name__}")
 
 
-def call_batch(workload: Workload, iteration: int, rank: int, world_size: int,
+def call_batch(workload: Training, iteration: int, rank: int, world_size: int,
                batch_size: int | None):
     """One rank's batch; inputs always come back as a tuple."""
     inputs, target = workload.batch(iteration, rank, world_size,
@@ -102,5 +105,5 @@ def call_batch(workload: Workload, iteration: int, rank: int, world_size: int,
     return inputs, target
 
 
-__all__ = ["Workload", "ModelSpecError", "zoo", "check_spec", "resolve_factory",
+__all__ = ["Training", "Workload", "ModelSpecError", "zoo", "check_spec", "resolve_factory",
            "build_workload", "call_batch"]

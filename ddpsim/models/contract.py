@@ -12,7 +12,9 @@ import torch
 
 
 @dataclass
-class Workload:
+class Training:
+    """What one DDP rank trains: a model, its batches, its loss (``ddpsim.models.Workload`` before)."""
+
     model: torch.nn.Module
     batch: Callable[[int, int, int, int], tuple]
     loss: Callable

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpsim.models.contract import Workload
+from ddpsim.models.contract import Training
 from ddpsim.models._data import batch_generator, classify, teacher_generator
 
 N_CLASSES = 10
@@ -55,7 +55,7 @@ class ConvNet(nn.Module):
         return self.head(h.mean(dim=(2, 3)))
 
 
-def convnet() -> Workload:
+def convnet() -> Training:
     """ResNet-style CNN with BatchNorm buffers; batch 32 of 3x32x32 images.
 
     Images are smooth random fields (Gaussian noise at 8x8, upsampled); labels come
@@ -71,4 +71,4 @@ def convnet() -> Workload:
         x = x + 0.1 * torch.randn(x.shape, generator=g)
         return x, classify(coarse, teacher)
 
-    return Workload(ConvNet(), batch, F.cross_entropy, default_batch_size=32)
+    return Training(ConvNet(), batch, F.cross_entropy, default_batch_size=32)

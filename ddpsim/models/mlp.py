@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpsim.models.contract import Workload
+from ddpsim.models.contract import Training
 from ddpsim.models._data import batch_generator, classify, teacher_generator
 
 N_CLASSES = 10
@@ -54,9 +54,9 @@ class MLP(nn.Module):
         return self.head(h)
 
 
-def mlp() -> Workload:
+def mlp() -> Training:
     """MLP with one frozen parameter (see ``MLP``); batch 64 of 256-d inputs."""
-    return Workload(MLP(), _classification_batch(11_000, 256), F.cross_entropy,
+    return Training(MLP(), _classification_batch(11_000, 256), F.cross_entropy,
                     default_batch_size=64)
 
 
@@ -91,7 +91,7 @@ def branch_used(iteration: int, rank: int) -> bool:
     return (iteration + rank) % 2 == 0
 
 
-def branchy() -> Workload:
+def branchy() -> Training:
     """A model whose branch is skipped on some ranks/iterations.
 
     The batch decides: inputs are ``(x, use_branch)`` with ``use_branch =
@@ -109,7 +109,7 @@ def branchy() -> Workload:
         x, y = data(iteration, rank, world_size, batch_size)
         return (x, torch.tensor(branch_used(iteration, rank))), y
 
-    return Workload(Branchy(), batch, F.cross_entropy, default_batch_size=256)
+    return Training(Branchy(), batch, F.cross_entropy, default_batch_size=256)
 
 
 # --------------------------------------------------------------------------- shuffled
@@ -149,7 +149,7 @@ class Shuffled(nn.Module):
         return self.out(h)
 
 
-def shuffled() -> Workload:
+def shuffled() -> Training:
     """Residual MLP with scrambled parameter definition order (see ``Shuffled``)."""
-    return Workload(Shuffled(), _classification_batch(33_000, 256), F.cross_entropy,
+    return Training(Shuffled(), _classification_batch(33_000, 256), F.cross_entropy,
                     default_batch_size=32)

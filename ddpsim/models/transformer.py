@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpsim.models.contract import Workload
+from ddpsim.models.contract import Training
 from ddpsim.models._data import batch_generator, teacher_generator
 
 VOCAB = 256
@@ -73,7 +73,7 @@ def next_token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
-def transformer() -> Workload:
+def transformer() -> Training:
     """Tied-embedding GPT on a fixed random Markov chain; batch 16 of 64 tokens.
 
     Each next token is a fixed function of the current one (a random permutation)
@@ -93,4 +93,4 @@ def transformer() -> Workload:
             tokens[:, i + 1] = torch.where(follow[:, i], successor[tokens[:, i]], noise[:, i])
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
-    return Workload(TinyGPT(), batch, next_token_loss, default_batch_size=16)
+    return Training(TinyGPT(), batch, next_token_loss, default_batch_size=16)

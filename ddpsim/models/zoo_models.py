@@ -11,7 +11,7 @@
                 order is wrong until the rebuild
 ==============  ==================================================================
 
-Each factory takes no arguments and returns a ``ddpsim.models.Workload``; see
+Each factory takes no arguments and returns a ``ddpsim.models.Training``; see
 ``ddpsim/models/__init__.py`` for the contract. Batches are deterministic functions
 of (iteration, rank, batch_size) and never touch the global RNG.
 """
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ddpsim.models.contract import Workload
+from ddpsim.models.contract import Training
 from ddpsim.models.convnet import convnet
 from ddpsim.models.mlp import branchy, mlp, shuffled
 from ddpsim.models.transformer import transformer
 
-ZOO: dict[str, Callable[[], Workload]] = {
+ZOO: dict[str, Callable[[], Training]] = {
     "mlp": mlp,
     "convnet": convnet,
     "transformer": transformer,
