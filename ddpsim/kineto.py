@@ -175,3 +175,25 @@ def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
     dtype = str(types[0]) if isinstance(types, list) and types else "float"
     return shape, {"float": "float32", "half": "float16", "double": "float64",
                    "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype)
+
+
+def is_bitmap(op: Op) -> bool:
+    """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_)."""
+    types = op.args.get("Input type")
+    return isinstance(types, list) and any("int" in str(t).lower() for t in types[:1])
+
+
+def params_from_ready_shapes(shapes: list[tuple]) -> list[dict]:
+    """Parameters from the ready order: DDP index n-1-k for the k-th gradient ready (gradients
+    arrive roughly in reverse definition order); names are not in a profile."""
+    n = len(shapes)
+    out = []
+    for k in reversed(range(n)):
+        shape, dtype = shapes[k]
+        numel = 1
+        for d in shape or []:
+            numel *= d
+        size = {"float16": 2, "bfloat16": 2, "float64": 8}.get(dtype, 4)
+        out.append({"index": n - 1 - k, "name": f"param{n - 1 - k}", "shape": list(shape or []),
+                    "dtype": dtype, "bytes": numel * size if shape is not None else 0})
+    return out

@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ddpsim.kineto import Op, Profile, collective_bytes, read_profile, tensor_shape
+from ddpsim.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, read_profile,
+                           tensor_shape)
 from ddpsim.trace import FORMAT, VERSION, Trace, TraceFormatError, from_dict
 
-HELP = "import PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace"
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 BACKWARD_OP = "autograd::engine::evaluate_function: "
 ACCUMULATE = "torch::autograd::AccumulateGrad"
@@ -108,7 +108,7 @@ class RankImport:
             if nbytes is None:
                 self.notes.add("some allreduce sizes are unknown (profile without record_shapes)")
                 nbytes = 0
-            if _is_bitmap(op):
+            if is_bitmap(op):
                 start, end = (op.start, op.end) if start is None else (start, end)
                 bitmap = {"launch_ns": _ns(start), "complete_ns": _ns(end), "bytes": nbytes}
                 continue
@@ -134,30 +134,8 @@ class RankImport:
         return op.start, op.end
 
 
-def _is_bitmap(op: Op) -> bool:
-    """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_)."""
-    types = op.args.get("Input type")
-    return isinstance(types, list) and any("int" in str(t).lower() for t in types[:1])
-
-
 def _span(a: float, b: float) -> dict:
     return {"start_ns": _ns(a), "end_ns": _ns(b)}
-
-
-def _params(shapes: list[tuple]) -> list[dict]:
-    """Parameters from the ready order: DDP index n-1-k for the k-th gradient ready (gradients
-    arrive roughly in reverse definition order); names are not in a profile."""
-    n = len(shapes)
-    out = []
-    for k in reversed(range(n)):
-        shape, dtype = shapes[k]
-        numel = 1
-        for d in shape or []:
-            numel *= d
-        size = {"float16": 2, "bfloat16": 2, "float64": 8}.get(dtype, 4)
-        out.append({"index": n - 1 - k, "name": f"param{n - 1 - k}", "shape": list(shape or []),
-                    "dtype": dtype, "bytes": numel * size if shape is not None else 0})
-    return out
 
 
 def _layout(params: list[dict], order: list[int], bucket_bytes: list[int]) -> tuple[list[dict], bool]:
@@ -210,7 +188,7 @@ def import_profiles(paths: list[str | Path]) -> Trace:
         its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
         if not its:
             raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward")
-        params = params or _params(imp.ready_shapes)
+        params = params or params_from_ready_shapes(imp.ready_shapes)
         rank_dicts.append(_finish_rank(rank, its, params, imp, notes))
         notes |= imp.notes
     origin, method = _align(rank_dicts, ranks)
@@ -310,19 +288,3 @@ def _timebase(clock: str) -> dict:
             if clock == "gpu" else "cpu: when the host ran the op")
     return {"forward": clock, "backward": clock, "optimizer": clock, "grad_ready": clock,
             "allreduce": clock, "source": "kineto", "note": what}
-
-
-def add_arguments(p) -> None:
-    p.add_argument("profiles", nargs="+",
-                   help="Kineto traces (.json or .json.gz), one per rank, or a folder of them")
-    p.add_argument("--out", required=True, help="ddpsim trace to write (JSON)")
-
-
-def main(args) -> int:
-    trace = import_profiles(args.profiles)
-    trace.save(args.out)
-    its = sum(len(r.iterations) for r in trace.ranks)
-    print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its} iterations, {len(trace.params)} parameters, "
-          f"times on the {trace.meta['timebase']['grad_ready']} clock; "
-          f"{len(trace.meta['import_notes'])} notes in meta.import_notes")
-    return 0

@@ -1,7 +1,7 @@
 """The command line: ``python -m ddpsim <command>``, every command's front end in one place.
 
 Each command lives in a module with ``HELP`` (one line), ``add_arguments(parser)``
-and ``main(args) -> int``: ``record``, ``simulate`` and ``sweep`` in this package,
+and ``main(args) -> int``: ``record``, ``simulate``, ``sweep`` and ``import`` in this package,
 the others beside the library code they drive (``COMMANDS``). Errors meant for the
 user are raised as ``CLIError`` (or ValueError / TraceFormatError) and printed as
 one line, with exit status 2.
@@ -19,7 +19,7 @@ COMMANDS = {
     "record": "ddpsim.cli.record",
     "merge": "ddpsim.record.merge",
     "export": "ddpsim.export",
-    "import": "ddpsim.profile_import",
+    "import": "ddpsim.cli.profile_import",
     "simulate": "ddpsim.cli.simulate",
     "sweep": "ddpsim.cli.sweep",
     "calibrate": "ddpsim.experiments.calibrate",

@@ -145,7 +145,16 @@ class Reducer:
             self.next_bucket += 1
 
     def all_reduce_bucket(self, b: int, now: float) -> Work:
-        """``Reducer::all_reduce_bucket``: launch bucket ``b``'s allreduce."""
+        """``Reducer::all_reduce_bucket``: launch bucket ``b``'s allreduce.
+
+    Note [Launching costs the autograd thread]: DDP launches a bucket's allreduce
+    from the autograd hook of the gradient that completed it, and the next
+    gradient waits until the launch returns: torch's comm hook divides the bucket
+    by the world size and enqueues the collective, ~0.3-1.5 ms for a 2-4 MiB
+    bucket here (``launch_end_ns - launch_ns`` in a recording). A layout with more
+    buckets launches more often, so this is charged per launch
+    (``Workload.launch_cost``), not hidden in the next gradient's compute time.
+        """
         if self.brec is not None:
             self.brec.setdefault(b, [now, None, None])[1] = now
         self.works.append(self.model.launch((self.plan.iteration, b), self.nbytes[b]))
@@ -205,14 +214,6 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     communication (a platform that is not ``coupled``, no launch costs), gradient
     times are prefix sums, so the process wakes only where buckets launch: the same
     timeline with far fewer events.
-
-    Note [Launching costs the autograd thread]: DDP launches a bucket's allreduce
-    from the autograd hook of the gradient that completed it, and the next
-    gradient waits until the launch returns: torch's comm hook divides the bucket
-    by the world size and enqueues the collective, ~0.3-1.5 ms for a 2-4 MiB
-    bucket here (``launch_end_ns - launch_ns`` in a recording). A layout with more
-    buckets launches more often, so this is charged per launch
-    (``Workload.launch_cost``), not hidden in the next gradient's compute time.
     """
     w, platform = model.w, model.platform
     grads = rec["grads"] if rec is not None else None

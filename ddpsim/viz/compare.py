@@ -15,8 +15,7 @@ from matplotlib.transforms import blended_transform_factory
 from ddpsim.analysis import comm_end_ns, cycle_metrics, spread, steady_cycles, steady_summary
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
-from ddpsim.viz.timeline import (GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run,
-                                  finish_track_axes)
+from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run
 
 Run = tuple[str, Trace]  # (label, trace)
 
@@ -94,7 +93,7 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         t0 = it.forward.start_ns
         _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * MS, minlabel, len(head))
         y = bottom + GAP
-    finish_track_axes(ax, y, yticks, ylabels, "time since each run's iteration start (ms)", 9)
+    pal.finish_track_axes(ax, y, yticks, ylabels, "time since each run's iteration start (ms)", 9)
     ax.set_title(f"{len(picked)} runs on one time axis (rank {rank})", loc="left", fontsize=11.5)
     handles = _legend_handles(picked[0][1], None, [it for *_, it in picked])
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),

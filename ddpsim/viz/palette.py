@@ -39,3 +39,18 @@ def text_color_on(hex_color: str) -> str:
     r, g, b = (int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))
     luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
     return "#000000" if luminance > 0.45 else "#FFFFFF"
+
+
+TRACK_GAP = 0.35  # gap after each rank in the per-rank track figures, in row units
+
+
+def finish_track_axes(ax, y, yticks, ylabels, xlabel: str, tick_size: float = 9.5) -> None:
+    """The shared look of the per-rank track figures: row labels, x label, grid, no box."""
+    ax.set_ylim(y - TRACK_GAP / 2, -TRACK_GAP / 2)
+    ax.set_yticks(yticks, ylabels, fontsize=tick_size)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlabel(xlabel, fontsize=10)
+    ax.grid(axis="x", color=GRID, zorder=0.5)
+    ax.set_axisbelow(True)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)

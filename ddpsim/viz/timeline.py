@@ -25,7 +25,7 @@ from ddpsim.viz import palette as pal
 
 MS = 1e-6  # milliseconds per nanosecond
 BAR = 0.72  # bar height, in row units
-HEADER, GAP = 0.9, 0.35  # rank header row height, gap after each rank
+HEADER, GAP = 0.9, pal.TRACK_GAP  # rank header row height, gap after each rank
 
 
 def describe_iteration(trace: Trace, iteration: int) -> str:
@@ -140,7 +140,7 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
             _draw_rank(ax, trace, rank, it, rows, lanes[rank.rank], n_lanes, ms, minlabel, len(head))
         y = bottom + GAP
 
-    finish_track_axes(ax, y, yticks, ylabels, "time since the iteration start (ms)", 9.5)
+    pal.finish_track_axes(ax, y, yticks, ylabels, "time since the iteration start (ms)", 9.5)
     ax.set_title(f"{describe_run(trace)}\n{describe_iteration(trace, iteration)}",
                  loc="left", fontsize=11.5)
     handles = _legend_handles(trace, chosen, present)
@@ -288,15 +288,3 @@ def _ranges(numbers: list[int]) -> str:
     if not numbers:
         return "no iterations"
     return f"iterations {numbers[0]}..{numbers[-1]}" if len(numbers) > 1 else f"iteration {numbers[0]}"
-
-
-def finish_track_axes(ax, y, yticks, ylabels, xlabel: str, tick_size: float = 9.5) -> None:
-    """The shared look of the per-rank track figures: row labels, x label, grid, no box."""
-    ax.set_ylim(y - GAP / 2, -GAP / 2)
-    ax.set_yticks(yticks, ylabels, fontsize=tick_size)
-    ax.tick_params(axis="y", length=0)
-    ax.set_xlabel(xlabel, fontsize=10)
-    ax.grid(axis="x", color=pal.GRID, zorder=0.5)
-    ax.set_axisbelow(True)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
