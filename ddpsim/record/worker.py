@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.models import build_workload, call_batch
-from ddpsim.record import instrument
+from ddpsim.record import heartbeat, instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.events import RankRecorder, now_ns
@@ -105,17 +105,20 @@ class Run:
         if probes:
             probes.before(sync)
         rec.begin_iteration(it, sync)
+        heartbeat.beat(iteration=it, phase="forward")
         with contextlib.nullcontext() if sync else self.ddp.no_sync():
             f0 = now_ns()
             loss = self.workload.loss(self.ddp(*inputs), target)
             self.sync_device()
             f1 = now_ns()
+            heartbeat.beat(phase="backward")
             loss.backward()
             self.sync_device()
             b1 = now_ns()
         rec.span("forward", f0, f1)
         rec.span("backward", f1, b1)
         if sync:
+            heartbeat.beat(phase="optimizer")
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
             self.sync_device()
@@ -123,6 +126,7 @@ class Run:
         if probes:
             probes.after(sync, rec)
         rec.end_iteration(probes.layout_caps if probes else None)
+        heartbeat.beat(phase="done")
 
     def logging_data(self) -> dict | None:
         return self.ddp._get_ddp_logging_data() if self.cfg.impl == "torch" else None
@@ -130,11 +134,14 @@ class Run:
 
 def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
     """Build every Run, align clocks, then step them in turn: iteration i of each, then i + 1."""
+    heartbeat.beat(stage="building the model")
     runs = [Run(c, rank, world, device, r) for c, r in zip(cfgs, recorders)]
+    heartbeat.beat(stage="aligning clocks")
     clock = estimate_offsets(device)
     for r in recorders:
         r.header_update({"clock": clock})
     probes = [(AllreduceProbe(r.cfg.probe_allreduce_bytes), r) for r in runs if r.cfg.probe_allreduce_bytes]
+    heartbeat.beat(stage="training")
     for it in range(max(c.iters for c in cfgs)):
         for run in runs:
             if it < run.cfg.iters:
@@ -158,6 +165,24 @@ def die_with_parent() -> None:
             os._exit(1)
 
 
+def init_process_group(backend: str, rank: int, world: int, timeout_s: float) -> None:
+    """Join the ranks: through the launcher's private FileStore when it gave one, else torchrun's env://.
+
+    Note [No port on the network]: env:// rendezvous starts a TCPStore server that
+    listens on every interface, unauthenticated. ddpsim's launcher hands its ranks a
+    FileStore in a private temporary folder instead (DDPSIM_STORE), which opens no
+    port, and GLOO_SOCKET_IFNAME=lo so that gloo's own connections bind loopback.
+    Multi-node torchrun keeps torchrun's rendezvous.
+    """
+    timeout = timedelta(seconds=timeout_s)
+    store_path = os.environ.get("DDPSIM_STORE")
+    if store_path:
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+
+
 def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | None = None) -> None:
     """Run this process's rank and write one shard per config. Exits the process on failure."""
     die_with_parent()
@@ -178,9 +203,10 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     recorders = [RankRecorder(path, rank, rank_header(c, backend, world, header))
                  for c, path in zip(cfgs, shard_paths)]
     try:
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=cfg.timeout_s))
+        heartbeat.beat(stage="joining the process group")
+        init_process_group(backend, rank, world, cfg.timeout_s)
         train(cfgs, rank, world, device, recorders)
+        heartbeat.beat(stage="finishing")
         dist.barrier()  # every shard is complete on disk once this returns
     except BaseException as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
         message = f"{type(e).__name__}: {str(e).strip()}"
@@ -205,6 +231,7 @@ def exit_now(code: int = 0) -> None:
 
 def main(argv: list[str]) -> None:
     """argv: a JSON list of configs, then one shard path per config."""
+    heartbeat.open_writer()
     cfgs = [RecordConfig(**c) for c in json.loads(argv[0])]
     run_rank(cfgs, argv[1:])
     exit_now(0)
