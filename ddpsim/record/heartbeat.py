@@ -137,6 +137,8 @@ def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]
         others = [b.rank for b in beats if b.progress() == ahead.progress()]
         who = "rank " + str(others[0]) if len(others) == 1 else "ranks " + ", ".join(map(str, others))
         line += f": did not join {waited}, which {who} {'is' if len(others) == 1 else 'are'} waiting in"
-    elif ahead.progress() == behind.progress():
-        line += ": no rank made progress"
+    elif len(beats) > 1 and ahead.progress() == behind.progress():
+        others = ", ".join(str(b.rank) for b in beats if b.rank != behind.rank)
+        line += (f": rank(s) {others} wait in the same step, in a collective it did not join "
+                 "(DDP's forward has collectives too: the bucket rebuild, the buffer broadcast)")
     return behind.rank, line
