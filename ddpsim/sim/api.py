@@ -96,7 +96,6 @@ class SimConfig:
         integer(self.iters, "iters", 1)
         integer(self.no_sync_every, "no_sync_every", 1)
         integer(self.max_explicit_ranks, "max_explicit_ranks", 1)
-        check_ranges(self)
         caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)
         if not isinstance(self.order, (list, tuple)) and self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} or a list, not {self.order!r}")
@@ -113,6 +112,7 @@ class SimConfig:
                 network.check_positive(fct, f"{what} {r} factor")
                 if fct > STRAGGLER_MAX:
                     raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
+        check_ranges(self)
 
 
 def check_ranges(cfg: "SimConfig") -> None:
