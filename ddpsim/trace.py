@@ -166,7 +166,8 @@ class Trace:
 
     @property
     def world_size(self) -> int:
-        return int(self.meta.get("world_size", len(self.ranks)))
+        ws = self.meta.get("world_size")
+        return int(ws) if ws is not None else len(self.ranks)
 
     def param_name(self, index: int) -> str:
         for p in self.params:
@@ -362,8 +363,8 @@ def check_consistency(r: "_Reader", trace: Trace) -> None:
             r.fail(f"ranks[{i}].rank", f"rank {rank.rank} {why}")
         seen.add(rank.rank)
     indices = [p.index for p in trace.params if p.index is not None]
-    if len(set(indices)) != len(indices):
-        r.fail("params", "two parameters share an index")
+    if sorted(indices) != list(range(len(indices))):
+        r.fail("params", f"DDP's parameter indices must be 0..{len(indices) - 1}, each once")
     known = set(indices) if indices else None
     for i, rank in enumerate(trace.ranks):
         _check_rank(r, rank, f"ranks[{i}]", known)
