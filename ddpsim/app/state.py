@@ -145,7 +145,20 @@ def require_trace() -> tuple[str, Trace]:
         st.info("Choose a bundled sample or upload a trace in the sidebar.")
         st.stop()
     ui.simulated_badge(opened[1])
+    note = partial_note(opened[1])
+    if note and not any(r.iterations for r in opened[1].ranks):
+        st.info(note)  # a run stopped before its first iteration: nothing to draw
+        st.stop()
     return opened
+
+
+def partial_note(trace: Trace) -> str | None:
+    """A plain note for a trace with no synced iteration (None when it has one)."""
+    from ddpsim.analysis import holds
+
+    if any(it.sync for it in trace.ranks[0].iterations):
+        return None
+    return f"This trace holds no synced iteration ({holds(trace)}), so there is nothing to measure yet."
 
 
 def current_trace(quiet: bool = False) -> tuple[str, Trace] | None:

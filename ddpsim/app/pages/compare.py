@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import ui
-from ddpsim.app.state import all_labels, get_trace, pretty, trace_key
+from ddpsim.app.state import all_labels, get_trace, partial_note, pretty, trace_key
 from ddpsim.viz import compare_rows, plot_compare
 
 st.header("Compare runs on one time axis")
@@ -22,6 +22,10 @@ number = right.number_input("Iteration number", 0, 1000, 1, key="ddpsim_compare_
                             disabled=which != "pick a number")
 iteration = {"steady state": None, "iteration 0 (before the rebuild)": 0}.get(which, int(number))
 runs = [(label, t) for label in chosen if (t := get_trace(label)) is not None]
+for label, t in runs:
+    if partial_note(t):
+        st.info(f"{pretty(label)}: {partial_note(t)} It is left out.")
+runs = [(label, t) for label, t in runs if not partial_note(t)]
 if len(runs) < 1:
     st.info("Pick runs to compare.")
     st.stop()

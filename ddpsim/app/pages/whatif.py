@@ -62,11 +62,11 @@ try:
         ref_cfg = whatif.sim_config(base, world_size=world, network=network)
         trace, _ = cache.simulate(source_key, cache.config_key(ref_cfg), work, ref_cfg)
         ref_label = f"torch defaults, {world} ranks"
-except ValueError as e:
+    ref_summary = trace.summary()
+except ValueError as e:  # includes PartialTraceError and SimulationTooLarge (whatif.TIME_LIMIT_S)
     st.error(f"The simulator cannot run this configuration: {e}")
     st.stop()
 
-ref_summary = trace.summary()
 ui.metric_row(summary, ref_summary, base_name=ref_label[:40])
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
                lambda: plot_compare([(ref_label, trace), ("what-if (SIMULATED)", sim)]),
