@@ -108,3 +108,15 @@ def test_same_inputs_and_seed_give_byte_identical_files(capsys, tmp_path):
     rc, _, _ = run_cli(capsys, "simulate", "--trace", TRACE, "--world-size", "8", "--jitter", "0.1",
                        "--seed", "4", "--out", str(tmp_path / "other.json"))
     assert (tmp_path / "other.json").read_bytes() != outs[0][0], "another seed gives another run"
+
+
+def test_whatif_page_simulations_have_a_time_limit():
+    from ddpsim.app import whatif
+    from ddpsim.sim.api import SimulationTooLarge, simulate
+
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    cfg = whatif.sim_config(base)
+    assert cfg.time_limit_s == whatif.TIME_LIMIT_S
+    cfg.time_limit_s, cfg.iters, cfg.max_events = 0.01, 20_000, 10**9
+    with pytest.raises(SimulationTooLarge, match="stopped after 0.01 s"):
+        simulate(whatif.workload(base, None), cfg)

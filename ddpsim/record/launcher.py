@@ -245,8 +245,9 @@ def _failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, i
         rank, line = heartbeat.blame(beats, stopped)
         errors[rank] = f"hung: {line}"
         message = f"rank {rank} {line}"
-    notes = {r: "stopped by the launcher after another rank failed" for r in range(cfg.world_size)
-             if r not in errors}
+    why = f"stopped by the launcher while waiting for rank {rank}" if hang else \
+        "stopped by the launcher after another rank failed"
+    notes = {r: why for r in range(cfg.world_size) if r not in errors}
     raw = merge(read, notes={**notes, **errors})
     if not any(s.exists() for s in shards):
         raw["meta"]["note"] = "no rank recorded anything: the run stopped during start-up"
