@@ -58,7 +58,7 @@ def add_arguments(p) -> None:
 
 
 def add_budget_arguments(p) -> None:
-    from ddpsim.sim.api import DEFAULT_MAX_EVENTS
+    from ddpsim.sim.budget import DEFAULT_MAX_EVENTS
 
     b = p.add_argument_group("limits")
     b.add_argument("--max-events", type=int,
@@ -74,7 +74,7 @@ def check_args(args) -> None:
     """Ranges of the options used before a SimConfig exists (the rest: SimConfig.validate)."""
     import math
 
-    from ddpsim.sim.api import LIMITS, _num
+    from ddpsim.sim.budget import LIMITS, _num
 
     for name, (lo, hi) in [*ARCH_LIMITS.items(), ("concurrency", LIMITS["concurrency"][:2])]:
         v = getattr(args, name, None)
