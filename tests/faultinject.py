@@ -44,7 +44,7 @@ class Result:
                 and self.trace_kept and bool(self.victim_marked) and not self.leftover)
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -57,7 +57,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _rank_of(pid: int) -> int | None:
+def rank_of(pid: int) -> int | None:
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
@@ -68,7 +68,7 @@ def _rank_of(pid: int) -> int | None:
     return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -76,7 +76,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _iterations(out: Path, world: int) -> int:
+def iterations_written(out: Path, world: int) -> int:
     total = 0
     for r in range(world):
         try:
@@ -100,8 +100,8 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
     try:
         deadline = time.monotonic() + 60
         while len(ranks) < world_size and time.monotonic() < deadline:
-            for pid in _children(launcher.pid):
-                r = _rank_of(pid)
+            for pid in children(launcher.pid):
+                r = rank_of(pid)
                 if r is not None:
                     ranks[r] = pid
             time.sleep(0.01)
@@ -110,19 +110,19 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
             time.sleep(rng.uniform(0.0, 2.5))  # mostly while importing torch; `really` says where it landed
         else:
             target = rng.randint(2, 20)
-            while _iterations(out, world_size) < target and time.monotonic() < deadline:
+            while iterations_written(out, world_size) < target and time.monotonic() < deadline:
                 time.sleep(0.005)
-        really = "training" if _iterations(out, world_size) else "start-up"
+        really = "training" if iterations_written(out, world_size) else "start-up"
         os.kill(ranks[victim], getattr(signal, sig))
         fault = time.monotonic()
         try:
             _, stderr = launcher.communicate(timeout=timeout_s + 30)
         except subprocess.TimeoutExpired:
             stderr = "(launcher did not exit)"
-        while any(_alive(p) for p in ranks.values()) and time.monotonic() - fault < timeout_s + 30:
+        while any(alive(p) for p in ranks.values()) and time.monotonic() - fault < timeout_s + 30:
             time.sleep(0.01)
         gone = time.monotonic() - fault
-        leftover = [p for p in ranks.values() if _alive(p)]
+        leftover = [p for p in ranks.values() if alive(p)]
     finally:
         _cleanup(launcher, ranks)
     message = stderr.strip().splitlines()[-1] if stderr.strip() else ""
@@ -140,7 +140,7 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
 
 def _cleanup(launcher, ranks) -> None:
     for pid in [launcher.pid, *ranks.values()]:
-        if _alive(pid):
+        if alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

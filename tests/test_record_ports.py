@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from faultinject import _children, _rank_of, _iterations
+from faultinject import children, rank_of, iterations_written
 
 LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -55,12 +55,12 @@ def sockets_during_training(cmd, out: Path, world: int) -> dict[int, list]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
-        while _iterations(out, world) < 2 * world and time.monotonic() < deadline:
+        while iterations_written(out, world) < 2 * world and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _iterations(out, world) >= 2 * world, "the ranks started training"
+        assert iterations_written(out, world) >= 2 * world, "the ranks started training"
         ranks = {}
-        for pid in _children(proc.pid):
-            r = _rank_of(pid)
+        for pid in children(proc.pid):
+            r = rank_of(pid)
             if r is not None:
                 ranks[r] = listening(pid)
         return ranks
