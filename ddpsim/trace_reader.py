@@ -160,7 +160,7 @@ META_FIELDS = {
     "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
 }
 NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
-    ("options", "bucket_cap_mb"): (float, 0), ("options", "find_unused_parameters"): (bool, None),
+    ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
     ("options", "static_graph"): (bool, None), ("options", "gradient_as_bucket_view"): (bool, None),
     ("options", "no_sync_every"): (int, 1), ("options", "iters"): (int, 0),
     ("options", "batch_size"): (int, 1), ("config", "pin_cpus"): (bool, None),
@@ -169,8 +169,15 @@ NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read
     ("calibration", "host_cpus"): (int, 0), ("calibration", "intercept_s"): (float, None),
     ("calibration", "s_per_byte"): (float, None), ("calibration", "cpu_intercept_s"): (float, None),
     ("calibration", "cpu_s_per_byte"): (float, None), ("calibration", "time_slice_s"): (float, 0),
-    ("workload", "name"): (str, None),
+    ("workload", "name"): (str, None), ("workload", "kind"): (str, None), ("workload", "arch"): (str, None),
+    ("workload", "hardware"): (str, None), ("workload", "batch"): (int, 1),
+    ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, 1e-6),
+    ("config", "find_unused_parameters"): (bool, None), ("config", "no_sync_every"): (int, 1),
 }
+
+
+NESTED_MAX = {"bucket_cap_mb": 1e6, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
+              "world_size": MAX_WORLD_SIZE, "batch": 1_000_000}
 
 
 def check_meta(r: "_Reader", meta: dict) -> None:
@@ -179,7 +186,7 @@ def check_meta(r: "_Reader", meta: dict) -> None:
                 hi=MAX_WORLD_SIZE if key == "world_size" else None)
     for (outer, key), (typ, lo) in NESTED_FIELDS.items():
         if isinstance(meta.get(outer), dict):
-            r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo)
+            r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo, hi=NESTED_MAX.get(key))
 
 
 def check_consistency(r: "_Reader", trace: Trace) -> None:

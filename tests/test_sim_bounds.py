@@ -17,7 +17,7 @@ SIMULATE_ERRORS = [
     (["--latency-us", "1e300"], "--latency-us must be between 0 and 1e+06 microseconds"),
     (["--bandwidth-gbps", "1e-300"], "--bandwidth-gbps must be between 0.001 and 1e+06 Gbit/s"),
     (["--jitter", "1e6"], "--jitter must be between 0 and 10"),
-    (["--no-sync-every", "1000000000"], "--no-sync-every must be between 1 and 10,000"),
+    (["--no-sync-every", "1000000000"], "--no-sync-every must be between 1 and 1,000,000"),
     (["--iters", "1000000000"], "--iters must be between 1 and 1,000,000"),
     (["--world-size", "20000000"], "--world-size must be between 1 and 10,000,000"),
     (["--concurrency", "-1"], "--concurrency must be between 1 and 64"),

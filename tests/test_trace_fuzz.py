@@ -4,13 +4,15 @@ Each case is a real trace (hand-made, recorded, simulated, partial) with 1-3
 mutations (a value replaced, a key removed, a span reversed, a list emptied...)
 or a damaged text (truncated, deeply nested, a huge integer). The property:
 ``parse_trace`` either raises TraceFormatError or returns a trace that every
-consumer handles - the analysis summary, ``export --chrome``, the simulator and
-the figures the dashboard draws - returning a result or one of ddpsim's plain
+consumer handles - the analysis summary, ``export --chrome``, the simulator, the
+What-if page's simulation and the figures the dashboard draws - returning a result or one of ddpsim's plain
 errors (PartialTraceError for a valid trace that holds too little,
 SimulationTooLarge). Any other exception, or a case running past HANG_S, fails.
 
 A few hundred cases run by default; the slow test runs 10,000 and, with
 DDPSIM_FUZZ_REPORT=path, writes the tally (cases, outcomes per consumer) there.
+The cases are the same on every run (derandomized) so the suite is stable;
+DDPSIM_FUZZ_RANDOM=1 draws new ones (how the reader was hardened: run it often).
 """
 from __future__ import annotations
 
@@ -47,6 +49,10 @@ def _bases() -> dict[str, dict]:
         ("no_sync", "ddpsim/samples/05_convnet_torch_no_sync3.json")]}
     sim, _ = simulate(load_trace(ROOT / "tests/fixtures/tiny_trace.json"), SimConfig(world_size=4, iters=3))
     bases["simulated"] = json.loads(json.dumps(sim.to_dict()))
+    from ddpsim.sim.archs import synthetic
+
+    gpu, _ = simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=16, iters=2, trace_ranks=2))
+    bases["simulated_gpu"] = json.loads(json.dumps(gpu.to_dict()))  # the What-if page reads its workload spec
     partial = copy.deepcopy(bases["fixture"])  # a run stopped before its first iteration
     for r in partial["ranks"]:
         r.update(iterations=[], layouts=[], complete=False, error="hung: stopped while starting python")
@@ -159,6 +165,21 @@ def consume_simulate(trace):
     return simulate(w, cfg)
 
 
+def consume_whatif(trace):
+    """What the What-if page does with the open trace (ddpsim.app.whatif, without Streamlit)."""
+    from ddpsim.app import whatif
+
+    base = whatif.base_for(trace)
+    try:
+        cfg = whatif.sim_config(base)
+        cfg.max_events = 200_000
+        return whatif.run(whatif.workload(base, trace), cfg)
+    except ValueError as e:  # the page shows these as one st.error line (e.g. an unknown GPU in the spec)
+        if isinstance(e, PLAIN) or "\n" in str(e):
+            raise
+        raise PageError(str(e)) from None
+
+
 def consume_figures(trace):
     """What the Timeline and Buckets pages draw from a trace."""
     import matplotlib.pyplot as plt
@@ -175,8 +196,13 @@ def consume_figures(trace):
         plt.close("all")
 
 
-CONSUMERS = {"summary": consume_summary, "export --chrome": consume_chrome, "simulate": consume_simulate}
+CONSUMERS = {"summary": consume_summary, "export --chrome": consume_chrome, "simulate": consume_simulate,
+             "what-if page": consume_whatif}
 PLAIN = (PartialTraceError,)  # a valid trace that holds too little: a one-line note
+
+
+class PageError(Exception):
+    """A one-line ValueError the What-if page catches and shows with st.error (not a crash)."""
 
 
 def _alarm(signum, frame):
@@ -206,6 +232,8 @@ def check(text, stats: Counter, consumers=CONSUMERS) -> None:
                 stats[f"{name}: {type(e).__name__}"] += 1
             except SimulationTooLarge:
                 stats[f"{name}: SimulationTooLarge"] += 1
+            except PageError:
+                stats[f"{name}: one-line error on the page"] += 1
     except Hang:
         stats["hangs"] += 1
         raise AssertionError(f"a case ran longer than {HANG_S} s") from None
@@ -214,10 +242,12 @@ def check(text, stats: Counter, consumers=CONSUMERS) -> None:
         signal.signal(signal.SIGALRM, old)
 
 
-def fuzz(n: int, consumers=CONSUMERS) -> Counter:
+def fuzz(n: int, consumers=CONSUMERS, derandomize: bool = True) -> Counter:
+    """``n`` cases; derandomized (the same cases every run) unless DDPSIM_FUZZ_RANDOM=1."""
+    derandomize = derandomize and not os.environ.get("DDPSIM_FUZZ_RANDOM")
     stats = Counter({"hangs": 0, "other exceptions": 0})  # any of either fails the test at once
 
-    @settings(max_examples=n, deadline=None, database=None, derandomize=False,
+    @settings(max_examples=n, deadline=None, database=None, derandomize=derandomize,
               suppress_health_check=list(HealthCheck))
     @given(cases())
     def run(text):

@@ -25,7 +25,7 @@ from ddpsim.sim.workload import Workload, caps_bytes
 # Option ranges (Note [Bounded simulations]): beyond them a simulation means nothing or never ends.
 LIMITS = {  # field -> (lowest, highest, unit)
     "world_size": (1, 10_000_000, "ranks"), "iters": (1, 1_000_000, "synced steps"),
-    "no_sync_every": (1, 10_000, "micro-steps"), "jitter": (0.0, 10.0, "coefficient of variation"),
+    "no_sync_every": (1, 1_000_000, "micro-steps"), "jitter": (0.0, 10.0, "coefficient of variation"),
     "bandwidth_gbps": (1e-3, 1e6, "Gbit/s"), "latency_us": (0.0, 1e6, "microseconds"),
     "concurrency": (1, 64, "collectives"), "interference": (0.0, 100.0, "x slowdown"),
     "bucket_cap_mb": (1e-6, 1e6, "MiB"), "first_bucket_cap_mb": (1e-6, 1e6, "MiB"),
