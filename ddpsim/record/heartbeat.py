@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 
 ENV = "DDPSIM_HEARTBEAT"
-STAGES = ("starting python", "joining the process group", "building the model", "aligning clocks",
-          "training", "finishing")
+STAGES = ("starting python", "joining the process group", "building the model",
+          "wrapping the model in DDP", "aligning clocks", "training", "finishing")
 PHASES = ("forward", "backward", "optimizer", "done")
 _FORMAT = "<8q"  # seq, stage, iteration, phase, buckets launched, last bucket, beat time (ns), pid
 SIZE = struct.calcsize(_FORMAT)
@@ -98,6 +98,8 @@ class Beat:
             return "the process group's rendezvous"
         if self.stage in (STAGES.index("aligning clocks"), STAGES.index("finishing")):
             return "a barrier"
+        if self.stage == STAGES.index("wrapping the model in DDP"):
+            return "DDP's broadcast of the parameters (its constructor)"
         return None
 
 

@@ -141,12 +141,24 @@ class Watch:
         return [heartbeat.read(p, r) for r, p in enumerate(self.paths)]
 
     def hung(self, codes) -> bool:
-        """True if a live rank's heartbeat has not moved for the collective timeout."""
-        now = time.monotonic()
-        for r, b in enumerate(self.beats()):
+        """True if a live rank has waited the collective timeout for a rank behind it.
+
+        As torch's timeout: a rank ahead of another (in a collective the other has
+        not joined) whose heartbeat has not moved for ``timeout_s``; or a stopped
+        process (SIGSTOP) that has not moved for as long. Ranks that are all in the
+        same long step (a slow forward) are not waiting for anyone, so not hung.
+        """
+        now, beats = time.monotonic(), self.beats()
+        for r, b in enumerate(beats):
             if b.seq != self.seen[r][0]:
                 self.seen[r] = (b.seq, now)
-        return any(c is None and now - t > self.timeout_s for c, (_, t) in zip(codes, self.seen))
+        live = [r for r, c in enumerate(codes) if c is None]
+        behind = min((beats[r].progress() for r in live), default=None)
+        for r in live:
+            if now - self.seen[r][1] > self.timeout_s and (
+                    beats[r].progress() > behind or is_stopped(self.procs[r].pid)):
+                return True
+        return False
 
     def stopped(self) -> set[int]:
         return {r for r, p in enumerate(self.procs) if p.poll() is None and is_stopped(p.pid)}

@@ -90,6 +90,7 @@ class Run:
         self.workload = build_workload(cfg.model)
         self.model = self.workload.model.to(device)
         recorder.header_update({"params": instrument.param_table(self.model)})
+        heartbeat.beat(stage="wrapping the model in DDP")
         self.ddp = wrap_model(cfg, self.model, recorder, device)
         self.probes = TorchProbes(cfg, self.ddp, recorder) if cfg.impl == "torch" else None
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
