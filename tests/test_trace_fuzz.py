@@ -10,7 +10,7 @@ errors (PartialTraceError for a valid trace that holds too little,
 SimulationTooLarge). Any other exception, or a case running past HANG_S, fails.
 
 A few hundred cases run by default; the slow test runs 10,000 and, with
-DDPSIM_FUZZ_REPORT=path, writes the tally (cases, outcomes per consumer) there.
+DDPSIM_FUZZ_REPORT=path, appends the tally (cases, outcomes per consumer) there as a JSON line.
 The cases are the same on every run (derandomized) so the suite is stable;
 DDPSIM_FUZZ_RANDOM=1 draws new ones (how the reader was hardened: run it often).
 """
@@ -260,8 +260,9 @@ def fuzz(n: int, consumers=CONSUMERS, derandomize: bool = True) -> Counter:
 def _report(stats: Counter, label: str) -> None:
     print(f"\nfuzz {label}: " + json.dumps(dict(sorted(stats.items())), indent=1))
     path = os.environ.get("DDPSIM_FUZZ_REPORT")
-    if path:
-        Path(path).write_text(json.dumps({"label": label, **dict(sorted(stats.items()))}, indent=1))
+    if path:  # one JSON line per test
+        with open(path, "a") as f:
+            f.write(json.dumps({"label": label, **dict(sorted(stats.items()))}) + "\n")
 
 
 def test_fuzz_loader_and_consumers_quick():
