@@ -1,8 +1,10 @@
 """One rank of a recording: build the model, wrap it in DDP, train, record.
 
 Started either by ddpsim's launcher (``python -m ddpsim record``) or by
-``torchrun``; both hand over RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in
-the environment, and LOCAL_RANK picks the GPU with NCCL.
+``torchrun``; both hand over RANK and WORLD_SIZE in the environment, and
+LOCAL_RANK picks the GPU with NCCL. The launcher adds DDPSIM_STORE (a private
+FileStore: Note [No port on the network]) and DDPSIM_HEARTBEAT (heartbeat.py);
+torchrun gives MASTER_ADDR and MASTER_PORT for its own rendezvous.
 
     python -m ddpsim.record.worker CONFIGS_JSON SHARD_PATH [SHARD_PATH ...]
 """
