@@ -13,10 +13,8 @@ the start of the run (``t_ns = 0``). Sizes are bytes.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 FORMAT = "ddpsim-trace"
 VERSION = 1
@@ -24,7 +22,9 @@ SOURCES = ("real", "simulated")
 
 
 class TraceFormatError(ValueError):
-    """A trace file that cannot be read: truncated, garbled, or the wrong version."""
+    """A trace file that cannot be read: truncated, garbled, the wrong version, or a value out of range."""
+
+
 
 
 @dataclass
@@ -160,7 +160,8 @@ class Trace:
 
     @property
     def world_size(self) -> int:
-        return int(self.meta.get("world_size", len(self.ranks)))
+        ws = self.meta.get("world_size")
+        return int(ws) if ws is not None else len(self.ranks)
 
     def param_name(self, index: int) -> str:
         for p in self.params:
@@ -183,160 +184,5 @@ class Trace:
         Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")))
 
 
-# --------------------------------------------------------------------------- loading
-
-
-def load_trace(path: str | Path) -> Trace:
-    """Load a trace file, raising TraceFormatError with the problem named."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise TraceFormatError(f"cannot read trace {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise TraceFormatError(f"{path} is not a text file, so not a ddpsim trace") from None
-    return parse_trace(text, name=str(path))
-
-
-def parse_trace(text: str | bytes, name: str = "trace") -> Trace:
-    """Parse trace JSON text (e.g. an upload) into a Trace."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TraceFormatError(f"{name} is not UTF-8 text, so not a ddpsim trace") from None
-    if not text.strip():
-        raise TraceFormatError(f"{name} is empty")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        if _unclosed(text):
-            raise TraceFormatError(f"{name} is truncated: the JSON ends early ({e.msg})") from None
-        raise TraceFormatError(
-            f"{name} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno}"
-        ) from None
-    return from_dict(raw, name=name)
-
-
-def _unclosed(text: str) -> bool:
-    """True if the JSON text stops inside a string or with brackets still open (truncated)."""
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-    return in_string or depth > 0
-
-
-def from_dict(raw: Any, name: str = "trace") -> Trace:
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise TraceFormatError(f"{name} is not a ddpsim trace (no \"format\": \"{FORMAT}\")")
-    version = raw.get("version")
-    if version != VERSION:
-        raise TraceFormatError(
-            f"{name} has trace version {version!r}; this ddpsim reads version {VERSION}"
-        )
-    r = _Reader(name)
-    source = r.get(raw, "source", str, "")
-    if source not in SOURCES:
-        raise TraceFormatError(f"{name}: source must be one of {SOURCES}, not {source!r}")
-    params = [r.param(p, f"params[{i}]") for i, p in enumerate(r.get(raw, "params", list, ""))]
-    ranks = [r.rank(x, f"ranks[{i}]") for i, x in enumerate(r.get(raw, "ranks", list, ""))]
-    if not ranks:
-        raise TraceFormatError(f"{name} has no ranks")
-    return Trace(source=source, meta=r.get(raw, "meta", dict, ""), params=params, ranks=ranks)
-
-
-class _Reader:
-    """Builds the dataclasses from JSON, naming the path of any bad field."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def get(self, d: Any, key: str, typ: type | tuple, path: str, optional: bool = False):
-        where = f"{path}.{key}" if path else key
-        if not isinstance(d, dict):
-            raise TraceFormatError(f"{self.name}: {path or 'top level'} should be an object")
-        if key not in d or d[key] is None:
-            if optional:
-                return None
-            raise TraceFormatError(f"{self.name}: missing field {where}")
-        value = d[key]
-        ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
-        if typ in (int, (int, float)) and isinstance(value, float) and not math.isfinite(value):
-            ok = False
-        if not ok:
-            raise TraceFormatError(
-                f"{self.name}: field {where} should be {_typename(typ)}, not {value!r:.40}"
-            )
-        return value
-
-    def span(self, d, key, path, optional=False):
-        s = self.get(d, key, dict, path, optional)
-        if s is None:
-            return None
-        p = f"{path}.{key}"
-        return Span(self.get(s, "start_ns", int, p), self.get(s, "end_ns", int, p))
-
-    def param(self, d, path):
-        g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731
-        return Param(g("index", int, True), g("name", str), g("shape", list), g("dtype", str),
-                     g("bytes", int), bool(d.get("requires_grad", True)))
-
-    def layout(self, d, path):
-        buckets = []
-        for i, b in enumerate(self.get(d, "buckets", list, path)):
-            p = f"{path}.buckets[{i}]"
-            buckets.append(Bucket(self.get(b, "index", int, p), self.get(b, "params", list, p),
-                                  self.get(b, "bytes", int, p), self.get(b, "cap_bytes", int, p, True)))
-        return Layout(self.get(d, "from_iteration", int, path), self.get(d, "kind", str, path), buckets)
-
-    def iteration(self, d, path):
-        g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731
-        grads = [GradReady(self.get(x, "t_ns", int, f"{path}.grad_ready[{i}]"),
-                           self.get(x, "param", int, f"{path}.grad_ready[{i}]"), bool(x.get("unused", False)),
-                           self.get(x, "cpu_t_ns", int, f"{path}.grad_ready[{i}]", True))
-                 for i, x in enumerate(g("grad_ready", list))]
-        buckets = []
-        for i, b in enumerate(g("buckets", list)):
-            p = f"{path}.buckets[{i}]"
-            buckets.append(BucketEvent(*(self.get(b, k, int, p) for k in
-                                         ("bucket", "bytes", "ready_ns", "launch_ns", "complete_ns")),
-                                       *(self.get(b, k, int, p, True) for k in
-                                         ("launch_end_ns", "cpu_launch_ns", "cpu_complete_ns"))))
-        bitmap = g("bitmap_allreduce", dict, True)
-        if bitmap is not None:
-            p = f"{path}.bitmap_allreduce"
-            bitmap = Collective(*(self.get(bitmap, k, int, p) for k in ("launch_ns", "complete_ns", "bytes")))
-        return Iteration(g("iteration", int), bool(g("sync", bool)), self.span(d, "forward", path),
-                         self.span(d, "backward", path), self.span(d, "optimizer", path, True), grads,
-                         buckets, self.span(d, "graph_search", path, True), bitmap)
-
-    def rank(self, d, path):
-        g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731
-        return RankTrace(
-            rank=g("rank", int), host=d.get("host") or "", pid=g("pid", int, True),
-            clock_offset_ns=g("clock_offset_ns", int, True) or 0,
-            complete=bool(d.get("complete", True)), error=g("error", str, True),
-            layouts=[self.layout(x, f"{path}.layouts[{i}]") for i, x in enumerate(g("layouts", list))],
-            iterations=[self.iteration(x, f"{path}.iterations[{i}]")
-                        for i, x in enumerate(g("iterations", list))],
-            ddp_logging_data=g("ddp_logging_data", dict, True),
-        )
-
-
-def _typename(typ) -> str:
-    if isinstance(typ, tuple):
-        return " or ".join(t.__name__ for t in typ)
-    return {"int": "an integer", "str": "a string", "list": "a list", "dict": "an object",
-            "bool": "true or false"}.get(typ.__name__, typ.__name__)
+# The reader (Note [A strict reader]) needs the classes above, so it is imported last.
+from ddpsim.trace_reader import MAX_TRACE_BYTES, from_dict, load_trace, parse_trace  # noqa: E402,F401

@@ -17,6 +17,7 @@ from dataclasses import asdict, fields
 from ddpsim.sim.api import SimConfig, simulate
 
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
+MAX_CONFIGS = 10_000  # configurations in one sweep (each is also bounded by SimConfig.max_events)
 
 
 def sweep(source, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
@@ -33,6 +34,11 @@ def sweep(source, grid: dict, base: SimConfig | None = None, metric: str = "iter
     for k, v in grid.items():
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"sweep values for {k} must be a non-empty list")
+    combos = 1
+    for v in grid.values():
+        combos *= len(v)
+    if combos > MAX_CONFIGS:
+        raise ValueError(f"this sweep has {combos:,} configurations; the limit is {MAX_CONFIGS:,}")
     w = source if isinstance(source, W) else workload_from_trace(source)
     base = base or SimConfig()
     rows = []
