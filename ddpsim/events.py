@@ -22,6 +22,8 @@ import socket
 import time
 from pathlib import Path
 
+from ddpsim import heartbeat
+
 
 def now_ns() -> int:
     """The recorder clock. perf_counter_ns is shared by all processes on one host."""
@@ -79,6 +81,7 @@ class RankRecorder:
         ``ready_ns`` may be None: it is then taken at ``end_iteration`` as the time
         the bucket's last gradient became ready.
         """
+        heartbeat.beat(bucket=bucket)
         ev = {"bucket": bucket, "bytes": nbytes, "ready_ns": ready_ns,
               "launch_ns": t_ns, "complete_ns": None}
         self.iteration["buckets"].append(ev)

@@ -32,3 +32,22 @@ def dying_factory():
             os.kill(os.getpid(), signal.SIGKILL)
         return _batch(it, rank, bs)
     return _small_model(), batch, nn.functional.cross_entropy
+
+
+def blocking_factory():
+    """Rank 1's forward blocks forever at iteration 2 (a model that hangs, no signal)."""
+    import time
+
+    class Blocking(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _small_model()
+            self.calls = 0
+
+        def forward(self, x):
+            if int(os.environ.get("RANK", "0")) == 1 and self.calls == 2:
+                time.sleep(3600)
+            self.calls += 1
+            return self.net(x)
+
+    return Blocking(), lambda it, rank, world_size, bs: _batch(it, rank, bs), nn.functional.cross_entropy

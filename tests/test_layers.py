@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, dict[str, list[str]]]] = [
     ("shared ideas", {"errors": ["ddpsim.errors"], "buckets": ["ddpsim.buckets"], "ranks": ["ddpsim.ranks"],
                       "torchcompat": ["ddpsim.torchcompat"], "events": ["ddpsim.events", "ddpsim.heartbeat"],
                       "models": ["ddpsim.models"]}),
-    ("trace format", {"trace": ["ddpsim", "ddpsim.trace", "ddpsim.trace_reader", "ddpsim.kineto",
+    ("trace format", {"trace": ["ddpsim", "ddpsim.trace", "ddpsim.trace_types", "ddpsim.trace_reader", "ddpsim.kineto",
                                 "ddpsim.profile_import"],
                       "samples": ["ddpsim.samples"]}),
     ("analysis", {"analysis": ["ddpsim.analysis"]}),

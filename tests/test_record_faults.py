@@ -82,3 +82,15 @@ def test_busy_port_is_replaced_by_a_free_one(tmp_path):
         trace = record(RecordConfig(model="mlp", iters=2), tmp_path / "run.json", master_port=port)
     assert trace.complete
     assert int(trace.ranks[0].ddp_logging_data["master_port"]) != port
+
+
+@pytest.mark.slow
+def test_only_no_sync_steps_is_a_good_run_with_a_note(tmp_path):
+    """--iters 2 --no-sync-every 4: every step accumulates; the trace is written and the exit status is 0."""
+    out = tmp_path / "run.json"
+    result = cli("record", "--model", "mlp", "--world-size", "2", "--iters", "2", "--no-sync-every", "4",
+                 "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "no synced iteration" in result.stdout
+    trace = load_trace(out)
+    assert trace.complete and [it.sync for it in trace.ranks[0].iterations] == [False, False]

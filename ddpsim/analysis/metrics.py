@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis.intervals import union_ns
+from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Iteration, RankTrace, Trace
 
 NS = 1e-9  # seconds per nanosecond
@@ -124,7 +125,7 @@ def summarize(trace: Trace) -> dict:
     """The headline numbers for any trace, real or simulated (medians over steady state)."""
     chosen = steady_cycles(trace)
     if not chosen:
-        raise ValueError("trace has no synced iteration to summarise")
+        raise PartialTraceError(f"nothing to summarise: {holds(trace)}")
     rows = [cycle_metrics(trace, c) for c in chosen]
     out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     out["steady_iterations"] = [i for c in chosen for i in c]
@@ -157,6 +158,17 @@ def spread(trace: Trace) -> dict:
         out[k] = {"median": med, "min": min(values), "max": max(values), "n": len(values),
                   "rel": (max(values) - min(values)) / 2 / med if med else 0.0}
     return out
+
+
+def holds(trace: Trace) -> str:
+    """What a trace holds, in words, for partial traces: 'rank 0: 2 iterations, none synced; rank 1: ...'."""
+    parts = []
+    for r in trace.ranks[:4]:
+        synced = sum(it.sync for it in r.iterations)
+        state = "" if r.complete else " (incomplete)"
+        parts.append(f"rank {r.rank}{state}: {len(r.iterations)} iteration(s), {synced} synced")
+    more = f"; {len(trace.ranks) - 4} more ranks" if len(trace.ranks) > 4 else ""
+    return "; ".join(parts) + more
 
 
 def bucket_table(trace: Trace, iteration: int) -> list[dict]:

@@ -81,6 +81,9 @@ def workload(base: Base, trace: Trace | None):
     return synthetic(base.arch, base.hardware, batch=base.batch)
 
 
+TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with a one-line error
+
+
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None) -> SimConfig:
     """A SimConfig for the what-if choices (network applies to calibrated traces as an override).
@@ -98,7 +101,7 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     return SimConfig(world_size=int(world_size or base.config.get("world_size", 2)), iters=SIM_ITERS,
                      bucket_cap_mb=bucket_cap_mb, order=order,
                      find_unused_parameters=bool(find_unused_parameters),
-                     no_sync_every=int(no_sync_every), trace_ranks=trace_ranks, **over)
+                     no_sync_every=int(no_sync_every), trace_ranks=trace_ranks, time_limit_s=TIME_LIMIT_S, **over)
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:

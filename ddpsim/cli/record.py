@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ddpsim import torchcompat
 from ddpsim.analysis import summarize
+from ddpsim.errors import CLIError, PartialTraceError
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
 from ddpsim.record.merge import merge_files
@@ -24,7 +25,8 @@ def add_arguments(p) -> None:
     record_config.add_arguments(p)
     p.add_argument("--out", required=True, help="trace file to write (JSON)")
     p.add_argument("--master-port", type=int, default=None,
-                   help="rendezvous port; a free one is picked if it is busy or not given")
+                   help="MASTER_PORT handed to the ranks (a free one is picked if it is busy or not given); "
+                        "the launcher's own rendezvous is a private FileStore and opens no port")
 
 
 def under_torchrun() -> bool:
@@ -42,6 +44,8 @@ def progress_bar(done: int, total: int) -> None:
 def main(args) -> int:
     torchcompat.warn_if_unsupported()
     cfg = record_config.from_args(args)  # a backend this node cannot run stops here, one line
+    if args.master_port is not None and not 1 <= args.master_port <= 65535:
+        raise CLIError(f"--master-port must be a TCP port, 1 to 65535, not {args.master_port}")
     out = Path(args.out)
     if under_torchrun():
         if os.environ.get("RANK") == "0":
@@ -50,9 +54,14 @@ def main(args) -> int:
     print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
     show = progress_bar if sys.stderr.isatty() else None
     trace = record(cfg, out, progress=show, master_port=args.master_port)
-    summary = summarize(trace)
-    print(f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} ranks, {cfg.iters} iterations; "
-          f"iteration {summary['iteration_time_s'] * 1e3:.1f} ms, "
+    head = f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} ranks, {cfg.iters} iterations"
+    try:
+        summary = summarize(trace)
+    except PartialTraceError:  # e.g. --iters 2 --no-sync-every 4: every step accumulated under no_sync
+        print(f"{head}; no synced iteration (every step accumulated under no_sync), so no iteration "
+              "time to report")
+        return 0
+    print(f"{head}; iteration {summary['iteration_time_s'] * 1e3:.1f} ms, "
           f"exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, overlap {summary['overlap_fraction']:.0%}")
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
@@ -54,7 +55,33 @@ def add_arguments(p) -> None:
     n.add_argument("--algo", choices=["ring", "tree"])
     n.add_argument("--concurrency", type=int, help="collectives in flight at once (gloo 2, nccl 1)")
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
+    add_budget_arguments(p)
     p.add_argument("--out", help="write the simulated trace here (JSON)")
+
+
+def add_budget_arguments(p) -> None:
+    from ddpsim.sim.budget import DEFAULT_MAX_EVENTS
+
+    b = p.add_argument_group("limits")
+    b.add_argument("--max-events", type=int,
+                   help=f"refuse a simulation estimated to need more events (default {DEFAULT_MAX_EVENTS:,})")
+    b.add_argument("--time-limit", dest="time_limit_s", type=float,
+                   help="stop a simulation that runs longer than this many seconds (default: none)")
+
+
+ARCH_LIMITS = {"batch": (1, 1_000_000), "tflops": (1e-6, 1e6)}  # samples per rank; TFLOP/s
+
+
+def check_args(args) -> None:
+    """Ranges of the options used before a SimConfig exists (the rest: SimConfig.validate)."""
+    import math
+
+    from ddpsim.sim.budget import LIMITS, _num
+
+    for name, (lo, hi) in [*ARCH_LIMITS.items(), ("concurrency", LIMITS["concurrency"][:2])]:
+        v = getattr(args, name, None)
+        if isinstance(v, (int, float)) and not (math.isfinite(v) and lo <= v <= hi):
+            raise ValueError(f"--{name} must be between {_num(lo)} and {_num(hi)}, not {v!r}")
 
 
 def load_source(args):
@@ -65,9 +92,11 @@ def load_source(args):
 
     if bool(args.trace) == bool(args.arch):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
+    check_args(args)
     if args.trace:
         trace = load_trace(args.trace)
-        w = workload_from_trace(trace, getattr(args, "concurrency", None))
+        conc = getattr(args, "concurrency", None)
+        w = workload_from_trace(trace, conc if isinstance(conc, int) else None)
         return w, {**config_from_trace(trace), "jitter": w.meta.get("jitter_estimated", 0.0)}
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
@@ -100,7 +129,8 @@ FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
           "jitter": "jitter", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
-          "algo": "algo", "concurrency": "concurrency", "interference": "interference"}
+          "algo": "algo", "concurrency": "concurrency", "interference": "interference",
+          "max_events": "max_events", "time_limit_s": "time_limit_s"}
 
 
 def config_from_args(args, defaults: dict):
@@ -139,5 +169,6 @@ def main(args) -> int:
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
           f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.2f}")
+    print(f"simulated in {summary.pop('sim_wall_s'):.2f} s", file=sys.stderr)  # wall time: stdout stays deterministic
     print(json.dumps(summary, separators=(",", ":"), default=str))
     return 0

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ddpsim.cli.simulate import add_input_arguments, load_source, parse_stragglers
+from ddpsim.cli.simulate import add_budget_arguments, add_input_arguments, load_source, parse_stragglers
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 
@@ -38,6 +38,7 @@ def add_arguments(p) -> None:
     f.add_argument("--iters", type=int, default=4, help="synced steps per configuration (default 4)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
+    add_budget_arguments(p)
     p.add_argument("--metric", default="iteration_time_s",
                    choices=["iteration_time_s", "exposed_comm_s", "overlap_fraction"])
     p.add_argument("--out", help="table.csv or table.json")
@@ -66,6 +67,9 @@ def main(args) -> int:
     workload, defaults = load_source(args)
     grid = parse_grid(args)
     base = dict(defaults, iters=args.iters, seed=args.seed)
+    for k in ("max_events", "time_limit_s"):
+        if getattr(args, k) is not None:
+            base[k] = getattr(args, k)
     for k in ("find_unused_parameters", "static_graph"):
         if getattr(args, k) is not None:
             base[k] = getattr(args, k)

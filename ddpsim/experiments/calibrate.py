@@ -39,9 +39,11 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int,
     import torch
     import torch.distributed as dist
 
+    from ddpsim.record.launcher import loopback_interface
     from ddpsim.record.probe import AllreduceProbe
     from ddpsim.record.worker import pin_to_cpu
 
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())  # Note [No port on the network]
     torch.set_num_threads(1)
     pin_to_cpu(rank)  # as the recorder pins its ranks, so the costs are the ones a recording sees
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis import comm_end_ns, covered_fraction, steady_cycles
+from ddpsim.errors import PartialTraceError
 from ddpsim.learn import contention
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
 from ddpsim.sim.replay import recorded_layouts
@@ -98,7 +99,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
     if not any(not g.unused for it in its for g in it.grad_ready):
         its = [it for r in trace.ranks for it in r.iterations]
     if not any(not g.unused for it in its for g in it.grad_ready):
-        raise ValueError("the trace has no gradient events (grad_ready): nothing to simulate from")
+        raise PartialTraceError("the trace has no gradient events (grad_ready): nothing to simulate from")
     if not params:
         seen = sorted({g.param for it in its for g in it.grad_ready})
         params = [_Fake(i) for i in range(max(seen) + 1)]
@@ -170,7 +171,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
     order = [g.param for g in sorted((g for g in last.grad_ready if not g.unused), key=lambda g: g.t_ns)]
     order += [p for p in sorted(deltas, reverse=True) if p not in set(order)]
     n = len(params)
-    order = [p for p in order if p < n]
+    order = [p for p in dict.fromkeys(order) if p < n]  # a parameter ready twice counts once
     unused = sorted(set(range(n)) - set(order))
 
     def gs_inside(it):

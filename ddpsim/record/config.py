@@ -11,9 +11,12 @@ from ddpsim.models import ModelSpecError, check_spec
 
 IMPLS = ("torch", "minddp", "naive", "overlap")
 ORDERS = ("torch", "reverse", "definition")  # minddp's bucket_order: ddpsim.buckets.BucketOrder (not in torch)
-LEGACY_ORDERS = {"ready": "torch"}  # before issue 17, --order ready meant torch's order
+LEGACY_ORDERS = {"ready": "torch"}  # older ddpsim releases: --order ready meant torch's order
 BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")
+MAX_LOCAL_RANKS = 64  # ranks the launcher starts on one machine (each is a Python process with torch)
+MAX_ITERS = 1_000_000  # micro-steps per recording
+MAX_TIMEOUT_S = 86_400.0  # seconds (a day); torch's default collective timeout is 30 min
 
 
 @dataclass
@@ -44,17 +47,23 @@ class RecordConfig:
         self.order = LEGACY_ORDERS.get(self.order, self.order)
         checks = [
             (self.world_size >= 1, f"--world-size must be >= 1, not {self.world_size}"),
+            (self.world_size <= MAX_LOCAL_RANKS,
+             f"--world-size {self.world_size} is more ranks than one machine runs here (at most "
+             f"{MAX_LOCAL_RANKS}); record across nodes with torchrun, or simulate larger worlds"),
             (self.iters >= 1, f"--iters must be >= 1, not {self.iters}"),
+            (self.iters <= MAX_ITERS, f"--iters must be at most {MAX_ITERS}, not {self.iters}"),
             (self.impl in IMPLS, f"--impl must be one of {', '.join(IMPLS)}, not {self.impl!r}"),
             (self.bucket_cap_mb is None or (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0),
              f"--bucket-cap-mb must be a positive number of MiB, not {self.bucket_cap_mb}"),
-            (self.no_sync_every is None or self.no_sync_every >= 1,
-             f"--no-sync-every must be >= 1, not {self.no_sync_every}"),
-            (self.batch_size is None or self.batch_size >= 1,
-             f"--batch-size must be >= 1, not {self.batch_size}"),
+            (self.no_sync_every is None or 1 <= self.no_sync_every <= MAX_ITERS,
+             f"--no-sync-every must be between 1 and {MAX_ITERS}, not {self.no_sync_every}"),
+            (self.batch_size is None or 1 <= self.batch_size <= MAX_ITERS,
+             f"--batch-size must be between 1 and {MAX_ITERS}, not {self.batch_size}"),
+            (math.isfinite(self.lr), f"--lr must be a finite number, not {self.lr}"),
             (self.backend is None or self.backend in BACKENDS,
              f"--backend must be gloo or nccl, not {self.backend!r}"),
-            (self.timeout_s > 0, f"--timeout must be > 0 seconds, not {self.timeout_s}"),
+            (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S,
+             f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds, not {self.timeout_s}"),
             (self.device is None or self.device in DEVICES,
              f"--device must be cpu or cuda, not {self.device!r}"),
             (self.order is None or self.order in ORDERS,

@@ -5,7 +5,7 @@ import re
 
 # Errors that a rank gets *because another rank failed*: never the root cause.
 SECONDARY = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|peer|"
-                       r"Timed out|timed out|NCCL communicator was aborted|stopped before finishing",
+                       r"Timed out|timed out|timeout|NCCL communicator was aborted|stopped before finishing",
                        re.IGNORECASE)
 UNREDUCED = "Expected to have finished reduction in the prior iteration"
 INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+):\s*([\d ]+)")

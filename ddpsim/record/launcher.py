@@ -1,11 +1,15 @@
 """Start N ranks on this machine, watch them, and merge what they recorded.
 
 A small torchrun: each rank is ``python -m ddpsim.record.worker`` with RANK,
-WORLD_SIZE, MASTER_ADDR and MASTER_PORT in its environment, started from a fixed
-argument list (never a shell). The launcher polls the ranks instead of waiting
+WORLD_SIZE and a private FileStore in its environment, started from a fixed
+argument list (never a shell); nothing listens on the network (Note [No port on
+the network] in worker.py). The launcher polls the ranks instead of waiting
 on any one of them, so when one rank fails the others, which would otherwise
 block in a collective until the timeout, are stopped at once (ddp-internals.md:
-a launcher that waits on a queue hangs forever when a rank segfaults).
+a launcher that waits on a queue hangs forever when a rank segfaults). It also
+reads each rank's heartbeat: when a rank stops making progress for the
+collective timeout, it names that rank and what it did not join
+(Note [Name the rank that is stuck] in heartbeat.py), and ends every process.
 """
 from __future__ import annotations
 
@@ -16,18 +20,21 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 from ddpsim.errors import CLIError
+from ddpsim import heartbeat
 from ddpsim.record.config import RecordConfig
-from ddpsim.record.explain import explain, root_cause
-from ddpsim.record.merge import first_forward_ns, merge_files, read_shard
+from ddpsim.record.explain import explain, is_secondary, root_cause
+from ddpsim.record.merge import first_forward_ns, merge, merge_files, read_shard
+from ddpsim.trace import from_dict
 
 POLL_S = 0.1  # seconds between looks at the ranks
 GRACE_S = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
-HANG_MARGIN_S = 30.0  # no progress for timeout + this many seconds -> stop the run
+HUNG = -1  # the exit code _watch gives a rank that made no progress for the collective timeout
 
 
 class RecordError(CLIError):
@@ -63,22 +70,49 @@ def shard_paths(out: Path, world_size: int) -> list[Path]:
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ddpsim/
 
 
-def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path) -> subprocess.Popen:
+def loopback_interface() -> str:
+    """The name of the loopback interface (``lo`` on Linux)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return "lo"
+    return next((n for n in names if n == "lo"), next((n for n in names if n.startswith("lo")), "lo"))
+
+
+def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path,
+           store: Path, beat: Path) -> subprocess.Popen:
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    lo = loopback_interface()
     env = dict(os.environ, PYTHONPATH=path, RANK=str(rank), WORLD_SIZE=str(cfgs[0].world_size), LOCAL_RANK=str(rank),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1", DDPSIM_LAUNCHED="1")
+               PYTHONUNBUFFERED="1", DDPSIM_LAUNCHED="1", DDPSIM_STORE=str(store),
+               **{heartbeat.ENV: str(beat)})
+    env.setdefault("GLOO_SOCKET_IFNAME", lo)  # gloo's pair sockets on loopback only, unless the user chose
+    env.setdefault("NCCL_SOCKET_IFNAME", lo)  # NCCL's bootstrap sockets likewise
+    heartbeat.create(beat)
     with open(log, "w") as f:
         configs = json.dumps([c.to_dict() for c in cfgs])
         return subprocess.Popen([sys.executable, "-m", "ddpsim.record.worker", configs, *map(str, shards)],
                                 env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+def is_stopped(pid: int) -> bool:
+    """True if the kernel reports the process stopped (SIGSTOP, SIGTSTP, a debugger)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 def stop_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM every live rank, then SIGKILL what is left after GRACE_S; reap them all."""
+    """SIGTERM every live rank, then SIGKILL what is left after GRACE_S; reap them all.
+
+    A stopped process does not act on SIGTERM until it is continued, so it gets SIGKILL at once.
+    """
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGKILL if is_stopped(p.pid) else signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
@@ -95,21 +129,59 @@ def _iterations_done(shard: Path) -> int:
         return 0
 
 
-def _watch(procs, cfg: RecordConfig, shard0: Path, progress) -> dict[int, int]:
-    """Poll until all ranks exit or one fails; returns rank -> exit code of those that failed."""
-    last_done, last_change = -1, time.monotonic()
+class Watch:
+    """The launcher's view of the ranks: exit codes, and when each heartbeat last moved."""
+
+    def __init__(self, procs, beats: list[Path], timeout_s: float):
+        self.procs, self.paths, self.timeout_s = procs, beats, timeout_s
+        now = time.monotonic()
+        self.seen = [(0, now)] * len(procs)  # rank -> (heartbeat seq, when it last changed)
+
+    def beats(self) -> list[heartbeat.Beat]:
+        return [heartbeat.read(p, r) for r, p in enumerate(self.paths)]
+
+    def hung(self, codes) -> bool:
+        """True if a live rank has waited the collective timeout for a rank behind it.
+
+        As torch's timeout: a rank ahead of another (in a collective the other has
+        not joined) whose heartbeat has not moved for ``timeout_s``; or a stopped
+        process (SIGSTOP) that has not moved for as long. Ranks that are all in the
+        same long step (a slow forward) are not waiting for anyone, so not hung.
+        """
+        now, beats = time.monotonic(), self.beats()
+        for r, b in enumerate(beats):
+            if b.seq != self.seen[r][0]:
+                self.seen[r] = (b.seq, now)
+        live = [r for r, c in enumerate(codes) if c is None]
+        behind = min((beats[r].progress() for r in live), default=None)
+        for r in live:
+            if now - self.seen[r][1] > self.timeout_s and (
+                    beats[r].progress() > behind or is_stopped(self.procs[r].pid)):
+                return True
+        return False
+
+    def stopped(self) -> set[int]:
+        return {r for r, p in enumerate(self.procs) if p.poll() is None and is_stopped(p.pid)}
+
+
+def _watch(watch: Watch, cfg: RecordConfig, shard0: Path, progress) -> dict[int, int]:
+    """Poll until all ranks exit, one fails or one hangs; returns rank -> exit code of those that failed.
+
+    A hang gives every live rank the code HUNG.
+    """
+    last_done = -1
     while True:
-        codes = [p.poll() for p in procs]
+        codes = [p.poll() for p in watch.procs]
         failed = {r: c for r, c in enumerate(codes) if c not in (None, 0)}
         if failed or all(c == 0 for c in codes):
             return failed
+        if watch.hung(codes):
+            return {r: HUNG for r, c in enumerate(codes) if c is None}
         done = _iterations_done(shard0)
         if done != last_done:
-            last_done, last_change = done, time.monotonic()
+            last_done = done
             if progress:
                 progress(done, cfg.iters)
-        elif time.monotonic() - last_change > cfg.timeout_s + HANG_MARGIN_S:
-            return {r: -1 for r, c in enumerate(codes) if c is None}
         time.sleep(POLL_S)
 
 
@@ -140,14 +212,21 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     port = pick_port(master_port)
     procs = []
     watched = max(cfgs, key=lambda c: c.iters)
+    private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
+    beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
     try:
         for r in range(cfg.world_size):
-            procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log"))
-        failed = _watch(procs, watched, shards[cfgs.index(watched)][0], progress)
+            procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log",
+                                private / "store", beats[r]))
+        watch = Watch(procs, beats, cfg.timeout_s)
+        failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
+        if failed:
+            last, stopped = watch.beats(), watch.stopped()
     finally:
         stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
+        shutil.rmtree(private, ignore_errors=True)
     if failed:
-        raise _failure(cfg, outs[0], shards[0], logs, failed)
+        raise _failure(cfg, outs[0], shards[0], logs, failed, last, stopped)
     origin = min(first_forward_ns([read_shard(p) for p in rank_shards]) for rank_shards in shards)
     traces = []
     for out, rank_shards in zip(outs, shards):
@@ -160,32 +239,50 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     return traces
 
 
-def _failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, int]) -> RecordError:
+def _failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, int],
+             beats: list[heartbeat.Beat], stopped: set[int]) -> RecordError:
     """Keep what was recorded (marked incomplete) and name the rank that caused the failure."""
-    errors, params = {}, []
-    present = [s for s in shards if s.exists() and s.stat().st_size > 0]
-    for s in present:
-        shard = read_shard(s)
+    errors, params, read = {}, [], []
+    for r, s in enumerate(shards):
+        shard = _read_or_stub(s, r)
+        read.append(shard)
         params = params or shard["header"].get("params", [])
         if shard["error"]:
-            errors[shard["header"]["rank"]] = shard["error"]
+            errors[r] = shard["error"]
     for r, code in failed.items():
-        if r not in errors:
+        if r not in errors and code != HUNG:
             errors[r] = _exit_reason(code, logs / f"rank{r}.log")
-    notes = {r: "stopped by the launcher after another rank failed" for r in range(cfg.world_size)
-             if r not in errors}
-    kept = None
-    if present:
-        merge_files(present, out, notes={**notes, **errors})
-        kept = out
-    rank, error = root_cause(errors)
-    where = f" (partial trace kept in {out}; rank logs in {logs})" if kept else f" (rank logs in {logs})"
-    return RecordError(explain(rank, error, params) + where, kept)
+    hang = HUNG in failed.values() or (errors and all(is_secondary(e) for e in errors.values()))
+    if hang:  # Note [Name the rank that is stuck]
+        rank, line = heartbeat.blame(beats, stopped)
+        errors[rank] = f"hung: {line}"
+        message = f"rank {rank} {line}"
+    why = f"stopped by the launcher while waiting for rank {rank}" if hang else \
+        "stopped by the launcher after another rank failed"
+    notes = {r: why for r in range(cfg.world_size) if r not in errors}
+    raw = merge(read, notes={**notes, **errors})
+    if not any(s.exists() for s in shards):
+        raw["meta"]["note"] = "no rank recorded anything: the run stopped during start-up"
+    from_dict(raw, name=str(out))
+    out.write_text(json.dumps(raw, separators=(",", ":")))
+    if not hang:
+        rank, error = root_cause(errors)
+        message = explain(rank, error, params)
+    return RecordError(f"{message} (partial trace kept in {out}; rank logs in {logs})", out)
+
+
+def _read_or_stub(path: Path, rank: int) -> dict:
+    """A rank's shard, or an empty one for a rank that wrote nothing (stopped during start-up)."""
+    try:
+        if path.exists() and path.stat().st_size > 0:
+            return read_shard(path)
+    except CLIError:  # killed while writing its header line
+        pass
+    return {"header": {"rank": rank}, "layouts": [], "iterations": [], "end": None, "error": None,
+            "path": str(path)}
 
 
 def _exit_reason(code: int, log: Path) -> str:
-    if code == -1:
-        return "made no progress for longer than the collective timeout (hung?)"
     tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
     if code < 0:
         return f"died from signal {signal.Signals(-code).name}" + (f"; last output: {tail[0]}" if tail else "")

@@ -77,7 +77,7 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
     ranks = [s["header"]["rank"] for s in shards]
     if len(set(ranks)) != len(ranks):
         raise CLIError(f"two shards claim the same rank: ranks {ranks}")
-    head = shards[0]["header"]
+    head = max((s["header"] for s in shards), key=len)  # a rank that wrote nothing has a bare header
     offsets = {s["header"]["rank"]: s["header"].get("clock", {}).get("offset_ns", 0) for s in shards}
     origin = origin_ns if origin_ns is not None else (first_forward_ns(shards) or 0)
     out_ranks = []

@@ -1,8 +1,10 @@
 """One rank of a recording: build the model, wrap it in DDP, train, record.
 
 Started either by ddpsim's launcher (``python -m ddpsim record``) or by
-``torchrun``; both hand over RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in
-the environment, and LOCAL_RANK picks the GPU with NCCL.
+``torchrun``; both hand over RANK and WORLD_SIZE in the environment, and
+LOCAL_RANK picks the GPU with NCCL. The launcher adds DDPSIM_STORE (a private
+FileStore: Note [No port on the network]) and DDPSIM_HEARTBEAT (heartbeat.py);
+torchrun gives MASTER_ADDR and MASTER_PORT for its own rendezvous.
 
     python -m ddpsim.record.worker CONFIGS_JSON SHARD_PATH [SHARD_PATH ...]
 """
@@ -19,6 +21,7 @@ import torch.distributed as dist
 
 from ddpsim import torchcompat
 from ddpsim.models import build_workload, call_batch
+from ddpsim import heartbeat
 from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
@@ -109,6 +112,7 @@ class Run:
         self.workload = build_workload(cfg.model)
         self.model = self.workload.model.to(device)
         recorder.header_update({"params": instrument.param_table(self.model)})
+        heartbeat.beat(stage="wrapping the model in DDP")
         self.ddp = wrap_model(cfg, self.model, recorder, device)
         # On CUDA, torch's DDP is timed by CUDA events (gpuclock.py); minddp/naive report CPU times.
         self.timer = GpuTimer(device) if gpu_timed(device, cfg) else None
@@ -129,6 +133,7 @@ class Run:
         if self.timer:
             self.timer.anchor()
         rec.begin_iteration(it, sync)
+        heartbeat.beat(iteration=it, phase="forward")
         if self.timer:  # GPU spans from events; no device sync inside the iteration
             self._step_timed(sync, inputs, target)
         else:
@@ -137,12 +142,14 @@ class Run:
                 loss = self.workload.loss(self.ddp(*inputs), target)
                 self.sync_device()
                 f1 = now_ns()
+                heartbeat.beat(phase="backward")
                 loss.backward()
                 self.sync_device()
                 b1 = now_ns()
             rec.span("forward", f0, f1)
             rec.span("backward", f1, b1)
             if sync:
+                heartbeat.beat(phase="optimizer")
                 self.opt.step()
                 self.opt.zero_grad(set_to_none=True)
                 self.sync_device()
@@ -151,6 +158,7 @@ class Run:
             probes.after(sync, rec)
         rec.end_iteration(probes.layout_caps if probes else None,
                           rebuilt=probes.just_rebuilt() if probes else False)
+        heartbeat.beat(phase="done")
 
     def _step_timed(self, sync: bool, inputs, target) -> None:
         """One micro-step on CUDA: span boundaries are CUDA events (gpuclock.py), resolved at the end."""
@@ -162,10 +170,12 @@ class Run:
             loss = self.workload.loss(self.ddp(*inputs), target)
             marks["f1"] = {"t": now_ns()}
             timer.later(marks["f1"], "t", "cpu")
+            heartbeat.beat(phase="backward")
             loss.backward()
             marks["b1"] = {"t": now_ns()}
             timer.later(marks["b1"], "t", "cpu")
         if sync:
+            heartbeat.beat(phase="optimizer")
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
             marks["o1"] = {"t": now_ns()}
@@ -187,11 +197,14 @@ class Run:
 
 def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
     """Build every Run, align clocks, then step them in turn: iteration i of each, then i + 1."""
+    heartbeat.beat(stage="building the model")
     runs = [Run(c, rank, world, device, r) for c, r in zip(cfgs, recorders)]
+    heartbeat.beat(stage="aligning clocks")
     clock = estimate_offsets(device)
     for r in recorders:
         r.header_update({"clock": clock})
     probes = [(AllreduceProbe(r.cfg.probe_allreduce_bytes), r) for r in runs if r.cfg.probe_allreduce_bytes]
+    heartbeat.beat(stage="training")
     for it in range(max(c.iters for c in cfgs)):
         for run in runs:
             if it < run.cfg.iters:
@@ -213,6 +226,24 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() == 1:  # the launcher already died before prctl
             os._exit(1)
+
+
+def init_process_group(backend: str, rank: int, world: int, timeout_s: float) -> None:
+    """Join the ranks: through the launcher's private FileStore when it gave one, else torchrun's env://.
+
+    Note [No port on the network]: env:// rendezvous starts a TCPStore server that
+    listens on every interface, unauthenticated. ddpsim's launcher hands its ranks a
+    FileStore in a private temporary folder instead (DDPSIM_STORE), which opens no
+    port, and GLOO_SOCKET_IFNAME=lo so that gloo's own connections bind loopback.
+    Multi-node torchrun keeps torchrun's rendezvous.
+    """
+    timeout = timedelta(seconds=timeout_s)
+    store_path = os.environ.get("DDPSIM_STORE")
+    if store_path:
+        store = dist.FileStore(store_path, world)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
 
 
 def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | None = None) -> None:
@@ -237,9 +268,10 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     recorders = [RankRecorder(path, rank, rank_header(c, backend, world, header))
                  for c, path in zip(cfgs, shard_paths)]
     try:
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=cfg.timeout_s))
+        heartbeat.beat(stage="joining the process group")
+        init_process_group(backend, rank, world, cfg.timeout_s)
         train(cfgs, rank, world, device, recorders)
+        heartbeat.beat(stage="finishing")
         dist.barrier()  # every shard is complete on disk once this returns
     except BaseException as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
         message = f"{type(e).__name__}: {str(e).strip()}"
@@ -264,6 +296,7 @@ def exit_now(code: int = 0) -> None:
 
 def main(argv: list[str]) -> None:
     """argv: a JSON list of configs, then one shard path per config."""
+    heartbeat.open_writer()
     cfgs = [RecordConfig(**c) for c in json.loads(argv[0])]
     run_rank(cfgs, argv[1:])
     exit_now(0)

@@ -32,7 +32,10 @@ import simpy
 
 from ddpsim.analysis import summarize
 from ddpsim.sim import network
+from ddpsim.sim.budget import (DEFAULT_MAX_EVENTS, RUN_EVENTS_PER_ESTIMATED, STRAGGLER_MAX,
+                               SimulationTooLarge, check_ranges, count_actors, estimate_events, run_bounded)
 from ddpsim.sim.model import Actor, Model, Plan
+from ddpsim.sim.model import rank as model_rank
 from ddpsim.sim.replay import replayed
 from ddpsim.sim.workload import (ORDERS, Workload, caps_bytes, construction_layout,
                                  ordered_layout, param_order)
@@ -67,6 +70,8 @@ class SimConfig:
     max_explicit_ranks: int = 64
     sample_ranks: int = 4
     trace_ranks: int = 8  # at most this many non-straggler ranks in the output trace
+    max_events: int = DEFAULT_MAX_EVENTS  # refuse simulations estimated to need more model events (not in torch)
+    time_limit_s: float | None = None  # stop a simulation running longer than this (seconds); None: no limit
 
     def validate(self) -> None:
         def integer(v, name, lo):
@@ -92,6 +97,9 @@ class SimConfig:
                 if not (isinstance(r, int) and 0 <= r < self.world_size):
                     raise ValueError(f"{what} rank {r!r} is not in 0..{self.world_size - 1}")
                 network.check_positive(fct, f"{what} {r} factor")
+                if fct > STRAGGLER_MAX:
+                    raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
+        check_ranges(self)
 
 
 def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
@@ -205,7 +213,12 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
                                 record=k < cfg.trace_ranks))
     else:
         rng = random.Random(f"{cfg.seed}:sample")
-        sample = [first] + sorted(rng.sample(others[1:], min(cfg.sample_ranks, len(others) - 1)))
+        if others is None:  # a huge world: draw from the rank numbers without listing them
+            pool = [r for r in rng.sample(range(first + 1, world), min(world - first - 1, cfg.sample_ranks + len(alone)))
+                    if r not in alone]
+            sample = [first] + sorted(pool[:min(cfg.sample_ranks, n_others - 1)])
+        else:
+            sample = [first] + sorted(rng.sample(others[1:], min(cfg.sample_ranks, len(others) - 1)))
         for r in sample:
             actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, 1.0),
                                 record=True, kind="sampled"))
@@ -234,13 +247,22 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
         cfg = SimConfig(**{**asdict(cfg), **overrides})
     cfg.validate()
     link = resolve_link(w, cfg)
+    explicit = bool(link.shared_core and link.cpus)
+    estimate = estimate_events(w, cfg, explicit)
+    if estimate > cfg.max_events:
+        raise SimulationTooLarge(
+            f"this simulation needs about {estimate:,} events ({count_actors(cfg, explicit)} rank actor(s) x "
+            f"{cfg.iters * cfg.no_sync_every:,} micro-steps x {len(w.ready_order)} gradients); the limit is "
+            f"{cfg.max_events:,} (--max-events): simulate fewer --iters or raise the limit")
     layouts, trace_layouts, plans = plan_layouts(w, cfg)
-    actors, groups = plan_actors(cfg, len(plans), explicit=bool(link.shared_core and link.cpus))
+    actors, groups = plan_actors(cfg, len(plans), explicit=explicit)
     t0 = time.perf_counter()
     env = simpy.Environment()
     model = Model(env, w, link, cfg.world_size, layouts, plans, actors,
                   platform and platform(env, link, cfg.world_size, actors))
-    model.run()
+    for a in model.actors:
+        env.process(model_rank(env, model, a))
+    run_bounded(env, max(RUN_EVENTS_PER_ESTIMATED * estimate, 10_000), cfg.time_limit_s)
     wall = time.perf_counter() - t0
     simpy_events = next(env._eid)  # simpy numbers every scheduled event
     # model events per actor: gradient-ready events, bucket ready/launch/complete, 4 spans
@@ -251,8 +273,9 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     summary = summarize(trace)
     summary.update(world_size=cfg.world_size, n_buckets=len(trace_layouts[-1].buckets),
                    link=link.to_dict(), actors=len(actors), simpy_events=simpy_events,
-                   model_events=model_events, sim_wall_s=wall)
-    trace.meta["summary"] = {k: v for k, v in summary.items() if k != "per_bucket"}
+                   model_events=model_events, estimated_events=estimate)
+    trace.meta["summary"] = {k: v for k, v in summary.items() if k != "per_bucket"}  # deterministic: no wall time
+    summary["sim_wall_s"] = wall  # wall-clock time: in the returned summary only, never in the trace
     return trace, summary
 
 

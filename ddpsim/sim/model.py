@@ -88,11 +88,6 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
 
-    def run(self) -> None:
-        for a in self.actors:
-            self.env.process(rank(self.env, self, a))
-        self.env.run()
-
     def launch(self, key: tuple, nbytes: int) -> Work:
         """An actor launches collective ``key``; the last launcher starts it."""
         c = self.collectives.get(key)

@@ -17,6 +17,7 @@ from dataclasses import asdict, fields
 from ddpsim.sim.api import SimConfig, require_workload, simulate
 
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
+MAX_CONFIGS = 10_000  # configurations in one sweep (each is also bounded by SimConfig.max_events)
 
 
 def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
@@ -31,6 +32,11 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     for k, v in grid.items():
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"sweep values for {k} must be a non-empty list")
+    combos = 1
+    for v in grid.values():
+        combos *= len(v)
+    if combos > MAX_CONFIGS:
+        raise ValueError(f"this sweep has {combos:,} configurations; the limit is {MAX_CONFIGS:,}")
     base = base or SimConfig()
     rows = []
     keys = list(grid)

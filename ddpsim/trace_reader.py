@@ -1,0 +1,359 @@
+"""Reading a trace strictly: every value checked, so what load_trace returns can be trusted.
+
+``ddpsim.trace`` re-exports ``load_trace``, ``parse_trace`` and ``from_dict``;
+the format itself (the dataclasses) is there, and in ``docs/trace-format.md``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ddpsim.trace_types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
+                          Layout, Param, RankTrace, Span, Trace, TraceFormatError)
+
+# Limits on what a trace may hold (Note [A strict reader]); a real trace is far inside every one.
+MAX_TRACE_BYTES = 512 * 2**20  # bytes; larger files are refused before they are read
+MAX_DEPTH = 64  # JSON nesting levels (a trace needs about 8; Python's json recursion ends near 1000)
+MAX_INT_DIGITS = 19  # digits of a JSON integer (int64); Python refuses > 4300 with a traceback
+MAX_INT = 2**63 - 1  # every integer field fits int64, as in the recorder's clocks
+MAX_WORLD_SIZE = 10_000_000  # ranks
+MAX_PARAMS = 10_000_000  # parameter indices are below this
+
+# Note [A strict reader]: a trace may come from anywhere (an upload on the dashboard,
+# a file mailed by a student), and every analysis, figure and the simulator trust
+# what load_trace returns. So the reader checks values, not only types: versions are
+# integers (not true), booleans are true/false (not "false"), sizes, indices and
+# times are >= 0, spans end at or after their start, ranks are distinct and below
+# the world size, iterations go forward, and every parameter a bucket or gradient
+# names exists. Before parsing, the file size, the JSON nesting depth and the
+# length of integers are bounded, so a 10 KB file of brackets or a 5,000-digit
+# number is one TraceFormatError, not a RecursionError. A partial trace (a run
+# stopped before its first iteration, a rank that recorded nothing) is valid.
+
+
+def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Load a trace file, raising TraceFormatError with the problem named."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise TraceFormatError(f"{path} is {size / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
+        text = path.read_text()
+    except OSError as e:
+        raise TraceFormatError(f"cannot read trace {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"{path} is not a text file, so not a ddpsim trace") from None
+    return parse_trace(text, name=str(path), max_bytes=max_bytes)
+
+
+def parse_trace(text: str | bytes, name: str = "trace", max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Parse trace JSON text (e.g. an upload) into a Trace."""
+    if len(text) > max_bytes:
+        raise TraceFormatError(f"{name} is {len(text) / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceFormatError(f"{name} is not UTF-8 text, so not a ddpsim trace") from None
+    if not text.strip():
+        raise TraceFormatError(f"{name} is empty")
+    depth, unclosed = _scan(text)
+    if depth > MAX_DEPTH:
+        raise TraceFormatError(f"{name} nests JSON {depth} levels deep; a trace needs at most {MAX_DEPTH}")
+    try:
+        raw = json.loads(text, parse_int=lambda s: _int(s, name), parse_float=lambda s: _float(s, name),
+                         parse_constant=lambda c: _constant(c, name))
+    except json.JSONDecodeError as e:
+        if unclosed:
+            raise TraceFormatError(f"{name} is truncated: the JSON ends early ({e.msg})") from None
+        raise TraceFormatError(
+            f"{name} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno}"
+        ) from None
+    return from_dict(raw, name=name, depth_checked=True)
+
+
+def _int(s: str, name: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise TraceFormatError(f"{name} holds a {len(s.lstrip('-'))}-digit integer; "
+                               f"a trace's integers have at most {MAX_INT_DIGITS} digits")
+    return int(s)
+
+
+def _float(s: str, name: str) -> float:
+    x = float(s)
+    if not math.isfinite(x):
+        raise TraceFormatError(f"{name} holds {s[:20]}, too large for a number")
+    return x
+
+
+def _constant(c: str, name: str):
+    raise TraceFormatError(f"{name} holds {c}, which is not a JSON number")
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  # a complete JSON string
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _scan(text: str) -> tuple[int, bool]:
+    """(deepest bracket nesting, True if the text stops inside a string or with brackets still open).
+
+    Strings are removed first (in C, by the regular expression), then the depth is the
+    largest running sum of the brackets left, so a 100 MB trace scans in well under a second.
+    """
+    import numpy as np
+
+    bare = _STRING.sub("", text)
+    brackets = np.frombuffer(_NOT_BRACKET.sub("", bare).encode(), dtype=np.uint8)
+    if not len(brackets):
+        return 0, '"' in bare
+    depth = np.cumsum(np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1))
+    return int(depth.max()), '"' in bare or int(depth[-1]) > 0
+
+
+def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Trace:
+    """A Trace from parsed JSON, checked value by value (Note [A strict reader])."""
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise TraceFormatError(f"{name} is not a ddpsim trace (no \"format\": \"{FORMAT}\")")
+    version = raw.get("version")
+    if type(version) is not int or version != VERSION:
+        raise TraceFormatError(
+            f"{name} has trace version {version!r:.40}; this ddpsim reads version {VERSION}"
+        )
+    if not depth_checked and _depth(raw) > MAX_DEPTH:  # a dict built in memory, not parsed text
+        raise TraceFormatError(f"{name} nests more than {MAX_DEPTH} levels deep")
+    r = _Reader(name)
+    source = r.get(raw, "source", str, "")
+    if source not in SOURCES:
+        raise TraceFormatError(f"{name}: source must be one of {SOURCES}, not {source!r:.40}")
+    meta = r.get(raw, "meta", dict, "")
+    check_meta(r, meta)
+    params = [r.param(p, f"params[{i}]") for i, p in enumerate(r.get(raw, "params", list, ""))]
+    ranks = [r.rank(x, f"ranks[{i}]") for i, x in enumerate(r.get(raw, "ranks", list, ""))]
+    if not ranks:
+        raise TraceFormatError(f"{name} has no ranks")
+    trace = Trace(source=source, meta=meta, params=params, ranks=ranks)
+    check_consistency(r, trace)
+    return trace
+
+
+def _depth(obj: Any, level: int = 1) -> int:
+    """Nesting depth of parsed JSON, without recursion (so a deep object cannot overflow the stack)."""
+    deepest, stack = 0, [(obj, level)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
+    return deepest
+
+
+# meta fields that analyses read: key -> (type, lower bound or None); anything else in meta is free text
+META_FIELDS = {
+    "world_size": (int, 1), "backend": (str, None), "model": (str, None), "impl": (str, None),
+    "options": (dict, None), "config": (dict, None), "link": (dict, None), "pinning": (dict, None),
+    "calibration": (dict, None), "workload": (dict, None), "allreduce_probe": (list, None),
+    "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
+}
+NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
+    ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
+    ("options", "static_graph"): (bool, None), ("options", "gradient_as_bucket_view"): (bool, None),
+    ("options", "no_sync_every"): (int, 1), ("options", "iters"): (int, 0),
+    ("options", "batch_size"): (int, 1), ("config", "pin_cpus"): (bool, None),
+    ("link", "concurrency"): (int, 1), ("link", "shared_core"): (bool, None), ("link", "cpus"): (int, 0),
+    ("pinning", "cpus"): (int, 0), ("calibration", "world_size"): (int, 1),
+    ("calibration", "host_cpus"): (int, 0), ("calibration", "intercept_s"): (float, None),
+    ("calibration", "s_per_byte"): (float, None), ("calibration", "cpu_intercept_s"): (float, None),
+    ("calibration", "cpu_s_per_byte"): (float, None), ("calibration", "time_slice_s"): (float, 0),
+    ("workload", "name"): (str, None), ("workload", "kind"): (str, None), ("workload", "arch"): (str, None),
+    ("workload", "hardware"): (str, None), ("workload", "batch"): (int, 1),
+    ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, 1e-6),
+    ("config", "find_unused_parameters"): (bool, None), ("config", "no_sync_every"): (int, 1),
+}
+
+
+NESTED_MAX = {"bucket_cap_mb": 1e6, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
+              "world_size": MAX_WORLD_SIZE, "batch": 1_000_000}
+
+
+def check_meta(r: "_Reader", meta: dict) -> None:
+    for key, (typ, lo) in META_FIELDS.items():
+        r.value(meta, key, typ, "meta", optional=True, lo=lo,
+                hi=MAX_WORLD_SIZE if key == "world_size" else None)
+    for (outer, key), (typ, lo) in NESTED_FIELDS.items():
+        if isinstance(meta.get(outer), dict):
+            r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo, hi=NESTED_MAX.get(key))
+
+
+def check_consistency(r: "_Reader", trace: Trace) -> None:
+    """What one field cannot say alone: distinct ranks inside the world, known parameters, ordered steps."""
+    world = trace.world_size
+    seen = set()
+    for i, rank in enumerate(trace.ranks):
+        if rank.rank >= world or rank.rank in seen:
+            why = "appears twice" if rank.rank in seen else f"is not below the world size {world}"
+            r.fail(f"ranks[{i}].rank", f"rank {rank.rank} {why}")
+        seen.add(rank.rank)
+    indices = [p.index for p in trace.params if p.index is not None]
+    if sorted(indices) != list(range(len(indices))):
+        r.fail("params", f"DDP's parameter indices must be 0..{len(indices) - 1}, each once")
+    known = set(indices) if indices else None
+    for i, rank in enumerate(trace.ranks):
+        _check_rank(r, rank, f"ranks[{i}]", known)
+
+
+def _check_rank(r: "_Reader", rank: RankTrace, path: str, known: set | None) -> None:
+    last = -1
+    for j, lay in enumerate(rank.layouts):
+        if lay.from_iteration < last:
+            r.fail(f"{path}.layouts[{j}].from_iteration", "layouts must come in iteration order")
+        last = lay.from_iteration
+        for k, b in enumerate(lay.buckets):
+            _known(r, b.params, known, f"{path}.layouts[{j}].buckets[{k}].params")
+    last = -1
+    for j, it in enumerate(rank.iterations):
+        if it.iteration <= last:
+            r.fail(f"{path}.iterations[{j}].iteration", f"iteration {it.iteration} does not follow {last}")
+        last = it.iteration
+        _known(r, [g.param for g in it.grad_ready], known, f"{path}.iterations[{j}].grad_ready")
+
+
+def _known(r: "_Reader", params: list[int], known: set | None, path: str) -> None:
+    if known is not None:
+        missing = [p for p in params if p not in known]
+        if missing:
+            r.fail(path, f"parameter {missing[0]} is not in params")
+
+
+class _Reader:
+    """Builds the dataclasses from JSON, naming the path of any bad field."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def fail(self, where: str, problem: str):
+        raise TraceFormatError(f"{self.name}: field {where}: {problem}")
+
+    def get(self, d: Any, key: str, typ: type | tuple, path: str, optional: bool = False):
+        return self.value(d, key, typ, path, optional)
+
+    def value(self, d: Any, key: str, typ, path: str, optional: bool = False, lo=None, hi=None):
+        """d[key], checked: its type (bool is never an int), finite, within [lo, hi]."""
+        where = f"{path}.{key}" if path else key
+        if not isinstance(d, dict):
+            raise TraceFormatError(f"{self.name}: {path or 'top level'} should be an object")
+        if key not in d or d[key] is None:
+            if optional:
+                return None
+            raise TraceFormatError(f"{self.name}: missing field {where}")
+        v = d[key]
+        if typ is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        elif typ is int:
+            ok = type(v) is int and -MAX_INT - 1 <= v <= MAX_INT
+        else:
+            ok = isinstance(v, typ) and (typ is bool or not isinstance(v, bool))
+        if not ok:
+            raise TraceFormatError(
+                f"{self.name}: field {where} should be {_typename(typ)}, not {v!r:.40}")
+        if lo is not None and v < lo:
+            raise TraceFormatError(f"{self.name}: field {where} should be >= {lo}, not {v!r:.40}")
+        if hi is not None and v > hi:
+            raise TraceFormatError(f"{self.name}: field {where} should be <= {hi}, not {v!r:.40}")
+        return v
+
+    def count(self, d, key, path, optional=False, hi=MAX_INT):
+        """A size, index or time: an integer >= 0."""
+        if type(d) is dict:  # the common case, checked fast
+            v = d.get(key)
+            if type(v) is int and 0 <= v <= hi:
+                return v
+        return self.value(d, key, int, path, optional, lo=0, hi=hi)
+
+    def flag(self, d, key, path, default: bool) -> bool:
+        v = self.value(d, key, bool, path, optional=True)
+        return default if v is None else v
+
+    def span(self, d, key, path, optional=False):
+        s = self.get(d, key, dict, path, optional)
+        if s is None:
+            return None
+        p = f"{path}.{key}"
+        start, end = self.count(s, "start_ns", p), self.count(s, "end_ns", p)
+        if end < start:
+            self.fail(p, f"ends ({end}) before it starts ({start})")
+        return Span(start, end)
+
+    def ints(self, d, key, path, hi=MAX_INT) -> list[int]:
+        values = self.get(d, key, list, path)
+        if not all(type(x) is int and 0 <= x <= hi for x in values):
+            for i in range(len(values)):
+                self.count({"_": values[i]}, "_", f"{path}.{key}[{i}]", hi=hi)
+        return list(values)
+
+    def param(self, d, path):
+        return Param(self.count(d, "index", path, True, hi=MAX_PARAMS), self.get(d, "name", str, path),
+                     self.ints(d, "shape", path), self.get(d, "dtype", str, path), self.count(d, "bytes", path),
+                     self.flag(d, "requires_grad", path, True))
+
+    def layout(self, d, path):
+        buckets = []
+        for i, b in enumerate(self.get(d, "buckets", list, path)):
+            p = f"{path}.buckets[{i}]"
+            cap = self.count(b, "cap_bytes", p, True)
+            buckets.append(Bucket(self.count(b, "index", p), self.ints(b, "params", p, hi=MAX_PARAMS),
+                                  self.count(b, "bytes", p), cap))
+        return Layout(self.count(d, "from_iteration", path), self.get(d, "kind", str, path), buckets)
+
+    def bucket_event(self, b, p) -> BucketEvent:
+        bucket, nbytes, ready, launch, complete = (self.count(b, k, p) for k in
+                                                   ("bucket", "bytes", "ready_ns", "launch_ns", "complete_ns"))
+        launch_end = self.count(b, "launch_end_ns", p, True)
+        if complete < launch:
+            self.fail(f"{p}.complete_ns", f"the allreduce completes ({complete}) before it launches ({launch})")
+        if launch_end is not None and launch_end < launch:
+            self.fail(f"{p}.launch_end_ns", f"the launch returns ({launch_end}) before it starts ({launch})")
+        cpu_launch, cpu_complete = (self.value(b, k, int, p, True) for k in ("cpu_launch_ns", "cpu_complete_ns"))
+        return BucketEvent(bucket, nbytes, ready, launch, complete, launch_end, cpu_launch, cpu_complete)
+
+    def iteration(self, d, path):
+        grads = []
+        for i, x in enumerate(self.get(d, "grad_ready", list, path)):
+            p = f"{path}.grad_ready[{i}]"
+            grads.append(GradReady(self.count(x, "t_ns", p), self.count(x, "param", p, hi=MAX_PARAMS),
+                                   self.flag(x, "unused", p, False), self.value(x, "cpu_t_ns", int, p, True)))
+        buckets = [self.bucket_event(b, f"{path}.buckets[{i}]")
+                   for i, b in enumerate(self.get(d, "buckets", list, path))]
+        bitmap = self.get(d, "bitmap_allreduce", dict, path, True)
+        if bitmap is not None:
+            p = f"{path}.bitmap_allreduce"
+            bitmap = Collective(*(self.count(bitmap, k, p) for k in ("launch_ns", "complete_ns", "bytes")))
+            if bitmap.complete_ns < bitmap.launch_ns:
+                self.fail(p, "completes before it launches")
+        forward, backward = self.span(d, "forward", path), self.span(d, "backward", path)
+        return Iteration(self.count(d, "iteration", path), self.value(d, "sync", bool, path), forward, backward,
+                         self.span(d, "optimizer", path, True), grads, buckets,
+                         self.span(d, "graph_search", path, True), bitmap)
+
+    def rank(self, d, path):
+        g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731
+        return RankTrace(
+            rank=self.count(d, "rank", path, hi=MAX_WORLD_SIZE), host=g("host", str, True) or "",
+            pid=self.count(d, "pid", path, True), clock_offset_ns=g("clock_offset_ns", int, True) or 0,
+            complete=self.flag(d, "complete", path, True), error=g("error", str, True),
+            layouts=[self.layout(x, f"{path}.layouts[{i}]") for i, x in enumerate(g("layouts", list))],
+            iterations=[self.iteration(x, f"{path}.iterations[{i}]")
+                        for i, x in enumerate(g("iterations", list))],
+            ddp_logging_data=g("ddp_logging_data", dict, True),
+        )
+
+
+def _typename(typ) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return {"int": "an integer", "str": "a string", "list": "a list", "dict": "an object",
+            "bool": "true or false", "float": "a finite number"}.get(typ.__name__, typ.__name__)

@@ -1,0 +1,186 @@
+"""The ddpsim trace's data classes (``ddpsim.trace`` exports them with the reader).
+
+Every part of ddpsim speaks this format: the recorder writes it, the readable DDP
+writes it, the simulator writes it, and the analyses, figures, app and notebooks
+read it. The field-by-field reference, with units, is ``docs/trace-format.md``.
+
+Times are integer nanoseconds on one aligned clock for all ranks, counted from
+the start of the run (``t_ns = 0``). Sizes are bytes.
+
+    >>> trace = load_trace("run.json")          # doctest: +SKIP
+    >>> trace.ranks[0].iterations[1].buckets     # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FORMAT = "ddpsim-trace"
+VERSION = 1
+SOURCES = ("real", "simulated")
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be read: truncated, garbled, the wrong version, or a value out of range."""
+
+
+
+
+@dataclass
+class Param:
+    """One model parameter, as DDP's reducer sees it."""
+
+    index: int | None  # DDP's parameter index (None: frozen, so not in the reducer)
+    name: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+    requires_grad: bool = True
+
+
+@dataclass
+class Bucket:
+    """One gradient bucket in a layout."""
+
+    index: int  # bucket index; allreduces launch in this order
+    params: list[int]  # DDP parameter indices, in the bucket's internal order
+    bytes: int
+    cap_bytes: int | None = None  # the size limit the bucket was built under
+
+
+@dataclass
+class Layout:
+    """A bucket layout and the first iteration it was in effect."""
+
+    from_iteration: int
+    kind: str  # "construction" or "rebuilt"
+    buckets: list[Bucket]
+
+
+@dataclass
+class Span:
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class GradReady:
+    """A parameter's gradient became ready (its AccumulateGrad hook fired)."""
+
+    t_ns: int
+    param: int
+    unused: bool = False  # marked ready by find_unused_parameters, not computed
+    cpu_t_ns: int | None = None  # when t_ns is the GPU's (meta.timebase): the host time the hook ran
+
+
+@dataclass
+class BucketEvent:
+    """One bucket's reduction in one iteration: ready, launched, complete."""
+
+    bucket: int
+    bytes: int
+    ready_ns: int
+    launch_ns: int
+    complete_ns: int
+    launch_end_ns: int | None = None  # the launch call returned: its cost on the autograd thread ends
+    cpu_launch_ns: int | None = None  # when times are the GPU's (meta.timebase): the host launch time
+    cpu_complete_ns: int | None = None  # ... and the host time the completion callback ran
+
+
+@dataclass
+class Collective:
+    """A collective that is not a gradient bucket (the used-parameter bitmap)."""
+
+    launch_ns: int
+    complete_ns: int
+    bytes: int
+
+
+@dataclass
+class Iteration:
+    """One forward/backward (a micro-step when no_sync accumulates)."""
+
+    iteration: int
+    sync: bool  # False: a no_sync accumulation step, no allreduce
+    forward: Span
+    backward: Span
+    optimizer: Span | None = None
+    grad_ready: list[GradReady] = field(default_factory=list)
+    buckets: list[BucketEvent] = field(default_factory=list)
+    graph_search: Span | None = None  # find_unused_parameters' walk of the graph
+    bitmap_allreduce: Collective | None = None
+
+    @property
+    def end_ns(self) -> int:
+        return self.optimizer.end_ns if self.optimizer else self.backward.end_ns
+
+    @property
+    def backward_compute_end_ns(self) -> int:
+        """When the last gradient became ready: the end of backward's compute."""
+        return max((g.t_ns for g in self.grad_ready), default=self.backward.end_ns)
+
+
+@dataclass
+class RankTrace:
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    clock_offset_ns: int = 0  # this rank's clock minus rank 0's, already removed
+    complete: bool = True
+    error: str | None = None
+    layouts: list[Layout] = field(default_factory=list)
+    iterations: list[Iteration] = field(default_factory=list)
+    ddp_logging_data: dict | None = None  # torch's _get_ddp_logging_data(), verbatim
+
+    def layout_at(self, iteration: int) -> Layout | None:
+        """The bucket layout in effect at ``iteration``."""
+        current = None
+        for layout in self.layouts:
+            if layout.from_iteration <= iteration:
+                current = layout
+        return current
+
+    def iteration(self, iteration: int) -> Iteration | None:
+        """This rank's iteration number ``iteration`` (None if it did not record it)."""
+        return next((it for it in self.iterations if it.iteration == iteration), None)
+
+
+@dataclass
+class Trace:
+    source: str  # "real" or "simulated"
+    meta: dict
+    params: list[Param]
+    ranks: list[RankTrace]
+    version: int = VERSION
+
+    @property
+    def complete(self) -> bool:
+        return all(r.complete for r in self.ranks)
+
+    @property
+    def world_size(self) -> int:
+        ws = self.meta.get("world_size")
+        return int(ws) if ws is not None else len(self.ranks)
+
+    def param_name(self, index: int) -> str:
+        for p in self.params:
+            if p.index == index:
+                return p.name
+        return f"param{index}"
+
+    def iteration_on_ranks(self, iteration: int) -> list[Iteration]:
+        """Iteration number ``iteration`` of every rank that recorded it, in rank order."""
+        return [it for it in (r.iteration(iteration) for r in self.ranks) if it is not None]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d = {"format": FORMAT, **d}
+        return d
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")))

@@ -1,0 +1,148 @@
+"""Fault injection into real recordings: SIGKILL or SIGSTOP one rank, then check the launcher.
+
+    result = trial(tmp_dir, "SIGSTOP", "training", seed=3, timeout_s=10)
+
+Starts ``python -m ddpsim record`` (real ranks, real gloo), finds its rank
+processes, signals a random one during start-up (before any iteration) or during
+training, and measures what the issue asks of the launcher: the rank named in
+its one-line error, every process gone within timeout + 5 s of the fault, the
+partial trace kept and marked. Used by tests/test_record_hangs.py (a few trials)
+and benchmarks/bench_faults.py (20 trials for the report).
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Result:
+    signal: str
+    when: str  # "start-up" or "training": where the rank really was when signalled
+    victim: int
+    named: int | None  # the rank the error names
+    seconds_to_gone: float  # fault -> launcher and every rank process gone
+    launcher_rc: int | None
+    message: str
+    trace_kept: bool
+    victim_marked: str | None  # the victim's error in the kept trace
+    leftover: list[int]
+
+    def ok(self, timeout_s: float) -> bool:
+        return (self.named == self.victim and self.seconds_to_gone <= timeout_s + 5
+                and self.trace_kept and bool(self.victim_marked) and not self.leftover)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def iterations_written(out: Path, world: int) -> int:
+    total = 0
+    for r in range(world):
+        try:
+            total += out.with_name(f"{out.name}.rank{r}.jsonl").read_bytes().count(b'"kind":"iteration"')
+        except OSError:
+            pass
+    return total
+
+
+def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, world_size: int = 2,
+          model: str = "mlp") -> Result:
+    """One recording with one rank signalled; see the module docstring."""
+    rng = random.Random(seed)
+    out = Path(workdir) / f"run-{sig}-{when}-{seed}.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ddpsim", "record", "--model", model, "--world-size", str(world_size),
+         "--iters", "100000", "--timeout", str(timeout_s), "--out", str(out)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ranks: dict[int, int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(ranks) < world_size and time.monotonic() < deadline:
+            for pid in children(launcher.pid):
+                r = rank_of(pid)
+                if r is not None:
+                    ranks[r] = pid
+            time.sleep(0.01)
+        victim = rng.randrange(world_size)
+        if when == "start-up":
+            time.sleep(rng.uniform(0.0, 2.5))  # mostly while importing torch; `really` says where it landed
+        else:
+            target = rng.randint(2, 20)
+            while iterations_written(out, world_size) < target and time.monotonic() < deadline:
+                time.sleep(0.005)
+        really = "training" if iterations_written(out, world_size) else "start-up"
+        os.kill(ranks[victim], getattr(signal, sig))
+        fault = time.monotonic()
+        try:
+            _, stderr = launcher.communicate(timeout=timeout_s + 30)
+        except subprocess.TimeoutExpired:
+            stderr = "(launcher did not exit)"
+        while any(alive(p) for p in ranks.values()) and time.monotonic() - fault < timeout_s + 30:
+            time.sleep(0.01)
+        gone = time.monotonic() - fault
+        leftover = [p for p in ranks.values() if alive(p)]
+    finally:
+        _cleanup(launcher, ranks)
+    message = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    found = re.search(r"error: rank (\d+)", message)
+    kept, marked = out.exists(), None
+    if kept:
+        from ddpsim import load_trace
+
+        trace = load_trace(out)
+        kept = not trace.complete
+        marked = next((r.error for r in trace.ranks if r.rank == victim), None)
+    return Result(sig, really, victim, int(found.group(1)) if found else None, gone, launcher.returncode,
+                  message, kept, marked, leftover)
+
+
+def _cleanup(launcher, ranks) -> None:
+    for pid in [launcher.pid, *ranks.values()]:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    launcher.wait()

@@ -1,0 +1,65 @@
+"""The dashboard with hostile uploads and ddpsim's own partial traces: one line each, every page keeps working."""
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ddpsim import samples
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+APP = str(ROOT / "app.py")
+PAGES = "ddpsim/app/pages/"
+
+
+@pytest.fixture(autouse=True)
+def fixture_samples(monkeypatch):
+    monkeypatch.setenv(samples.ENV_VAR, str(FIXTURES))
+
+
+def upload(at, name, data):
+    return at.file_uploader[0].set_value((name, data, "application/json")).run()
+
+
+def no_exception(at):
+    assert not at.exception, [e.message for e in at.exception]
+
+
+@pytest.mark.parametrize("name, data, expected", [
+    ("nested.json", b"[" * 5000 + b"]" * 5000, "nests JSON 5000 levels deep"),
+    ("digits.json", b'{"format":"ddpsim-trace","version":' + b"1" * 4300 + b"}", "4300-digit integer"),
+    ("bool.json", b'{"format":"ddpsim-trace","version":true}', "version True"),
+])
+def test_hostile_upload_is_one_error_and_pages_keep_working(name, data, expected):
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    upload(at, name, data)
+    no_exception(at)
+    assert len(at.error) == 1 and expected in at.error[0].value
+    assert at.selectbox(key="ddpsim_source").value == "tiny_trace"
+    for page in ("buckets.py", "compare.py", "timeline.py"):
+        at.switch_page(PAGES + page).run()
+        no_exception(at)
+
+
+def partial_trace() -> bytes:
+    raw = json.loads((FIXTURES / "tiny_trace.json").read_text())
+    for r in raw["ranks"]:
+        r.update(iterations=[], layouts=[], complete=False, error="hung: stopped while starting python")
+    return json.dumps(raw).encode()
+
+
+def test_partial_trace_shows_a_plain_note_on_every_page():
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    upload(at, "stopped.json", partial_trace())
+    no_exception(at)
+    assert at.selectbox(key="ddpsim_source").value == "upload: stopped.json"
+    assert any("holds no synced iteration" in i.value for i in at.info), [i.value for i in at.info]
+    for page in ("buckets.py", "compare.py", "whatif.py"):
+        at.switch_page(PAGES + page).run()
+        no_exception(at)
+    at.switch_page(PAGES + "compare.py").run()
+    at.multiselect(key="ddpsim_compare_runs").set_value(["tiny_trace", "upload: stopped.json"]).run()
+    no_exception(at)
+    assert any("It is left out" in i.value for i in at.info)

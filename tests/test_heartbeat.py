@@ -1,0 +1,49 @@
+"""Heartbeats: what a rank writes, what the launcher reads, and whom it blames."""
+import pytest
+
+from ddpsim import heartbeat
+from ddpsim.heartbeat import STAGES, Beat, blame
+
+TRAINING = STAGES.index("training")
+
+
+def test_written_beats_read_back(tmp_path, monkeypatch):
+    path = tmp_path / "rank0.heartbeat"
+    heartbeat.create(path)
+    assert heartbeat.read(path, 0).doing() == "while starting python"
+    monkeypatch.setenv(heartbeat.ENV, str(path))
+    monkeypatch.setattr(heartbeat, "_mm", None)
+    heartbeat.open_writer()
+    heartbeat.beat(stage="training")
+    heartbeat.beat(iteration=3, phase="backward")
+    heartbeat.beat(bucket=0)
+    heartbeat.beat(bucket=1)
+    b = heartbeat.read(path, 0)
+    assert (b.iteration, b.launched, b.bucket) == (3, 2, 1) and b.seq == 4
+    assert b.doing() == "in backward of iteration 3"
+    assert b.collective() == "allreduce of bucket 1 (iteration 3)"
+    monkeypatch.setattr(heartbeat, "_mm", None)
+
+
+def test_the_rank_behind_is_named_with_the_collective_it_did_not_join():
+    waiting = Beat(0, seq=9, stage=TRAINING, iteration=3, phase=1, launched=2, bucket=1)
+    stuck = Beat(1, seq=7, stage=TRAINING, iteration=3, phase=0)
+    rank, line = blame([waiting, stuck])
+    assert rank == 1
+    assert line == ("stopped in forward of iteration 3: did not join allreduce of bucket 1 (iteration 3), "
+                    "which rank 0 is waiting in")
+
+
+@pytest.mark.parametrize("stopped, expected", [({1}, 1), ({0}, 0)])
+def test_a_tie_names_the_stopped_process(stopped, expected):
+    a = Beat(0, seq=5, stage=TRAINING, iteration=1, phase=0)
+    b = Beat(1, seq=5, stage=TRAINING, iteration=1, phase=0)
+    rank, line = blame([a, b], stopped)
+    assert rank == expected and "its process is stopped" in line and "wait in the same step" in line
+
+
+def test_start_up_hang_names_the_rank_that_never_joined():
+    joined = Beat(0, seq=1, stage=STAGES.index("joining the process group"))
+    starting = Beat(1)
+    assert blame([joined, starting]) == (
+        1, "stopped while starting python: did not join the process group's rendezvous, which rank 0 is waiting in")

@@ -1,0 +1,120 @@
+"""Bounded simulations: every option out of range is one line (exit 2), big work is refused up front,
+a running simulation stops at its limit, and the same inputs give byte-identical files."""
+import pytest
+
+from ddpsim.__main__ import main
+
+TRACE = "ddpsim/samples/01_mlp_torch_default.json"
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+SIMULATE_ERRORS = [
+    (["--latency-us", "1e300"], "--latency-us must be between 0 and 1e+06 microseconds"),
+    (["--bandwidth-gbps", "1e-300"], "--bandwidth-gbps must be between 0.001 and 1e+06 Gbit/s"),
+    (["--jitter", "1e6"], "--jitter must be between 0 and 10"),
+    (["--no-sync-every", "1000000000"], "--no-sync-every must be between 1 and 1,000,000"),
+    (["--iters", "1000000000"], "--iters must be between 1 and 1,000,000"),
+    (["--world-size", "20000000"], "--world-size must be between 1 and 10,000,000"),
+    (["--concurrency", "-1"], "--concurrency must be between 1 and 64"),
+    (["--interference", "1e9"], "--interference must be between 0 and 100"),
+    (["--bucket-cap-mb", "1e300"], "--bucket-cap-mb must be between"),
+    (["--first-bucket-cap-mb", "1e300"], "--first-bucket-cap-mb must be between"),
+    (["--straggler", "1:1e9"], "straggler 1 factor must be at most 1000"),
+    (["--max-events", "0"], "--max-events must be between 1 and"),
+    (["--time-limit", "inf"], "--time-limit must be between 0.001 and 86400 seconds"),
+    (["--iters", "100000"], "this simulation needs about 4,000,000 events"),
+]
+
+
+@pytest.mark.parametrize("args, message", SIMULATE_ERRORS)
+def test_simulate_option_out_of_range_is_one_line(capsys, args, message):
+    rc, out, err = run_cli(capsys, "simulate", "--trace", TRACE, *args)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tflops", "0"], "--tflops must be between"),
+    (["--batch", "0"], "--batch must be between 1 and 1,000,000"),
+    (["--concurrency", "-1"], "--concurrency must be between 1 and 64"),
+])
+def test_simulate_arch_options_are_checked(capsys, args, message):
+    rc, out, err = run_cli(capsys, "simulate", "--arch", "resnet50", *args)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_event_budget_names_the_estimate_and_the_limit(capsys):
+    rc, _, err = run_cli(capsys, "simulate", "--trace", TRACE, "--iters", "5000", "--max-events", "1000")
+    assert rc == 2
+    assert "needs about 200,000 events" in err and "the limit is 1,000 (--max-events)" in err
+
+
+def test_time_limit_stops_a_running_simulation(capsys):
+    rc, _, err = run_cli(capsys, "simulate", "--trace", TRACE, "--iters", "100000",
+                         "--max-events", "100000000", "--time-limit", "0.5")
+    assert rc == 2 and "the simulation stopped after 0.5 s" in err
+
+
+def test_huge_world_goes_through_rank_groups(capsys):
+    rc, out, err = run_cli(capsys, "simulate", "--arch", "resnet50", "--world-size", "200000", "--jitter", "0.1")
+    assert rc == 0, err
+    assert '"world_size":200000' in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--world-size", "8,20000000"], "--world-size must be between 1 and 10,000,000"),
+    (["--latency-us", "1,1e300"], "--latency-us must be between"),
+    (["--concurrency", "1,-1"], "--concurrency must be between 1 and 64"),
+    (["--iters", "1000000000"], "--iters must be between"),
+])
+def test_sweep_options_are_checked(capsys, args, message):
+    rc, _, err = run_cli(capsys, "sweep", "--trace", TRACE, *args)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--world-size", "200000"], "--world-size 200000 is more ranks than one machine runs here"),
+    (["--iters", "1000000000"], "--iters must be at most 1000000"),
+    (["--no-sync-every", "1000000000"], "--no-sync-every must be between 1 and 1000000"),
+    (["--timeout", "inf"], "--timeout must be more than 0 and at most 86400 seconds"),
+    (["--timeout", "0"], "--timeout must be more than 0"),
+    (["--master-port", "99999"], "--master-port must be a TCP port, 1 to 65535"),
+    (["--lr", "nan"], "--lr must be a finite number"),
+])
+def test_record_option_out_of_range_starts_nothing(capsys, tmp_path, args, message):
+    rc, _, err = run_cli(capsys, "record", "--out", str(tmp_path / "run.json"), *args)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_same_inputs_and_seed_give_byte_identical_files(capsys, tmp_path):
+    outs = []
+    for k in range(2):
+        (tmp_path / str(k)).mkdir()
+        out = tmp_path / str(k) / "sim.json"
+        rc, stdout, err = run_cli(capsys, "simulate", "--trace", TRACE, "--world-size", "8", "--jitter", "0.1",
+                                  "--seed", "3", "--out", str(out))
+        assert rc == 0 and "simulated in" in err  # wall time goes to stderr
+        outs.append((out.read_bytes(), stdout.replace(str(tmp_path / str(k)), "")))
+    assert outs[0] == outs[1], "trace files and stdout are byte-identical"
+    rc, _, _ = run_cli(capsys, "simulate", "--trace", TRACE, "--world-size", "8", "--jitter", "0.1",
+                       "--seed", "4", "--out", str(tmp_path / "other.json"))
+    assert (tmp_path / "other.json").read_bytes() != outs[0][0], "another seed gives another run"
+
+
+def test_whatif_page_simulations_have_a_time_limit():
+    from ddpsim.app import whatif
+    from ddpsim.sim.api import SimulationTooLarge, simulate
+
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    cfg = whatif.sim_config(base)
+    assert cfg.time_limit_s == whatif.TIME_LIMIT_S
+    cfg.time_limit_s, cfg.iters, cfg.max_events = 0.01, 20_000, 10**9
+    with pytest.raises(SimulationTooLarge, match="stopped after 0.01 s"):
+        simulate(whatif.workload(base, None), cfg)
