@@ -1,0 +1,68 @@
+"""``SimConfig``: what to simulate (DDP options, world size, network what-ifs, noise, bounds)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ddpsim.sim import network
+from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
+from ddpsim.sim.workload import ORDERS, caps_bytes
+
+
+@dataclass
+class SimConfig:
+    """The DDP options and what-ifs of one simulation (None: keep the workload's)."""
+
+    world_size: int = 8
+    iters: int = 6  # synced steps (optimizer steps); micro-steps = iters * no_sync_every
+    bucket_cap_mb: float | None = None  # None: torch's default 25 MiB with a 1 MiB first bucket
+    first_bucket_cap_mb: float | None = None  # override the first bucket's cap
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
+    no_sync_every: int = 1
+    naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
+    overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
+    seed: int = 0
+    jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
+    stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
+    backward_scale: dict = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
+    bandwidth_gbps: float | None = None
+    latency_us: float | None = None
+    algo: str | None = None
+    concurrency: int | None = None
+    interference: float | None = None
+    shared_core: bool | None = None  # None: the workload's; an explicit interference turns it off
+    max_explicit_ranks: int = 64
+    sample_ranks: int = 4
+    trace_ranks: int = 8  # at most this many non-straggler ranks in the output trace
+    max_events: int = DEFAULT_MAX_EVENTS  # refuse simulations estimated to need more model events (not in torch)
+    time_limit_s: float | None = None  # stop a simulation running longer than this (seconds); None: no limit
+
+    def validate(self) -> None:
+        def integer(v, name, lo):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, not {v!r}")
+        integer(self.world_size, "world size", 1)
+        integer(self.iters, "iters", 1)
+        integer(self.no_sync_every, "no_sync_every", 1)
+        integer(self.max_explicit_ranks, "max_explicit_ranks", 1)
+        if self.naive and self.overlap:
+            raise ValueError("naive and overlap are two different DDPs: choose one")
+        caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)
+        if not isinstance(self.order, (list, tuple)) and self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)} or a list, not {self.order!r}")
+        if not (isinstance(self.jitter, (int, float)) and math.isfinite(self.jitter) and self.jitter >= 0):
+            raise ValueError(f"jitter must be a finite number >= 0, not {self.jitter!r}")
+        if self.bandwidth_gbps is not None:
+            network.check_positive(self.bandwidth_gbps, "bandwidth (Gbit/s)")
+        if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):
+            raise ValueError(f"latency must be a finite number of microseconds >= 0, not {self.latency_us!r}")
+        for what, factors in (("straggler", self.stragglers), ("backward_scale", self.backward_scale)):
+            for r, fct in factors.items():
+                if not (isinstance(r, int) and 0 <= r < self.world_size):
+                    raise ValueError(f"{what} rank {r!r} is not in 0..{self.world_size - 1}")
+                network.check_positive(fct, f"{what} {r} factor")
+                if fct > STRAGGLER_MAX:
+                    raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
+        check_ranges(self)
