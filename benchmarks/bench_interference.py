@@ -43,7 +43,7 @@ def _worker(rank: int, world: int, store: str, sizes: list[int], reps: int, wind
     import torch.distributed as dist
 
     from ddpsim.record.probe import AllreduceProbe
-    from ddpsim.record.worker import pin_to_cpu
+    from ddpsim.record.process import pin_to_cpu
 
     torch.set_num_threads(1)
     pin_to_cpu(rank)

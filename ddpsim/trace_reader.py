@@ -11,15 +11,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ddpsim.trace_checks import MAX_WORLD_SIZE, check_consistency, check_meta
 from ddpsim.trace_types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
-                          Layout, Param, RankTrace, Span, Trace, TraceFormatError)
+                                Layout, Param, RankTrace, Span, Trace, TraceFormatError)
 
 # Limits on what a trace may hold (Note [A strict reader]); a real trace is far inside every one.
 MAX_TRACE_BYTES = 512 * 2**20  # bytes; larger files are refused before they are read
 MAX_DEPTH = 64  # JSON nesting levels (a trace needs about 8; Python's json recursion ends near 1000)
 MAX_INT_DIGITS = 19  # digits of a JSON integer (int64); Python refuses > 4300 with a traceback
 MAX_INT = 2**63 - 1  # every integer field fits int64, as in the recorder's clocks
-MAX_WORLD_SIZE = 10_000_000  # ranks
 MAX_PARAMS = 10_000_000  # parameter indices are below this
 
 # Note [A strict reader]: a trace may come from anywhere (an upload on the dashboard,
@@ -150,83 +150,6 @@ def _depth(obj: Any, level: int = 1) -> int:
                 return d
             stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
     return deepest
-
-
-# meta fields that analyses read: key -> (type, lower bound or None); anything else in meta is free text
-META_FIELDS = {
-    "world_size": (int, 1), "backend": (str, None), "model": (str, None), "impl": (str, None),
-    "options": (dict, None), "config": (dict, None), "link": (dict, None), "pinning": (dict, None),
-    "calibration": (dict, None), "workload": (dict, None), "allreduce_probe": (list, None),
-    "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
-}
-NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
-    ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
-    ("options", "static_graph"): (bool, None), ("options", "gradient_as_bucket_view"): (bool, None),
-    ("options", "no_sync_every"): (int, 1), ("options", "iters"): (int, 0),
-    ("options", "batch_size"): (int, 1), ("config", "pin_cpus"): (bool, None),
-    ("link", "concurrency"): (int, 1), ("link", "shared_core"): (bool, None), ("link", "cpus"): (int, 0),
-    ("pinning", "cpus"): (int, 0), ("calibration", "world_size"): (int, 1),
-    ("calibration", "host_cpus"): (int, 0), ("calibration", "intercept_s"): (float, None),
-    ("calibration", "s_per_byte"): (float, None), ("calibration", "cpu_intercept_s"): (float, None),
-    ("calibration", "cpu_s_per_byte"): (float, None), ("calibration", "time_slice_s"): (float, 0),
-    ("workload", "name"): (str, None), ("workload", "kind"): (str, None), ("workload", "arch"): (str, None),
-    ("workload", "hardware"): (str, None), ("workload", "batch"): (int, 1),
-    ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, 1e-6),
-    ("config", "find_unused_parameters"): (bool, None), ("config", "no_sync_every"): (int, 1),
-}
-
-
-NESTED_MAX = {"bucket_cap_mb": 1e6, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
-              "world_size": MAX_WORLD_SIZE, "batch": 1_000_000}
-
-
-def check_meta(r: "_Reader", meta: dict) -> None:
-    for key, (typ, lo) in META_FIELDS.items():
-        r.value(meta, key, typ, "meta", optional=True, lo=lo,
-                hi=MAX_WORLD_SIZE if key == "world_size" else None)
-    for (outer, key), (typ, lo) in NESTED_FIELDS.items():
-        if isinstance(meta.get(outer), dict):
-            r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo, hi=NESTED_MAX.get(key))
-
-
-def check_consistency(r: "_Reader", trace: Trace) -> None:
-    """What one field cannot say alone: distinct ranks inside the world, known parameters, ordered steps."""
-    world = trace.world_size
-    seen = set()
-    for i, rank in enumerate(trace.ranks):
-        if rank.rank >= world or rank.rank in seen:
-            why = "appears twice" if rank.rank in seen else f"is not below the world size {world}"
-            r.fail(f"ranks[{i}].rank", f"rank {rank.rank} {why}")
-        seen.add(rank.rank)
-    indices = [p.index for p in trace.params if p.index is not None]
-    if sorted(indices) != list(range(len(indices))):
-        r.fail("params", f"DDP's parameter indices must be 0..{len(indices) - 1}, each once")
-    known = set(indices) if indices else None
-    for i, rank in enumerate(trace.ranks):
-        _check_rank(r, rank, f"ranks[{i}]", known)
-
-
-def _check_rank(r: "_Reader", rank: RankTrace, path: str, known: set | None) -> None:
-    last = -1
-    for j, lay in enumerate(rank.layouts):
-        if lay.from_iteration < last:
-            r.fail(f"{path}.layouts[{j}].from_iteration", "layouts must come in iteration order")
-        last = lay.from_iteration
-        for k, b in enumerate(lay.buckets):
-            _known(r, b.params, known, f"{path}.layouts[{j}].buckets[{k}].params")
-    last = -1
-    for j, it in enumerate(rank.iterations):
-        if it.iteration <= last:
-            r.fail(f"{path}.iterations[{j}].iteration", f"iteration {it.iteration} does not follow {last}")
-        last = it.iteration
-        _known(r, [g.param for g in it.grad_ready], known, f"{path}.iterations[{j}].grad_ready")
-
-
-def _known(r: "_Reader", params: list[int], known: set | None, path: str) -> None:
-    if known is not None:
-        missing = [p for p in params if p not in known]
-        if missing:
-            r.fail(path, f"parameter {missing[0]} is not in params")
 
 
 class _Reader:

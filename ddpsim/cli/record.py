@@ -67,7 +67,8 @@ def main(args) -> int:
 
 
 def _torchrun_rank(cfg, out: Path) -> int:
-    from ddpsim.record.worker import env_rank, exit_now, run_rank
+    from ddpsim.record.process import env_rank, exit_now
+    from ddpsim.record.worker import run_rank
 
     rank, world, _ = env_rank()
     if world != cfg.world_size:

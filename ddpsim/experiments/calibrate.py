@@ -41,7 +41,7 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int,
 
     from ddpsim.record.launcher import loopback_interface
     from ddpsim.record.probe import AllreduceProbe
-    from ddpsim.record.worker import pin_to_cpu
+    from ddpsim.record.process import pin_to_cpu
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())  # Note [No port on the network]
     torch.set_num_threads(1)

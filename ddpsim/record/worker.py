@@ -14,32 +14,19 @@ import contextlib
 import json
 import os
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from ddpsim import torchcompat
+from ddpsim import heartbeat, torchcompat
+from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
-from ddpsim import heartbeat
 from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
-from ddpsim.events import RankRecorder, now_ns
 from ddpsim.record.gpuclock import GpuTimer, timebase
 from ddpsim.record.probe import AllreduceProbe
-
-
-def env_rank() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from the torchrun-style environment."""
-    return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
-            int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
-
-
-def pin_to_cpu(local_rank: int) -> None:
-    """Rank r runs on CPU r % ncpus: removes a bimodal slowdown seen on CPU (ddp-internals.md)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
+from ddpsim.record.process import die_with_parent, env_rank, exit_now, init_process_group, pin_to_cpu
 
 
 def wrap_model(cfg: RecordConfig, model, recorder, device):
@@ -217,35 +204,6 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         run.recorder.finish(run.logging_data())
 
 
-def die_with_parent() -> None:
-    """Ask Linux to kill this rank if the launcher dies, so no rank is ever orphaned."""
-    if os.environ.get("DDPSIM_LAUNCHED") and sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the launcher already died before prctl
-            os._exit(1)
-
-
-def init_process_group(backend: str, rank: int, world: int, timeout_s: float) -> None:
-    """Join the ranks: through the launcher's private FileStore when it gave one, else torchrun's env://.
-
-    Note [No port on the network]: env:// rendezvous starts a TCPStore server that
-    listens on every interface, unauthenticated. ddpsim's launcher hands its ranks a
-    FileStore in a private temporary folder instead (DDPSIM_STORE), which opens no
-    port, and GLOO_SOCKET_IFNAME=lo so that gloo's own connections bind loopback.
-    Multi-node torchrun keeps torchrun's rendezvous.
-    """
-    timeout = timedelta(seconds=timeout_s)
-    store_path = os.environ.get("DDPSIM_STORE")
-    if store_path:
-        store = dist.FileStore(store_path, world)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-    else:
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
-
-
 def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | None = None) -> None:
     """Run this process's rank and write one shard per config. Exits the process on failure."""
     die_with_parent()
@@ -280,18 +238,6 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
         print(f"ddpsim rank {rank}: {message.splitlines()[0] if message else type(e).__name__}",
               file=sys.stderr, flush=True)
         os._exit(1)  # do not wait on collectives that will never finish
-
-
-def exit_now(code: int = 0) -> None:
-    """Leave without running C++ destructors.
-
-    Note [exit without teardown]: tearing down gloo at interpreter exit sometimes
-    aborted a rank here ("terminate called without an active exception", SIGABRT)
-    after its shard was complete. Everything is on disk by now, so skip the teardown.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,87 @@
+"""The strict reader's checks on what one field cannot say alone (Note [A strict reader] in trace_reader.py).
+
+The bounds on ``meta`` fields that analyses and the simulator read, and the checks
+across fields: distinct ranks inside the world, known parameters, ordered steps.
+``r`` is the reader (``trace_reader._Reader``): its ``value`` and ``fail`` name the field.
+"""
+from __future__ import annotations
+
+from ddpsim.trace_types import RankTrace, Trace
+
+MAX_WORLD_SIZE = 10_000_000  # ranks
+
+# meta fields that analyses read: key -> (type, lower bound or None); anything else in meta is free text
+META_FIELDS = {
+    "world_size": (int, 1), "backend": (str, None), "model": (str, None), "impl": (str, None),
+    "options": (dict, None), "config": (dict, None), "link": (dict, None), "pinning": (dict, None),
+    "calibration": (dict, None), "workload": (dict, None), "allreduce_probe": (list, None),
+    "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
+}
+NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
+    ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
+    ("options", "static_graph"): (bool, None), ("options", "gradient_as_bucket_view"): (bool, None),
+    ("options", "no_sync_every"): (int, 1), ("options", "iters"): (int, 0),
+    ("options", "batch_size"): (int, 1), ("config", "pin_cpus"): (bool, None),
+    ("link", "concurrency"): (int, 1), ("link", "shared_core"): (bool, None), ("link", "cpus"): (int, 0),
+    ("pinning", "cpus"): (int, 0), ("calibration", "world_size"): (int, 1),
+    ("calibration", "host_cpus"): (int, 0), ("calibration", "intercept_s"): (float, None),
+    ("calibration", "s_per_byte"): (float, None), ("calibration", "cpu_intercept_s"): (float, None),
+    ("calibration", "cpu_s_per_byte"): (float, None), ("calibration", "time_slice_s"): (float, 0),
+    ("workload", "name"): (str, None), ("workload", "kind"): (str, None), ("workload", "arch"): (str, None),
+    ("workload", "hardware"): (str, None), ("workload", "batch"): (int, 1),
+    ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, 1e-6),
+    ("config", "find_unused_parameters"): (bool, None), ("config", "no_sync_every"): (int, 1),
+}
+
+
+NESTED_MAX = {"bucket_cap_mb": 1e6, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
+              "world_size": MAX_WORLD_SIZE, "batch": 1_000_000}
+
+
+def check_meta(r, meta: dict) -> None:
+    for key, (typ, lo) in META_FIELDS.items():
+        r.value(meta, key, typ, "meta", optional=True, lo=lo,
+                hi=MAX_WORLD_SIZE if key == "world_size" else None)
+    for (outer, key), (typ, lo) in NESTED_FIELDS.items():
+        if isinstance(meta.get(outer), dict):
+            r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo, hi=NESTED_MAX.get(key))
+
+
+def check_consistency(r, trace: Trace) -> None:
+    """What one field cannot say alone: distinct ranks inside the world, known parameters, ordered steps."""
+    world = trace.world_size
+    seen = set()
+    for i, rank in enumerate(trace.ranks):
+        if rank.rank >= world or rank.rank in seen:
+            why = "appears twice" if rank.rank in seen else f"is not below the world size {world}"
+            r.fail(f"ranks[{i}].rank", f"rank {rank.rank} {why}")
+        seen.add(rank.rank)
+    indices = [p.index for p in trace.params if p.index is not None]
+    if sorted(indices) != list(range(len(indices))):
+        r.fail("params", f"DDP's parameter indices must be 0..{len(indices) - 1}, each once")
+    known = set(indices) if indices else None
+    for i, rank in enumerate(trace.ranks):
+        _check_rank(r, rank, f"ranks[{i}]", known)
+
+
+def _check_rank(r, rank: RankTrace, path: str, known: set | None) -> None:
+    last = -1
+    for j, lay in enumerate(rank.layouts):
+        if lay.from_iteration < last:
+            r.fail(f"{path}.layouts[{j}].from_iteration", "layouts must come in iteration order")
+        last = lay.from_iteration
+        for k, b in enumerate(lay.buckets):
+            _known(r, b.params, known, f"{path}.layouts[{j}].buckets[{k}].params")
+    last = -1
+    for j, it in enumerate(rank.iterations):
+        if it.iteration <= last:
+            r.fail(f"{path}.iterations[{j}].iteration", f"iteration {it.iteration} does not follow {last}")
+        last = it.iteration
+        _known(r, [g.param for g in it.grad_ready], known, f"{path}.iterations[{j}].grad_ready")
+
+
+def _known(r, params: list[int], known: set | None, path: str) -> None:
+    if known is not None:
+        missing = [p for p in params if p not in known]
+        if missing:
+            r.fail(path, f"parameter {missing[0]} is not in params")
