@@ -118,27 +118,27 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
     Returns (rows, notes); a combination the simulator refuses (e.g. a model with unused
     parameters and find_unused off, which torch fails on) becomes a note, not a row.
     """
-    base = SimConfig(**{**asdict(cfg), "trace_ranks": 1})
-    rows, notes = [], []
-    for fu in find_unused:
-        try:
-            part = sweep(work, {"bucket_cap_mb": list(caps), "order": list(orders)},
-                         SimConfig(**{**asdict(base), "find_unused_parameters": fu}))
-        except ValueError as e:
-            notes.append(f"find_unused_parameters={fu}: {e}")
-            continue
-        rows += [{**r, "find_unused_parameters": fu} for r in part]
-        for order in orders:  # torch's default cap (25 MiB, first bucket 1 MiB): bucket_cap_mb None
-            _, summ = simulate(work, SimConfig(**{**asdict(base), "find_unused_parameters": fu,
-                                                  "order": order, "bucket_cap_mb": None}))
-            rows.append({"bucket_cap_mb": None, "order": order, "find_unused_parameters": fu,
-                         **{m: summ[m] for m in ("iteration_time_s", "exposed_comm_s", "overlap_fraction")},
-                         "n_buckets": summ["n_buckets"]})
-    if rows:
-        best = min(rows, key=lambda r: r["iteration_time_s"])
-        for r in rows:
-            r["best"] = r is best
+    refused: list = []
+    rows = sweep(work, {"find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
+                        "order": list(orders)}, SimConfig(**{**asdict(cfg), "trace_ranks": 1}), refused=refused)
+    notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
     return rows, notes
+
+
+def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | None:
+    """The sweep's verdict in words: the best configuration, against the chosen one and the cap range."""
+    best = recommend(rows)
+    if best is None:
+        return None
+    default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]] or rows
+    cap = "None (the slider's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
+    times = [r["iteration_time_s"] * 1e3 for r in default_rows]
+    return (f"Best simulated: **bucket_cap_mb={cap}**, ordering **{best['order']}**, "
+            f"find_unused_parameters **{best['find_unused_parameters']}**: "
+            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world_size} ranks "
+            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms). "
+            f"Across bucket sizes with torch's ordering the iteration time ranges "
+            f"{min(times):.1f}–{max(times):.1f} ms.")
 
 
 # --- What a what-if shows: the change against the unchanged configuration, simulated alike ----

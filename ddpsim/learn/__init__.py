@@ -29,9 +29,10 @@ def simulate(source, config: _api.SimConfig | None = None, **overrides):
     return _api.simulate(as_workload(source), config, **overrides)
 
 
-def sweep(source, grid: dict, base: _api.SimConfig | None = None, metric: str = "iteration_time_s"):
+def sweep(source, grid: dict, base: _api.SimConfig | None = None, metric: str = "iteration_time_s",
+          refused: list | None = None):
     """``ddpsim.sim.sweep`` on a Workload or a recorded Trace."""
-    return _sim_sweep(as_workload(source), grid, base, metric)
+    return _sim_sweep(as_workload(source), grid, base, metric, refused)
 
 
 __all__ = ["as_workload", "config_from_trace", "replay_config", "simulate", "sweep", "workload_from_trace"]

@@ -20,8 +20,15 @@ METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
 MAX_CONFIGS = 10_000  # configurations in one sweep (each is also bounded by SimConfig.max_events)
 
 
-def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s") -> list[dict]:
-    """Simulate every combination of ``grid`` (field -> list of values) over ``base``."""
+def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s",
+          refused: list | None = None) -> list[dict]:
+    """Simulate every combination of ``grid`` (field -> list of values) over ``base``.
+
+    ``bucket_cap_mb`` None is torch's default cap (25 MiB, first bucket 1 MiB). With a
+    ``refused`` list, a combination the simulator refuses (a ValueError, e.g. unused
+    parameters without find_unused_parameters, which torch fails on) is appended to it
+    as ``(values, message)`` instead of raising.
+    """
     require_workload(w)
     names = {f.name for f in fields(SimConfig)}
     bad = [k for k in grid if k not in names]
@@ -41,8 +48,13 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     rows = []
     keys = list(grid)
     for combo in itertools.product(*(grid[k] for k in keys)):
-        cfg = SimConfig(**{**asdict(base), **dict(zip(keys, combo))})
-        _, s = simulate(w, cfg)
+        try:
+            _, s = simulate(w, SimConfig(**{**asdict(base), **dict(zip(keys, combo))}))
+        except ValueError as e:
+            if refused is None:
+                raise
+            refused.append((dict(zip(keys, combo)), str(e)))
+            continue
         rows.append({**dict(zip(keys, combo)), **{m: s[m] for m in METRICS},
                      "n_buckets": s["n_buckets"]})
     sign = -1 if metric == "overlap_fraction" else 1

@@ -85,16 +85,8 @@ st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,
                               work=work if base.kind == "trace" else None)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
-if (best := whatif.recommend(rows)):
-    default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]]
-    best_cap = "None (the slider's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
-    st.success(f"Best simulated: **bucket_cap_mb={best_cap}**, ordering **{best['order']}**, "
-               f"find_unused_parameters **{best['find_unused_parameters']}**: "
-               f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world} ranks "
-               f"(your choice above: {out.summary['iteration_time_s'] * 1e3:.1f} ms). "
-               f"Across bucket sizes with torch's ordering the iteration time ranges "
-               f"{min(r['iteration_time_s'] for r in default_rows) * 1e3:.1f}–"
-               f"{max(r['iteration_time_s'] for r in default_rows) * 1e3:.1f} ms.")
+if (verdict := whatif.describe_sweep(rows, out.summary, world)):
+    st.success(verdict)
     ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
                    lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
                                                   f"({world} ranks, SIMULATED)"),
