@@ -147,3 +147,10 @@ def test_unknown_model_is_one_line_error():
         resolve_factory("nope")
     msg = str(e.value)
     assert "\n" not in msg and "nope" in msg and "mlp" in msg
+
+
+def test_zoo_names_are_known_without_torch():
+    """The app lists the zoo without importing torch (ddpsim.models.ZOO_NAMES)."""
+    from ddpsim.models import ZOO_NAMES, zoo
+
+    assert tuple(zoo()) == ZOO_NAMES

@@ -6,13 +6,14 @@
 
 Modules: metrics (iteration time, exposed communication, overlap, steady state;
 their definitions are in its docstring), phases (forward, backward compute, tail,
-optimizer), intervals (span arithmetic). ``TraceAnalysis`` holds one trace and
+optimizer), iteration (one iteration beside the steady state), intervals (span arithmetic). ``TraceAnalysis`` holds one trace and
 offers the analyses as methods, as HolisticTraceAnalysis's ``TraceAnalysis`` does:
 the trace format itself knows nothing of them.
 """
 from __future__ import annotations
 
 from ddpsim.analysis.intervals import covered_fraction, covered_ns, union_ns
+from ddpsim.analysis.iteration import iteration_report
 from ddpsim.analysis.metrics import (NS, bucket_table, comm_end_ns, comm_weighted_overlap, cycle_metrics,
                                      cycles, enqueue_gap, exposed_comm_ns, grad_ready_order, overlap_fraction,
                                      spread, steady_cycles, steady_summary, summarize)
@@ -36,6 +37,9 @@ class TraceAnalysis:
     def phases(self) -> dict[str, float]:
         return phase_medians(self.trace)
 
+    def iteration(self, iteration: int) -> dict:
+        return iteration_report(self.trace, iteration)
+
     def bucket_table(self, iteration: int) -> list[dict]:
         return bucket_table(self.trace, iteration)
 
@@ -45,5 +49,5 @@ class TraceAnalysis:
 
 __all__ = ["NS", "PHASES", "TraceAnalysis", "bucket_table", "comm_end_ns", "comm_weighted_overlap",
            "covered_fraction", "covered_ns", "cycle_metrics", "cycles", "enqueue_gap", "exposed_comm_ns",
-           "grad_ready_order", "overlap_fraction", "phase_medians", "spread", "steady_cycles",
+           "grad_ready_order", "iteration_report", "overlap_fraction", "phase_medians", "spread", "steady_cycles",
            "steady_summary", "summarize", "union_ns"]

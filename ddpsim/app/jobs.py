@@ -85,6 +85,24 @@ def poll(job: Job) -> dict:
     return status
 
 
+def wait(job: Job, progress=None, poll_s: float = 0.25, extra_s: float = 120.0) -> dict:
+    """Poll ``job`` until it is done or failed; ``progress(done, total)`` while it runs.
+
+    A job still going ``extra_s`` after its own timeout is stopped and reported failed.
+    """
+    deadline = time.monotonic() + job.cfg["timeout_s"] + extra_s
+    while True:
+        status = poll(job)
+        if status["state"] in ("done", "failed"):
+            return status
+        if time.monotonic() > deadline:
+            stop(job)
+            return {**status, "state": "failed", "error": "the recording took too long and was stopped"}
+        if status["state"] == "running" and progress is not None:
+            progress(status.get("done", 0), max(1, status.get("total") or job.cfg["iters"]))
+        time.sleep(poll_s)
+
+
 def _log_tail(job: Job) -> str:
     try:
         lines = (job.status_path.parent / "job.log").read_text(errors="replace").strip().splitlines()

@@ -26,11 +26,12 @@ import importlib.util
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from ddpsim.models.contract import Training
 
 Workload = Training  # its name before ddpsim.sim.Workload took it: factories written against it still work
+
+
+ZOO_NAMES = ("mlp", "convnet", "transformer", "branchy", "shuffled")  # zoo() keys, known without torch
 
 
 class ModelSpecError(ValueError):
@@ -88,6 +89,8 @@ def build_workload(spec: str) -> Training:
         return made
     if isinstance(made, tuple) and len(made) == 3:
         model, batch, loss = made
+        import torch
+
         if isinstance(model, torch.nn.Module) and callable(batch) and callable(loss):
             return Training(model, batch, loss)
     raise ModelSpecError(
@@ -105,5 +108,5 @@ def call_batch(workload: Training, iteration: int, rank: int, world_size: int,
     return inputs, target
 
 
-__all__ = ["Training", "Workload", "ModelSpecError", "zoo", "check_spec", "resolve_factory",
+__all__ = ["Training", "Workload", "ZOO_NAMES", "ModelSpecError", "zoo", "check_spec", "resolve_factory",
            "build_workload", "call_batch"]

@@ -6,9 +6,10 @@ that imports them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:  # the app reads the zoo names without importing torch
+    import torch
 
 
 @dataclass

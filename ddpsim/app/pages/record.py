@@ -1,16 +1,13 @@
 """Record page: start a real recording (a process group, never a shell), watch it, view it."""
-import time
-
 import streamlit as st
 
 from ddpsim.app import jobs, ui
 from ddpsim.app.state import RECORDED_PREFIX, add_trace
+from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
 
-POLL_S = 0.25
-MODELS = ("mlp", "convnet", "transformer", "branchy", "shuffled")  # the zoo (no torch import here)
-IMPLS = ("torch", "minddp", "overlap", "naive")
+IMPLS = ("torch", "minddp", "overlap", "naive")  # ddpsim.record.config.IMPLS, in the order shown
 st.header("Record a real DDP run")
 st.caption("Runs N processes with gloo on this machine (each rank pinned to a CPU), records every "
            "gradient-ready event, bucket and allreduce, and opens the trace. " + ui.learn.CPU_NOTE)
@@ -44,19 +41,10 @@ if job is not None:
     bar = st.progress(0.0, text="Starting the ranks (importing torch takes a few seconds)...")
     if st.button("Stop the recording", key="ddpsim_rec_stop"):
         jobs.stop(job)
-    deadline = time.monotonic() + job.cfg['timeout_s'] + 120
-    while True:  # the page waits here; a rerun elsewhere leaves the job running in the background
-        status = jobs.poll(job)
-        done, total = status.get("done", 0), max(1, status.get("total") or job.cfg['iters'])
-        if status["state"] in ("done", "failed"):
-            break
-        if time.monotonic() > deadline:
-            jobs.stop(job)
-            status = {**status, "state": "failed", "error": "the recording took too long and was stopped"}
-            break
-        if status["state"] == "running":
-            bar.progress(min(done / total, 1.0), text=f"Recording: {done}/{total} iterations")
-        time.sleep(POLL_S)
+    # the page waits here; a rerun elsewhere leaves the job running in the background
+    status = jobs.wait(job, lambda done, total: bar.progress(min(done / total, 1.0),
+                                                             text=f"Recording: {done}/{total} iterations"))
+    total = max(1, status.get("total") or job.cfg["iters"])
     del st.session_state["ddpsim_job"]
     if status["state"] == "done":
         bar.progress(1.0, text=f"Done: {total}/{total} iterations")

@@ -1,7 +1,7 @@
 """Timeline page: one iteration of the open trace, rank by rank."""
 import streamlit as st
 
-from ddpsim.analysis import comm_end_ns, cycle_metrics, enqueue_gap, steady_summary
+from ddpsim.analysis import iteration_report, steady_summary
 from ddpsim.app import ui
 from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import typical_iteration, plot_timeline
@@ -26,14 +26,13 @@ with right:
     ranks = st.multiselect("Ranks", all_ranks, default=all_ranks[:4], key=f"ddpsim_ranks:{label}")
 
 # The numbers: the chosen iteration alone, and the steady state (median) for reference.
-this = cycle_metrics(trace, [iteration])
-synced = any(it.sync for r in trace.ranks for it in r.iterations if it.iteration == iteration)
+report = iteration_report(trace, iteration)
 cols = st.columns(3)
 for col, key, name, fmt, scale in (
         (cols[0], "iteration_time_s", "Iteration time", "{:.1f} ms", 1e3),
         (cols[1], "exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3),
         (cols[2], "overlap_fraction", "Comm. overlapped with backward", "{:.0%}", 1)):
-    value = this[key] * scale if (synced or key == "iteration_time_s") else None
+    value = report["metrics"][key] * scale if report["metrics"][key] is not None else None
     base = steady[key] * scale if steady else None
     col.metric(
         f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value),
@@ -43,16 +42,13 @@ for col, key, name, fmt, scale in (
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
              "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
 
-gap = enqueue_gap(trace, iteration)  # GPU traces: the hooks ran when the CPU queued the work
-if gap:
+if (gap := report["enqueue_gap"]):  # GPU traces: the hooks ran when the CPU queued the work
     st.info(f"Times here are the GPU's. The CPU queued each gradient's work earlier: its hook ran "
             f"{gap['median_ms']:.2f} ms (median; up to {gap['max_ms']:.2f} ms) before the GPU finished it. "
             "A recorder that only reads CPU clocks would show the backward ending too soon.")
 
 # Zoom: a window in ms since the iteration start.
-its = [it for r in trace.ranks for it in r.iterations if it.iteration == iteration]
-t0 = min(it.forward.start_ns for it in its)
-span_ms = round(max(max(it.end_ns, comm_end_ns(it) or 0) for it in its) * 1e-6 - t0 * 1e-6, 1) + 0.1
+span_ms = report["span_ms"]
 window = st.slider("Zoom (ms since the iteration start)", 0.0, span_ms, (0.0, span_ms), step=0.1,
                    key=f"ddpsim_zoom:{label}:{iteration}",
                    help="Drag either end to zoom into part of the iteration.")

@@ -1,0 +1,36 @@
+"""ddpsim.analysis.iteration_report: one iteration beside the steady state (the Timeline page's numbers)."""
+import pytest
+
+from ddpsim.analysis import TraceAnalysis, cycle_metrics, iteration_report
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate
+
+MIB = 1 << 20
+
+
+def trace(no_sync_every=1):
+    w = Workload(name="two", params=[ParamSpec(i, f"p{i}", MIB) for i in range(2)], ready_order=[1, 0],
+                 grad_compute_s=[1.0, 1.0], link=Link(alpha_s=0.0, bandwidth_Bps=MIB), forward_s=1.0,
+                 optimizer_s=0.5)
+    return simulate(w, SimConfig(world_size=2, iters=3, bucket_cap_mb=1, no_sync_every=no_sync_every))[0]
+
+
+def test_a_synced_iteration_reports_its_own_metrics():
+    t = trace()
+    r = iteration_report(t, 1)
+    assert r["metrics"] == cycle_metrics(t, [1])
+    assert r["steady"]["iteration_time_s"] == pytest.approx(r["metrics"]["iteration_time_s"])
+    assert r["enqueue_gap"] is None  # no CPU times in a simulated trace
+    it = t.ranks[0].iteration(1)
+    assert r["span_ms"] == pytest.approx(round((max(it.end_ns, it.buckets[-1].complete_ns)
+                                                - it.forward.start_ns) * 1e-6, 1) + 0.1)
+
+
+def test_a_no_sync_step_has_no_communication_to_report():
+    r = iteration_report(trace(no_sync_every=2), 2)  # micro-steps 0,1 | 2,3 | 4,5: 2 is no_sync
+    assert r["metrics"]["exposed_comm_s"] is None and r["metrics"]["overlap_fraction"] is None
+    assert r["metrics"]["iteration_time_s"] > 0
+
+
+def test_an_iteration_no_rank_recorded_is_a_key_error():
+    with pytest.raises(KeyError):
+        TraceAnalysis(trace()).iteration(99)
