@@ -1,14 +1,7 @@
-"""The ddpsim trace's data classes (``ddpsim.trace`` exports them with the reader).
+"""The ddpsim trace's data classes; import them from ``ddpsim.trace`` (with the reader).
 
-Every part of ddpsim speaks this format: the recorder writes it, the readable DDP
-writes it, the simulator writes it, and the analyses, figures, app and notebooks
-read it. The field-by-field reference, with units, is ``docs/trace-format.md``.
-
-Times are integer nanoseconds on one aligned clock for all ranks, counted from
-the start of the run (``t_ns = 0``). Sizes are bytes.
-
-    >>> trace = load_trace("run.json")          # doctest: +SKIP
-    >>> trace.ranks[0].iterations[1].buckets     # doctest: +SKIP
+The format, its units and its clock are described in ``ddpsim/trace.py`` and,
+field by field, in ``docs/trace-format.md``.
 """
 from __future__ import annotations
 
