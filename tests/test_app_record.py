@@ -51,6 +51,7 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
+@pytest.mark.slow  # a real recording from the page
 def test_recording_world_size_2_finishes_and_shows_timeline():
     at = submit(record_page(), model="mlp", world=2, iters=3)
     assert not at.exception, [e.message for e in at.exception]
@@ -65,6 +66,7 @@ def test_recording_world_size_2_finishes_and_shows_timeline():
     assert not at.exception and len(at.image) == 1
 
 
+@pytest.mark.slow  # a real recording from the page
 def test_failing_recording_shows_reason_on_page():
     at = submit(record_page(), model="branchy", world=2, iters=3)
     assert not at.exception

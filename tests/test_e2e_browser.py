@@ -35,6 +35,7 @@ def browser():
     assert group_alive(b.proc.pid) == [], "chromium left processes behind"
 
 
+@pytest.mark.slow  # a real browser on a real Streamlit server
 def test_whatif_switch_configuration_renders_chart(server, browser):
     url, _ = server
     browser.goto(url)

@@ -200,9 +200,11 @@ def _check(world_size):
         assert ok, (cfg, diff)
 
 
+@pytest.mark.slow  # real gloo ranks training torch DDP and minddp
 def test_minddp_matches_torch_ddp_world_size_2():
     _check(2)
 
 
+@pytest.mark.slow  # real gloo ranks training torch DDP and minddp
 def test_minddp_matches_torch_ddp_world_size_4():
     _check(4)

@@ -61,6 +61,7 @@ def unused_param_rank(rank, world_size):
     return mine, theirs
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_missing_gradient_raises_at_end_of_backward_with_names():
     for mine, theirs in run_ranks(unused_param_rank, 2, timeout=60):
         phase, msg = mine
@@ -81,6 +82,7 @@ def branchy_rank(rank, world_size):
     return "finished"
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_branch_unused_on_one_rank_fails_fast_not_hangs():
     pytest.importorskip("ddpsim.models.zoo_models")
     with pytest.raises(RankFailure) as info:
@@ -102,6 +104,7 @@ def twice_rank(rank, world_size):
     return mine, theirs
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_marked_ready_twice_names_the_parameter():
     for mine, theirs in run_ranks(twice_rank, 2, timeout=60):
         assert theirs[0] == "backward 0" and "mark a variable ready only once" in theirs[1]

@@ -1,6 +1,8 @@
 """minddp overlaps communication with backward, as recorded by a RankRecorder."""
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import torch
@@ -42,6 +44,7 @@ def _read(path):
     return layouts, iterations
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_buckets_launch_before_backward_ends(tmp_path):
     paths = run_ranks(record_rank, 2, args=(str(tmp_path), "minddp"), timeout=120)
     for path in paths:
@@ -61,6 +64,7 @@ def test_buckets_launch_before_backward_ends(tmp_path):
             assert all(b["ready_ns"] <= b["launch_ns"] for b in rec["buckets"])
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_naive_reduces_each_param_after_backward(tmp_path):
     paths = run_ranks(record_rank, 2, args=(str(tmp_path), "naive"), timeout=120)
     for path in paths:
@@ -72,6 +76,7 @@ def test_naive_reduces_each_param_after_backward(tmp_path):
             assert all(b["launch_ns"] >= last_ready for b in rec["buckets"])
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_overlap_launches_each_param_from_its_hook(tmp_path):
     paths = run_ranks(record_rank, 2, args=(str(tmp_path), "overlap"), timeout=120)
     for path in paths:
@@ -111,5 +116,6 @@ def train_both(rank, world_size):
     return max(float((a - b).abs().max() / (b.abs().max() + 1e-12)) for a, b in zip(ours, theirs))
 
 
+@pytest.mark.slow  # real gloo ranks
 def test_overlap_trains_like_torch_ddp():
     assert max(run_ranks(train_both, 2, timeout=120)) < 1e-5

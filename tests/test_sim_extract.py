@@ -143,6 +143,7 @@ def test_validate_self_prediction_is_exact_for_a_simulated_run(recorded):
         assert abs(res["metrics"][m]["rel_error"]) < 1e-4
 
 
+@pytest.mark.slow  # spawns real gloo ranks
 def test_calibrate_fits_local_gloo():
     from ddpsim.experiments.calibrate import calibrate
 
