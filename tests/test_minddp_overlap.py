@@ -1,10 +1,9 @@
 """minddp overlaps communication with backward, as recorded by a RankRecorder."""
 from __future__ import annotations
 
-import pytest
-
 import json
 
+import pytest
 import torch
 
 from distutil import run_ranks
