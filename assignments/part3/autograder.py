@@ -31,7 +31,7 @@ def simulator_rows(ctx, link: dict | None = None):
     """The autograder's own sweep on the baseline: this machine, or over ``link``."""
     def compute():
         from ddpsim.learn import sweep, workload_from_trace
-                from ddpsim.sim import SimConfig
+        from ddpsim.sim import SimConfig
 
         w = workload_from_trace(load_trace(BASELINE))
         return sweep(w, {"bucket_cap_mb": CANDIDATES_MB},
