@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace import TraceFormatError
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -173,8 +174,9 @@ def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
     if shape is not None and not all(isinstance(d, int) for d in shape):
         shape = None
     dtype = str(types[0]) if isinstance(types, list) and types else "float"
-    return shape, {"float": "float32", "half": "float16", "double": "float64",
-                   "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype)
+    dtype = {"float": "float32", "half": "float16", "double": "float64",
+             "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype.lower())
+    return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
 
 
 def is_bitmap(op: Op) -> bool:

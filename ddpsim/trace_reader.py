@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace_checks import MAX_WORLD_SIZE, check_consistency, check_meta
 from ddpsim.trace_types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 Layout, Param, RankTrace, Span, Trace, TraceFormatError)
@@ -219,8 +220,11 @@ class _Reader:
         return list(values)
 
     def param(self, d, path):
+        dtype = self.get(d, "dtype", str, path)
+        if dtype not in SCALAR_TYPES:  # bucket assignment keys buckets by dtype (ddpsim/buckets.py)
+            self.fail(f"{path}.dtype", f"should be a torch dtype name such as 'float32', not {dtype!r:.40}")
         return Param(self.count(d, "index", path, True, hi=MAX_PARAMS), self.get(d, "name", str, path),
-                     self.ints(d, "shape", path), self.get(d, "dtype", str, path), self.count(d, "bytes", path),
+                     self.ints(d, "shape", path), dtype, self.count(d, "bytes", path),
                      self.flag(d, "requires_grad", path, True))
 
     def layout(self, d, path):
