@@ -22,7 +22,6 @@ SUPPORTED = ((2, 4), (2, 13))  # oldest and newest (major, minor) ddpsim was che
 MIB = 1024 * 1024
 # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.13.
 DEFAULT_FIRST_BUCKET_BYTES = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MIB))
-DEFAULT_BUCKET_CAP_MB = 25  # DDP's bucket_cap_mb default, 1.x - 2.13
 
 
 def torch_version(version: str | None = None) -> tuple[int, int]:

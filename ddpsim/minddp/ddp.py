@@ -20,9 +20,7 @@ from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.reducer import Reducer
 
-MB = buckets.MIB
-DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_CAP_MB  # MiB; distributed.py: _DEFAULT_BUCKET_CAP_MB
-BROADCAST_BUCKET_BYTES = 250 * MB  # distributed.py: self.broadcast_bucket_size
+BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
 
 
 def build_params_for_reducer(module: nn.Module):
