@@ -269,3 +269,5 @@ class BucketOrder(str, Enum):
 
 
 REAL_ORDERS = (BucketOrder.TORCH, BucketOrder.REVERSE, BucketOrder.DEFINITION)  # minddp can run these
+# older ddpsim traces and commands: minddp's order "ready" meant torch's rebuild
+LEGACY_ORDERS = {"ready": "torch"}

@@ -195,7 +195,7 @@ def params_from_ready_shapes(shapes: list[tuple]) -> list[dict]:
         numel = 1
         for d in shape or []:
             numel *= d
-        size = {"float16": 2, "bfloat16": 2, "float64": 8}.get(dtype, 4)
+        size = DTYPE_BYTES.get(dtype, 4)
         out.append({"index": n - 1 - k, "name": f"param{n - 1 - k}", "shape": list(shape or []),
                     "dtype": dtype, "bytes": numel * size if shape is not None else 0})
     return out

@@ -121,12 +121,17 @@ def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     }
 
 
-def summarize(trace: Trace) -> dict:
-    """The headline numbers for any trace, real or simulated (medians over steady state)."""
+def _steady_rows(trace: Trace) -> tuple[list, list[dict]]:
+    """The steady cycles and each one's metrics; PartialTraceError when there is none."""
     chosen = steady_cycles(trace)
     if not chosen:
         raise PartialTraceError(f"nothing to summarise: {holds(trace)}")
-    rows = [cycle_metrics(trace, c) for c in chosen]
+    return chosen, [cycle_metrics(trace, c) for c in chosen]
+
+
+def summarize(trace: Trace) -> dict:
+    """The headline numbers for any trace, real or simulated (medians over steady state)."""
+    chosen, rows = _steady_rows(trace)
     out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     out["steady_iterations"] = [i for c in chosen for i in c]
     out["per_bucket"] = bucket_table(trace, chosen[-1][-1])
@@ -147,10 +152,7 @@ def spread(trace: Trace) -> dict:
     ``rel`` is the half-range over the median (0.1: iterations vary by about +-10%);
     ``n`` the number of steady cycles it is taken over (few cycles: a rough figure).
     """
-    chosen = steady_cycles(trace)
-    if not chosen:
-        raise ValueError("trace has no synced iteration to summarise")
-    rows = [cycle_metrics(trace, c) for c in chosen]
+    _, rows = _steady_rows(trace)
     out = {}
     for k in rows[0]:
         values = [r[k] for r in rows]

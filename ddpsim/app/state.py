@@ -149,13 +149,9 @@ def require_trace(iterations: bool = True) -> tuple[str, Trace]:
         st.stop()
     ui.simulated_badge(opened[1])
     ui.partial_note(opened[1])
-    if iterations and not has_iterations(opened[1]):
+    if iterations and not ui.has_iterations(opened[1]):
         st.stop()
     return opened
-
-
-def has_iterations(trace: Trace) -> bool:
-    return any(r.iterations for r in trace.ranks)
 
 
 def current_trace(quiet: bool = False) -> tuple[str, Trace] | None:

@@ -76,10 +76,15 @@ def simulated_badge(trace: Trace) -> None:
         st.caption(learn.CPU_NOTE)
 
 
+def has_iterations(trace: Trace) -> bool:
+    """Whether any rank recorded an iteration (a run can stop before its first)."""
+    return any(r.iterations for r in trace.ranks)
+
+
 def partial_note(trace: Trace) -> None:
     """Say, once per page, that a trace is partial (a rank stopped) or has no iteration at all."""
     stopped = [r for r in trace.ranks if not r.complete]
-    if not any(r.iterations for r in trace.ranks):
+    if not has_iterations(trace):
         why = next((r.error for r in stopped if r.error), "the run stopped before its first iteration")
         st.warning(f"This trace has no iteration to show: no rank recorded one ({why}). "
                    "Open another trace in the sidebar, or record the run again.", icon=":material/warning:")

@@ -80,6 +80,7 @@ def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0, learn_fr
     from ddpsim.learn import simulate
     from ddpsim.learn.extract import replay_config, workload_from_trace
     from ddpsim.experiments.grid import attach_calibration
+    from ddpsim.learn.jitter import pick_jitter
     from ddpsim.learn.refine import refine
 
     out, learnt = {}, None
@@ -94,7 +95,7 @@ def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0, learn_fr
             else:
                 w = learnt = workload_from_trace(source)
         cfg = replay_config(w, source, iters=iters, seed=seed,
-                            jitter=float(w.meta.get("jitter_estimated", 0.0)), **rung.simulate)
+                            jitter=pick_jitter(None, w, source, iters), **rung.simulate)
         out[rung.name], _ = simulate(w, cfg)
     return out
 

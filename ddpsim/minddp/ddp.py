@@ -133,13 +133,11 @@ class DistributedDataParallel(nn.Module):
         the first-defined params and gets the first cap.
         """
         first, cap = self.first_bucket_bytes_cap, self.bucket_bytes_cap
+        specs = [buckets.spec_of(p) for p in params]
         if self.bucket_order == "reverse":
-            limits = buckets.construction_limits(first, cap, single=False)
-            indices, per_bucket = compute_bucket_assignment_by_size(params, limits)
-            indices, per_bucket = indices[::-1], per_bucket[::-1]
+            indices, per_bucket = buckets.construction_layout(specs, first, cap, single=False)
         else:
-            indices, per_bucket = compute_bucket_assignment_by_size(
-                params, [first, cap], (), list(range(len(params))))
+            indices, per_bucket = buckets.rebuilt_layout(specs, list(range(len(params))), first, cap)
         reducer = Reducer(params, indices, per_bucket, self.process_group, cap,
                           self.find_unused_parameters, gradient_as_bucket_view, names, first,
                           recorder)

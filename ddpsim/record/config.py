@@ -6,12 +6,12 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
+from ddpsim.buckets import LEGACY_ORDERS
 from ddpsim.errors import CLIError
 from ddpsim.models import ModelSpecError, check_spec
 
 IMPLS = ("torch", "minddp", "naive", "overlap")
 ORDERS = ("torch", "reverse", "definition")  # minddp's bucket_order: ddpsim.buckets.BucketOrder (not in torch)
-LEGACY_ORDERS = {"ready": "torch"}  # older ddpsim releases: --order ready meant torch's order
 BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 MAX_LOCAL_RANKS = 64  # ranks the launcher starts on one machine (each is a Python process with torch)

@@ -69,7 +69,7 @@ class GpuTimer:
         return self.ref_ns + int(round(self.ref_event.elapsed_time(event) * 1e6))
 
     def resolve(self) -> None:
-        """Wait for the recorded events and write their host-clock times; then re-anchor."""
+        """Wait for the recorded events and write their host-clock times."""
         for ev, target, key, cpu_key in self.pending:
             ev.synchronize()
             if cpu_key is not None:

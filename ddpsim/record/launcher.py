@@ -3,7 +3,7 @@
 A small torchrun: each rank is ``python -m ddpsim.record.worker`` with RANK,
 WORLD_SIZE and a private FileStore in its environment, started from a fixed
 argument list (never a shell); nothing listens on the network (Note [No port on
-the network] in worker.py). The launcher polls the ranks instead of waiting
+the network] in process.py). The launcher polls the ranks instead of waiting
 on any one of them, so when one rank fails the others, which would otherwise
 block in a collective until the timeout, are stopped at once (ddp-internals.md:
 a launcher that waits on a queue hangs forever when a rank segfaults). It also

@@ -151,22 +151,23 @@ class Run:
         """One micro-step on CUDA: span boundaries are CUDA events (gpuclock.py), resolved at the end."""
         rec, timer = self.recorder, self.timer
         marks = {}
+
+        def mark(name):  # the host time now; its GPU time ("t") once the event resolves
+            marks[name] = {"t": now_ns()}
+            timer.later(marks[name], "t", "cpu")
+
         with contextlib.nullcontext() if sync else self.ddp.no_sync():
-            marks["f0"] = {"t": now_ns()}
-            timer.later(marks["f0"], "t", "cpu")
+            mark("f0")
             loss = self.workload.loss(self.ddp(*inputs), target)
-            marks["f1"] = {"t": now_ns()}
-            timer.later(marks["f1"], "t", "cpu")
+            mark("f1")
             heartbeat.beat(phase="backward")
             loss.backward()
-            marks["b1"] = {"t": now_ns()}
-            timer.later(marks["b1"], "t", "cpu")
+            mark("b1")
         if sync:
             heartbeat.beat(phase="optimizer")
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
-            marks["o1"] = {"t": now_ns()}
-            timer.later(marks["o1"], "t", "cpu")
+            mark("o1")
         timer.resolve()
         rec.span("forward", marks["f0"]["t"], marks["f1"]["t"])
         rec.span("backward", marks["f1"]["t"], marks["b1"]["t"])

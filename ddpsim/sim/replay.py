@@ -9,11 +9,9 @@ find_unused_parameters) computes layouts with ``ddpsim.buckets``.
 """
 from __future__ import annotations
 
-from ddpsim.buckets import BucketOrder
+from ddpsim.buckets import LEGACY_ORDERS, BucketOrder
 
 BUCKETED = ("torch", "minddp")  # impls whose layouts depend on the options below
-# traces recorded before BucketOrder had one meaning: minddp's order "ready" was torch's rebuild
-LEGACY_ORDERS = {"ready": "torch"}
 
 
 def recorded_options(trace) -> dict:

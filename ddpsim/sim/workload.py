@@ -21,8 +21,7 @@ import random
 from dataclasses import dataclass, field
 
 from ddpsim import buckets
-from ddpsim.buckets import (DEFAULT_CAP_MB, DEFAULT_FIRST_CAP_BYTES, MAXSIZE, MIB,  # noqa: F401
-                            BucketOrder, TensorSpec, caps_bytes)
+from ddpsim.buckets import MIB, BucketOrder, TensorSpec, caps_bytes  # noqa: F401 (MIB: for tests)
 from ddpsim.sim.network import Link
 
 

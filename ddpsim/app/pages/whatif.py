@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import cache, ui, whatif
-from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, has_iterations, pretty, trace_key
+from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
@@ -29,7 +29,7 @@ else:
     source_key, ref_label = f"synthetic:{base.hardware}:{arch}", f"{arch} on {gpu}"
     trace = None
 k = f"ddpsim_wi:{source_key}:"  # widget keys per source, so each starts from its own base
-if trace is not None and not has_iterations(trace):
+if trace is not None and not ui.has_iterations(trace):
     st.warning("The open trace recorded no iteration: nothing to calibrate the simulator from. "
                "Pick another trace, or start from a GPU model.")
     st.stop()
