@@ -91,14 +91,15 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     work: the calibrated workload; at the recorded world size its ranks keep their measured
     relative speeds, as in ``ddpsim.learn.extract.replay_config``.
     """
-    over = {}
+    over, ws = {}, int(world_size or base.config.get("world_size", 2))
     if base.kind == "trace" and work is not None:
-        over["backward_scale"] = measured_backward_scale(work, int(world_size or base.config.get("world_size", 2)))
+        over["backward_scale"] = measured_backward_scale(work, ws)
     if base.kind == "trace" and network not in (AS_RECORDED, None, ""):
         prof = networks()[network]
-        over = {"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
-                "concurrency": int(prof.get("concurrency", 1)), "interference": float(prof.get("interference", 0))}
-    return SimConfig(world_size=int(world_size or base.config.get("world_size", 2)), iters=SIM_ITERS,
+        over.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
+                     "concurrency": int(prof.get("concurrency", 1)),
+                     "interference": float(prof.get("interference", 0))})
+    return SimConfig(world_size=ws, iters=SIM_ITERS,
                      bucket_cap_mb=bucket_cap_mb, order=order,
                      find_unused_parameters=bool(find_unused_parameters),
                      no_sync_every=int(no_sync_every), trace_ranks=trace_ranks, time_limit_s=TIME_LIMIT_S, **over)
@@ -156,7 +157,7 @@ def choices(base: Base) -> dict:
 def cap_options(base: Base) -> list:
     """The bucket-cap slider's values: CAPS plus the recorded cap, so it can be selected back."""
     extra = [base.config["bucket_cap_mb"]] if base.config.get("bucket_cap_mb") not in CAPS else []
-    return [None] + sorted([c for c in CAPS if c is not None] + extra)
+    return [None] + sorted([*SWEEP_CAPS, *extra])
 
 
 def world_options(base: Base) -> list[int]:
@@ -271,5 +272,4 @@ def describe_replay(out: Outcome) -> str | None:
 
 def recommend(rows: list[dict]) -> dict | None:
     """The best sweep row (lowest iteration time); its cap and order are slider/select values."""
-    best = [r for r in rows if r.get("best")]
-    return best[0] if best else None
+    return next((r for r in rows if r.get("best")), None)
