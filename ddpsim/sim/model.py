@@ -197,9 +197,8 @@ def rank(env, model: Model, actor: Actor):
             rec.update(start=t_start, fwd_end=t_fwd, search=(t_fwd, t_search) if plan.search else None,
                        bwd=(t_bwd, t_bwd_end), opt=t_opt, colls=works)
             actor.iterations.append(rec)
-        if w.iter_gap_s:
-            model.platform.keep_turn(actor)
-            yield env.timeout(w.iter_gap_s)
+        if w.iter_gap_s:  # data loading, logging...: work DDP does not do
+            yield model.platform.elsewhere(actor, w.iter_gap_s)
 
 
 def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
@@ -280,4 +279,4 @@ def optimizer(env, model: Model, actor: Actor):
         yield env.timeout(model.w.step_gap_s)
     t0 = env.now
     yield model.platform.compute(actor, model.w.optimizer_s)
-    return t0, env.now  # the step's span (longer than optimizer_s on a shared core)
+    return t0, env.now  # the step's span (longer than optimizer_s where the platform shares the device)

@@ -8,8 +8,8 @@ machine is another class with the same methods:
 ``gradient(actor, s)``  one gradient's backward compute (may be slowed by communication)
 ``start(work)``         every rank has launched collective ``work``: it is committed
 ``transfer(work)``      a process: the collective's data movement, until it is done
-``keep_turn(actor)``    the rank goes on with work the model does not play (the gap
-                        before its next iteration)
+``elsewhere(actor, s)`` ``s`` seconds of work the DDP model does not play (the gap
+                        before the rank's next iteration: data loading, ...)
 
 Two platforms:
 
@@ -81,8 +81,9 @@ class Devices:
     def _move(self, work, duration: float) -> simpy.Event:
         return self.env.timeout(duration)
 
-    def keep_turn(self, actor) -> None:
-        """Nothing to keep: no rank waits for another's device."""
+    def elsewhere(self, actor, seconds: float) -> simpy.Event:
+        """The rank is busy with work the model does not play; no other rank waits for it."""
+        return self.env.timeout(seconds)
 
 
 class SharedCores(Devices):
@@ -116,8 +117,10 @@ class SharedCores(Devices):
         return simpy.AllOf(self.env, [c.run(duration, demand(work.nbytes, self.world_size, c.ranks))
                                       for c in self.cores])
 
-    def keep_turn(self, actor) -> None:
+    def elsewhere(self, actor, seconds: float) -> simpy.Event:
+        """The rank keeps its turn on a shared core into the gap (Note [Ranks take turns on a shared core])."""
         self.core_of[id(actor)].keep(actor.rank)
+        return self.env.timeout(seconds)
 
 
 def platform_for(env: simpy.Environment, link: Link, world_size: int, actors: list) -> Devices:
