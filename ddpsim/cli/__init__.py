@@ -25,6 +25,7 @@ COMMANDS = {
     "calibrate": "ddpsim.experiments.calibrate",
     "validate": "ddpsim.experiments.validate",
     "ladder": "ddpsim.experiments.ladder",
+    "gpucheck": "ddpsim.experiments.gpucheck",
 }
 
 
