@@ -26,6 +26,7 @@ COMMANDS = {
     "validate": "ddpsim.experiments.validate",
     "ladder": "ddpsim.experiments.ladder",
     "gpucheck": "ddpsim.experiments.gpucheck",
+    "published": "ddpsim.experiments.published",
 }
 
 
