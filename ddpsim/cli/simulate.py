@@ -30,7 +30,8 @@ def add_input_arguments(p) -> None:
     src.add_argument("--hardware",
                      help="GPU-NETWORK, e.g. v100-ib100, a100-nvlink, h100-ib400: --arch's GPU and network "
                           f"(default {DEFAULT_HARDWARE}); with --trace, the network to simulate other world "
-                          "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json)")
+                          "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute, and "
+                          "its slowdown while collectives run, stay the recorded GPU's")
     src.add_argument("--batch", type=int, help="per-rank batch size for --arch")
     src.add_argument("--tflops", type=float, help="effective device rate for --arch (overrides the profile)")
 
@@ -105,7 +106,9 @@ def load_source(args):
         if args.hardware:
             network.parse_hardware(args.hardware)  # a ValueError naming the choices
             w.meta["hardware"] = args.hardware  # the link per world size (sim.plan.resolve_link)
-        return w, {**config_from_trace(trace), "jitter": w.meta.get("jitter_estimated", 0.0)}
+        learnt = {"interference": w.link.interference} if args.hardware and w.link.interference else {}
+        # the compute slowdown the run showed while its collectives ran stays with the new network
+        return w, {**config_from_trace(trace), **learnt, "jitter": w.meta.get("jitter_estimated", 0.0)}
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
     return synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops), {}
