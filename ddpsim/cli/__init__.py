@@ -25,6 +25,8 @@ COMMANDS = {
     "calibrate": "ddpsim.experiments.calibrate",
     "validate": "ddpsim.experiments.validate",
     "ladder": "ddpsim.experiments.ladder",
+    "gpucheck": "ddpsim.experiments.gpucheck",
+    "published": "ddpsim.experiments.published",
 }
 
 

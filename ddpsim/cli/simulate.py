@@ -5,6 +5,7 @@
         [--no-sync-every n] [--bandwidth-gbps G] [--latency-us L] [--algo ring|tree]
         [--iters K] [--seed S] --out sim.json
     python -m ddpsim simulate --arch resnet50 --hardware a100-nvlink --world-size 64 --out sim.json
+    python -m ddpsim simulate --trace gpu_run.json --hardware h100-nvlink --world-size 8
 
 Options left out keep the recorded run's values (world size, bucket cap,
 find_unused_parameters, static_graph, no_sync_every from the trace's meta).
@@ -18,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+DEFAULT_HARDWARE = "a100-nvlink"  # --arch's GPU and network when --hardware is left out
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
 
 
@@ -25,8 +27,11 @@ def add_input_arguments(p) -> None:
     src = p.add_argument_group("input (one of)")
     src.add_argument("--trace", help="a recorded trace (ddpsim record) to extract the workload from")
     src.add_argument("--arch", help="synthetic workload: resnet50, bert-large or gpt2")
-    src.add_argument("--hardware", default="a100-nvlink",
-                     help="GPU-NETWORK for --arch, e.g. v100-ib100, a100-nvlink, h100-ib400 (default a100-nvlink)")
+    src.add_argument("--hardware",
+                     help="GPU-NETWORK, e.g. v100-ib100, a100-nvlink, h100-ib400: --arch's GPU and network "
+                          f"(default {DEFAULT_HARDWARE}); with --trace, the network to simulate other world "
+                          "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute, and "
+                          "its slowdown while collectives run, stay the recorded GPU's")
     src.add_argument("--batch", type=int, help="per-rank batch size for --arch")
     src.add_argument("--tflops", type=float, help="effective device rate for --arch (overrides the profile)")
 
@@ -88,6 +93,7 @@ def load_source(args):
     """(workload, config defaults) from --trace or --arch."""
     from ddpsim.sim.archs import synthetic
     from ddpsim.learn.extract import config_from_trace, workload_from_trace
+    from ddpsim.sim import network
     from ddpsim.trace import load_trace
 
     if bool(args.trace) == bool(args.arch):
@@ -97,10 +103,15 @@ def load_source(args):
         trace = load_trace(args.trace)
         conc = getattr(args, "concurrency", None)
         w = workload_from_trace(trace, conc if isinstance(conc, int) else None)
-        return w, {**config_from_trace(trace), "jitter": w.meta.get("jitter_estimated", 0.0)}
+        if args.hardware:
+            network.parse_hardware(args.hardware)  # a ValueError naming the choices
+            w.meta["hardware"] = args.hardware  # the link per world size (sim.plan.resolve_link)
+        learnt = {"interference": w.link.interference} if args.hardware and w.link.interference else {}
+        # the compute slowdown the run showed while its collectives ran stays with the new network
+        return w, {**config_from_trace(trace), **learnt, "jitter": w.meta.get("jitter_estimated", 0.0)}
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
-    return synthetic(args.arch, args.hardware, batch=args.batch, tflops=args.tflops), {}
+    return synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops), {}
 
 
 def parse_order(value):

@@ -122,6 +122,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
         launch_s=launch_fit[0] * NS, launch_s_per_byte=launch_fit[1] * NS,
         meta={"kind": "trace", "source": trace.source, "recorded_world_size": trace.world_size,
               "backend": backend, "steady_iterations": sorted(steady), "comm_fit": fit,
+              **({"no_network": fit["no_network"]} if fit and "no_network" in fit else {}),
               "recorded_layouts": recorded_layouts(trace),  # Note [Replay the recorded layouts]
               "shared_core": bool(shared and sync),
               "rank_factors": rank_factors(gaps.work_by_rank),

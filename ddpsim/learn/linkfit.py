@@ -124,6 +124,17 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
     return a, b
 
 
+# Note [No network from one rank]: a 1-rank run (or one without a collective) has no allreduce
+# to learn a network from (NCCL runs no kernel for one rank: every "collective" takes 0 s), so a
+# line through it is a fake (bandwidth 1e15 B/s). The workload then carries this message
+# (``meta['no_network']``) and ``sim.plan.resolve_link`` raises it when a simulation needs a
+# network the user did not give; ``simulate`` and ``validate --against`` say the same.
+NO_NETWORK = ("the trace has {ranks} rank(s) and no collective to learn a network from: to simulate "
+              "{{world_size}} ranks give one (--hardware GPU-NETWORK such as h100-nvlink, or "
+              "--bandwidth-gbps G [--latency-us L]) or a calibration (python -m ddpsim calibrate)")
+NO_NETWORK_NAME = "none (no collective in the trace)"
+
+
 def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
     points = collective_points(trace, sync_its, concurrency)
     k = trace.world_size
@@ -133,6 +144,9 @@ def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
         link = Link(alpha_s=float(cal["alpha_s"]), bandwidth_Bps=float(cal["bandwidth_Bps"]),
                     concurrency=concurrency, name="calibration")
         return link, {"from": "meta.calibration", **cal}
+    if k < 2 or not points:  # Note [No network from one rank]
+        link = Link(alpha_s=0.0, bandwidth_Bps=1e15, concurrency=concurrency, name=NO_NETWORK_NAME)
+        return link, {"from": "none", "no_network": NO_NETWORK.format(ranks=k), "world_size": k}
     link = Link.from_fit(a, b, k, concurrency=concurrency, name=f"fit from trace (k={k})")
     return link, {"from": "trace", "intercept_s": a, "s_per_byte": b, "points": len(points),
                   "world_size": k}

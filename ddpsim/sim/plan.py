@@ -37,6 +37,9 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     link = w.link
     if w.meta.get("hardware"):
         link = network.network_for(w.meta["hardware"], cfg.world_size)
+    elif w.meta.get("no_network") and cfg.world_size > 1 and cfg.bandwidth_gbps is None:
+        # learn.linkfit's Note [No network from one rank]
+        raise ValueError(str(w.meta["no_network"]).format(world_size=cfg.world_size))
     shared = cfg.shared_core
     if shared is None and cfg.interference is not None:
         shared = False  # an explicit interference picks that contention model (e.g. a GPU network)
