@@ -94,3 +94,22 @@ def test_simulating_another_world_size_uses_the_target_network():
     assert four.cpus == 2 and four.allreduce_s(MIB, 4) == pytest.approx(6e-3 + 2e-9 * MIB)
     w.meta["calibration"] = _entry(2, 2e-3, 1e-9)  # an old calibration: the learnt link, as before
     assert resolve_link(w, SimConfig(world_size=4)) == learnt
+
+
+def test_a_recorded_workload_simulates_another_world_size_on_the_calibrated_network():
+    from ddpsim.learn.extract import workload_from_trace
+    from ddpsim.samples import sample_path
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.trace import load_trace
+
+    trace = load_trace(sample_path("01_mlp_torch_default"))
+    assert trace.world_size == 2 and trace.meta["backend"] == "gloo"
+    trace.meta["calibration"] = combine({2: _entry(2, 2e-3, 1e-9), 4: _entry(4, 6e-3, 2e-9)}, turn=0.004)
+    w = workload_from_trace(trace)
+    _, at2 = simulate(w, SimConfig(world_size=2, iters=3))
+    _, at4 = simulate(w, SimConfig(world_size=4, iters=3))
+    _, at8 = simulate(w, SimConfig(world_size=8, iters=3))
+    assert at2["link"]["cpus"] == 0 and at4["link"]["cpus"] == 2 and at4["link"]["time_slice_s"] == 0.004
+    assert "measured at k=4" in at4["link"]["name"] and "fitted" in at8["link"]["name"]
+    # two ranks per core, then four: each step slower
+    assert at2["iteration_time_s"] < at4["iteration_time_s"] < at8["iteration_time_s"]

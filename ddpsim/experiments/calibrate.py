@@ -1,6 +1,7 @@
 """``python -m ddpsim calibrate``: fit alpha/beta of the local gloo allreduce.
 
-Spawns 2 real gloo processes (torch.multiprocessing, a FileStore in a temp dir),
+Spawns k real gloo processes for each ``--world-sizes`` k (default 2; torch.multiprocessing,
+a FileStore in a temp dir, rank r pinned to CPU r % cpus as the recorder pins them),
 times ``dist.all_reduce`` of float32 tensors over a range of sizes
 (``ddpsim.record.probe.AllreduceProbe``: one of each size per round, ``--reps``
 rounds after a warm-up; the mean), fits ``t = a + b·bytes`` and turns it into a ring
@@ -9,7 +10,7 @@ allreduce's CPU time (``time.process_time``: all of the process's threads, gloo'
 included; lower quartile) and fits the same line through it: the part of the
 allreduce that is work on the core (Note [Not all of an allreduce is core work]
 in network.py), and measures the scheduler's time slice (``time_slice``). The
-result is printed, and
+result is printed, written to ``--save FILE`` (JSON), and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
 ``ddpsim.learn.extract`` uses it when a trace's own buckets cannot be fitted.
 ``--world-sizes 2,4,8`` measures at each (``combine``): every world size's lines,

@@ -50,30 +50,6 @@ def measure_network(rec: Recorder, model: str, world_sizes: list[int], given: di
     return cal
 
 
-SCALED = (("intercept_s", "s_per_byte"), ("cpu_intercept_s", "cpu_s_per_byte"))  # a line's (a, b) keys
-
-
-def anchored(net: dict, own: dict, k: int) -> dict:
-    """``net`` with every world size's lines scaled so that world size ``k``'s equals ``own``
-    (the source recording's line, measured in its ranks between iterations).
-
-    Note [Anchor the microbenchmark to the recording]: ``calibrate`` runs in fresh
-    processes, a minute away from the recording, and the machine drifts more than that
-    (Note [Calibrate in the recording's ranks] in grid.py). The microbenchmark gives
-    how the cost changes with world size; the recording's own line gives its level.
-    """
-    from ddpsim.experiments.calibrate import combine
-
-    base = net["world_sizes"][str(k)]
-    factor = {key: own[key] / base[key] if base.get(key) and key in own else 1.0
-              for pair in SCALED for key in pair}
-    entries = {int(ws): {**e, **{key: e[key] * factor[key] for key in factor if key in e}}
-               for ws, e in net["world_sizes"].items()}
-    out = combine({ws: {**net, **e} for ws, e in entries.items()}, net.get("time_slice_s"))
-    out["anchor"] = {"world_size": k, "factors": factor}
-    return out
-
-
 def run_extrapolate(models, source_ws: int, targets: list[int], configs, record_iters=40, sim_iters=40,
                     workdir=None, jitter=None, log=None, reuse=False,
                     calibration_cap_mb: float = CALIBRATION_CAP_MB, network: dict | None = None) -> dict:
