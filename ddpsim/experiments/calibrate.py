@@ -1,6 +1,7 @@
 """``python -m ddpsim calibrate``: fit alpha/beta of the local gloo allreduce.
 
-Spawns 2 real gloo processes (torch.multiprocessing, a FileStore in a temp dir),
+Spawns k real gloo processes for each ``--world-sizes`` k (default 2; torch.multiprocessing,
+a FileStore in a temp dir, rank r pinned to CPU r % cpus as the recorder pins them),
 times ``dist.all_reduce`` of float32 tensors over a range of sizes
 (``ddpsim.record.probe.AllreduceProbe``: one of each size per round, ``--reps``
 rounds after a warm-up; the mean), fits ``t = a + b·bytes`` and turns it into a ring
@@ -9,9 +10,13 @@ allreduce's CPU time (``time.process_time``: all of the process's threads, gloo'
 included; lower quartile) and fits the same line through it: the part of the
 allreduce that is work on the core (Note [Not all of an allreduce is core work]
 in network.py), and measures the scheduler's time slice (``time_slice``). The
-result is printed, and
+result is printed, written to ``--save FILE`` (JSON), and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
 ``ddpsim.learn.extract`` uses it when a trace's own buckets cannot be fitted.
+``--world-sizes 2,4,8`` measures at each (``combine``): every world size's lines,
+and a fit that extrapolates to the others (``ddpsim.sim.netmodel``, Note [Ranks
+that share cores slow the ring]); ``simulate``/``validate`` of another world size
+than the trace's use the entry for the target world size.
 The children are joined with a timeout and terminated if they hang.
 """
 from __future__ import annotations
@@ -23,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HELP = "measure gloo allreduce time vs size on 2 local processes and fit the simulator's alpha/beta"
+HELP = ("measure gloo allreduce time vs size on local processes (each --world-sizes) and fit the "
+        "simulator's network model")
 
 
 def add_arguments(p) -> None:
@@ -31,8 +37,12 @@ def add_arguments(p) -> None:
                    help="message sizes in KiB, comma-separated (default 4,64,512,2048,8192)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per size (default 15)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the workers are killed")
+    p.add_argument("--world-sizes", default="2", help="ranks to measure at, comma-separated (default 2); "
+                   "other world sizes use the fit through them (ddpsim.sim.netmodel)")
     p.add_argument("--trace", help="a trace to store the calibration in (meta.calibration)")
     p.add_argument("--out", help="where to write that trace (default: overwrite --trace)")
+    p.add_argument("--save", metavar="FILE", help="also write the calibration to FILE (JSON; "
+                   "validate/--extrapolate --calibration FILE)")
 
 
 def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int, out: str) -> None:
@@ -152,6 +162,66 @@ def fit_calibration(rows: list[tuple[int, float, float]], world: int, turn: floa
             "host_cpus": os.cpu_count(), "time_slice_s": time_slice() if turn is None else turn}
 
 
+def combine(entries: dict[int, dict], turn: float | None = None) -> dict:
+    """One calibration from ``fit_calibration`` s at several world sizes: each one's lines
+    under ``world_sizes``, the world-size fits through them (``netmodel.fit_world_sizes``),
+    and the smallest world size's keys at the top (what a single-world-size calibration held)."""
+    from ddpsim.sim.netmodel import fit_world_sizes
+
+    if not entries:
+        raise ValueError("no world size to calibrate")
+    first = entries[min(entries)]
+    cpus = int(first.get("host_cpus") or os.cpu_count() or 0)
+    lines = {k: {key: e[key] for key in LINE_KEYS if key in e} for k, e in sorted(entries.items())}
+    fit = {"wall": fit_world_sizes({k: (e["intercept_s"], e["s_per_byte"]) for k, e in lines.items()}, cpus)}
+    if all("cpu_intercept_s" in e for e in lines.values()):
+        fit["cpu"] = fit_world_sizes({k: (e["cpu_intercept_s"], e["cpu_s_per_byte"]) for k, e in lines.items()},
+                                     cpus)
+    out = {**first, "world_sizes": {str(k): e for k, e in lines.items()}, "fit": fit}
+    if turn is not None:
+        out["time_slice_s"] = turn
+    return out
+
+
+LINE_KEYS = ("world_size", "alpha_s", "bandwidth_Bps", "intercept_s", "s_per_byte", "points",
+             "cpu_intercept_s", "cpu_s_per_byte", "cpu_points")  # one world size's measurement
+
+
+def calibrate_world_sizes(sizes: list[int], reps: int, world_sizes: list[int], timeout: float = 120.0,
+                          log=None) -> dict:
+    """``calibrate`` at each world size (the time slice measured once), ``combine`` d."""
+    turn = time_slice()
+    entries = {}
+    for k in world_sizes:
+        entries[k] = fit_calibration(measure(sizes, reps, k, timeout), k, turn)
+        if log:
+            log(f"calibrated k={k}: {entries[k]['intercept_s'] * 1e3:.3f} ms + "
+                f"{entries[k]['s_per_byte'] * 2**20 * 1e3:.3f} ms/MiB")
+    return combine(entries, turn)
+
+
+def load_calibration(path: str) -> dict:
+    """A calibration from ``calibrate --save FILE`` (JSON), or a trace's ``meta.calibration``."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--calibration {path}: cannot read it as JSON ({type(e).__name__})") from None
+    cal = raw.get("meta", {}).get("calibration") if isinstance(raw, dict) and "meta" in raw else raw
+    if not isinstance(cal, dict) or not (cal.get("world_sizes") or "intercept_s" in cal):
+        raise ValueError(f"--calibration {path} holds no calibration (write one with `ddpsim calibrate --save`)")
+    return cal
+
+
+def parse_world_sizes(text: str, flag: str = "--world-sizes") -> list[int]:
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"{flag} must be integers separated by commas, not {text!r}") from None
+    if not out or out[0] < 2:
+        raise ValueError(f"{flag} needs world sizes >= 2 (an allreduce needs two ranks), not {text!r}")
+    return out
+
+
 def main(args) -> int:
     from ddpsim.trace import load_trace
 
@@ -163,13 +233,22 @@ def main(args) -> int:
         raise ValueError("--sizes-kb needs positive sizes")
     if args.reps < 1:
         raise ValueError("--reps must be >= 1")
+    world_sizes = parse_world_sizes(args.world_sizes)
     trace = load_trace(args.trace) if args.trace else None
-    cal = calibrate(sizes, args.reps, args.timeout)
-    for (n, t), (_, c) in zip(cal["points"], cal["cpu_points"]):
-        print(f"{n / 1024:10.0f} KiB  {t * 1e3:9.3f} ms  (CPU {c * 1e3:.3f} ms)")
-    print(f"fit: alpha {cal['alpha_s'] * 1e6:.1f} us per step, bandwidth {cal['bandwidth_Bps'] / 1e9:.3f} GB/s "
-          f"(ring, k=2); CPU time {cal['cpu_intercept_s'] * 1e3:.3f} ms + {cal['cpu_s_per_byte'] * 2**20 * 1e3:.3f} "
-          f"ms/MiB; scheduler time slice {cal['time_slice_s'] * 1e3:.2f} ms")
+    cal = calibrate_world_sizes(sizes, args.reps, world_sizes, args.timeout)
+    for k, e in cal["world_sizes"].items():
+        for (n, t), (_, c) in zip(e["points"], e["cpu_points"]):
+            print(f"k={k:<3} {n / 1024:10.0f} KiB  {t * 1e3:9.3f} ms  (CPU {c * 1e3:.3f} ms)")
+        print(f"k={k:<3} fit: alpha {e['alpha_s'] * 1e6:.1f} us per step, bandwidth {e['bandwidth_Bps'] / 1e9:.3f} "
+              f"GB/s (ring); CPU time {e['cpu_intercept_s'] * 1e3:.3f} ms + "
+              f"{e['cpu_s_per_byte'] * 2**20 * 1e3:.3f} ms/MiB")
+    w = cal["fit"]["wall"]
+    print(f"world-size fit (ddpsim.sim.netmodel): alpha {w['alpha_s'] * 1e6:.1f} us per ring step, "
+          f"{w['beta_s_per_byte'] * 2**20 * 1e3:.3f} ms/MiB per ring byte, core sharing exponent {w['gamma']:.2f} "
+          f"above {w['cpus']} cpus; scheduler time slice {cal['time_slice_s'] * 1e3:.2f} ms")
+    if args.save:
+        Path(args.save).write_text(json.dumps(cal, indent=1))
+        print(f"saved to {args.save}")
     if trace is not None:
         trace.meta["calibration"] = cal
         out = args.out or args.trace

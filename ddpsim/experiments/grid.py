@@ -11,9 +11,7 @@ ranks]); each grid run is then simulated with its own options and compared
 """
 from __future__ import annotations
 
-import csv
 import itertools
-import json
 import math
 import statistics
 import sys
@@ -24,11 +22,10 @@ from pathlib import Path
 from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.experiments.compare import parse_jitter, predict_row
+from ddpsim.experiments.table import format_row, report, stats
 from ddpsim.learn.jitter import pick_jitter
 
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
-COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
-           "measured_ms", "error_pct", "bucket_start_error_pct", "n_buckets", "error")
 
 
 def grid_configs(caps, orders, find_unused) -> list[dict]:
@@ -124,115 +121,125 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
 
     ``reuse``: load the runs from ``workdir`` when their traces are there instead of recording.
     """
-    from ddpsim.record.config import RecordConfig
-    from ddpsim.record.launcher import record_many
-    from ddpsim.learn.extract import workload_from_trace
-    from ddpsim.learn.refine import refine
-    from ddpsim.trace import load_trace
-
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    tmp = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ddpsim-validate-")
-        workdir = tmp.name
-    work = Path(workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    rows, calibrations, loads, measured = [], [], [], {}
+    rec = Recorder(workdir, configs, record_iters, reuse, calibration_cap_mb, log)
+    rows, calibrations, measured = [], [], {}
     groups = [(m, ws) for m in models for ws in world_sizes]
-    t_start = time.monotonic()
     try:
         for g, (model, ws) in enumerate(groups, 1):
-            loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
-            log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved; "
-                f"load {loads[-1]:.2f}, {time.monotonic() - t_start:.0f} s")
-            specs = [("calibration", RecordConfig(model=model, world_size=ws, iters=record_iters,
-                                                  bucket_cap_mb=calibration_cap_mb, profile_internals=False,
-                                                  probe_allreduce_bytes=CAL_SIZES), None)]
-            for c in configs:
-                order, cap = c["order"], c["bucket_cap_mb"]
-                impl = "torch" if order == "torch" else "minddp"
-                name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
-                # No profiler: it slows the profiled run ~10% and, interleaved, the next one too.
-                specs.append((name, RecordConfig(model=model, world_size=ws, iters=record_iters, impl=impl,
-                                                 bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
-                                                 order=None if impl == "torch" else order,
-                                                 profile_internals=False), c))
-            paths = [work / f"{model}_ws{ws}_calibration_cap{calibration_cap_mb:g}.json" if c is None
-                     else work / f"{name}.json"
-                     for name, _, c in specs]
-            if reuse and all(p.exists() for p in paths):
-                traces = [load_trace(p) for p in paths]
-            else:
-                traces = record_many([cfg for _, cfg, _ in specs], paths)
-            cal = traces[0]
-            if attach_calibration(cal, ws, measured):
-                cal.save(paths[0])
-            # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
-            w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
-            jit = pick_jitter(jitter, w, cal, sim_iters)
-            calibrations.append({"model": model, "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
-                                 "measured_ms": summarize(cal)["iteration_time_s"] * 1e3,
-                                 "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)})
-            log(f"    calibration: measured {calibrations[-1]['measured_ms']:.1f} ms, jitter {jit:.3f}, "
-                f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
-            for (name, cfg, c), real in zip(specs[1:], traces[1:]):
-                row = {"model": model, "world_size": ws, "bucket_cap_mb": c["bucket_cap_mb"] or "default",
-                       "order": c["order"], "find_unused": c["find_unused"], "impl": cfg.impl}
-                try:
-                    row.update(predict_row(w, real, c["order"], sim_iters, jit))
-                except Exception as e:  # noqa: BLE001 - one failed row must not lose the grid
-                    row.update({k: math.nan for k in ("predicted_ms", "measured_ms", "error_pct",
-                                                      "bucket_start_error_pct")},
-                               error=f"{type(e).__name__}: {e}".splitlines()[0])
-                rows.append(row)
-                log("    " + format_row(row))
+            rec.log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved")
+            specs, traces = rec.group(model, ws)
+            w, jit, entry = learn(traces[0], rec.paths(model, ws)[0], ws, measured, sim_iters, jitter, rec.log)
+            calibrations.append(entry)
+            rows += predict_runs(w, jit, specs[1:], traces[1:], sim_iters, rec.log)
     finally:
-        if tmp is not None:
-            tmp.cleanup()
-    return {"rows": rows, "stats": stats(rows), "calibrations": calibrations,
-            "load": {"min": min(loads), "max": max(loads), "median": statistics.median(loads)},
-            "wall_s": time.monotonic() - t_start}
+        rec.close()
+    return rec.result(rows, calibrations)
 
 
-def stats(rows) -> dict:
-    errs = [abs(r["error_pct"]) for r in rows if math.isfinite(r.get("error_pct", math.nan))]
-    starts = [r["bucket_start_error_pct"] for r in rows if math.isfinite(r.get("bucket_start_error_pct", math.nan))]
-    return {"rows": len(rows), "predicted": len(errs),
-            "median_abs_error_pct": statistics.median(errs) if errs else math.nan,
-            "max_abs_error_pct": max(errs) if errs else math.nan,
-            "median_bucket_start_error_pct": statistics.median(starts) if starts else math.nan,
-            "max_bucket_start_error_pct": max(starts) if starts else math.nan}
+class Recorder:
+    """Records (or, with ``reuse``, loads) the interleaved runs of one (model, world size)."""
+
+    def __init__(self, workdir, configs, record_iters, reuse, calibration_cap_mb, log=None):
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ddpsim-validate-")
+        self.work = Path(workdir or self.tmp.name)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.configs, self.iters, self.reuse, self.cap = configs, record_iters, reuse, calibration_cap_mb
+        self.loads, self.t0 = [], time.monotonic()
+
+    def specs(self, model: str, ws: int) -> list[tuple]:
+        """(name, RecordConfig, grid config or None) of the calibration run, then each grid run."""
+        from ddpsim.record.config import RecordConfig
+
+        out = [("calibration", RecordConfig(model=model, world_size=ws, iters=self.iters, bucket_cap_mb=self.cap,
+                                            profile_internals=False, probe_allreduce_bytes=CAL_SIZES), None)]
+        for c in self.configs:
+            order, cap = c["order"], c["bucket_cap_mb"]
+            impl = "torch" if order == "torch" else "minddp"
+            name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
+            # No profiler: it slows the profiled run ~10% and, interleaved, the next one too.
+            out.append((name, RecordConfig(model=model, world_size=ws, iters=self.iters, impl=impl,
+                                           bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
+                                           order=None if impl == "torch" else order, profile_internals=False), c))
+        return out
+
+    def paths(self, model: str, ws: int) -> list[Path]:
+        return [self.work / f"{model}_ws{ws}_calibration_cap{self.cap:g}.json" if c is None
+                else self.work / f"{name}.json" for name, _, c in self.specs(model, ws)]
+
+    def group(self, model: str, ws: int) -> tuple[list, list]:
+        """(specs, traces) of the group, recorded together (Note [Interleave the measurements])."""
+        from ddpsim.record.launcher import record_many
+        from ddpsim.trace import load_trace
+
+        specs, paths = self.specs(model, ws), self.paths(model, ws)
+        self.loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+        self.log(f"    load {self.loads[-1]:.2f}, {time.monotonic() - self.t0:.0f} s")
+        if self.reuse and all(p.exists() for p in paths):
+            return specs, [load_trace(p) for p in paths]
+        return specs, record_many([cfg for _, cfg, _ in specs], paths)
+
+    def check_reuse(self, groups) -> None:
+        """Raise unless every (model, world size) of ``groups`` is in the workdir."""
+        for model, ws in groups:
+            missing = [p.name for p in self.paths(model, ws) if not p.exists()]
+            if missing:
+                raise ValueError(f"--reuse: {self.work} has no recording of {model} at world size {ws} "
+                                 f"(missing {missing[0]})")
+
+    def close(self) -> None:
+        if self.tmp is not None:
+            self.tmp.cleanup()
+
+    def result(self, rows, calibrations, **extra) -> dict:
+        loads = self.loads or [math.nan]
+        return {"rows": rows, "stats": stats(rows), "calibrations": calibrations, **extra,
+                "load": {"min": min(loads), "max": max(loads), "median": statistics.median(loads)},
+                "wall_s": time.monotonic() - self.t0}
 
 
-def format_row(r: dict) -> str:
-    return (f"{r['model']:12} ws{r['world_size']:<2} cap {str(r['bucket_cap_mb']):>7} {r['order']:10} "
-            f"fu {'on ' if r['find_unused'] else 'off'}  predicted {r['predicted_ms']:8.1f} ms  "
-            f"measured {r['measured_ms']:8.1f} ms  error {r['error_pct']:+6.1f}%  "
-            f"bucket start {r['bucket_start_error_pct']:5.1f}%" + (f"  ({r['error']})" if r.get("error") else ""))
+def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, network=None):
+    """(workload, jitter, summary) learnt from calibration run ``cal`` (saved to ``path`` if
+    its allreduce line was attached); ``network``: a calibration whose lines serve
+    other world sizes (Note [Ranks that share cores slow the ring])."""
+    from ddpsim.learn.extract import workload_from_trace
+    from ddpsim.learn.refine import refine
+
+    if attach_calibration(cal, ws, measured):
+        cal.save(path)
+    # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
+    w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
+    jit = pick_jitter(jitter, w, cal, sim_iters)
+    entry = {"model": cal.meta.get("model"), "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
+             "measured_ms": summarize(cal)["iteration_time_s"] * 1e3,
+             "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)}
+    log(f"    calibration: measured {entry['measured_ms']:.1f} ms, jitter {jit:.3f}, "
+        f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
+    if network is not None:
+        w.meta["calibration"] = network
+    return w, jit, entry
 
 
-def write_table(result: dict, out: str) -> list[Path]:
-    base = Path(out)
-    if base.suffix in (".csv", ".json"):
-        base = base.with_suffix("")
-    base.parent.mkdir(parents=True, exist_ok=True)
-    with open(base.with_suffix(".csv"), "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["exposed_comm_pred_ms", "exposed_comm_meas_ms"],
-                           extrasaction="ignore")
-        wr.writeheader()
-        for r in result["rows"]:
-            wr.writerow(r)
-    clean = json.loads(json.dumps(result, default=str).replace("NaN", "null"))
-    base.with_suffix(".json").write_text(json.dumps(clean, indent=1))
-    return [base.with_suffix(".csv"), base.with_suffix(".json")]
+def predict_runs(w, jit, specs, traces, sim_iters: int, log) -> list[dict]:
+    """One table row per recorded run: ``w`` simulated with the run's options against it."""
+    rows = []
+    for (name, cfg, c), real in zip(specs, traces):
+        row = {"model": cfg.model, "world_size": cfg.world_size, "bucket_cap_mb": c["bucket_cap_mb"] or "default",
+               "order": c["order"], "find_unused": c["find_unused"], "impl": cfg.impl}
+        try:
+            row.update(predict_row(w, real, c["order"], sim_iters, jit))
+        except Exception as e:  # noqa: BLE001 - one failed row must not lose the grid
+            row.update({k: math.nan for k in ("predicted_ms", "measured_ms", "error_pct",
+                                              "bucket_start_error_pct")},
+                       error=f"{type(e).__name__}: {e}".splitlines()[0])
+        rows.append(row)
+        log("    " + format_row(row))
+    return rows
 
 
-def main_grid(args) -> int:
+def parse_grid(args) -> tuple[list[str], list[dict]]:
+    """(models, grid configurations) from the --grid/--extrapolate flags, checked."""
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    try:
-        world_sizes = [int(x) for x in args.world_sizes.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--world-sizes must be integers separated by commas, not {args.world_sizes!r}") from None
     caps = [_cap(c) for c in args.caps.split(",")]
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
     for o in orders:  # recorded, so only the orders a real run has (ddpsim.buckets.REAL_ORDERS)
@@ -241,8 +248,8 @@ def main_grid(args) -> int:
         except ValueError as e:
             raise ValueError(f"--orders: {e}") from None
     fus = [_bool(v) for v in args.find_unused.split(",") if v.strip()]
-    if not models or not world_sizes or min(world_sizes) < 1 or not orders or not fus:
-        raise ValueError("--grid needs at least one model, world size (>= 1), order and find_unused value")
+    if not models or not orders or not fus:
+        raise ValueError("the grid needs at least one model, order and find_unused value")
     for c in caps:
         if c is not None and not (math.isfinite(c) and c > 0):
             raise ValueError(f"--caps must be positive MiB or 'default', not {c}")
@@ -256,24 +263,26 @@ def main_grid(args) -> int:
         raise ValueError("--reuse needs --workdir (where the traces are)")
     if args.record_iters < 4:
         raise ValueError("--record-iters must be >= 4 (iteration 0 and the rebuild are not steady state)")
+    return models, grid_configs(caps, orders, fus)
+
+
+def wait_if_asked(args) -> None:
     if args.wait_load is not None:
         load = wait_for_load(args.wait_load, args.wait_max_s,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
         print(f"load average at start: {load:.2f}", file=sys.stderr, flush=True)
-    jitter = parse_jitter(args.jitter)
-    res = run_grid(models, world_sizes, grid_configs(caps, orders, fus), args.record_iters, args.iters or 40,
-                   args.workdir, jitter, reuse=args.reuse, calibration_cap_mb=cal_cap)
-    print(f"{'model':12} {'ws':4} {'cap':>11} {'order':10} {'fu':3}  {'predicted':>19}  {'measured':>17}  "
-          f"{'error':>13}  bucket start")
-    for r in res["rows"]:
-        print(format_row(r))
-    s = res["stats"]
-    print(f"iteration time: median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% "
-          f"over {s['predicted']} rows; bucket start error: median {s['median_bucket_start_error_pct']:.1f}%, "
-          f"max {s['max_bucket_start_error_pct']:.1f}% of the iteration time; load average "
-          f"{res['load']['min']:.2f}-{res['load']['max']:.2f} (median {res['load']['median']:.2f})")
-    if args.out:
-        paths = write_table(res, args.out)
-        print("wrote " + ", ".join(map(str, paths)))
-    print(json.dumps({"stats": s, "load": res["load"]}, separators=(",", ":")).replace("NaN", "null"))
+
+
+def main_grid(args) -> int:
+    try:
+        world_sizes = [int(x) for x in args.world_sizes.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--world-sizes must be integers separated by commas, not {args.world_sizes!r}") from None
+    if not world_sizes or min(world_sizes) < 1:
+        raise ValueError("--grid needs at least one world size (>= 1)")
+    models, configs = parse_grid(args)
+    wait_if_asked(args)
+    res = run_grid(models, world_sizes, configs, args.record_iters, args.iters or 40,
+                   args.workdir, parse_jitter(args.jitter), reuse=args.reuse, calibration_cap_mb=args.calibration_cap)
+    report(res, args.out)
     return 0

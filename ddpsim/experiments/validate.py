@@ -20,6 +20,11 @@
         are recorded with ddpsim's minddp (``--order``, not in torch). Ends with
         the median and max absolute errors; ``--out X`` writes X.csv and X.json.
         The grid's recording and table are in ``grid.py``, the comparison in ``compare.py``.
+    python -m ddpsim validate --extrapolate [--from-world-size 2] [--world-sizes 4] [grid flags]
+        learn each model at world size 2 (the grid's calibration run) plus ``ddpsim
+        calibrate``'s allreduce microbenchmark at 2 and 4 ranks, and predict the grid
+        recorded at 4 ranks (``extrapolate.py``). With --against at another world
+        size, --trace's calibration (or --calibration FILE) gives the target's network.
 
 For iteration_time_s, exposed_comm_s and overlap_fraction it prints predicted,
 measured and the relative error; the last stdout line is one JSON object.
@@ -48,7 +53,8 @@ def add_arguments(p) -> None:
     g = p.add_argument_group("--grid: record a grid of real runs and predict each")
     g.add_argument("--grid", action="store_true", help="record and predict a grid of configurations")
     g.add_argument("--models", default="mlp,transformer,shuffled", help="zoo models, comma-separated")
-    g.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
+    g.add_argument("--world-sizes", default=None, help="comma-separated (default 2,4; --extrapolate: the "
+                   "world sizes predicted, default 4)")
     g.add_argument("--caps", default="0.25,default", help="bucket_cap_mb values; 'default' = torch's")
     g.add_argument("--orders", default="torch,definition",
                    help="torch (torch DDP), or reverse/definition (minddp --order; ddpsim.buckets.BucketOrder)")
@@ -65,6 +71,14 @@ def add_arguments(p) -> None:
     g.add_argument("--wait-load", type=float, default=None, metavar="L",
                    help="before recording, wait until the 1-minute load average is below L")
     g.add_argument("--wait-max-s", type=float, default=1200.0, help="give up waiting after this long")
+    e = p.add_argument_group("--extrapolate: learn at one world size, predict the grid at others (extrapolate.py)")
+    e.add_argument("--extrapolate", action="store_true",
+                   help="record the grid at --from-world-size and at --world-sizes; predict the latter from the "
+                        "former's calibration run and the allreduce microbenchmark (ddpsim calibrate)")
+    e.add_argument("--from-world-size", type=int, default=2, help="world size learnt from (default 2)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="the network at other world sizes: `ddpsim calibrate --world-sizes ... --save FILE` "
+                        "(or a trace holding meta.calibration); default: the --trace's own")
 
 
 def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float | None = None) -> dict:
@@ -91,11 +105,18 @@ def main(args) -> int:
     from ddpsim.experiments.grid import main_grid
     from ddpsim.trace import load_trace
 
+    if args.extrapolate:
+        from ddpsim.experiments.extrapolate import main_extrapolate
+        return main_extrapolate(args)
     if args.grid:
+        args.world_sizes = args.world_sizes or "2,4"
         return main_grid(args)
     if not args.trace:
-        raise ValueError("give --trace FILE (and optionally --against FILE), or --grid")
+        raise ValueError("give --trace FILE (and optionally --against FILE), --grid or --extrapolate")
     source = load_trace(args.trace)
+    if args.calibration:  # Note [Ranks that share cores slow the ring]: the target world size's network
+        from ddpsim.experiments.calibrate import load_calibration
+        source.meta["calibration"] = load_calibration(args.calibration)
     target = load_trace(args.against) if args.against else source
     res = validate(source, target, args.iters or 20, args.seed, parse_jitter(args.jitter))
     trace = res.pop("trace")

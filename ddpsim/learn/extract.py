@@ -125,6 +125,9 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               **({"no_network": fit["no_network"]} if fit and "no_network" in fit else {}),
               "recorded_layouts": recorded_layouts(trace),  # Note [Replay the recorded layouts]
               "shared_core": bool(shared and sync),
+              # Note [Ranks that share cores slow the ring]: the network at other world sizes (plan.resolve_link)
+              **({"calibration": trace.meta["calibration"]} if shared and sync
+                 and isinstance(trace.meta.get("calibration"), dict) else {}),
               "rank_factors": rank_factors(gaps.work_by_rank),
               "interference_estimated": interference,
               "jitter_estimated": round(_jitter(clean), 4)},

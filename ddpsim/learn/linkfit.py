@@ -3,7 +3,7 @@
 Two ways to get it, both used by ``extract.workload_from_trace``:
 
 - ``fit_shared_link`` (CPU gloo, shared core): ``meta.calibration`` from ``ddpsim
-  calibrate`` when the trace carries one at its world size (Note [Calibrate
+  calibrate`` when the trace carries one at its world size (``netmodel.measured_lines``) (Note [Calibrate
   alone]); otherwise a line through each recorded collective's work alone on
   the core;
 - ``fit_link`` (other backends): a line through each collective's duration,
@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.learn import contention
+from ddpsim.sim import netmodel
 from ddpsim.sim.network import Link
 from ddpsim.trace import Trace
 
@@ -32,7 +33,8 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
     """
     k = trace.world_size
     cal = trace.meta.get("calibration")
-    if isinstance(cal, dict) and cal.get("world_size") == k and "intercept_s" in cal:
+    cal = netmodel.measured_lines(cal).get(k) if isinstance(cal, dict) else None  # this world size's line
+    if cal is not None and "intercept_s" in cal:
         # Note [Calibrate alone]: the shared-core model needs each allreduce's cost
         # *alone*; `ddpsim calibrate` (or, in validate --grid, the recording's own
         # ranks between iterations) measures exactly that over many sizes, where a
@@ -40,7 +42,7 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
         a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
         core = (float(cal["cpu_intercept_s"]), float(cal["cpu_s_per_byte"])) if "cpu_intercept_s" in cal else None
         # Note [Ranks take turns on a shared core]: the scheduler's slice, where ranks share cores
-        turn = float(cal.get("time_slice_s") or 0.0) if cpus else 0.0
+        turn = float(trace.meta["calibration"].get("time_slice_s") or 0.0) if cpus else 0.0
         link = Link.from_fit(a, b, k, core_fit=core, concurrency=concurrency, shared_core=True, cpus=cpus,
                              time_slice_s=turn, name=f"shared-core, gloo calibration (k={k})")
         return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,

@@ -42,7 +42,7 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     cfg.validate()
     link = resolve_link(w, cfg)
     explicit = bool(link.shared_core and link.cpus)
-    estimate = estimate_events(w, cfg, explicit)
+    estimate = estimate_events(w, cfg, explicit, link)
     if estimate > cfg.max_events:
         raise SimulationTooLarge(
             f"this simulation needs about {estimate:,} events ({count_actors(cfg, explicit)} rank actor(s) x "

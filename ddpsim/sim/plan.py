@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from ddpsim.sim import network
+from ddpsim.sim import netmodel, network
 from ddpsim.sim.config import SimConfig
 from ddpsim.sim.model import Actor, Plan
 from ddpsim.sim.replay import replayed
@@ -35,6 +35,10 @@ from ddpsim.trace import Bucket, Layout
 
 def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     link = w.link
+    cal = w.meta.get("calibration")  # a shared-core gloo workload's `ddpsim calibrate` lines
+    if (link.shared_core and cfg.world_size != w.meta.get("recorded_world_size")
+            and netmodel.covers(cal, cfg.world_size)):  # the target world size's network
+        link = netmodel.link_at(cal, cfg.world_size, link.concurrency, link.interference)
     if w.meta.get("hardware"):
         link = network.network_for(w.meta["hardware"], cfg.world_size)
     elif w.meta.get("no_network") and cfg.world_size > 1 and cfg.bandwidth_gbps is None:

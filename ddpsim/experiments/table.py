@@ -1,0 +1,62 @@
+"""The validation table of ``validate --grid`` / ``--extrapolate``: one row per predicted run,
+the median and max |error|, to stdout and OUT.csv / OUT.json."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
+           "measured_ms", "error_pct", "bucket_start_error_pct", "n_buckets", "error")
+
+
+def stats(rows) -> dict:
+    errs = [abs(r["error_pct"]) for r in rows if math.isfinite(r.get("error_pct", math.nan))]
+    starts = [r["bucket_start_error_pct"] for r in rows if math.isfinite(r.get("bucket_start_error_pct", math.nan))]
+    return {"rows": len(rows), "predicted": len(errs),
+            "median_abs_error_pct": statistics.median(errs) if errs else math.nan,
+            "max_abs_error_pct": max(errs) if errs else math.nan,
+            "median_bucket_start_error_pct": statistics.median(starts) if starts else math.nan,
+            "max_bucket_start_error_pct": max(starts) if starts else math.nan}
+
+
+def format_row(r: dict) -> str:
+    return (f"{r['model']:12} ws{r['world_size']:<2} cap {str(r['bucket_cap_mb']):>7} {r['order']:10} "
+            f"fu {'on ' if r['find_unused'] else 'off'}  predicted {r['predicted_ms']:8.1f} ms  "
+            f"measured {r['measured_ms']:8.1f} ms  error {r['error_pct']:+6.1f}%  "
+            f"bucket start {r['bucket_start_error_pct']:5.1f}%" + (f"  ({r['error']})" if r.get("error") else ""))
+
+
+def write_table(result: dict, out: str) -> list[Path]:
+    base = Path(out)
+    if base.suffix in (".csv", ".json"):
+        base = base.with_suffix("")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with open(base.with_suffix(".csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["exposed_comm_pred_ms", "exposed_comm_meas_ms"],
+                           extrasaction="ignore")
+        wr.writeheader()
+        for r in result["rows"]:
+            wr.writerow(r)
+    clean = json.loads(json.dumps(result, default=str).replace("NaN", "null"))
+    base.with_suffix(".json").write_text(json.dumps(clean, indent=1))
+    return [base.with_suffix(".csv"), base.with_suffix(".json")]
+
+
+def report(res: dict, out: str | None) -> None:
+    """Print the table and its summary; write OUT.csv / OUT.json if ``out``."""
+    print(f"{'model':12} {'ws':4} {'cap':>11} {'order':10} {'fu':3}  {'predicted':>19}  {'measured':>17}  "
+          f"{'error':>13}  bucket start")
+    for r in res["rows"]:
+        print(format_row(r))
+    s = res["stats"]
+    print(f"iteration time: median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% "
+          f"over {s['predicted']} rows; bucket start error: median {s['median_bucket_start_error_pct']:.1f}%, "
+          f"max {s['max_bucket_start_error_pct']:.1f}% of the iteration time; load average "
+          f"{res['load']['min']:.2f}-{res['load']['max']:.2f} (median {res['load']['median']:.2f})")
+    if out:
+        paths = write_table(res, out)
+        print("wrote " + ", ".join(map(str, paths)))
+    print(json.dumps({"stats": s, "load": res["load"]}, separators=(",", ":")).replace("NaN", "null"))

@@ -1,0 +1,83 @@
+"""``calibrate --world-sizes`` and ``validate --extrapolate`` (accuracy is a benchmark figure, docs/accuracy.md)."""
+import csv
+import json
+import math
+
+import pytest
+
+from ddpsim.__main__ import main
+
+
+def _error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--from-world-size", "1"], "--from-world-size must be >= 2"),
+    (["--world-sizes", "2,4"], "includes --from-world-size 2"),
+    (["--world-sizes", "1"], "--world-sizes needs world sizes >= 2"),
+    (["--world-sizes", "four"], "--world-sizes must be integers"),
+    (["--grid"], "drop --grid"),
+    (["--orders", "random"], "--orders"),
+    (["--find-unused", "maybe"], "--find-unused values are on/off"),
+    (["--reuse"], "--reuse needs --workdir"),
+])
+def test_extrapolate_bad_flags(capsys, argv, says):
+    assert says in _error(capsys, ["validate", "--extrapolate", *argv])
+
+
+def test_extrapolate_reuse_of_a_workdir_without_traces(capsys, tmp_path):
+    err = _error(capsys, ["validate", "--extrapolate", "--models", "mlp", "--workdir", str(tmp_path),
+                          "--reuse", "--caps", "default", "--orders", "torch", "--find-unused", "off"])
+    assert "has no recording of mlp at world size 2" in err
+
+
+def test_bad_calibration_file(capsys, tmp_path):
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    assert "holds no calibration" in _error(capsys, ["validate", "--extrapolate", "--calibration", str(bad)])
+    assert "cannot read it as JSON" in _error(
+        capsys, ["validate", "--extrapolate", "--calibration", str(tmp_path / "missing.json")])
+
+
+def test_calibrate_measures_each_world_size(capsys, tmp_path):
+    """Real gloo ranks at 2 and 3 (3 ranks share this machine's cores when it has 2)."""
+    out = tmp_path / "net.json"
+    assert main(["calibrate", "--world-sizes", "3,2", "--sizes-kb", "4,256", "--reps", "2",
+                 "--save", str(out)]) == 0
+    cal = json.loads(out.read_text())
+    assert sorted(cal["world_sizes"]) == ["2", "3"] and cal["world_size"] == 2
+    for k, e in cal["world_sizes"].items():
+        assert e["world_size"] == int(k) and [n for n, _ in e["points"]] == [4096, 262144]
+        assert all(t > 0 for _, t in e["points"]) and all(c > 0 for _, c in e["cpu_points"])
+    assert cal["fit"]["wall"]["world_sizes"] == [2, 3] and cal["host_cpus"] >= 1
+    assert cal["time_slice_s"] >= 0
+    text = capsys.readouterr().out
+    assert "world-size fit" in text and "k=3" in text
+    assert json.loads(text.strip().splitlines()[-1])["world_sizes"].keys() == {"2", "3"}
+    assert "--world-sizes needs world sizes >= 2" in _error(capsys, ["calibrate", "--world-sizes", "1"])
+
+
+@pytest.mark.slow
+def test_tiny_extrapolation_table(tmp_path, capsys):
+    """mlp learnt at 2 ranks, one configuration predicted at 3; then again from the workdir."""
+    argv = ["validate", "--extrapolate", "--models", "mlp", "--world-sizes", "3", "--caps", "default",
+            "--orders", "torch", "--find-unused", "off", "--record-iters", "5", "--iters", "4",
+            "--workdir", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "learnt at world size 2, predicted at 3" in text
+    rows = list(csv.DictReader(open(tmp_path / "table.csv")))
+    assert [(r["model"], r["world_size"], r["order"]) for r in rows] == [("mlp", "3", "torch")]
+    assert not rows[0]["error"] and math.isfinite(float(rows[0]["error_pct"]))
+    data = json.loads((tmp_path / "table.json").read_text())
+    assert data["from_world_size"] == 2 and sorted(data["networks"]["mlp"]["world_sizes"]) == ["2", "3"]
+    assert data["calibrations"][0]["world_size"] == 2  # learnt at 2 only
+    # the microbenchmark and both groups were kept: --reuse predicts again without recording
+    assert (tmp_path / "runs" / "mlp_network_ws2-3.json").exists()
+    assert main(argv + ["--reuse"]) == 0
+    again = list(csv.DictReader(open(tmp_path / "table.csv")))
+    assert again[0]["measured_ms"] == rows[0]["measured_ms"]
