@@ -52,7 +52,6 @@ class Work:
     done: simpy.Event
     start: float = 0.0
     end: float = 0.0
-    counted: bool = False  # already counted in flight when launched (a slot was free)
 
 
 @dataclass

@@ -13,13 +13,17 @@ machine is another class with the same methods:
 
 Two platforms:
 
-``Devices``      each rank computes on a device of its own (a GPU's compute stream, or
-                 a CPU core nobody shares); collectives run on the network, at most
-                 ``link.concurrency`` at once (NCCL's one stream, gloo's two threads),
+``Devices``      each rank computes on a device of its own: a GPU's compute stream with
+                 NCCL's stream beside it (the GPU platform: links from the hardware
+                 profiles, NVLink inside a node and a fabric between nodes,
+                 ``network.network_for``), or a CPU core nobody shares; collectives
+                 run on the network, at most ``link.concurrency`` at once (NCCL's one stream, gloo's two threads),
                  each taking ``link.allreduce_s``. Compute started while a transfer
                  runs is slowed by ``1 + link.interference`` (decided at the gradient's
                  start; a transfer ending exactly then does not count, one starting
-                 then does).
+                 then does). The other direction (NCCL's kernels slowed by the compute
+                 kernels they share the SMs with) is not modelled: no measurement here
+                 separates it (docs/reproductions.md).
 ``SharedCores``  CPU gloo with each rank pinned to a core (``link.shared_core``): the
                  core runs the rank's compute *and* its collectives' CPU work
                  (``core.Core``: processor sharing, Note [Latency-bound jobs on a shared
@@ -48,6 +52,7 @@ class Devices:
         self.slots = simpy.Resource(env, capacity=link.concurrency)
         self.ends: dict[tuple, float] = {}  # transferring collectives -> end time (interference)
         self.committed = 0  # collectives started by all ranks, running or queued for a slot
+        self.counted: set = set()  # keys already in ``ends`` when committed (a slot was free)
         self.coupled = bool(link.interference)
 
     def compute(self, actor, seconds: float) -> simpy.Event:
@@ -62,7 +67,7 @@ class Devices:
         """Every rank launched ``work``: it is in flight from now if a slot is free, so
         compute started at this instant is already slowed."""
         if self.committed < self.link.concurrency:
-            work.counted = True
+            self.counted.add(work.key)
             self.ends[work.key] = self.env.now + self.link.allreduce_s(work.nbytes, self.world_size)
         self.committed += 1
 
@@ -72,8 +77,9 @@ class Devices:
             yield slot
             work.start = self.env.now
             duration = self.link.allreduce_s(work.nbytes, self.world_size)
-            if not work.counted:
+            if work.key not in self.counted:
                 self.ends[work.key] = self.env.now + duration
+            self.counted.discard(work.key)
             yield self._move(work, duration)
             del self.ends[work.key]
             self.committed -= 1
