@@ -162,6 +162,10 @@ def fit_calibration(rows: list[tuple[int, float, float]], world: int, turn: floa
             "host_cpus": os.cpu_count(), "time_slice_s": time_slice() if turn is None else turn}
 
 
+LINE_KEYS = ("world_size", "alpha_s", "bandwidth_Bps", "intercept_s", "s_per_byte", "points",
+             "cpu_intercept_s", "cpu_s_per_byte", "cpu_points")  # one world size's measurement
+
+
 def combine(entries: dict[int, dict], turn: float | None = None) -> dict:
     """One calibration from ``fit_calibration`` s at several world sizes: each one's lines
     under ``world_sizes``, the world-size fits through them (``netmodel.fit_world_sizes``),
@@ -181,10 +185,6 @@ def combine(entries: dict[int, dict], turn: float | None = None) -> dict:
     if turn is not None:
         out["time_slice_s"] = turn
     return out
-
-
-LINE_KEYS = ("world_size", "alpha_s", "bandwidth_Bps", "intercept_s", "s_per_byte", "points",
-             "cpu_intercept_s", "cpu_s_per_byte", "cpu_points")  # one world size's measurement
 
 
 def calibrate_world_sizes(sizes: list[int], reps: int, world_sizes: list[int], timeout: float = 120.0,

@@ -65,7 +65,7 @@ def measured(truth: dict, iterations: set[int]) -> tuple[float, dict[int, float]
 def simulated(sim, rank: int) -> tuple[float, dict[int, float]]:
     """(backward ms, {param index: ready ms after backward start}) of one simulated rank (medians
     over its synced iterations after the first)."""
-    r = next(x for x in sim.ranks if x.rank == rank) if any(x.rank == rank for x in sim.ranks) else sim.ranks[0]
+    r = next((x for x in sim.ranks if x.rank == rank), sim.ranks[0])
     its = [it for it in r.iterations if it.sync][1:] or r.iterations
     ready: dict[int, list[float]] = {}
     for it in its:

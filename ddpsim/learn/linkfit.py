@@ -33,18 +33,15 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
     """
     k = trace.world_size
     cal = trace.meta.get("calibration")
-    cal = netmodel.measured_lines(cal).get(k) if isinstance(cal, dict) else None  # this world size's line
-    if cal is not None and "intercept_s" in cal:
+    line = netmodel.measured_lines(cal).get(k) if isinstance(cal, dict) else None  # this world size's line
+    if line is not None and "intercept_s" in line:
         # Note [Calibrate alone]: the shared-core model needs each allreduce's cost
         # *alone*; `ddpsim calibrate` (or, in validate --grid, the recording's own
         # ranks between iterations) measures exactly that over many sizes, where a
-        # trace has only its few bucket sizes to fit a line through.
-        a, b = float(cal["intercept_s"]), float(cal["s_per_byte"])
-        core = (float(cal["cpu_intercept_s"]), float(cal["cpu_s_per_byte"])) if "cpu_intercept_s" in cal else None
-        # Note [Ranks take turns on a shared core]: the scheduler's slice, where ranks share cores
-        turn = float(trace.meta["calibration"].get("time_slice_s") or 0.0) if cpus else 0.0
-        link = Link.from_fit(a, b, k, core_fit=core, concurrency=concurrency, shared_core=True, cpus=cpus,
-                             time_slice_s=turn, name=f"shared-core, gloo calibration (k={k})")
+        # trace has only its few bucket sizes to fit a line through. Where ranks share
+        # cores they take turns of the calibration's time slice (Note [Ranks take turns on a shared core]).
+        link = netmodel.link_at(cal, k, concurrency, cpus=cpus)
+        (a, b), core, _ = netmodel.lines_at(cal, k)
         return link, {"from": "meta.calibration (shared core)", "intercept_s": a, "s_per_byte": b,
                       "cpu_fit": core, "world_size": k}
     points = []

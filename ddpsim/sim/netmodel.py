@@ -116,14 +116,16 @@ def target_cpus(cal: dict, k: int) -> int:
     return cpus if 0 < cpus < k else 0
 
 
-def link_at(cal: dict, k: int, concurrency: int = 2, interference: float = 0.0) -> Link:
+def link_at(cal: dict, k: int, concurrency: int = 2, interference: float = 0.0, cpus: int | None = None) -> Link:
     """The shared-core Link of ``k`` ranks on the calibration's host.
 
     Where ``k`` exceeds the host's cores the ranks share them (round robin) and take
     turns of the measured time slice (Note [Ranks take turns on a shared core]).
+    ``cpus``: the cores a recorded run was pinned to, when it is known (default: the
+    calibration host's, ``target_cpus``).
     """
     (a, b), cpu, where = lines_at(cal, k)
-    cpus = target_cpus(cal, k)
+    cpus = target_cpus(cal, k) if cpus is None else cpus
     turn = float(cal.get("time_slice_s") or 0.0) if cpus else 0.0
     return Link.from_fit(a, b, k, core_fit=cpu, concurrency=concurrency, interference=interference,
                          shared_core=True, cpus=cpus, time_slice_s=turn,
