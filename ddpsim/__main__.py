@@ -5,5 +5,15 @@ import sys
 
 from ddpsim.cli import COMMANDS, build_parser, main  # noqa: F401  (the entry points, by their old names)
 
+
+def _terminate(signum, frame):
+    """SIGTERM (``kill``, a group stop) unwinds like Ctrl-C, so that ``finally`` blocks run:
+    the recorder stops its ranks and removes its private rendezvous folder."""
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

@@ -1,5 +1,6 @@
 """Recording under torchrun: one shard per rank, merged into one trace."""
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,10 @@ def test_torchrun_writes_shards_that_merge(tmp_path):
     out = tmp_path / "run.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "ddpsim", "record", "--model", "mlp", "--iters", "3", "--out", str(out)]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    tmp = tmp_path / "tmp"  # torchrun's own log folder (torchelastic_*) lands here, not in /tmp
+    tmp.mkdir()
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                            env=dict(os.environ, TMPDIR=str(tmp)))
     assert result.returncode == 0, result.stderr[-2000:]
     shards = sorted(tmp_path.glob("run.json.rank*.jsonl"))
     assert [s.name for s in shards] == ["run.json.rank0.jsonl", "run.json.rank1.jsonl"]

@@ -2,15 +2,18 @@
 
 For each model:
 
-1. the grid's group at ``--from-world-size`` (``grid.Recorder``: a calibration run and
-   the grid runs, interleaved); the workload is learnt from the calibration run
-   alone, exactly as ``--grid`` learns it (``grid.learn``);
+1. the grid's group (``recorder.Recorder``: a calibration run and the grid runs,
+   interleaved) at ``--from-world-size`` and at every target world size, all
+   launched at once and taking turns round by round (Note [Take turns across world
+   sizes] in ``ddpsim/record/turns.py``), so that a slow spell of the machine falls
+   on the source and the targets alike;
 2. ``ddpsim calibrate``'s allreduce microbenchmark at the source and every target
    world size, in fresh processes pinned as the recorder pins ranks
    (``calibrate.calibrate_world_sizes``): the network model
    (``ddpsim.sim.netmodel``, Note [Ranks that share cores slow the ring]);
-3. the grid's group at each target world size, recorded the same way, and every
-   grid run predicted from the source workload and the network model at the target.
+3. the workload learnt from the source group's calibration run alone, exactly as
+   ``--grid`` learns it (``grid.learn``), and every target grid run predicted from
+   it and the network model at the target.
 
 Note [Nothing from the target world size]: a prediction may use only the source
 recording and the standalone microbenchmark. The target group's calibration run
@@ -27,7 +30,8 @@ import sys
 
 from ddpsim.experiments.calibrate import calibrate_world_sizes, parse_world_sizes
 from ddpsim.experiments.compare import parse_jitter
-from ddpsim.experiments.grid import CAL_REPS, CAL_SIZES, CALIBRATION_CAP_MB, Recorder, learn, predict_runs
+from ddpsim.experiments.grid import CALIBRATION_CAP_MB, learn, predict_runs
+from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
 from ddpsim.experiments.table import report
 
 
@@ -61,14 +65,15 @@ def run_extrapolate(models, source_ws: int, targets: list[int], configs, record_
     try:
         for i, model in enumerate(models, 1):
             rec.log(f"[{i}/{len(models)}] {model}: learn at ws{source_ws}, predict ws{','.join(map(str, targets))}")
-            specs, traces = rec.group(model, source_ws)
+            groups = rec.groups(model, [source_ws] + targets)
+            specs, traces = groups[source_ws]
             net = measure_network(rec, model, [source_ws] + targets, network)
             networks[model] = {k: v for k, v in net.items() if k in ("world_sizes", "fit", "time_slice_s", "host_cpus")}
             w, jit, entry = learn(traces[0], rec.paths(model, source_ws)[0], source_ws, measured, sim_iters,
                                   jitter, rec.log, network=net)
             calibrations.append(entry)
             for ws in targets:  # Note [Nothing from the target world size]: traces[0] is never read
-                tspecs, ttraces = rec.group(model, ws)
+                tspecs, ttraces = groups[ws]
                 rows += predict_runs(w, jit, tspecs[1:], ttraces[1:], sim_iters, rec.log)
     finally:
         rec.close()

@@ -23,6 +23,7 @@ from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.experiments.compare import parse_jitter, predict_row
 from ddpsim.experiments.table import format_row, report, stats
+from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder  # noqa: F401 (CAL_*: grid's users)
 from ddpsim.learn.jitter import pick_jitter
 
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
@@ -57,9 +58,6 @@ def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -
         log(f"load average {load:.2f} >= {limit}: waiting ({time.monotonic() - t0:.0f} s so far)")
         time.sleep(poll_s)
 
-
-CAL_SIZES = [k * 1024 for k in (4, 64, 256, 512, 1024, 2048, 4096, 8192)]  # bytes, for the allreduce line
-CAL_REPS = 41  # `calibrate` repetitions per size: a small allreduce here takes ~0.5 or ~3.5 ms at random
 
 
 # Note [Calibrate in the recording's ranks]: the shared-core model needs each
@@ -134,68 +132,6 @@ def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdi
     finally:
         rec.close()
     return rec.result(rows, calibrations)
-
-
-class Recorder:
-    """Records (or, with ``reuse``, loads) the interleaved runs of one (model, world size)."""
-
-    def __init__(self, workdir, configs, record_iters, reuse, calibration_cap_mb, log=None):
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ddpsim-validate-")
-        self.work = Path(workdir or self.tmp.name)
-        self.work.mkdir(parents=True, exist_ok=True)
-        self.configs, self.iters, self.reuse, self.cap = configs, record_iters, reuse, calibration_cap_mb
-        self.loads, self.t0 = [], time.monotonic()
-
-    def specs(self, model: str, ws: int) -> list[tuple]:
-        """(name, RecordConfig, grid config or None) of the calibration run, then each grid run."""
-        from ddpsim.record.config import RecordConfig
-
-        out = [("calibration", RecordConfig(model=model, world_size=ws, iters=self.iters, bucket_cap_mb=self.cap,
-                                            profile_internals=False, probe_allreduce_bytes=CAL_SIZES), None)]
-        for c in self.configs:
-            order, cap = c["order"], c["bucket_cap_mb"]
-            impl = "torch" if order == "torch" else "minddp"
-            name = f"{model}_ws{ws}_cap{cap or 'default'}_{order}_fu{int(c['find_unused'])}"
-            # No profiler: it slows the profiled run ~10% and, interleaved, the next one too.
-            out.append((name, RecordConfig(model=model, world_size=ws, iters=self.iters, impl=impl,
-                                           bucket_cap_mb=cap, find_unused_parameters=c["find_unused"],
-                                           order=None if impl == "torch" else order, profile_internals=False), c))
-        return out
-
-    def paths(self, model: str, ws: int) -> list[Path]:
-        return [self.work / f"{model}_ws{ws}_calibration_cap{self.cap:g}.json" if c is None
-                else self.work / f"{name}.json" for name, _, c in self.specs(model, ws)]
-
-    def group(self, model: str, ws: int) -> tuple[list, list]:
-        """(specs, traces) of the group, recorded together (Note [Interleave the measurements])."""
-        from ddpsim.record.launcher import record_many
-        from ddpsim.trace import load_trace
-
-        specs, paths = self.specs(model, ws), self.paths(model, ws)
-        self.loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
-        self.log(f"    load {self.loads[-1]:.2f}, {time.monotonic() - self.t0:.0f} s")
-        if self.reuse and all(p.exists() for p in paths):
-            return specs, [load_trace(p) for p in paths]
-        return specs, record_many([cfg for _, cfg, _ in specs], paths)
-
-    def check_reuse(self, groups) -> None:
-        """Raise unless every (model, world size) of ``groups`` is in the workdir."""
-        for model, ws in groups:
-            missing = [p.name for p in self.paths(model, ws) if not p.exists()]
-            if missing:
-                raise ValueError(f"--reuse: {self.work} has no recording of {model} at world size {ws} "
-                                 f"(missing {missing[0]})")
-
-    def close(self) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
-
-    def result(self, rows, calibrations, **extra) -> dict:
-        loads = self.loads or [math.nan]
-        return {"rows": rows, "stats": stats(rows), "calibrations": calibrations, **extra,
-                "load": {"min": min(loads), "max": max(loads), "median": statistics.median(loads)},
-                "wall_s": time.monotonic() - self.t0}
 
 
 def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, network=None):

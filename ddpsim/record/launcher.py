@@ -30,6 +30,7 @@ from ddpsim import heartbeat
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import explain, is_secondary, root_cause
 from ddpsim.record.merge import first_forward_ns, merge, merge_files, read_shard
+from ddpsim.record.turns import Turns
 from ddpsim.trace import from_dict
 
 POLL_S = 0.1  # seconds between looks at the ranks
@@ -80,13 +81,13 @@ def loopback_interface() -> str:
 
 
 def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path,
-           store: Path, beat: Path) -> subprocess.Popen:
+           store: Path, beat: Path, extra_env: dict[str, str]) -> subprocess.Popen:
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     lo = loopback_interface()
     env = dict(os.environ, PYTHONPATH=path, RANK=str(rank), WORLD_SIZE=str(cfgs[0].world_size), LOCAL_RANK=str(rank),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                PYTHONUNBUFFERED="1", DDPSIM_LAUNCHED="1", DDPSIM_STORE=str(store),
-               **{heartbeat.ENV: str(beat)})
+               **{heartbeat.ENV: str(beat)}, **extra_env)
     env.setdefault("GLOO_SOCKET_IFNAME", lo)  # gloo's pair sockets on loopback only, unless the user chose
     env.setdefault("NCCL_SOCKET_IFNAME", lo)  # NCCL's bootstrap sockets likewise
     heartbeat.create(beat)
@@ -192,12 +193,15 @@ def record(cfg: RecordConfig, out: str | Path, progress: Callable[[int, int], No
 
 
 def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
-                progress: Callable[[int, int], None] | None = None, master_port: int | None = None):
+                progress: Callable[[int, int], None] | None = None, master_port: int | None = None,
+                turns: Turns | None = None):
     """Record several configurations in the same ranks, interleaved iteration by iteration.
 
     All configs share the world size, backend and pinning; each gets its own DDP
     instance and its own trace in ``outs``. Interleaving makes their timings
     comparable: a slow spell of the machine hits them all alike (``validate --grid``).
+    ``turns``: this group's place among groups of other world sizes recorded at the
+    same time, round by round (Note [Take turns across world sizes]).
     """
     for cfg in cfgs:
         cfg.validate()
@@ -217,7 +221,7 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     try:
         for r in range(cfg.world_size):
             procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log",
-                                private / "store", beats[r]))
+                                private / "store", beats[r], turns.env() if turns else {}))
         watch = Watch(procs, beats, cfg.timeout_s)
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:
@@ -225,6 +229,8 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     finally:
         stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
         shutil.rmtree(private, ignore_errors=True)
+        if turns:
+            turns.end()  # the other groups stop waiting for this one
     if failed:
         raise _failure(cfg, outs[0], shards[0], logs, failed, last, stopped)
     origin = min(first_forward_ns([read_shard(p) for p in rank_shards]) for rank_shards in shards)

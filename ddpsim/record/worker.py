@@ -27,6 +27,7 @@ from ddpsim.record.config import RecordConfig
 from ddpsim.record.gpuclock import GpuTimer, timebase
 from ddpsim.record.probe import AllreduceProbe
 from ddpsim.record.process import die_with_parent, env_rank, exit_now, init_process_group, pin_to_cpu
+from ddpsim.record.turns import Turns
 
 
 def wrap_model(cfg: RecordConfig, model, recorder, device):
@@ -184,7 +185,8 @@ class Run:
 
 
 def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
-    """Build every Run, align clocks, then step them in turn: iteration i of each, then i + 1."""
+    """Build every Run, align clocks, then step them in turn: iteration i of each, then i + 1
+    (each such round in this group's turn, when groups of other world sizes record beside it)."""
     heartbeat.beat(stage="building the model")
     runs = [Run(c, rank, world, device, r) for c, r in zip(cfgs, recorders)]
     heartbeat.beat(stage="aligning clocks")
@@ -192,13 +194,27 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
     for r in recorders:
         r.header_update({"clock": clock})
     probes = [(AllreduceProbe(r.cfg.probe_allreduce_bytes), r) for r in runs if r.cfg.probe_allreduce_bytes]
+    turns = Turns.from_env()  # Note [Take turns across world sizes]; None unless the launcher asked
     heartbeat.beat(stage="training")
+    if turns:
+        turns.ready(rank)
     for it in range(max(c.iters for c in cfgs)):
+        if turns:
+            turns.take(cfgs[0].timeout_s)
         for run in runs:
             if it < run.cfg.iters:
                 run.step(it)
         for probe, _ in probes:  # Note [Calibrate in the recording's ranks]
             probe.time_each()
+        if turns:
+            dist.barrier()  # the whole group's round is over before rank 0 hands the turn on
+            turns.hand_on(rank)
+    if turns:
+        if rank == 0:
+            turns.end()
+        for r in recorders:
+            r.header_update({"turns": {"world_sizes": turns.world_sizes, "group": turns.group,
+                                       "spans_ns": turns.spans}})
     for probe, run in probes:
         run.recorder.header_update({"allreduce_probe": probe.rows()})
     for run in runs:
