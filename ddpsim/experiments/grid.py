@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.experiments.compare import parse_jitter, predict_row
-from ddpsim.experiments.table import format_row, report, stats
-from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder  # noqa: F401 (CAL_*: grid's users)
+from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
+from ddpsim.experiments.table import format_row, report, stats  # noqa: F401 (stats: its tests import it from here)
 from ddpsim.learn.jitter import pick_jitter
 
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25

@@ -159,7 +159,7 @@ def record_ladder(model: str, world_size: int, iters: int, out_dir: Path, bucket
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
 
-    from ddpsim.experiments.grid import CAL_SIZES
+    from ddpsim.experiments.recorder import CAL_SIZES
 
     cfgs = [RecordConfig(model=model, world_size=world_size, iters=iters, bucket_cap_mb=bucket_cap_mb,
                          profile_internals=False, **r.record,

@@ -88,7 +88,7 @@ class Turns:
         """
         first = not self.spans
         deadline = time.monotonic() + (START_WAIT_S if first else timeout_s)
-        while not (self._everyone_ready() if first else True) or not self._mine():
+        while (first and not self._everyone_ready()) or not self._mine():
             if time.monotonic() > deadline:
                 raise TurnError(f"world size {self.world_sizes[self.group]} waited more than "
                                 f"{START_WAIT_S if first else timeout_s:.0f} s for its turn: "
@@ -107,8 +107,9 @@ class Turns:
         _write(self.folder / f"ended.{self.group}", "")
         cur, seq = self._current()
         if cur == self.group:
-            self._pass(seq + 1)
-        _wake_all(self.folder)
+            self._pass(seq + 1)  # wakes every rank
+        else:
+            _wake_all(self.folder)
 
     def _pass(self, seq: int) -> None:
         _write(self.folder / "turn", f"{(self.group + 1) % len(self.world_sizes)} {seq}")
