@@ -113,3 +113,25 @@ def test_a_recorded_workload_simulates_another_world_size_on_the_calibrated_netw
     assert "measured at k=4" in at4["link"]["name"] and "fitted" in at8["link"]["name"]
     # two ranks per core, then four: each step slower
     assert at2["iteration_time_s"] < at4["iteration_time_s"] < at8["iteration_time_s"]
+
+
+def test_anchor_moves_every_world_size_by_the_recordings_own_line():
+    # Note [Anchor the network to the recording]: calibrate measured 2 and 4 ranks in a slow
+    # spell (slopes 1.5x); the recording's ranks timed 2 ranks at the normal speed.
+    from ddpsim.experiments.calibrate import anchor
+
+    cal = combine({2: _entry(2, 2e-3, 1.5e-9, cb=6e-10), 4: _entry(4, 6e-3, 3e-9, cb=9e-10)}, turn=0.004)
+    own = _entry(2, 2e-3, 1e-9, cb=4e-10)
+    out = anchor(cal, own, 2)
+    (a2, b2), (ca2, cb2), _ = netmodel.lines_at(out, 2)
+    assert (a2, b2, ca2, cb2) == pytest.approx((2e-3, 1e-9, 1e-4, 4e-10))
+    (a4, b4), (ca4, cb4), _ = netmodel.lines_at(out, 4)
+    assert (a4, b4, ca4, cb4) == pytest.approx((6e-3, 2e-9, 1e-4, 6e-10))  # same growth, the recording's level
+    assert netmodel.line_at(out["fit"]["wall"], 8) == pytest.approx(
+        tuple(x * r for x, r in zip(netmodel.line_at(cal["fit"]["wall"], 8), (1.0, 2 / 3))))
+    assert out["time_slice_s"] == 0.004 and out["anchored"]["s_per_byte"] == pytest.approx(2 / 3, abs=1e-4)
+    # anchored at a world size calibrate did not measure: its fit's line there is the reference
+    at3 = anchor(cal, {**own, "s_per_byte": 2 * netmodel.lines_at(cal, 3)[0][1]}, 3)
+    assert at3["anchored"]["s_per_byte"] == pytest.approx(2.0, abs=1e-4)
+    with pytest.raises(ValueError, match="the recording's line has no cpu_intercept_s"):
+        anchor(cal, {"intercept_s": 2e-3, "s_per_byte": 1e-9}, 2)

@@ -12,8 +12,10 @@ For each model:
    (``calibrate.calibrate_world_sizes``): the network model
    (``ddpsim.sim.netmodel``, Note [Ranks that share cores slow the ring]);
 3. the workload learnt from the source group's calibration run alone, exactly as
-   ``--grid`` learns it (``grid.learn``), and every target grid run predicted from
-   it and the network model at the target.
+   ``--grid`` learns it (``grid.learn``), with the network model moved to the level
+   of the allreduces the source's own ranks timed (``calibrate.anchor``, Note [Anchor
+   the network to the recording]); every target grid run is predicted from it and
+   the network model at the target.
 
 Note [Nothing from the target world size]: a prediction may use only the source
 recording and the standalone microbenchmark. The target group's calibration run

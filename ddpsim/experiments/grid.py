@@ -136,6 +136,7 @@ def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, netwo
     """(workload, jitter, summary) learnt from calibration run ``cal`` (saved to ``path`` if
     its allreduce line was attached); ``network``: a calibration whose lines serve
     other world sizes (Note [Ranks that share cores slow the ring])."""
+    from ddpsim.experiments.calibrate import anchor
     from ddpsim.learn.extract import workload_from_trace
     from ddpsim.learn.refine import refine
 
@@ -149,8 +150,9 @@ def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, netwo
              "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)}
     log(f"    calibration: measured {entry['measured_ms']:.1f} ms, jitter {jit:.3f}, "
         f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
-    if network is not None:
-        w.meta["calibration"] = network
+    if network is not None:  # Note [Anchor the network to the recording]
+        w.meta["calibration"] = anchor(network, cal.meta["calibration"], ws)
+        entry["network_anchor"] = w.meta["calibration"]["anchored"]
     return w, jit, entry
 
 

@@ -33,16 +33,17 @@ def write_table(result: dict, out: str) -> list[Path]:
     base = Path(out)
     if base.suffix in (".csv", ".json"):
         base = base.with_suffix("")
+    csv_path, json_path = (base.with_name(base.name + ext) for ext in (".csv", ".json"))  # keeps "run.v2"
     base.parent.mkdir(parents=True, exist_ok=True)
-    with open(base.with_suffix(".csv"), "w", newline="") as f:
+    with open(csv_path, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["exposed_comm_pred_ms", "exposed_comm_meas_ms"],
                            extrasaction="ignore")
         wr.writeheader()
         for r in result["rows"]:
             wr.writerow(r)
     clean = json.loads(json.dumps(result, default=str).replace("NaN", "null"))
-    base.with_suffix(".json").write_text(json.dumps(clean, indent=1))
-    return [base.with_suffix(".csv"), base.with_suffix(".json")]
+    json_path.write_text(json.dumps(clean, indent=1))
+    return [csv_path, json_path]
 
 
 def report(res: dict, out: str | None) -> None:
