@@ -96,3 +96,15 @@ def test_jitter_is_measured_unless_given():
     w = Workload("t", [ParamSpec(0, "p0", 4)], [0], [1.0], Link(), meta={"jitter_estimated": 0.12})
     assert pick_jitter(None, w, None, 10) == 0.12  # Note [Measured, not fitted, noise]
     assert pick_jitter(0.3, w, None, 10) == 0.3
+
+
+def test_table_keeps_a_dotted_name(tmp_path):
+    from ddpsim.experiments.table import write_table
+
+    rows = [{"model": "mlp", "world_size": 2, "bucket_cap_mb": 0.25, "order": "torch", "find_unused": False,
+             "impl": "torch", "predicted_ms": 10.0, "measured_ms": 11.0, "error_pct": -9.1,
+             "bucket_start_error_pct": 1.0, "n_buckets": "2/2"}]
+    paths = write_table({"rows": rows}, str(tmp_path / "run.v2"))
+    assert [p.name for p in paths] == ["run.v2.csv", "run.v2.json"]
+    assert all(p.exists() for p in paths)
+    assert [p.name for p in write_table({"rows": rows}, str(tmp_path / "t.csv"))] == ["t.csv", "t.json"]
