@@ -200,8 +200,10 @@ def anchor(cal: dict, line: dict, k: int) -> dict:
     world size: its world sizes are timed seconds apart. So its wall-time and
     CPU-time lines at every world size are multiplied, intercept and slope apart, by
     the recording's line over ``calibrate``'s at ``k`` (measured there, or its fit),
-    and the world-size fit is made again through them. On those four recordings the
-    worst 4-rank error went from 15.7, 10.8, 12.2, 16.0% to 12.2, 10.9, 9.9, 9.4%.
+    and the world-size fit is made again through them. Over ten recordings
+    (docs/accuracy.md) the 4-rank bound of median 7%, max 15% held in seven with this
+    and six without. It trusts the recording's own probe: where that is off it hurts
+    (2026-11-24 01:19, shuffled's CPU slope came out 0.56x, its 4-rank runs -17.4%).
     """
     from ddpsim.sim.netmodel import lines_at, measured_lines
 
