@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
+from ddpsim.experiments.calibrate import anchor, calibrate, fit_calibration, time_slice
 from ddpsim.experiments.compare import parse_jitter, predict_row
 from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
 from ddpsim.experiments.table import format_row, report, stats  # noqa: F401 (stats: its tests import it from here)
@@ -82,8 +83,6 @@ def attach_calibration(cal, ws: int, measured: dict) -> bool:
     measured outside the recording once per grid: the scheduler's time slice
     (``"turn"``) and ``calibrate``'s line per world size.
     """
-    from ddpsim.experiments.calibrate import calibrate, fit_calibration, time_slice
-
     def turn() -> float:
         if "turn" not in measured:
             measured["turn"] = time_slice()
@@ -136,7 +135,6 @@ def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, netwo
     """(workload, jitter, summary) learnt from calibration run ``cal`` (saved to ``path`` if
     its allreduce line was attached); ``network``: a calibration whose lines serve
     other world sizes (Note [Ranks that share cores slow the ring])."""
-    from ddpsim.experiments.calibrate import anchor
     from ddpsim.learn.extract import workload_from_trace
     from ddpsim.learn.refine import refine
 
