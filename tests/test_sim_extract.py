@@ -189,3 +189,28 @@ def test_launch_cost_and_rank_speeds_are_learnt():
     assert learnt.grad_compute_s == pytest.approx([0.004 * 1.25, 0.003 * 1.25, 0.002 * 1.25, 0.001 * 1.25])
     assert measured_backward_scale(learnt, 2) == f
     assert measured_backward_scale(learnt, 4) == {}  # no rank to map them to
+
+
+def _iteration(i: int, compute_ns: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(iteration=i, forward=SimpleNamespace(duration_ns=compute_ns // 4),
+                           backward=SimpleNamespace(start_ns=0), backward_compute_end_ns=compute_ns - compute_ns // 4)
+
+
+def test_jitter_is_rank_to_rank_noise_not_slow_spells():
+    """Note [Only rank-to-rank noise makes ranks wait]."""
+    from ddpsim.learn.extract import _jitter
+
+    spells = [1000, 1600, 800, 1300, 1000, 2000]  # ns: the whole machine's speed, iteration by iteration
+    same = [_iteration(i, c) for i, c in enumerate(spells) for _rank in range(2)]
+    assert _jitter(same) == 0.0  # both ranks slow together: nobody waits
+    apart = [_iteration(i, c + d) for i, c in enumerate(spells) for d in (-100, 100)]
+    assert _jitter(apart) == pytest.approx(2 ** 0.5 * 100 / 1283.33, rel=1e-3)  # sample sd of (c-100, c+100)
+    alone = [_iteration(i, c) for i, c in enumerate(spells)]  # one rank: the spread over iterations
+    assert _jitter(alone) == pytest.approx(0.3194, rel=1e-3)
+    trace, _ = simulate(workload(), SimConfig(world_size=4, bucket_cap_mb=2, iters=40, jitter=0.2))
+    d = trace.to_dict()
+    d["source"] = "real"
+    d["meta"]["options"] = {"bucket_cap_mb": 2, "find_unused_parameters": False}
+    assert 0.14 < workload_from_trace(from_dict(d)).meta["jitter_estimated"] < 0.22  # the simulator's own noise
