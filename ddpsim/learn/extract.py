@@ -229,14 +229,15 @@ def _jitter(clean) -> float:
     iterations) and divided by the mean compute.
     """
     computes = [it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
-    if len(computes) < 3 or statistics.mean(computes) <= 0:
+    mean = statistics.mean(computes) if len(computes) >= 3 else 0.0
+    if mean <= 0:
         return 0.0
     by_iteration: dict[int, list[int]] = {}
     for it, c in zip(clean, computes):
         by_iteration.setdefault(it.iteration, []).append(c)
     within = [statistics.variance(v) for v in by_iteration.values() if len(v) >= 2]
     spread = statistics.mean(within) ** 0.5 if len(within) >= 3 else statistics.pstdev(computes)
-    return spread / statistics.mean(computes)
+    return spread / mean
 
 
 class _Fake:

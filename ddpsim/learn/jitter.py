@@ -36,7 +36,8 @@ def fit_jitter(workload, calibration, sim_iters: int = 40, hi: float = 0.6, step
 def pick_jitter(jitter, workload, learnt_from, sim_iters: int) -> float:
     """The jitter to simulate with: a number as given, ``"fit"`` (``fit_jitter``), or
     None: the coefficient of variation of per-rank compute measured in the run the
-    workload was learnt from (``extract``'s ``jitter_estimated``).
+    workload was learnt from, between the ranks of each iteration (``extract``'s
+    ``jitter_estimated``, Note [Only rank-to-rank noise makes ranks wait]).
 
     Note [Measured, not fitted, noise]: fitting the jitter so that the calibration
     run predicts itself made it absorb that one run's measurement noise: a per-
