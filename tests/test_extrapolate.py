@@ -2,6 +2,7 @@
 import csv
 import json
 import math
+import statistics
 
 import pytest
 
@@ -46,19 +47,23 @@ def test_bad_calibration_file(capsys, tmp_path):
 def test_calibrate_measures_each_world_size(capsys, tmp_path):
     """Real gloo ranks at 2 and 3 (3 ranks share this machine's cores when it has 2)."""
     out = tmp_path / "net.json"
-    assert main(["calibrate", "--world-sizes", "3,2", "--sizes-kb", "4,256", "--reps", "2",
+    assert main(["calibrate", "--world-sizes", "3,2", "--sizes-kb", "4,256", "--reps", "2", "--rounds", "3",
                  "--save", str(out)]) == 0
     cal = json.loads(out.read_text())
     assert sorted(cal["world_sizes"]) == ["2", "3"] and cal["world_size"] == 2
     for k, e in cal["world_sizes"].items():
         assert e["world_size"] == int(k) and [n for n, _ in e["points"]] == [4096, 262144]
         assert all(t > 0 for _, t in e["points"]) and all(c > 0 for _, c in e["cpu_points"])
+        # Note [Calibrate world sizes in turns]: each size's time is the median of its rounds
+        assert len(e["rounds"]) == 3 and [n for n, _, _ in e["rounds"][0]] == [4096, 262144]
+        assert [t for _, t in e["points"]] == [statistics.median(r[i][1] for r in e["rounds"]) for i in range(2)]
     assert cal["fit"]["wall"]["world_sizes"] == [2, 3] and cal["host_cpus"] >= 1
     assert cal["time_slice_s"] >= 0
     text = capsys.readouterr().out
     assert "world-size fit" in text and "k=3" in text
     assert json.loads(text.strip().splitlines()[-1])["world_sizes"].keys() == {"2", "3"}
     assert "--world-sizes needs world sizes >= 2" in _error(capsys, ["calibrate", "--world-sizes", "1"])
+    assert "--rounds must be >= 1, not 0" in _error(capsys, ["calibrate", "--rounds", "0"])
 
 
 @pytest.mark.slow

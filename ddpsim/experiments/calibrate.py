@@ -13,7 +13,7 @@ in network.py), and measures the scheduler's time slice (``time_slice``). The
 result is printed, written to ``--save FILE`` (JSON), and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
 ``ddpsim.learn.extract`` uses it when a trace's own buckets cannot be fitted.
-``--world-sizes 2,4,8`` measures at each (``combine``): every world size's lines,
+``--world-sizes 2,4,8`` measures at each, in turn ``--rounds`` times (``combine``): every world size's lines,
 and a fit that extrapolates to the others (``ddpsim.sim.netmodel``, Note [Ranks
 that share cores slow the ring]); ``simulate``/``validate`` of another world size
 than the trace's use the entry for the target world size.
@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+CAL_ROUNDS = 3  # rounds of every world size in turn (calibrate_world_sizes); torch has no such default
+
 HELP = ("measure gloo allreduce time vs size on local processes (each --world-sizes) and fit the "
         "simulator's network model")
 
@@ -36,6 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--sizes-kb", default="4,64,512,2048,8192",
                    help="message sizes in KiB, comma-separated (default 4,64,512,2048,8192)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per size (default 15)")
+    p.add_argument("--rounds", type=int, default=CAL_ROUNDS, help="measure the world sizes in turn this many "
+                   f"times; each size's median over them (default {CAL_ROUNDS}, Note [Calibrate world sizes in turns])")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the workers are killed")
     p.add_argument("--world-sizes", default="2", help="ranks to measure at, comma-separated (default 2); "
                    "other world sizes use the fit through them (ddpsim.sim.netmodel)")
@@ -163,7 +167,7 @@ def fit_calibration(rows: list[tuple[int, float, float]], world: int, turn: floa
 
 
 LINE_KEYS = ("world_size", "alpha_s", "bandwidth_Bps", "intercept_s", "s_per_byte", "points",
-             "cpu_intercept_s", "cpu_s_per_byte", "cpu_points")  # one world size's measurement
+             "cpu_intercept_s", "cpu_s_per_byte", "cpu_points", "rounds")  # one world size's measurement
 
 
 def combine(entries: dict[int, dict], turn: float | None = None) -> dict:
@@ -222,16 +226,38 @@ def anchor(cal: dict, line: dict, k: int) -> dict:
 
 
 def calibrate_world_sizes(sizes: list[int], reps: int, world_sizes: list[int], timeout: float = 120.0,
-                          log=None) -> dict:
-    """``calibrate`` at each world size (the time slice measured once), ``combine`` d."""
+                          log=None, rounds: int = CAL_ROUNDS) -> dict:
+    """``calibrate`` at each world size, in turn ``rounds`` times (the time slice measured once), ``combine`` d.
+
+    Note [Calibrate world sizes in turns]: a prediction at another world size takes
+    from here how the cost grows with the world size (Note [Anchor the network to the
+    recording]), which one slow spell during one world size's measurement changes.
+    Measured once each (five recordings of 2026-11-24, three models) the 4-rank
+    slope was 1.26x to 2.70x the 2-rank one, and the two outliers gave the two worst
+    predictions (shuffled at 4 ranks -13.8% and +10.1%). So the world sizes take
+    turns (2, 4, 2, 4, ...) and each size's times are the medians over the rounds,
+    which are kept in the entry (``rounds``).
+    """
+    if rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, not {rounds}")
     turn = time_slice()
+    runs: dict[int, list] = {k: [] for k in world_sizes}
+    for _ in range(rounds):
+        for k in world_sizes:
+            runs[k].append(measure(sizes, reps, k, timeout))
     entries = {}
-    for k in world_sizes:
-        entries[k] = fit_calibration(measure(sizes, reps, k, timeout), k, turn)
+    for k, rows in runs.items():
+        entries[k] = {**fit_calibration(median_rows(rows), k, turn), "rounds": [[list(r) for r in x] for x in rows]}
         if log:
             log(f"calibrated k={k}: {entries[k]['intercept_s'] * 1e3:.3f} ms + "
-                f"{entries[k]['s_per_byte'] * 2**20 * 1e3:.3f} ms/MiB")
+                f"{entries[k]['s_per_byte'] * 2**20 * 1e3:.3f} ms/MiB (median of {rounds} rounds)")
     return combine(entries, turn)
+
+
+def median_rows(rounds: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
+    """[(bytes, wall s, CPU s)]: each size's median wall and CPU time over the rounds of ``measure``."""
+    return [(n, statistics.median(r[i][1] for r in rounds), statistics.median(r[i][2] for r in rounds))
+            for i, (n, _, _) in enumerate(rounds[0])]
 
 
 def load_calibration(path: str) -> dict:
@@ -269,7 +295,7 @@ def main(args) -> int:
         raise ValueError("--reps must be >= 1")
     world_sizes = parse_world_sizes(args.world_sizes)
     trace = load_trace(args.trace) if args.trace else None
-    cal = calibrate_world_sizes(sizes, args.reps, world_sizes, args.timeout)
+    cal = calibrate_world_sizes(sizes, args.reps, world_sizes, args.timeout, rounds=args.rounds)
     for k, e in cal["world_sizes"].items():
         for (n, t), (_, c) in zip(e["points"], e["cpu_points"]):
             print(f"k={k:<3} {n / 1024:10.0f} KiB  {t * 1e3:9.3f} ms  (CPU {c * 1e3:.3f} ms)")
