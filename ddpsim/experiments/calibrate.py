@@ -9,7 +9,8 @@ Link (``alpha = a / 2(k-1)``, ``B = 2(k-1)/k / b``). It also times each
 allreduce's CPU time (``time.process_time``: all of the process's threads, gloo's
 included; lower quartile) and fits the same line through it: the part of the
 allreduce that is work on the core (Note [Not all of an allreduce is core work]
-in network.py), and measures the scheduler's time slice (``time_slice``). The
+in network.py), and measures the scheduler's time slice
+(``ddpsim.record.timeslice.time_slice``). The
 result is printed, written to ``--save FILE`` (JSON), and
 stored as ``meta["calibration"]`` in ``--trace`` (written to ``--out``), where
 ``ddpsim.learn.extract`` uses it when a trace's own buckets cannot be fitted.
@@ -27,6 +28,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from ddpsim.record.timeslice import time_slice
 
 CAL_ROUNDS = 3  # rounds of every world size in turn (calibrate_world_sizes); torch has no such default
 
@@ -101,50 +104,6 @@ def run_ranks(worker, args: tuple, world: int, timeout: float):
                     proc.terminate()
                     proc.join(5)
         return json.loads(Path(out).read_text())
-
-
-SLICE_GAP_S = 200e-6  # s; a pause this long in a spinning loop means it lost the core
-
-
-def _spin(cpu: int, seconds: float, queue) -> None:
-    """Spin on ``cpu`` and report how long each turn on the core lasted (s)."""
-    os.sched_setaffinity(0, {cpu})
-    start = last = time.perf_counter()
-    end, turns = start + seconds, []
-    while last < end:
-        t = time.perf_counter()
-        if t - last > SLICE_GAP_S:  # descheduled between two readings: a turn ended
-            turns.append(last - start)
-            start = t
-        last = t
-    queue.put(turns[1:])  # the first turn began before the other process started
-
-
-def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
-    """The scheduler's time slice here: how long one of two busy processes pinned to
-    the same core runs before the other gets it (median, s; 0 if never preempted).
-
-    Note [Ranks take turns on a shared core] (core.py) uses it: with 4 ranks on 2
-    cores, ranks 0 and 2 share CPU 0, and the kernel runs one of them for a slice
-    (3.95 ms, quartiles 3.93-3.97, measured here 2026-11-21), not both at half speed.
-    """
-    import multiprocessing as mp
-
-    if not hasattr(os, "sched_setaffinity"):
-        return 0.0
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_spin, args=(cpu, seconds, queue), daemon=True) for _ in range(2)]
-    try:
-        for p in procs:
-            p.start()
-        turns = [t for _ in procs for t in queue.get(timeout=seconds + 30)]
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.terminate()
-    return statistics.median(turns) if turns else 0.0
 
 
 def calibrate(sizes: list[int], reps: int = 15, timeout: float = 120.0, world: int = 2) -> dict:

@@ -19,11 +19,12 @@ from pathlib import Path
 
 from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
-from ddpsim.experiments.calibrate import anchor, calibrate, fit_calibration, time_slice
+from ddpsim.experiments.calibrate import anchor, calibrate, fit_calibration
 from ddpsim.experiments.compare import parse_jitter, predict_row
 from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
 from ddpsim.experiments.table import format_row, report, stats  # noqa: F401 (stats: its tests import it from here)
 from ddpsim.learn.jitter import pick_jitter
+from ddpsim.record.timeslice import time_slice
 
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
 

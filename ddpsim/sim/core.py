@@ -101,7 +101,7 @@ class Core:
 
         Note [Ranks take turns on a shared core]: two busy processes pinned to one
         core do not each run at half speed: the kernel runs one for a time slice,
-        then the other (3.95 ms here, ``calibrate.time_slice``). With 4 ranks on 2
+        then the other (3.95 ms here, ``record.timeslice.time_slice``). With 4 ranks on 2
         cores this shows in every iteration: the rank that finishes its step first
         goes on (to its next iteration, or the next run of an interleaved
         recording) for the rest of its slice while its core-mate waits, so the
