@@ -22,7 +22,6 @@ def run_transfers(platform, env, n):
     works = [work(env, i) for i in range(n)]
 
     def one(w):
-        platform.start(w)
         yield from platform.transfer(w)
         w.end = env.now
 
@@ -45,24 +44,39 @@ def test_devices_run_at_most_concurrency_collectives_at_once():
     assert run_transfers(Devices(env, link, 2, actors(2)), env, 3) == [(0, 1), (0, 1), (1, 2)]
 
 
-def test_devices_slow_a_gradient_that_starts_while_a_transfer_runs():
+def test_devices_slow_a_gradient_while_its_own_rank_has_a_collective_launched():
+    # Note [Communication slows compute from the rank's own launch]: from rank 0's launch at
+    # 1 s, through waiting for its peer (until 2 s) and the 1 s transfer (until 3 s); never rank 1
     env = simpy.Environment()
-    link = Link(alpha_s=0.0, bandwidth_Bps=MIB, interference=0.5)
-    dev = Devices(env, link, 2, actors(2))
+    acts = actors(2)
+    dev = Devices(env, Link(alpha_s=0.0, bandwidth_Bps=MIB, interference=0.5), 2, acts)
     times = {}
 
-    def grads():
-        yield dev.gradient(None, 1.0)  # nothing in flight: 1 s
+    def rank0():
+        yield dev.gradient(acts[0], 1.0)  # nothing launched: 1 s
         times["alone"] = env.now
         w = work(env, "b")
-        dev.start(w)  # in flight 1 s .. 2 s
-        env.process(dev.transfer(w))
-        yield dev.gradient(None, 1.0)  # starts during it: 1.5 s
-        times["slowed"] = env.now
+        dev.launched(acts[0], w)
+        env.process(peer(w))
+        yield dev.gradient(acts[0], 1.0)  # peer not there yet: 1.5 s
+        times["waiting"] = env.now
+        yield dev.gradient(acts[0], 0.2)  # transfer 2 s .. 3 s: 0.3 s
+        times["moving"] = env.now
+        yield env.timeout(3.0 - env.now)
+        yield dev.gradient(acts[0], 1.0)  # done at 3 s exactly: 1 s
+        times["after"] = env.now
 
-    env.process(grads())
+    def peer(w):
+        yield dev.gradient(acts[1], 0.4)  # from 1 s: rank 0's launch does not slow rank 1
+        times["other rank"] = env.now
+        yield env.timeout(2.0 - env.now)  # rank 1 launches at 2 s
+        dev.launched(acts[1], w)
+        yield from dev.transfer(w)
+        w.done.succeed()
+
+    env.process(rank0())
     env.run()
-    assert times == {"alone": 1.0, "slowed": 2.5}
+    assert times == pytest.approx({"alone": 1.0, "waiting": 2.5, "moving": 2.8, "after": 4.0, "other rank": 1.4})
 
 
 def test_shared_cores_pin_rank_r_to_core_r_mod_cpus():

@@ -87,15 +87,15 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
 
-    def launch(self, key: tuple, nbytes: int) -> Work:
-        """An actor launches collective ``key``; the last launcher starts it."""
+    def launch(self, actor: Actor, key: tuple, nbytes: int) -> Work:
+        """``actor`` launches collective ``key``; the last launcher starts it."""
         c = self.collectives.get(key)
         if c is None:
             c = self.collectives[key] = Work(key, nbytes, len(self.actors), self.env.event())
         c.pending -= 1
+        self.platform.launched(actor, c)
         if c.pending == 0:
             self.n_collectives += 1
-            self.platform.start(c)
             self.env.process(allreduce(self.env, self, c))
         return c
 
@@ -111,8 +111,8 @@ class Reducer:
     it was, so as not to move predictions: an open question).
     """
 
-    def __init__(self, model: Model, plan: Plan, brec: dict | None):
-        self.model, self.plan, self.brec = model, plan, brec
+    def __init__(self, model: Model, actor: Actor, plan: Plan, brec: dict | None):
+        self.model, self.actor, self.plan, self.brec = model, actor, plan, brec
         self.bucket_of = model.bucket_of[plan.layout_id]
         self.nbytes = model.bucket_bytes[plan.layout_id]
         self.pending = [len(b) for b in model.layouts[plan.layout_id]]
@@ -151,7 +151,7 @@ class Reducer:
         """
         if self.brec is not None:
             self.brec.setdefault(b, [now, None, None])[1] = now
-        self.works.append(self.model.launch((self.plan.iteration, b), self.nbytes[b]))
+        self.works.append(self.model.launch(self.actor, (self.plan.iteration, b), self.nbytes[b]))
         return self.works[-1]
 
     def launch_returned(self, b: int, now: float) -> None:
@@ -210,7 +210,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     """
     w, platform = model.w, model.platform
     grads = rec["grads"] if rec is not None else None
-    reducer = Reducer(model, plan, rec["buckets"] if rec is not None else None) if plan.sync else None
+    reducer = Reducer(model, actor, plan, rec["buckets"] if rec is not None else None) if plan.sync else None
     lazy = not (platform.coupled or w.launch_s or w.launch_s_per_byte)
     t0, done, waited = env.now, 0.0, 0.0  # lazy: compute done / waited for since t0
     unused = list(w.unused) if plan.mark_unused else []
@@ -250,7 +250,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     else:
         reducer.check_all_launched()
     if plan.bitmap:
-        reducer.works.append(model.launch((plan.iteration, "bitmap"), model.bitmap_bytes))
+        reducer.works.append(model.launch(actor, (plan.iteration, "bitmap"), model.bitmap_bytes))
         if rec is not None:
             rec["bitmap_launch"] = env.now
     return reducer.works

@@ -6,7 +6,7 @@ machine is another class with the same methods:
 
 ``compute(actor, s)``   ``s`` seconds of the rank's own work (forward, optimizer, ...)
 ``gradient(actor, s)``  one gradient's backward compute (may be slowed by communication)
-``start(work)``         every rank has launched collective ``work``: it is committed
+``launched(actor, work)`` the rank has launched collective ``work`` (its own launch)
 ``transfer(work)``      a process: the collective's data movement, until it is done
 ``elsewhere(actor, s)`` ``s`` seconds of work the DDP model does not play (the gap
                         before the rank's next iteration: data loading, ...)
@@ -18,12 +18,13 @@ Two platforms:
                  profiles, NVLink inside a node and a fabric between nodes,
                  ``network.network_for``), or a CPU core nobody shares; collectives
                  run on the network, at most ``link.concurrency`` at once (NCCL's one stream, gloo's two threads),
-                 each taking ``link.allreduce_s``. Compute started while a transfer
-                 runs is slowed by ``1 + link.interference`` (decided at the gradient's
-                 start; a transfer ending exactly then does not count, one starting
-                 then does). The other direction (NCCL's kernels slowed by the compute
-                 kernels they share the SMs with) is not modelled: no measurement here
-                 separates it (docs/reproductions.md).
+                 each taking ``link.allreduce_s``. A gradient started while one of its
+                 own rank's collectives is launched and not done is slowed by
+                 ``1 + link.interference`` (decided at the gradient's start; Note
+                 [Communication slows compute from the rank's own launch]). The other
+                 direction (NCCL's kernels slowed by the compute kernels they share
+                 the SMs with) is not modelled: no measurement here separates it
+                 (docs/reproductions.md).
 ``SharedCores``  CPU gloo with each rank pinned to a core (``link.shared_core``): the
                  core runs the rank's compute *and* its collectives' CPU work
                  (``core.Core``: processor sharing, Note [Latency-bound jobs on a shared
@@ -50,26 +51,37 @@ class Devices:
     def __init__(self, env: simpy.Environment, link: Link, world_size: int, actors: list):
         self.env, self.link, self.world_size = env, link, world_size
         self.slots = simpy.Resource(env, capacity=link.concurrency)
-        self.ends: dict[tuple, float] = {}  # transferring collectives -> end time (interference)
-        self.committed = 0  # collectives started by all ranks, running or queued for a slot
-        self.counted: set = set()  # keys already in ``ends`` when committed (a slot was free)
+        self.ends: dict[tuple, float] = {}  # collectives moving data -> when they will be done
+        self.own: dict[int, list] = {}  # id(actor) -> its launched collectives not yet done
         self.coupled = bool(link.interference)
 
     def compute(self, actor, seconds: float) -> simpy.Event:
         return self.env.timeout(seconds)
 
     def gradient(self, actor, seconds: float) -> simpy.Event:
-        now = self.env.now  # slowed if a transfer is running past this instant
-        busy = any(e > now for e in self.ends.values())
+        """Note [Communication slows compute from the rank's own launch]: a rank's
+        collective competes with its compute from the moment the rank launches it, not
+        from when the last rank does: NCCL's kernel is queued on the rank's stream at
+        its launch and holds SMs while it waits for its peers; gloo copies a CUDA
+        bucket to the host at once, and its threads start (and may spin) at once. The
+        learner measures the slowdown the same way, over each gap's overlap with the
+        rank's own (launch, complete) spans (``learn.gradients.unmix_interference``).
+        Counting it only once every rank had launched left the first launcher's
+        gradients unslowed: ResNet-18 at 2 ranks with gloo on one H100
+        (``gpucheck``), rank 0's ready times were 25% early (median), 9% with this.
+        """
+        now = self.env.now
+        mine = self.own.get(id(actor), [])
+        busy = any(not w.done.triggered and self.ends.get(w.key, now + 1.0) > now  # waiting for peers counts
+                   for w in mine)
         return self.env.timeout(seconds * (1.0 + self.link.interference) if busy else seconds)
 
-    def start(self, work) -> None:
-        """Every rank launched ``work``: it is in flight from now if a slot is free, so
-        compute started at this instant is already slowed."""
-        if self.committed < self.link.concurrency:
-            self.counted.add(work.key)
-            self.ends[work.key] = self.env.now + self.link.allreduce_s(work.nbytes, self.world_size)
-        self.committed += 1
+    def launched(self, actor, work) -> None:
+        """``actor`` launched ``work``: from now until it is done it slows that actor's gradients."""
+        if self.coupled:
+            mine = self.own.setdefault(id(actor), [])
+            mine[:] = [w for w in mine if not w.done.triggered]
+            mine.append(work)
 
     def transfer(self, work):
         """Wait for a slot, move the data; ``work.start`` is when it got the slot."""
@@ -77,12 +89,9 @@ class Devices:
             yield slot
             work.start = self.env.now
             duration = self.link.allreduce_s(work.nbytes, self.world_size)
-            if work.key not in self.counted:
-                self.ends[work.key] = self.env.now + duration
-            self.counted.discard(work.key)
+            self.ends[work.key] = self.env.now + duration
             yield self._move(work, duration)
             del self.ends[work.key]
-            self.committed -= 1
 
     def _move(self, work, duration: float) -> simpy.Event:
         return self.env.timeout(duration)
