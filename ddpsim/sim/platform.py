@@ -4,12 +4,13 @@ The DDP model (``model.py``) says *what* each rank does and in which order; the
 platform says how long it takes. It is an object the model calls, so another
 machine is another class with the same methods:
 
-``compute(actor, s)``   ``s`` seconds of the rank's own work (forward, optimizer, ...)
-``gradient(actor, s)``  one gradient's backward compute (may be slowed by communication)
-``launched(actor, work)`` the rank has launched collective ``work`` (its own launch)
-``transfer(work)``      a process: the collective's data movement, until it is done
-``elsewhere(actor, s)`` ``s`` seconds of work the DDP model does not play (the gap
-                        before the rank's next iteration: data loading, ...)
+``compute(actor, s)``     ``s`` seconds of the rank's own work (forward, optimizer, ...)
+``gradient(actor, s)``    one gradient's backward compute (may be slowed by communication)
+``launched(actor, work)`` the rank has launched collective ``work`` (every rank launches it;
+                          the last launch starts its transfer)
+``transfer(work)``        a process: the collective's data movement, until it is done
+``elsewhere(actor, s)``   ``s`` seconds of work the DDP model does not play (the gap
+                          before the rank's next iteration: data loading, ...)
 
 Two platforms:
 
