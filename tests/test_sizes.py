@@ -1,4 +1,4 @@
-"""Code people can pick up: modules of about 300 lines, functions of about 60 in sim/ and learn/.
+"""Code people can pick up: modules of about 300 lines, functions of about 60.
 
 Read with ``ast`` (a function's span runs from its ``def`` to its last line, docstring
 included). Exceptions are listed with their reason; an exception that is no longer
@@ -13,7 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ddpsim"
 MODULE_LINES = 300
 FUNCTION_LINES = 60
-FUNCTION_DIRS = ("sim", "learn")
 
 MODULE_EXCEPTIONS = {
     # the step-for-step mirror of reducer.cpp: one file to read beside torch's
@@ -45,8 +44,8 @@ def long_functions(folder: Path, base: Path = PACKAGE) -> dict[str, int]:
     return out
 
 
-def test_functions_in_the_simulator_and_learning_are_short():
-    long = {k: v for d in FUNCTION_DIRS for k, v in long_functions(PACKAGE / d).items()}
+def test_functions_are_short():
+    long = long_functions(PACKAGE)
     assert not long, f"functions over {FUNCTION_LINES} lines: {long}"
 
 

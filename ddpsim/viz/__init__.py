@@ -9,17 +9,19 @@ app, or ``fig.savefig(...)`` anywhere else (``figure_bytes`` gives PNG/SVG bytes
 - ``plot_compare``: several runs on one time axis; ``compare_rows`` (compare.py)
 - ``plot_sweep``: iteration time / exposed comm against bucket size (sweep.py)
 - ``plot_ladder``: naive -> overlap -> bucketed -> torch's DDP, measured and simulated (ladder.py)
+- ``describe_iteration``: the one-line title of an iteration (describe.py)
 
 Bucket ``i`` has the colour ``bucket_color(i)`` in every view.
 """
 from ddpsim.viz.buckets import bucket_rows, plot_buckets
 from ddpsim.viz.compare import (compare_rows, typical_iteration, plot_compare, steady_iteration,
                                  usable_runs)
+from ddpsim.viz.describe import describe_iteration
 from ddpsim.viz.figio import figure_bytes
 from ddpsim.viz.ladder import plot_ladder
 from ddpsim.viz.palette import bucket_color
 from ddpsim.viz.sweep import plot_sweep
-from ddpsim.viz.timeline import describe_iteration, plot_timeline
+from ddpsim.viz.timeline import plot_timeline
 
 __all__ = ["bucket_color", "bucket_rows", "compare_rows", "describe_iteration", "figure_bytes",
            "typical_iteration", "plot_buckets", "plot_compare", "plot_ladder", "plot_sweep",

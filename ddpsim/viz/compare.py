@@ -15,7 +15,8 @@ from matplotlib.transforms import blended_transform_factory
 from ddpsim.analysis import comm_end_ns, cycle_metrics, spread, steady_cycles, steady_summary
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
-from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles, describe_run
+from ddpsim.viz.describe import describe_run
+from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles
 
 Run = tuple[str, Trace]  # (label, trace)
 

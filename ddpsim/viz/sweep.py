@@ -41,30 +41,15 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
         raise ValueError("no sweep rows to plot")
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax_t, ax_e = fig.subplots(1, 2, sharex=True)
+    panels = ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s"))
     orders = list(dict.fromkeys(r.get("order", "torch") for r in rows))
     fus = list(dict.fromkeys(bool(r.get("find_unused_parameters", False)) for r in rows))
     for k, order in enumerate(orders):
         for fu in fus:
-            mine = [r for r in rows if r.get("order", "torch") == order
-                    and bool(r.get("find_unused_parameters", False)) == fu]
-            pts = sorted(((r["bucket_cap_mb"], r) for r in mine if r["bucket_cap_mb"] is not None),
-                         key=lambda p: p[0])
-            default = next((r for r in mine if r["bucket_cap_mb"] is None), None)
-            xs = [x for x, _ in pts]
-            color = SERIES[k % len(SERIES)]
-            for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
-                if pts:
-                    ax.plot(xs, [r[key] * 1e3 for _, r in pts], color=color,
-                            marker=MARKERS[k % len(MARKERS)], ms=6 if order == "torch" else 5,
-                            ls="--" if fu else "-", lw=2.4 if order == "torch" else 1.4,
-                            zorder=4 if order == "torch" else 3 - k * 0.1,  # torch's line on top
-                            alpha=1 if order == "torch" else 0.85,
-                            gid=f"series:{order}:{'fu' if fu else 'nofu'}")
-                if default is not None and not fu:
-                    ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3,
-                               gid=f"default:{order}")
+            _draw_series(panels, [r for r in rows if r.get("order", "torch") == order
+                                  and bool(r.get("find_unused_parameters", False)) == fu], k, order, fu)
     best = best_row(rows)
-    for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):
+    for ax, key in panels:
         ax.plot(_x(best), best[key] * 1e3, marker="*", ms=18, color="#F0E442",
                 mec=pal.TEXT, mew=1.2, ls="none", zorder=5, gid="best")
         if current and current.get("bucket_cap_mb") is not None:
@@ -74,10 +59,9 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
         ax.set_xlabel("bucket cap (MiB, log scale)")
         ax.grid(color=pal.GRID, which="both")
         ax.set_axisbelow(True)
+        ax.set_ylim(bottom=0)
     ax_t.set_ylabel("iteration time (ms)")
     ax_e.set_ylabel("exposed communication (ms)")
-    ax_t.set_ylim(bottom=0)
-    ax_e.set_ylim(bottom=0)
     cap = "torch default (25 MiB, 1 MiB first)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g} MiB"
     ax_t.annotate(f"best: {cap}, {best.get('order', 'torch')}"
                   f"{', find_unused' if best.get('find_unused_parameters') else ''}\n"
@@ -86,6 +70,31 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
                   textcoords="offset points", ha="center", fontsize=8.5, color=pal.TEXT,
                   bbox={"boxstyle": "round", "fc": "white", "ec": pal.GRID})
     fig.suptitle(title or "what bucket size is best?", x=0.01, ha="left", fontsize=11.5)
+    handles = _legend_handles(rows, orders, fus, current)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=9,
+               frameon=False)
+    return fig
+
+
+def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool) -> None:
+    """One (ordering, find_unused) line in both panels, and its default-cap row as a dotted level."""
+    pts = sorted(((r["bucket_cap_mb"], r) for r in mine if r["bucket_cap_mb"] is not None),
+                 key=lambda p: p[0])
+    default = next((r for r in mine if r["bucket_cap_mb"] is None), None)
+    color = SERIES[k % len(SERIES)]
+    for ax, key in panels:
+        if pts:
+            ax.plot([x for x, _ in pts], [r[key] * 1e3 for _, r in pts], color=color,
+                    marker=MARKERS[k % len(MARKERS)], ms=6 if order == "torch" else 5,
+                    ls="--" if fu else "-", lw=2.4 if order == "torch" else 1.4,
+                    zorder=4 if order == "torch" else 3 - k * 0.1,  # torch's line on top
+                    alpha=1 if order == "torch" else 0.85,
+                    gid=f"series:{order}:{'fu' if fu else 'nofu'}")
+        if default is not None and not fu:
+            ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3, gid=f"default:{order}")
+
+
+def _legend_handles(rows: list[dict], orders: list[str], fus: list[bool], current) -> list:
     handles = [Line2D([], [], color=SERIES[k % len(SERIES)], marker=MARKERS[k % len(MARKERS)],
                       label=f"order: {o}") for k, o in enumerate(orders)]
     if len(fus) > 1 or fus == [True]:
@@ -98,6 +107,4 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     if current:
         handles.append(Line2D([], [], marker="o", ms=10, mfc="none", mec=pal.TEXT, mew=2, ls="none",
                               label="your choice"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=9,
-               frameon=False)
-    return fig
+    return handles

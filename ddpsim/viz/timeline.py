@@ -22,50 +22,11 @@ from matplotlib.transforms import blended_transform_factory
 from ddpsim.analysis import comm_end_ns, exposed_comm_ns
 from ddpsim.trace import Iteration, RankTrace, Trace
 from ddpsim.viz import palette as pal
+from ddpsim.viz.describe import describe_iteration, describe_run
 
 MS = 1e-6  # milliseconds per nanosecond
 BAR = 0.72  # bar height, in row units
 HEADER, GAP = 0.9, pal.TRACK_GAP  # rank header row height, gap after each rank
-
-
-def describe_iteration(trace: Trace, iteration: int) -> str:
-    """One line saying what kind of iteration this is, e.g. the layout in effect."""
-    rank = trace.ranks[0]
-    it = rank.iteration(iteration)
-    if it is not None and not it.sync:
-        return f"iteration {iteration}: no_sync step (gradients accumulate locally, no allreduce)"
-    layout = rank.layout_at(iteration)
-    if layout is None:
-        return f"iteration {iteration}"
-    n = len(layout.buckets)
-    if layout.kind == "construction":
-        what = ("single bucket (construction layout)" if n == 1
-                else f"construction layout, {n} buckets")
-    else:
-        what = f"{layout.kind} layout, {n} bucket{'s' if n != 1 else ''}"
-        if layout.from_iteration == iteration and iteration > 0:
-            what += ", first iteration after the rebuild"
-    accumulated = 0  # no_sync micro-steps just before this synced one
-    for x in sorted((x for x in rank.iterations if x.iteration < iteration),
-                    key=lambda x: -x.iteration):
-        if x.sync:
-            break
-        accumulated += 1
-    if accumulated:
-        what += f"; reduces grads accumulated over {accumulated + 1} micro-steps"
-    return f"iteration {iteration}: {what}"
-
-
-def describe_run(trace: Trace) -> str:
-    m = trace.meta
-    model = m.get("model") or (m.get("workload") or {}).get("name") or "model ?"
-    parts = [str(model), str(m.get("impl") or "torch")]
-    if m.get("backend"):
-        parts.append(str(m["backend"]))
-    parts.append(f"world size {trace.world_size}")
-    if trace.source == "simulated":
-        parts.append("simulated")
-    return " · ".join(parts)
 
 
 def assign_lanes(spans: list[tuple[int, int]]) -> list[int]:
@@ -115,6 +76,22 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
     axes_inches = ax.get_position().width * fig.get_figwidth()
     minlabel = (9 * 0.62 / 72) / axes_inches * (xlim[1] - xlim[0])  # one 9 pt character, in ms
 
+    y, yticks, ylabels = _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel, xlim)
+
+    pal.finish_track_axes(ax, y, yticks, ylabels, "time since the iteration start (ms)", 9.5)
+    ax.set_title(f"{describe_run(trace)}\n{describe_iteration(trace, iteration)}",
+                 loc="left", fontsize=11.5)
+    handles = _legend_handles(trace, chosen, present)
+    if own_figure:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
+                   fontsize=9.5, frameon=False)
+    else:
+        ax.legend(handles=handles, fontsize=8, loc="upper right", ncol=2)
+    return fig
+
+
+def _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel, xlim):
+    """Each chosen rank's header and rows, top to bottom: (the bottom y, tick positions, tick labels)."""
     yticks, ylabels, y = [], [], 0.0
     label_x = blended_transform_factory(ax.transAxes, ax.transData)
     for rank in chosen:
@@ -139,17 +116,7 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
         else:
             _draw_rank(ax, trace, rank, it, rows, lanes[rank.rank], n_lanes, ms, minlabel, len(head))
         y = bottom + GAP
-
-    pal.finish_track_axes(ax, y, yticks, ylabels, "time since the iteration start (ms)", 9.5)
-    ax.set_title(f"{describe_run(trace)}\n{describe_iteration(trace, iteration)}",
-                 loc="left", fontsize=11.5)
-    handles = _legend_handles(trace, chosen, present)
-    if own_figure:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
-                   fontsize=9.5, frameon=False)
-    else:
-        ax.legend(handles=handles, fontsize=8, loc="upper right", ncol=2)
-    return fig
+    return y, yticks, ylabels
 
 
 def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, ms, minlabel,
@@ -183,6 +150,13 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
         ax.text(ms(it.backward.start_ns), ym + n_lanes / 2,
                 "no_sync: no bucket is reduced; gradients stay local until the next synced step",
                 va="center", fontsize=8.5, style="italic", color=pal.TEXT)
+    _draw_collectives(ax, rank, it, yr, ym, lanes, ms, minlabel)
+    _draw_exposed(ax, rank, it, rows, n_lanes, ms, minlabel, head_chars)
+
+
+def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, minlabel):
+    """Bucket-ready triangles (and the wait to launch), one allreduce bar per bucket, the bitmap."""
+    pad = (1 - BAR) / 2
     for b in it.buckets:
         color = pal.bucket_color(b.bucket)
         if b.launch_ns > b.ready_ns:
@@ -199,6 +173,10 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
         _bar(ax, ms(c.launch_ns), ms(c.complete_ns), ym + lane + pad, pal.BITMAP, "bitmap",
              minlabel, gid=f"bitmap:r{rank.rank}", text_y=ym + lane + 0.5)
 
+
+def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabel, head_chars: int):
+    """Hatch the exposed communication and label it in the rank's header row."""
+    yc, yr, ym = rows["compute"], rows["ready"], rows["comm"]
     exposed = exposed_comm_ns(it)
     if exposed > 0:
         start = ms(it.backward_compute_end_ns)
