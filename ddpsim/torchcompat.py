@@ -6,8 +6,9 @@ release needs checking in one file. Each function says which torch versions it w
 what it falls back to when the private API is missing.
 
 "Checked" means: read in that release's sources (torch/nn/parallel/distributed.py,
-torch/distributed/__init__.py) or run here (2.13.0+cpu). A missing attribute never raises: the
-function falls back to public behaviour, or returns None, which callers show as "unknown".
+torch/distributed/__init__.py) or run here (2.13.0+cpu; 2.14.1+cu130 on the CPU, the whole
+test suite, 2026-11-25). A missing attribute never raises: the function falls back to public
+behaviour, or returns None, which callers show as "unknown".
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-SUPPORTED = ((2, 4), (2, 13))  # oldest and newest (major, minor) ddpsim was checked on
+SUPPORTED = ((2, 4), (2, 14))  # oldest and newest (major, minor) ddpsim was checked on
 MIB = 1024 * 1024
-# torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.13.
+# torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.14.
 DEFAULT_FIRST_BUCKET_BYTES = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MIB))
 
 
@@ -63,7 +64,7 @@ def compute_bucket_assignment_by_size(tensors, size_limits, expect_sparse_gradie
                                       tensor_indices=None):
     """torch's own ``dist._compute_bucket_assignment_by_size`` -> (bucket_indices, per_bucket_limits).
 
-    Checked on 2.4 - 2.13 (the same 4-argument signature since 1.10). Returns None when this
+    Checked on 2.4 - 2.14 (the same 4-argument signature since 1.10). Returns None when this
     torch has no such function, so callers can say "unknown" instead of guessing.
     """
     fn = getattr(dist, "_compute_bucket_assignment_by_size", None)
@@ -173,7 +174,7 @@ def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bo
 def ddp_logging_data(ddp) -> dict | None:
     """torch's ``ddp._get_ddp_logging_data()`` as a plain dict, or None where it is missing.
 
-    Checked on 2.4 - 2.13 (a method of DistributedDataParallel since 1.9; its keys grew over
+    Checked on 2.4 - 2.14 (a method of DistributedDataParallel since 1.9; its keys grew over
     releases, so readers use ``.get``).
     """
     fn = getattr(ddp, "_get_ddp_logging_data", None)
@@ -188,7 +189,7 @@ def ddp_logging_data(ddp) -> dict | None:
 def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0) -> None:
     """``dist._broadcast_coalesced`` (DDP's ``_sync_module_states``), else one broadcast per tensor.
 
-    Checked on 2.4 - 2.13. The fallback sends the same values, in more messages.
+    Checked on 2.4 - 2.14. The fallback sends the same values, in more messages.
     """
     fn = getattr(dist, "_broadcast_coalesced", None)
     if fn is not None:
@@ -202,7 +203,7 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
 def preserve_version_counter(tensors):
     """``torch.autograd._unsafe_preserve_version_counter`` (DDP's buffer broadcast), else a no-op.
 
-    Checked on 2.4 - 2.13. Without it an in-place broadcast into a buffer bumps its version
+    Checked on 2.4 - 2.14. Without it an in-place broadcast into a buffer bumps its version
     counter; only autograd's "modified in place" check can notice.
     """
     fn = getattr(torch.autograd, "_unsafe_preserve_version_counter", None)
@@ -211,7 +212,7 @@ def preserve_version_counter(tensors):
 
 def is_non_overlapping_and_dense(t) -> bool:
     """``torch._prims_common.is_non_overlapping_and_dense_or_false`` (the reducer's layout test for
-    a bucket view), else ``is_contiguous()``. Checked on 2.4 - 2.13."""
+    a bucket view), else ``is_contiguous()``. Checked on 2.4 - 2.14."""
     try:
         from torch._prims_common import is_non_overlapping_and_dense_or_false as fn
     except ImportError:

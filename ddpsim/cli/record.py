@@ -42,15 +42,18 @@ def progress_bar(done: int, total: int) -> None:
 
 
 def main(args) -> int:
-    torchcompat.warn_if_unsupported()
     cfg = record_config.from_args(args)  # a backend this node cannot run stops here, one line
     if args.master_port is not None and not 1 <= args.master_port <= 65535:
         raise CLIError(f"--master-port must be a TCP port, 1 to 65535, not {args.master_port}")
     out = Path(args.out)
+    # The torch-version warning comes after the input checks, so that bad input is one line on
+    # any torch, and from one process only (rank 0 under torchrun), beside the placement line.
     if under_torchrun():
         if os.environ.get("RANK") == "0":
+            torchcompat.warn_if_unsupported()
             print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
         return _torchrun_rank(cfg, out)
+    torchcompat.warn_if_unsupported()
     print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
     show = progress_bar if sys.stderr.isatty() else None
     trace = record(cfg, out, progress=show, master_port=args.master_port)
