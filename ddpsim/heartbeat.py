@@ -14,6 +14,13 @@ ones whose collective times out. So the error that reaches the launcher first
 blames a healthy rank. Like torch's flight recorder and desync debug, we compare
 what each rank was doing: the rank that did not join the collective the others
 are in is the one that stopped. Under torchrun there is no launcher and no heartbeat.
+
+Note [Stopped inside a collective]: "launched" is counted when DDP hands a bucket to the
+communication hook, before the backend has exchanged anything. A rank stopped after that
+(SIGSTOP freezes gloo's threads with it) has launched as many buckets as the ranks waiting for
+it, so progress alone cannot tell them apart: the kernel's "stopped" state names it, and the
+line says it is inside the allreduce rather than that it did not join one. Seen under load
+(`pytest -n 4` on two cores), where the signal lands between the launch and the exchange.
 """
 from __future__ import annotations
 
@@ -141,6 +148,11 @@ def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]
         line += f": did not join {waited}, which {who} {'is' if len(others) == 1 else 'are'} waiting in"
     elif len(beats) > 1 and ahead.progress() == behind.progress():
         others = ", ".join(str(b.rank) for b in beats if b.rank != behind.rank)
-        line += (f": rank(s) {others} wait in the same step, in a collective it did not join "
-                 "(DDP's forward has collectives too: the bucket rebuild, the buffer broadcast)")
+        if waited and PHASES[behind.phase] == "backward":
+            # Note [Stopped inside a collective]: every rank launched the same buckets, so the
+            # one that stopped did join; it stopped before its part of the allreduce was done.
+            line += f": inside {waited}, the last collective it launched, which rank(s) {others} wait in"
+        else:
+            line += (f": rank(s) {others} wait in the same step, in a collective it did not join "
+                     "(DDP's forward has collectives too: the bucket rebuild, the buffer broadcast)")
     return behind.rank, line

@@ -42,6 +42,15 @@ def test_a_tie_names_the_stopped_process(stopped, expected):
     assert rank == expected and "its process is stopped" in line and "wait in the same step" in line
 
 
+def test_a_tie_in_backward_is_inside_the_allreduce_both_launched():
+    """Both ranks launched bucket 2; the stopped one is inside it (Note [Stopped inside a collective])."""
+    waiting = Beat(0, seq=9, stage=TRAINING, iteration=3, phase=1, launched=3, bucket=2)
+    stuck = Beat(1, seq=8, stage=TRAINING, iteration=3, phase=1, launched=3, bucket=2)
+    assert blame([waiting, stuck], {1}) == (
+        1, "stopped in backward of iteration 3 (its process is stopped, e.g. by SIGSTOP): inside "
+           "allreduce of bucket 2 (iteration 3), the last collective it launched, which rank(s) 0 wait in")
+
+
 def test_start_up_hang_names_the_rank_that_never_joined():
     joined = Beat(0, seq=1, stage=STAGES.index("joining the process group"))
     starting = Beat(1)
