@@ -117,16 +117,17 @@ def test_a_recorded_workload_simulates_another_world_size_on_the_calibrated_netw
 
 def test_anchor_moves_every_world_size_by_the_recordings_own_line():
     # Note [Anchor the network to the recording]: calibrate measured 2 and 4 ranks in a slow
-    # spell (slopes 1.5x); the recording's ranks timed 2 ranks at the normal speed.
-    from ddpsim.experiments.calibrate import anchor
+    # spell (slopes 1.5x); the recording's ranks timed 2 ranks at the normal speed. The cost
+    # doubles from 2 to 4 ranks at every size, so the 4-rank line is twice the recording's.
+    from ddpsim.experiments.anchoring import anchor
 
-    cal = combine({2: _entry(2, 2e-3, 1.5e-9, cb=6e-10), 4: _entry(4, 6e-3, 3e-9, cb=9e-10)}, turn=0.004)
+    cal = combine({2: _entry(2, 2e-3, 1.5e-9, cb=6e-10), 4: _entry(4, 4e-3, 3e-9, ca=2e-4, cb=12e-10)}, turn=0.004)
     own = _entry(2, 2e-3, 1e-9, cb=4e-10)
     out = anchor(cal, own, 2)
     (a2, b2), (ca2, cb2), _ = netmodel.lines_at(out, 2)
     assert (a2, b2, ca2, cb2) == pytest.approx((2e-3, 1e-9, 1e-4, 4e-10))
     (a4, b4), (ca4, cb4), _ = netmodel.lines_at(out, 4)
-    assert (a4, b4, ca4, cb4) == pytest.approx((6e-3, 2e-9, 1e-4, 6e-10))  # same growth, the recording's level
+    assert (a4, b4, ca4, cb4) == pytest.approx((4e-3, 2e-9, 2e-4, 8e-10))  # same growth, the recording's level
     assert netmodel.line_at(out["fit"]["wall"], 8) == pytest.approx(
         tuple(x * r for x, r in zip(netmodel.line_at(cal["fit"]["wall"], 8), (1.0, 2 / 3))))
     assert out["time_slice_s"] == 0.004 and out["anchored"]["s_per_byte"] == pytest.approx(2 / 3, abs=1e-4)
@@ -135,3 +136,26 @@ def test_anchor_moves_every_world_size_by_the_recordings_own_line():
     assert at3["anchored"]["s_per_byte"] == pytest.approx(2.0, abs=1e-4)
     with pytest.raises(ValueError, match="the recording's line has no cpu_intercept_s"):
         anchor(cal, {"intercept_s": 2e-3, "s_per_byte": 1e-9}, 2)
+
+
+def test_anchor_takes_the_growth_size_by_size_not_parameter_by_parameter():
+    # Note [Anchor each message size]: gloo's CPU time is convex in the size, and a line
+    # through it can have an intercept near 0 (here 2 us at 2 ranks, 0.3 ms measured at 4 KiB).
+    # Intercept over intercept would charge every 4-rank allreduce 0.4 ms x (0.18 ms / 2 us),
+    # 37 ms of CPU; size by size the growth is 1.3x to 2.2x, and so is the anchored line's.
+    from ddpsim.experiments.anchoring import anchor
+
+    sizes = [4096, 65536, 262144, MIB, 4 * MIB, 8 * MIB]
+    cpu2 = [0.29e-3, 0.27e-3, 0.31e-3, 0.55e-3, 2.06e-3, 5.25e-3]  # 2026-11-25 07:17, shuffled
+    cpu4 = [1.2 * c + 0.3e-3 for c in cpu2]
+    own_cpu = [0.45e-3, 0.40e-3] + [0.9 * c for c in cpu2[2:]]
+
+    def entry(k, cpu):
+        e = fit_calibration([(n, 2e-3 + 1e-9 * n, c) for n, c in zip(sizes, cpu)], k, turn=0.004)
+        return {**e, "host_cpus": 2}
+
+    cal = combine({2: {**entry(2, cpu2), "cpu_intercept_s": 2e-6}, 4: entry(4, cpu4)}, turn=0.004)
+    own = entry(2, own_cpu)
+    _, (ca4, cb4), _ = netmodel.lines_at(anchor(cal, own, 2), 4)
+    assert 0 < ca4 < 1e-3  # parameter by parameter: 37 ms
+    assert ca4 + cb4 * 8 * MIB == pytest.approx(own_cpu[-1] * cpu4[-1] / cpu2[-1], rel=0.1)

@@ -150,40 +150,6 @@ def combine(entries: dict[int, dict], turn: float | None = None) -> dict:
     return out
 
 
-def anchor(cal: dict, line: dict, k: int) -> dict:
-    """``cal`` (several world sizes) rescaled so that its lines at ``k`` are ``line``'s.
-
-    Note [Anchor the network to the recording]: ``calibrate`` runs minutes away from
-    the recording it serves, and this machine's speed drifts more than the accuracy
-    asked in that time. In four ``validate --extrapolate`` recordings (2026-11-23) its
-    2-rank slope was 0.73x to 1.57x the one the recording's own ranks timed between
-    iterations (Note [Calibrate in the recording's ranks]), and mlp at 4 ranks, whose
-    iteration is mostly allreduce, came out -8% in one and +10% in another on
-    average. What ``calibrate`` does measure well is how the cost *grows* with the
-    world size: its world sizes are timed seconds apart. So its wall-time and
-    CPU-time lines at every world size are multiplied, intercept and slope apart, by
-    the recording's line over ``calibrate``'s at ``k`` (measured there, or its fit),
-    and the world-size fit is made again through them. Over ten recordings
-    (docs/accuracy.md) the 4-rank bound of median 7%, max 15% held in seven with this
-    and six without. It trusts the recording's own probe: where that is off it hurts
-    (2026-11-24 01:19, shuffled's CPU slope came out 0.56x, its 4-rank runs -17.4%).
-    """
-    from ddpsim.sim.netmodel import lines_at, measured_lines
-
-    (a, b), cpu, _ = lines_at(cal, k)
-    theirs = {"intercept_s": a, "s_per_byte": b, **({"cpu_intercept_s": cpu[0], "cpu_s_per_byte": cpu[1]}
-                                                    if cpu else {})}
-    missing = [key for key in theirs if not isinstance(line.get(key), (int, float))]
-    if missing:
-        raise ValueError(f"cannot anchor the network: the recording's line has no {missing[0]}")
-    ratio = {key: (line[key] / v if v > 0 else 1.0) for key, v in theirs.items()}
-    entries = {n: {**e, **{key: e[key] * r for key, r in ratio.items() if key in e},
-                   "host_cpus": cal.get("host_cpus")} for n, e in measured_lines(cal).items()}
-    out = combine(entries, cal.get("time_slice_s"))
-    out["anchored"] = {"world_size": k, **{key: round(r, 4) for key, r in ratio.items()}}
-    return out
-
-
 def calibrate_world_sizes(sizes: list[int], reps: int, world_sizes: list[int], timeout: float = 120.0,
                           log=None, rounds: int = CAL_ROUNDS) -> dict:
     """``calibrate`` at each world size, in turn ``rounds`` times (the time slice measured once), ``combine`` d.

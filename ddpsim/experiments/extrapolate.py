@@ -13,7 +13,7 @@ For each model:
    (``ddpsim.sim.netmodel``, Note [Ranks that share cores slow the ring]);
 3. the workload learnt from the source group's calibration run alone, exactly as
    ``--grid`` learns it (``grid.learn``), with the network model moved to the level
-   of the allreduces the source's own ranks timed (``calibrate.anchor``, Note [Anchor
+   of the allreduces the source's own ranks timed (``anchoring.anchor``, Note [Anchor
    the network to the recording]); every target grid run is predicted from it and
    the network model at the target.
 

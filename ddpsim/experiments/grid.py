@@ -19,7 +19,8 @@ from pathlib import Path
 
 from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
-from ddpsim.experiments.calibrate import anchor, calibrate, fit_calibration
+from ddpsim.experiments.anchoring import anchor
+from ddpsim.experiments.calibrate import calibrate, fit_calibration
 from ddpsim.experiments.compare import parse_jitter, predict_row
 from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
 from ddpsim.experiments.table import format_row, report, stats  # noqa: F401 (stats: its tests import it from here)
