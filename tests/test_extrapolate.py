@@ -7,6 +7,7 @@ import statistics
 import pytest
 
 from ddpsim.__main__ import main
+from ddpsim.experiments.extrapolate import pool_launches
 
 
 def _error(capsys, argv) -> str:
@@ -25,6 +26,7 @@ def _error(capsys, argv) -> str:
     (["--orders", "random"], "--orders"),
     (["--find-unused", "maybe"], "--find-unused values are on/off"),
     (["--reuse"], "--reuse needs --workdir"),
+    (["--launches", "0"], "--launches must be >= 1, not 0"),
 ])
 def test_extrapolate_bad_flags(capsys, argv, says):
     assert says in _error(capsys, ["validate", "--extrapolate", *argv])
@@ -66,23 +68,52 @@ def test_calibrate_measures_each_world_size(capsys, tmp_path):
     assert "--rounds must be >= 1, not 0" in _error(capsys, ["calibrate", "--rounds", "0"])
 
 
+def _row(pred, meas, start=5.0, error=None):
+    return {"model": "mlp", "world_size": 4, "predicted_ms": pred, "measured_ms": meas,
+            "error_pct": math.nan if error else (pred - meas) / meas * 100, "bucket_start_error_pct": start,
+            "exposed_comm_pred_ms": 1.0, "exposed_comm_meas_ms": 2.0, **({"error": error} if error else {})}
+
+
+def test_pooled_row_is_the_mean_of_its_launches():
+    """Note [Pool launches]: -20% and +20% launches pool to a mean prediction against a mean measurement."""
+    a, b = [_row(80.0, 100.0, 4.0)], [_row(120.0, 100.0, 8.0)]
+    (row,) = pool_launches([a, b])
+    assert row["predicted_ms"] == 100.0 and row["measured_ms"] == 100.0 and row["error_pct"] == 0.0
+    assert row["bucket_start_error_pct"] == 6.0 and row["launch_errors_pct"] == [-20.0, 20.0]
+    (row,) = pool_launches([[_row(90.0, 100.0)], [_row(90.0, 80.0)]])
+    assert row["error_pct"] == pytest.approx((90 - 90) / 90 * 100) and row["launch_measured_ms"] == [100.0, 80.0]
+    (row,) = pool_launches([a, [_row(0.0, 0.0, error="ValueError: no steady iteration")]])
+    assert math.isnan(row["error_pct"]) and row["error"] == "ValueError: no steady iteration"
+    with pytest.raises(ValueError):  # launches that recorded different runs are a bug, not a table
+        pool_launches([a, a + b])
+
+
 @pytest.mark.slow
 def test_tiny_extrapolation_table(tmp_path, capsys):
-    """mlp learnt at 2 ranks, one configuration predicted at 3; then again from the workdir."""
+    """mlp learnt at 2 ranks, one configuration predicted at 3, over two launches; then again from the workdir."""
     argv = ["validate", "--extrapolate", "--models", "mlp", "--world-sizes", "3", "--caps", "default",
-            "--orders", "torch", "--find-unused", "off", "--record-iters", "5", "--iters", "4",
+            "--orders", "torch", "--find-unused", "off", "--record-iters", "5", "--iters", "4", "--launches", "2",
             "--workdir", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "learnt at world size 2, predicted at 3" in text
+    assert "learnt at world size 2, predicted at 3" in text and "pooled over 2 launches" in text
     rows = list(csv.DictReader(open(tmp_path / "table.csv")))
     assert [(r["model"], r["world_size"], r["order"]) for r in rows] == [("mlp", "3", "torch")]
     assert not rows[0]["error"] and math.isfinite(float(rows[0]["error_pct"]))
     data = json.loads((tmp_path / "table.json").read_text())
     assert data["from_world_size"] == 2 and sorted(data["networks"]["mlp"]["world_sizes"]) == ["2", "3"]
-    assert data["calibrations"][0]["world_size"] == 2  # learnt at 2 only
-    # the microbenchmark and both groups were kept: --reuse predicts again without recording
-    assert (tmp_path / "runs" / "mlp_network_ws2-3.json").exists()
+    assert [(c["world_size"], c["launch"]) for c in data["calibrations"]] == [(2, 1), (2, 2)]  # learnt at 2 only
+    row = data["rows"][0]
+    assert len(row["launch_measured_ms"]) == 2 and row["measured_ms"] == pytest.approx(
+        statistics.mean(row["launch_measured_ms"]))
+    assert data["launches"] == 2 and data["single_launch_stats"]["predicted"] == 2
+    # the microbenchmark and both launches of both groups were kept: --reuse predicts again without recording
+    runs = tmp_path / "runs"
+    assert (runs / "mlp_network_ws2-3.json").exists()
+    assert len(list(runs.glob("mlp_ws3_*_l2.json"))) == 2 and not list(runs.glob("*_l3.json"))
     assert main(argv + ["--reuse"]) == 0
     again = list(csv.DictReader(open(tmp_path / "table.csv")))
     assert again[0]["measured_ms"] == rows[0]["measured_ms"]
+    capsys.readouterr()
+    assert "has no recording of mlp at world size 2" in _error(capsys, argv[:-4] + ["--launches", "3", "--reuse",
+                                                                               "--workdir", str(runs)])

@@ -46,22 +46,26 @@ class Recorder:
                                            order=None if impl == "torch" else order, profile_internals=False), c))
         return out
 
-    def paths(self, model: str, ws: int) -> list[Path]:
-        return [self.work / f"{model}_ws{ws}_calibration_cap{self.cap:g}.json" if c is None
-                else self.work / f"{name}.json" for name, _, c in self.specs(model, ws)]
+    def paths(self, model: str, ws: int, launch: int = 1) -> list[Path]:
+        """Where each run of ``specs`` is kept; launches after the first (Note [Pool launches]
+        in ``extrapolate.py``) end in ``_l2``, ``_l3``..."""
+        tail = f"_l{launch}" if launch > 1 else ""
+        return [self.work / f"{model}_ws{ws}_calibration_cap{self.cap:g}{tail}.json" if c is None
+                else self.work / f"{name}{tail}.json" for name, _, c in self.specs(model, ws)]
 
     def group(self, model: str, ws: int) -> tuple[list, list]:
         """(specs, traces) of the group, recorded together (Note [Interleave the measurements])."""
         return self.groups(model, [ws])[ws]
 
-    def groups(self, model: str, world_sizes: list[int]) -> dict[int, tuple[list, list]]:
+    def groups(self, model: str, world_sizes: list[int], launch: int = 1) -> dict[int, tuple[list, list]]:
         """world size -> (specs, traces) of ``model``'s group at each size; several world sizes
-        are recorded at the same time, taking turns (Note [Take turns across world sizes])."""
+        are recorded at the same time, taking turns (Note [Take turns across world sizes]).
+        ``launch``: which launch of these groups this is (Note [Pool launches])."""
         from ddpsim.record.launcher import record_many
         from ddpsim.trace import load_trace
 
         specs = {ws: self.specs(model, ws) for ws in world_sizes}
-        paths = {ws: self.paths(model, ws) for ws in world_sizes}
+        paths = {ws: self.paths(model, ws, launch) for ws in world_sizes}
         self.loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
         self.log(f"    load {self.loads[-1]:.2f}, {time.monotonic() - self.t0:.0f} s")
         if self.reuse and all(p.exists() for ps in paths.values() for p in ps):
@@ -71,9 +75,9 @@ class Recorder:
         return {ws: (specs[ws], t) for ws, t in zip(world_sizes, traces)}
 
     def check_reuse(self, groups) -> None:
-        """Raise unless every (model, world size) of ``groups`` is in the workdir."""
-        for model, ws in groups:
-            missing = [p.name for p in self.paths(model, ws) if not p.exists()]
+        """Raise unless every (model, world size[, launch]) of ``groups`` is in the workdir."""
+        for model, ws, *launch in groups:
+            missing = [p.name for p in self.paths(model, ws, *launch) if not p.exists()]
             if missing:
                 raise ValueError(f"--reuse: {self.work} has no recording of {model} at world size {ws} "
                                  f"(missing {missing[0]})")

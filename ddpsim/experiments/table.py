@@ -57,6 +57,10 @@ def report(res: dict, out: str | None) -> None:
           f"over {s['predicted']} rows; bucket start error: median {s['median_bucket_start_error_pct']:.1f}%, "
           f"max {s['max_bucket_start_error_pct']:.1f}% of the iteration time; load average "
           f"{res['load']['min']:.2f}-{res['load']['max']:.2f} (median {res['load']['median']:.2f})")
+    one = res.get("single_launch_stats")
+    if one:  # Note [Pool launches] in extrapolate.py: the rows above are means over the launches
+        print(f"pooled over {res['launches']} launches; the launches alone: median |error| "
+              f"{one['median_abs_error_pct']:.1f}%, max {one['max_abs_error_pct']:.1f}% over {one['predicted']} runs")
     if out:
         paths = write_table(res, out)
         print("wrote " + ", ".join(map(str, paths)))

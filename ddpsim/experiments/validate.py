@@ -40,7 +40,7 @@ HELP = "compare simulated and measured iteration time (one trace pair, or a reco
 
 
 def add_arguments(p) -> None:
-    from ddpsim.experiments import grid
+    from ddpsim.experiments import extrapolate, grid
 
     p.add_argument("--trace", help="recorded trace to learn the workload from")
     p.add_argument("--against", help="recorded trace whose options are predicted (default: --trace)")
@@ -62,9 +62,10 @@ def add_arguments(p) -> None:
     g.add_argument("--calibration-cap", type=float, default=grid.CALIBRATION_CAP_MB, metavar="MIB",
                    help=f"bucket_cap_mb of the calibration run; must not be one of --caps "
                         f"(default {grid.CALIBRATION_CAP_MB:g})")
-    g.add_argument("--record-iters", type=int, default=40,
+    g.add_argument("--record-iters", type=int, default=None,
                    help="iterations per recorded run (default 40: an iteration varies by +-20%% here, and "
-                        "the median of ~38 steady ones is then good to ~3%%)")
+                        "the median of ~38 steady ones is then good to ~3%%; --extrapolate: "
+                        f"{extrapolate.RECORD_ITERS} in each launch)")
     g.add_argument("--workdir", help="keep the recorded traces here (default: a temporary folder)")
     g.add_argument("--reuse", action="store_true",
                    help="predict from the traces already in --workdir instead of recording them again")
@@ -76,6 +77,10 @@ def add_arguments(p) -> None:
                    help="record the grid at --from-world-size and at --world-sizes; predict the latter from the "
                         "former's calibration run and the allreduce microbenchmark (ddpsim calibrate)")
     e.add_argument("--from-world-size", type=int, default=2, help="world size learnt from (default 2)")
+    e.add_argument("--launches", type=int, default=extrapolate.LAUNCHES,
+                   help=f"launch every world size's runs this many times and pool them (default "
+                        f"{extrapolate.LAUNCHES}: a launch "
+                        "draws a speed of its own; Note [Pool launches] in extrapolate.py)")
     p.add_argument("--calibration", metavar="FILE",
                    help="the network at other world sizes: `ddpsim calibrate --world-sizes ... --save FILE` "
                         "(or a trace holding meta.calibration); default: the --trace's own")
@@ -106,10 +111,12 @@ def main(args) -> int:
     from ddpsim.trace import load_trace
 
     if args.extrapolate:
-        from ddpsim.experiments.extrapolate import main_extrapolate
+        from ddpsim.experiments.extrapolate import RECORD_ITERS, main_extrapolate
+        args.record_iters = RECORD_ITERS if args.record_iters is None else args.record_iters
         return main_extrapolate(args)
     if args.grid:
         args.world_sizes = args.world_sizes or "2,4"
+        args.record_iters = 40 if args.record_iters is None else args.record_iters
         return main_grid(args)
     if not args.trace:
         raise ValueError("give --trace FILE (and optionally --against FILE), --grid or --extrapolate")
