@@ -42,6 +42,11 @@ def bucket_start_error(predicted, measured, iteration_s: float) -> float:
     return max(abs(p[b] - m[b]) for b in m) / iteration_s
 
 
+def error_pct(predicted: float, measured: float) -> float:
+    """The prediction's error, in % of the measurement."""
+    return (predicted - measured) / measured * 100
+
+
 def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: float = 0.0) -> dict:
     """Simulate the recorded run ``measured``'s options from ``workload``; compare."""
     cfg = replay_config(workload, measured, iters=sim_iters, jitter=jitter,
@@ -50,7 +55,7 @@ def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: flo
     m = summarize(measured)
     pred, meas = s["iteration_time_s"], m["iteration_time_s"]
     n_real = len(measured.ranks[0].layouts[-1].buckets) if measured.ranks[0].layouts else 0
-    return {"predicted_ms": pred * 1e3, "measured_ms": meas * 1e3, "error_pct": (pred - meas) / meas * 100,
+    return {"predicted_ms": pred * 1e3, "measured_ms": meas * 1e3, "error_pct": error_pct(pred, meas),
             "bucket_start_error_pct": bucket_start_error(sim, measured, meas) * 100,
             "n_buckets": f"{s['n_buckets']}/{n_real}",
             "exposed_comm_pred_ms": s["exposed_comm_s"] * 1e3, "exposed_comm_meas_ms": m["exposed_comm_s"] * 1e3}

@@ -35,7 +35,7 @@ import statistics
 import sys
 
 from ddpsim.experiments.calibrate import calibrate_world_sizes, parse_world_sizes
-from ddpsim.experiments.compare import parse_jitter
+from ddpsim.experiments.compare import error_pct, parse_jitter
 from ddpsim.experiments.grid import CALIBRATION_CAP_MB, learn, predict_runs
 from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
 from ddpsim.experiments.table import report, stats
@@ -140,7 +140,7 @@ def pool_launches(per_launch: list[list[dict]]) -> list[dict]:
             row.update({k: math.nan for k in POOLED + ("error_pct",)}, error=failed["error"])
         else:
             row.update({k: statistics.mean(r[k] for r in same) for k in POOLED})
-            row["error_pct"] = (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"] * 100
+            row["error_pct"] = error_pct(row["predicted_ms"], row["measured_ms"])
         row["launch_errors_pct"] = [r["error_pct"] for r in same]
         row["launch_measured_ms"] = [r["measured_ms"] for r in same]
         pooled.append(row)

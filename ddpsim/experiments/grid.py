@@ -27,6 +27,7 @@ from ddpsim.experiments.table import format_row, report, stats  # noqa: F401 (st
 from ddpsim.learn.jitter import pick_jitter
 from ddpsim.record.timeslice import time_slice
 
+RECORD_ITERS = 40  # iterations per recorded run: an iteration varies by +-20% here, the median of ~38 steady ones by ~3%
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
 
 
@@ -105,7 +106,7 @@ def attach_calibration(cal, ws: int, measured: dict) -> bool:
     return True
 
 
-def run_grid(models, world_sizes, configs, record_iters=40, sim_iters=40, workdir=None, jitter=None,
+def run_grid(models, world_sizes, configs, record_iters=RECORD_ITERS, sim_iters=40, workdir=None, jitter=None,
              log=None, reuse=False, calibration_cap_mb: float = CALIBRATION_CAP_MB) -> dict:
     """Record calibration + grid runs for each (model, world size) and predict each grid run.
 

@@ -75,9 +75,9 @@ class Recorder:
         return {ws: (specs[ws], t) for ws, t in zip(world_sizes, traces)}
 
     def check_reuse(self, groups) -> None:
-        """Raise unless every (model, world size[, launch]) of ``groups`` is in the workdir."""
-        for model, ws, *launch in groups:
-            missing = [p.name for p in self.paths(model, ws, *launch) if not p.exists()]
+        """Raise unless every (model, world size, launch) of ``groups`` is in the workdir."""
+        for model, ws, launch in groups:
+            missing = [p.name for p in self.paths(model, ws, launch) if not p.exists()]
             if missing:
                 raise ValueError(f"--reuse: {self.work} has no recording of {model} at world size {ws} "
                                  f"(missing {missing[0]})")

@@ -63,8 +63,8 @@ def add_arguments(p) -> None:
                    help=f"bucket_cap_mb of the calibration run; must not be one of --caps "
                         f"(default {grid.CALIBRATION_CAP_MB:g})")
     g.add_argument("--record-iters", type=int, default=None,
-                   help="iterations per recorded run (default 40: an iteration varies by +-20%% here, and "
-                        "the median of ~38 steady ones is then good to ~3%%; --extrapolate: "
+                   help=f"iterations per recorded run (default {grid.RECORD_ITERS}: an iteration varies by +-20%% "
+                        "here, and the median of ~38 steady ones is then good to ~3%%; --extrapolate: "
                         f"{extrapolate.RECORD_ITERS} in each launch)")
     g.add_argument("--workdir", help="keep the recorded traces here (default: a temporary folder)")
     g.add_argument("--reuse", action="store_true",
@@ -107,7 +107,7 @@ def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float 
 
 
 def main(args) -> int:
-    from ddpsim.experiments.grid import main_grid
+    from ddpsim.experiments import grid
     from ddpsim.trace import load_trace
 
     if args.extrapolate:
@@ -116,8 +116,8 @@ def main(args) -> int:
         return main_extrapolate(args)
     if args.grid:
         args.world_sizes = args.world_sizes or "2,4"
-        args.record_iters = 40 if args.record_iters is None else args.record_iters
-        return main_grid(args)
+        args.record_iters = grid.RECORD_ITERS if args.record_iters is None else args.record_iters
+        return grid.main_grid(args)
     if not args.trace:
         raise ValueError("give --trace FILE (and optionally --against FILE), --grid or --extrapolate")
     source = load_trace(args.trace)
