@@ -5,7 +5,7 @@ import sys
 
 from conftest import ROOT
 from ddpsim import load_trace
-from ddpsim.export import COMM_STREAM, COMPUTE_STREAM, HOST_PID, to_chrome, to_kineto
+from ddpsim.trace.export import COMM_STREAM, COMPUTE_STREAM, HOST_PID, to_chrome, to_kineto
 
 FIXTURE = "tests/fixtures/tiny_trace.json"
 

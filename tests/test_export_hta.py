@@ -12,8 +12,8 @@ import pytest
 
 from ddpsim import load_trace
 from ddpsim.analysis import comm_weighted_overlap, summarize
-from ddpsim.export import steady_iterations, write_per_rank
-from ddpsim.profile_import import import_profiles
+from ddpsim.trace.export import steady_iterations, write_per_rank
+from ddpsim.trace.profile_import import import_profiles
 
 hta = pytest.importorskip("hta.trace_analysis")
 SAMPLES = Path(__file__).resolve().parents[1] / "ddpsim" / "samples"

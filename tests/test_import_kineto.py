@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from ddpsim import load_trace
 from ddpsim.analysis import summarize
-from ddpsim.profile_import import import_profiles
+from ddpsim.trace.profile_import import import_profiles
 from ddpsim.trace import TraceFormatError
 
 GPU_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "gpu-traces"

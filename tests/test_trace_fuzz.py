@@ -152,7 +152,7 @@ def consume_summary(trace):
 
 
 def consume_chrome(trace):
-    from ddpsim.export import to_chrome
+    from ddpsim.trace.export import to_chrome
 
     return json.dumps(to_chrome(trace))
 

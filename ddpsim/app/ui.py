@@ -14,7 +14,7 @@ import streamlit as st
 from matplotlib.figure import Figure
 
 from ddpsim.app import learn
-from ddpsim.export import to_chrome
+from ddpsim.trace.export import to_chrome
 from ddpsim.trace import Trace
 from ddpsim.viz import figure_bytes
 

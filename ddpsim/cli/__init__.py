@@ -18,7 +18,7 @@ from ddpsim.errors import CLIError  # noqa: F401  (re-exported for commands)
 COMMANDS = {
     "record": "ddpsim.cli.record",
     "merge": "ddpsim.record.merge",
-    "export": "ddpsim.export",
+    "export": "ddpsim.trace.export",
     "import": "ddpsim.cli.profile_import",
     "simulate": "ddpsim.cli.simulate",
     "sweep": "ddpsim.cli.sweep",

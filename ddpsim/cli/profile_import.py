@@ -1,7 +1,7 @@
 """``python -m ddpsim import``: PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace."""
 from __future__ import annotations
 
-from ddpsim.profile_import import import_profiles
+from ddpsim.trace.profile_import import import_profiles
 
 HELP = "import PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace"
 

@@ -77,7 +77,7 @@ def simulated(sim, rank: int) -> tuple[float, dict[int, float]]:
 def check_case(folder: Path, name: str, iters: int = 6) -> dict:
     """One model: import, learn, simulate, compare (see the module docstring)."""
     from ddpsim.learn.extract import replay_config, workload_from_trace
-    from ddpsim.profile_import import import_profiles
+    from ddpsim.trace.profile_import import import_profiles
     from ddpsim.sim.api import simulate
 
     profiles, truths = CASES[name]

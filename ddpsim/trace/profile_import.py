@@ -4,7 +4,7 @@ One profile per rank (``export_chrome_trace`` / ``tensorboard_trace_handler`` ou
 .json.gz). From each ``ProfilerStep#N`` it recovers one iteration:
 
 - forward: ``DistributedDataParallel.forward`` to the start of the backward, on the GPU when the
-  profile has GPU events (Note [GPU completion from a profile] in ``ddpsim.kineto``);
+  profile has GPU events (Note [GPU completion from a profile] in ``ddpsim.trace.kineto``);
 - backward: the autograd engine's ops (``autograd::engine::evaluate_function: ...``);
 - gradient ready: the end of each ``torch::autograd::AccumulateGrad`` op, turned into the GPU
   time the gradient was really computed (the CUDA event a ready hook would have recorded);
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ddpsim.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, read_profile,
+from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, read_profile,
                            tensor_shape)
 from ddpsim.trace import FORMAT, VERSION, Trace, TraceFormatError, from_dict
 

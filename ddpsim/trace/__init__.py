@@ -3,8 +3,8 @@
 Every part of ddpsim speaks this format: the recorder writes it, the readable DDP
 writes it, the simulator writes it, and the analyses, figures, app and notebooks
 read it. The field-by-field reference, with units, is ``docs/trace-format.md``.
-The data classes are in ``trace_types.py``, the strict reader (Note [A strict
-reader]) in ``trace_reader.py``; this module is the one to import.
+The data classes are in ``types.py``, the strict reader (Note [A strict
+reader]) in ``reader.py``; this module is the one to import.
 
 Times are integer nanoseconds on one aligned clock for all ranks, counted from
 the start of the run (``t_ns = 0``). Sizes are bytes.
@@ -12,8 +12,8 @@ the start of the run (``t_ns = 0``). Sizes are bytes.
     >>> trace = load_trace("run.json")          # doctest: +SKIP
     >>> trace.ranks[0].iterations[1].buckets     # doctest: +SKIP
 """
-from ddpsim.trace_reader import MAX_TRACE_BYTES, from_dict, load_trace, parse_trace
-from ddpsim.trace_types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
+from ddpsim.trace.reader import MAX_TRACE_BYTES, from_dict, load_trace, parse_trace
+from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 Layout, Param, RankTrace, Span, Trace, TraceFormatError)
 
 __all__ = ["FORMAT", "MAX_TRACE_BYTES", "SOURCES", "VERSION", "Bucket", "BucketEvent", "Collective", "GradReady",

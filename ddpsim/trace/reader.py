@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ddpsim.buckets import SCALAR_TYPES
-from ddpsim.trace_checks import MAX_WORLD_SIZE, check_consistency, check_meta
-from ddpsim.trace_types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
+from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_meta
+from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 Layout, Param, RankTrace, Span, Trace, TraceFormatError)
 
 # Limits on what a trace may hold (Note [A strict reader]); a real trace is far inside every one.

@@ -1,12 +1,12 @@
-"""The strict reader's checks on what one field cannot say alone (Note [A strict reader] in trace_reader.py).
+"""The strict reader's checks on what one field cannot say alone (Note [A strict reader] in reader.py).
 
 The bounds on ``meta`` fields that analyses and the simulator read, and the checks
 across fields: distinct ranks inside the world, known parameters, ordered steps.
-``r`` is the reader (``trace_reader._Reader``): its ``value`` and ``fail`` name the field.
+``r`` is the reader (``reader._Reader``): its ``value`` and ``fail`` name the field.
 """
 from __future__ import annotations
 
-from ddpsim.trace_types import RankTrace, Trace
+from ddpsim.trace.types import RankTrace, Trace
 
 MAX_WORLD_SIZE = 10_000_000  # ranks
 
