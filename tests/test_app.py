@@ -44,7 +44,7 @@ def test_opens_on_first_sample_with_figure_and_metrics(fixture_samples):
     m = metrics(at)
     assert m["Iteration time, iteration 0"].endswith(" ms")
     assert m["Exposed communication, iteration 0"] == "9.9 ms"
-    assert m["Comm. overlapped with backward, iteration 0"] == "0%"
+    assert m["Comm. overlapped with compute, iteration 0"] == "0%"
 
 
 def test_changing_iteration_rerenders(fixture_samples):

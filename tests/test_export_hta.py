@@ -1,9 +1,9 @@
 """HolisticTraceAnalysis (PyPI, pinned) reads ddpsim's per-rank export and agrees with ddpsim.
 
 HTA's ``get_comm_comp_overlap`` is, per rank, the communication time that overlaps compute over
-all communication time (its iterations weighted by their communication time); ddpsim's summary
-averages per-iteration fractions. Both are checked: the same definition to within rounding, and
-the headline figure within 5 points on steady traces.
+all communication time (its iterations weighted by their communication time); ddpsim's headline
+overlap (``summarize``'s ``overlap_fraction``) is that, averaged over ranks. Checked: per rank to
+within HTA's rounding, and the headline within 2 points of HTA's mean over ranks.
 """
 import logging
 from pathlib import Path
@@ -59,13 +59,13 @@ def test_hta_overlap_is_ddpsims(name, tmp_path):
         assert abs(row["compute_time(us)"] - compute_us) <= 0.01 * compute_us + 2 * len(keep)
 
 
-@pytest.mark.parametrize("name", ["simulated resnet50", "recorded mlp (CPU)",
+@pytest.mark.parametrize("name", ["simulated resnet50", "recorded mlp (CPU)", "recorded transformer (CPU)",
                                   "imported H100 resnet18 (gloo, 2 ranks)"])
-def test_hta_agrees_with_ddpsim_summary_within_5_points(name, tmp_path):
+def test_hta_agrees_with_ddpsim_summary_within_2_points(name, tmp_path):
     if name not in TRACES:
         pytest.skip(f"the GPU trace fixtures are not at {GPU_TRACES}")
     trace = TRACES[name]
     _, hta_pct, _ = hta_on(trace, tmp_path)
     ours = 100 * summarize(trace)["overlap_fraction"]
     theirs = sum(hta_pct.values()) / len(hta_pct)
-    assert abs(theirs - ours) < 5, (theirs, ours)
+    assert abs(theirs - ours) < 2, (theirs, ours)

@@ -99,12 +99,12 @@ def test_same_inputs_and_seed_give_byte_identical_files(capsys, tmp_path):
         (tmp_path / str(k)).mkdir()
         out = tmp_path / str(k) / "sim.json"
         rc, stdout, err = run_cli(capsys, "simulate", "--trace", TRACE, "--world-size", "8", "--jitter", "0.1",
-                                  "--seed", "3", "--out", str(out))
+                                  "--seed", "3", "--no-calibrate", "--out", str(out))
         assert rc == 0 and "simulated in" in err  # wall time goes to stderr
         outs.append((out.read_bytes(), stdout.replace(str(tmp_path / str(k)), "")))
     assert outs[0] == outs[1], "trace files and stdout are byte-identical"
     rc, _, _ = run_cli(capsys, "simulate", "--trace", TRACE, "--world-size", "8", "--jitter", "0.1",
-                       "--seed", "4", "--out", str(tmp_path / "other.json"))
+                       "--seed", "4", "--no-calibrate", "--out", str(tmp_path / "other.json"))
     assert (tmp_path / "other.json").read_bytes() != outs[0][0], "another seed gives another run"
 
 

@@ -18,10 +18,14 @@ GPU = "20_sim_resnet50_v100-eth25_w64_default"
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
+trace_of = {}  # id(base) -> its trace, for config()
+
+
 def setup(name):
     trace = load_trace(samples.BUNDLED_DIR / f"{name}.json")
     base = whatif.base_for(trace)
     work = whatif.workload(base, trace)
+    trace_of[id(base)] = trace
     return trace, base, work
 
 
@@ -29,7 +33,7 @@ def config(base, work, **change):
     c = {**whatif.choices(base), **change}
     return whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                              c["no_sync_every"], c["world_size"], c["network"],
-                             work=work if base.kind == "trace" else None)
+                             work=work if base.kind == "trace" else None, trace=trace_of[id(base)])
 
 
 @pytest.mark.parametrize("name", [REAL, GPU])

@@ -12,8 +12,13 @@ Definitions (all per rank, then combined across ranks as stated):
 - *exposed communication*: time from the backward compute end to the last
   allreduce completion (buckets and the unused-parameter bitmap), clipped at 0;
   the maximum over ranks; per cycle, divided by the cycle's micro-steps.
-- *overlap fraction*: of the time during which any allreduce is in flight, the
-  fraction before the backward compute end; the mean over ranks.
+- *overlap fraction*: HolisticTraceAnalysis's ``get_comm_comp_overlap``: the
+  communication time that overlaps compute, over all communication time, per rank
+  over the steady iterations (each iteration weighted by its communication time),
+  then the mean over ranks (``comm_overlap``). Within an iteration the compute an
+  allreduce can overlap is the backward up to its last gradient (DDP's finalize
+  waits for the allreduces before the optimizer runs), so the overlapped part of an
+  allreduce is its part before the backward compute end (``overlap_fraction``).
 - *steady state*: cycles that do not contain iteration 0 and whose layout is the
   final layout (so the iteration-0 single bucket and the rebuild are excluded).
 """
@@ -62,7 +67,8 @@ def exposed_comm_ns(it: Iteration) -> int:
 
 
 def overlap_fraction(it: Iteration) -> float | None:
-    """Fraction of in-flight allreduce time before the backward compute end."""
+    """One iteration's communication overlapped with compute: the fraction of in-flight
+    allreduce time before the backward compute end (None without a collective)."""
     spans = sorted((b.launch_ns, b.complete_ns) for b in it.buckets)
     if it.bitmap_allreduce:
         spans = sorted(spans + [(it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns)])
@@ -80,8 +86,8 @@ def overlap_fraction(it: Iteration) -> float | None:
 
 def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -> float | None:
     """One rank's overlap fraction over several iterations, weighted by communication time
-    (the hidden allreduce time over all in-flight time), as profilers such as HTA report it;
-    ``summarize`` averages the per-iteration fractions instead."""
+    (the hidden allreduce time over all in-flight time), as HTA's ``get_comm_comp_overlap``
+    reports it for the rank."""
     hidden = union = 0.0
     for it in rank.iterations:
         if iterations is not None and it.iteration not in iterations:
@@ -106,6 +112,12 @@ def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
     return {"median_ms": statistics.median(gaps), "max_ms": max(gaps), "n": len(gaps)}
 
 
+def comm_overlap(trace: Trace, iterations: set[int]) -> float:
+    """The overlap fraction (module docstring): HTA's, the mean over ranks; 0.0 without communication."""
+    fractions = [f for f in (comm_weighted_overlap(r, iterations) for r in trace.ranks) if f is not None]
+    return statistics.mean(fractions) if fractions else 0.0
+
+
 def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     """Iteration time, exposed comm and overlap for one cycle (seconds, fraction)."""
     per_rank = [{i: r.iteration(i) for i in cycle} for r in trace.ranks]
@@ -113,11 +125,10 @@ def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     start = min(m[cycle[0]].forward.start_ns for m in present)
     end = max(m[cycle[-1]].end_ns for m in present)
     synced = [m[cycle[-1]] for m in present]
-    fractions = [f for f in (overlap_fraction(it) for it in synced) if f is not None]
     return {
         "iteration_time_s": (end - start) * NS / len(cycle),
         "exposed_comm_s": max(exposed_comm_ns(it) for it in synced) * NS / len(cycle),
-        "overlap_fraction": statistics.mean(fractions) if fractions else 0.0,
+        "overlap_fraction": comm_overlap(trace, set(cycle)),
     }
 
 
@@ -130,9 +141,11 @@ def _steady_rows(trace: Trace) -> tuple[list, list[dict]]:
 
 
 def summarize(trace: Trace) -> dict:
-    """The headline numbers for any trace, real or simulated (medians over steady state)."""
+    """The headline numbers for any trace, real or simulated: iteration time and exposed
+    communication, medians over the steady cycles; the overlap fraction, HTA's over them."""
     chosen, rows = _steady_rows(trace)
     out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    out["overlap_fraction"] = comm_overlap(trace, {i for c in chosen for i in c})
     out["steady_iterations"] = [i for c in chosen for i in c]
     out["per_bucket"] = bucket_table(trace, chosen[-1][-1])
     return out

@@ -95,16 +95,21 @@ def partial_note(trace: Trace) -> None:
                    + ". The figures show what was recorded.", icon=":material/warning:")
 
 
+METRIC_HELP = {"overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
+                                    "that overlaps compute, over all communication time, in the steady "
+                                    "iterations (mean over ranks)."}
+
+
 def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> None:
     """Iteration time, exposed comm and overlap as st.metric, with deltas against ``base``."""
     cols = st.columns(3)
     spec = (("iteration_time_s", "Iteration time", "{:.1f} ms", 1e3, "inverse"),
             ("exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3, "inverse"),
-            ("overlap_fraction", "Comm. overlapped with backward", "{:.0%}", 1, "normal"))
+            ("overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1, "normal"))
     for col, (k, name, fmt, scale, color) in zip(cols, spec):
         v = values[k] * scale
         delta = None if base is None else fmt.format(v - base[k] * scale).replace("%", " pts")
         same = delta is not None and fmt.format(v) == fmt.format(base[k] * scale)
         col.metric(name, fmt.format(v), delta=delta, delta_color="off" if same else color,
-                   delta_arrow="off" if same else "auto",
+                   delta_arrow="off" if same else "auto", help=METRIC_HELP.get(k),
                    delta_description=f"vs {base_name}" if base_name else None)

@@ -1,8 +1,10 @@
 """What-if plumbing without Streamlit: where a simulation starts from, and its options.
 
 A what-if simulates a *workload* under a changed SimConfig:
-- for a real trace, the workload is calibrated from the trace
-  (``ddpsim.sim.workload_from_trace``) and the base options are the recorded ones;
+- for a real trace, the workload is learnt from the trace (``ddpsim.learn.learn``) and
+  every configuration is the trace's replay with the changes (``ddpsim.learn.replay_config``),
+  as ``simulate --trace`` builds it; another world size goes through
+  ``ddpsim.experiments.worldsize`` (the trace's calibration, one measured here, or a refusal);
 - for a simulated GPU trace (a bundled sample), it is the synthetic workload the
   trace was made from (``meta.workload``: arch, hardware, batch);
 - or a synthetic GPU workload picked by hand (arch x GPU x network).
@@ -13,9 +15,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
-from ddpsim.learn import simulate, sweep, workload_from_trace
+from ddpsim.experiments import worldsize
+from ddpsim.learn import learn, replay_config, simulate, sweep
+from ddpsim.learn.extract import config_from_trace
 from ddpsim.sim import SimConfig, synthetic
-from ddpsim.learn.extract import config_from_trace, measured_backward_scale
 from ddpsim.sim.network import gpus, networks
 from ddpsim.trace import Trace
 
@@ -25,7 +28,7 @@ SWEEP_ORDERS = ("torch", "definition", "random")
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
 SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-SIM_ITERS = 3  # synced steps per simulation: iteration 0, the rebuild, one steady step
+SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
 AS_RECORDED = "as recorded"
 
 
@@ -77,32 +80,54 @@ def base_for(trace: Trace | None) -> Base:
 def workload(base: Base, trace: Trace | None):
     """The simulator's Workload for ``base`` (``trace`` is needed when kind is "trace")."""
     if base.kind == "trace":
-        return workload_from_trace(trace)
+        return learn(trace)
     return synthetic(base.arch, base.hardware, batch=base.batch)
+
+
+def calibration_key(trace: Trace | None) -> str:
+    """Which network calibration ``trace`` carries (a measurement here changes it): part of cache keys."""
+    cal = (trace.meta.get("calibration") if trace is not None else None) or {}
+    return ",".join(sorted(str(k) for k in (cal.get("world_sizes") or {}))) + str(cal.get("measured_for", ""))
+
+
+def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -> worldsize.Plan | None:
+    """What another world size than the recorded one does (Note [Another world size on the user's path]),
+    or None where it needs nothing (a GPU model, a chosen network, the recorded world size)."""
+    if base.kind != "trace" or network not in (AS_RECORDED, None, "") or trace is None:
+        return None
+    plan = worldsize.plan(trace, int(world_size))
+    return None if plan.action == "recorded" else plan
+
+
+def measure_network(trace: Trace, world_size: int) -> dict:
+    """Measure the allreduce at ``world_size`` here and keep it in the trace (``worldsize.measure``)."""
+    return worldsize.measure(trace, int(world_size))
 
 
 TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with a one-line error
 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
-               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None) -> SimConfig:
-    """A SimConfig for the what-if choices (network applies to calibrated traces as an override).
+               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
+               trace: Trace | None = None) -> SimConfig:
+    """A SimConfig for the what-if choices.
 
-    work: the calibrated workload; at the recorded world size its ranks keep their measured
-    relative speeds, as in ``ddpsim.learn.extract.replay_config``.
+    A recorded trace (``work`` learnt from ``trace``): its replay with the changes
+    (``replay_config``: at its world size its ranks as recorded); a network other than
+    the recorded one overrides the link. A GPU model: SimConfig with the choices.
     """
-    over, ws = {}, int(world_size or base.config.get("world_size", 2))
-    if base.kind == "trace" and work is not None:
-        over["backward_scale"] = measured_backward_scale(work, ws)
-    if base.kind == "trace" and network not in (AS_RECORDED, None, ""):
-        prof = networks()[network]
-        over.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
-                     "concurrency": int(prof.get("concurrency", 1)),
-                     "interference": float(prof.get("interference", 0))})
-    return SimConfig(world_size=ws, iters=SIM_ITERS,
-                     bucket_cap_mb=bucket_cap_mb, order=order,
-                     find_unused_parameters=bool(find_unused_parameters),
-                     no_sync_every=int(no_sync_every), trace_ranks=trace_ranks, time_limit_s=TIME_LIMIT_S, **over)
+    ws = int(world_size or base.config.get("world_size", 2))
+    changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
+               "find_unused_parameters": bool(find_unused_parameters), "no_sync_every": int(no_sync_every),
+               "trace_ranks": trace_ranks, "time_limit_s": TIME_LIMIT_S}
+    if base.kind == "trace" and work is not None and trace is not None:
+        if network not in (AS_RECORDED, None, ""):
+            prof = networks()[network]
+            changes.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
+                            "concurrency": int(prof.get("concurrency", 1)),
+                            "interference": float(prof.get("interference", 0))})
+        return replay_config(work, trace, **changes)
+    return SimConfig(iters=SIM_ITERS, **changes)
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
@@ -231,7 +256,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     c = choices(base)
     unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                                c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks,
-                               work if base.kind == "trace" else None)
+                               work if base.kind == "trace" else None, trace)
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show

@@ -49,7 +49,8 @@ def add_arguments(p) -> None:
     d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     d.add_argument("--overlap", action="store_true",
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
-    d.add_argument("--iters", type=int, help="synced steps to simulate (default 6)")
+    d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as "
+                   "many as were recorded; otherwise 20 (--trace) or 6 (--arch))")
     d.add_argument("--seed", type=int)
     d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation")
     d.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
@@ -60,8 +61,19 @@ def add_arguments(p) -> None:
     n.add_argument("--algo", choices=["ring", "tree"])
     n.add_argument("--concurrency", type=int, help="collectives in flight at once (gloo 2, nccl 1)")
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
+    add_network_source_arguments(p)
     add_budget_arguments(p)
     p.add_argument("--out", help="write the simulated trace here (JSON)")
+
+
+def add_network_source_arguments(p) -> None:
+    """--calibration and --no-calibrate: the network at a world size the trace was not recorded at."""
+    n = p.add_argument_group("another world size than the trace's (Note [Another world size on the user's path])")
+    n.add_argument("--calibration", metavar="FILE", help="the allreduce at other world sizes: `ddpsim calibrate "
+                   "--world-sizes ... --save FILE` (or a trace holding meta.calibration)")
+    n.add_argument("--no-calibrate", action="store_true",
+                   help="a CPU trace recorded here: do not measure the allreduce at the new world size (the "
+                        "prediction then carries no measurement at that size)")
 
 
 def add_budget_arguments(p) -> None:
@@ -89,11 +101,15 @@ def check_args(args) -> None:
             raise ValueError(f"--{name} must be between {_num(lo)} and {_num(hi)}, not {v!r}")
 
 
-def load_source(args):
-    """(workload, config defaults) from --trace or --arch."""
+def load_source(args, world_sizes: list[int] | None = None):
+    """(workload, the recorded trace or None) from --trace or --arch; ``world_sizes``: those the
+    trace will be asked for (default: ``--world-size``).
+
+    A trace asked for another world size with no network named first goes through
+    ``experiments.worldsize.prepare`` (Note [Another world size on the user's path]):
+    its calibration, one measured now, or a one-line refusal.
+    """
     from ddpsim.sim.archs import synthetic
-    from ddpsim.learn.extract import config_from_trace, workload_from_trace
-    from ddpsim.sim import network
     from ddpsim.trace import load_trace
 
     if bool(args.trace) == bool(args.arch):
@@ -101,17 +117,48 @@ def load_source(args):
     check_args(args)
     if args.trace:
         trace = load_trace(args.trace)
-        conc = getattr(args, "concurrency", None)
-        w = workload_from_trace(trace, conc if isinstance(conc, int) else None)
-        if args.hardware:
-            network.parse_hardware(args.hardware)  # a ValueError naming the choices
-            w.meta["hardware"] = args.hardware  # the link per world size (sim.plan.resolve_link)
-        learnt = {"interference": w.link.interference} if args.hardware and w.link.interference else {}
-        # the compute slowdown the run showed while its collectives ran stays with the new network
-        return w, {**config_from_trace(trace), **learnt, "jitter": w.meta.get("jitter_estimated", 0.0)}
+        if world_sizes is None:
+            world_sizes = [args.world_size] if args.world_size else []
+        return learn_trace(trace, args, world_sizes), trace
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
-    return synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops), {}
+    return synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops), None
+
+
+def learn_trace(trace, args, world_sizes: list[int]):
+    """The workload ``ddpsim.learn.learn`` learns from ``trace``, the network for ``world_sizes`` ready."""
+    from ddpsim.experiments import worldsize
+    from ddpsim.experiments.calibrate import load_calibration
+    from ddpsim.learn import learn
+    from ddpsim.sim import network
+    from ddpsim.sim.budget import LIMITS, _num
+
+    lo, hi, _ = LIMITS["world_size"]
+    for ws in world_sizes:  # before anything is measured for them
+        if not (isinstance(ws, int) and lo <= ws <= hi):
+            raise ValueError(f"--world-size must be between {_num(lo)} and {_num(hi)} ranks, not {ws!r}")
+    if getattr(args, "calibration", None):
+        trace.meta["calibration"] = load_calibration(args.calibration)
+    if args.hardware:
+        network.parse_hardware(args.hardware)  # a ValueError naming the choices
+    elif getattr(args, "bandwidth_gbps", None) is None:
+        for ws in world_sizes:
+            worldsize.prepare(trace, ws, calibrate=not getattr(args, "no_calibrate", False),
+                              log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    conc = getattr(args, "concurrency", None)
+    w = learn(trace) if not isinstance(conc, int) else learn_with_concurrency(trace, conc)
+    if args.hardware:
+        w.meta["hardware"] = args.hardware  # the link per world size (sim.plan.resolve_link)
+        if w.link.interference:  # the compute slowdown the run showed while its collectives ran stays
+            w.meta["learnt_interference"] = w.link.interference
+    return w
+
+
+def learn_with_concurrency(trace, conc: int):
+    from ddpsim.learn.extract import workload_from_trace
+    from ddpsim.learn.refine import refine
+
+    return refine(workload_from_trace(trace, conc), trace)
 
 
 def parse_order(value):
@@ -144,10 +191,9 @@ FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}
 
 
-def config_from_args(args, defaults: dict):
-    from ddpsim.sim.api import SimConfig
-
-    values = dict(defaults)
+def overrides_from_args(args) -> dict:
+    """The SimConfig fields the command line sets (the rest: the trace's, or SimConfig's defaults)."""
+    values = {}
     for attr, field in FIELDS.items():
         v = getattr(args, attr, None)
         if v is not None:
@@ -162,7 +208,19 @@ def config_from_args(args, defaults: dict):
     strag = parse_stragglers(getattr(args, "straggler", None))
     if strag:
         values["stragglers"] = strag
-    cfg = SimConfig(**values)
+    return values
+
+
+def config_for(workload, trace, values: dict):
+    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or SimConfig's defaults."""
+    from ddpsim.learn import replay_config
+    from ddpsim.sim.api import SimConfig
+
+    if trace is None:
+        cfg = SimConfig(**values)
+    else:
+        learnt = workload.meta.get("learnt_interference")
+        cfg = replay_config(workload, trace, **({"interference": learnt} if learnt else {}), **values)
     cfg.validate()
     return cfg
 
@@ -170,8 +228,8 @@ def config_from_args(args, defaults: dict):
 def main(args) -> int:
     from ddpsim.sim.api import simulate
 
-    workload, defaults = load_source(args)
-    cfg = config_from_args(args, defaults)
+    workload, recorded = load_source(args)
+    cfg = config_for(workload, recorded, overrides_from_args(args))
     trace, summary = simulate(workload, cfg)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ddpsim.cli.simulate import add_budget_arguments, add_input_arguments, load_source, parse_stragglers
+from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_network_source_arguments,
+                                 load_source, parse_stragglers)
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 
@@ -35,13 +36,31 @@ def add_arguments(p) -> None:
     f.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
     f.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     f.add_argument("--overlap", action="store_true", help="per-parameter allreduce from each gradient's hook")
-    f.add_argument("--iters", type=int, default=4, help="synced steps per configuration (default 4)")
+    f.add_argument("--iters", type=int, default=None, help="synced steps per configuration (default: --trace at "
+                   "its world size, as many as were recorded; otherwise 20 (--trace) or 4 (--arch))")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
+    add_network_source_arguments(p)
     add_budget_arguments(p)
     p.add_argument("--metric", default="iteration_time_s",
                    choices=["iteration_time_s", "exposed_comm_s", "overlap_fraction"])
     p.add_argument("--out", help="table.csv or table.json")
+
+
+def fixed_options(args) -> dict:
+    """The SimConfig fields the command line fixes for every row."""
+    base = {"seed": args.seed, **({"iters": args.iters} if args.iters is not None else {})}
+    for k in ("max_events", "time_limit_s", "find_unused_parameters", "static_graph"):
+        if getattr(args, k) is not None:
+            base[k] = getattr(args, k)
+    if args.naive:
+        base["naive"] = True
+    if args.overlap:
+        base["overlap"] = True
+    strag = parse_stragglers(args.straggler)
+    if strag:
+        base["stragglers"] = strag
+    return base
 
 
 def parse_grid(args) -> dict:
@@ -61,29 +80,20 @@ def parse_grid(args) -> dict:
 
 
 def main(args) -> int:
+    from ddpsim.learn import sweep as learn_sweep
     from ddpsim.sim.api import SimConfig
-    from ddpsim.sim.sweep import sweep, to_csv
+    from ddpsim.sim.sweep import sweep
 
-    workload, defaults = load_source(args)
     grid = parse_grid(args)
-    base = dict(defaults, iters=args.iters, seed=args.seed)
-    for k in ("max_events", "time_limit_s"):
-        if getattr(args, k) is not None:
-            base[k] = getattr(args, k)
-    for k in ("find_unused_parameters", "static_graph"):
-        if getattr(args, k) is not None:
-            base[k] = getattr(args, k)
-    if args.naive:
-        base["naive"] = True
-    if args.overlap:
-        base["overlap"] = True
-    strag = parse_stragglers(args.straggler)
-    if strag:
-        base["stragglers"] = strag
-    cfg = SimConfig(**base)
-    if "world_size" not in grid:
-        cfg.validate()
-    rows = sweep(workload, grid, cfg, metric=args.metric)
+    base = fixed_options(args)
+    workload, trace = load_source(args, grid.get("world_size", []))
+    if trace is not None:
+        rows = learn_sweep(workload, grid, base, metric=args.metric, trace=trace)
+    else:
+        cfg = SimConfig(**{"iters": 4, **base})
+        if "world_size" not in grid:
+            cfg.validate()
+        rows = sweep(workload, grid, cfg, metric=args.metric)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -47,10 +47,17 @@ def error_pct(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured * 100
 
 
-def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: float = 0.0) -> dict:
-    """Simulate the recorded run ``measured``'s options from ``workload``; compare."""
-    cfg = replay_config(workload, measured, iters=sim_iters, jitter=jitter,
-                        order=BucketOrder.parse(order, allowed=REAL_ORDERS).value)
+def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: float | str = 0.0) -> dict:
+    """Simulate the recorded run ``measured``'s options from ``workload``; compare.
+
+    ``jitter="recorded"``: the ranks of the run ``workload`` was learnt from, as recorded, where the
+    world size matches (Note [Replay the recorded ranks' speeds]); a number: a drawn rank noise."""
+    fields = {"order": BucketOrder.parse(order, allowed=REAL_ORDERS).value}
+    if jitter != "recorded":
+        fields.update(iters=sim_iters, jitter=jitter)
+    elif measured.world_size != workload.meta.get("recorded_world_size"):
+        fields.update(iters=sim_iters)
+    cfg = replay_config(workload, measured, **fields)
     sim, s = simulate(workload, cfg)
     m = summarize(measured)
     pred, meas = s["iteration_time_s"], m["iteration_time_s"]
@@ -62,13 +69,13 @@ def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: flo
 
 
 def parse_jitter(value):
-    """--jitter: a number, 'fit', or None (absent: measured)."""
-    if value is None or value == "fit":
+    """--jitter: a number, 'fit', 'recorded', or None (absent: measured)."""
+    if value is None or value in ("fit", "recorded"):
         return value
     try:
         j = float(value)
     except ValueError:
-        raise ValueError(f"--jitter must be a number >= 0 or 'fit', not {value!r}") from None
+        raise ValueError(f"--jitter must be a number >= 0, 'fit' or 'recorded', not {value!r}") from None
     if not (math.isfinite(j) and j >= 0):
-        raise ValueError(f"--jitter must be a number >= 0 or 'fit', not {value!r}")
+        raise ValueError(f"--jitter must be a number >= 0, 'fit' or 'recorded', not {value!r}")
     return j

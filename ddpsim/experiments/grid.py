@@ -144,12 +144,15 @@ def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, netwo
     if attach_calibration(cal, ws, measured):
         cal.save(path)
     # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
-    w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter)
-    jit = pick_jitter(jitter, w, cal, sim_iters)
+    if jitter in (None, "recorded"):  # the user's path: Note [Replay the recorded ranks' speeds]
+        w, jit = refine(workload_from_trace(cal), cal), "recorded"
+    else:
+        w = refine(workload_from_trace(cal), cal, sim_iters, 0.0 if jitter == "fit" else jitter, noise="drawn")
+        jit = pick_jitter(jitter, w, cal, sim_iters)
     entry = {"model": cal.meta.get("model"), "world_size": ws, "link": w.link.to_dict(), "jitter": jit,
              "measured_ms": summarize(cal)["iteration_time_s"] * 1e3,
              "self_prediction_no_jitter": predict_row(w, cal, "torch", sim_iters, 0.0)}
-    log(f"    calibration: measured {entry['measured_ms']:.1f} ms, jitter {jit:.3f}, "
+    log(f"    calibration: measured {entry['measured_ms']:.1f} ms, jitter {jit}, "
         f"allreduce alone {w.link.allreduce_s(1 << 20, ws) * 1e3:.2f} ms/MiB")
     if network is not None:  # Note [Anchor the network to the recording]
         w.meta["calibration"] = anchor(network, cal.meta["calibration"], ws)

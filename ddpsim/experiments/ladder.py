@@ -91,7 +91,7 @@ def simulate_rungs(traces: dict[str, Trace], iters: int, seed: int = 0, learn_fr
         elif learnt is None:
             if source.meta.get("allreduce_probe"):
                 attach_calibration(source, source.world_size, {})
-                w = learnt = refine(workload_from_trace(source), source, iters)
+                w = learnt = refine(workload_from_trace(source), source, iters, noise="drawn")
             else:
                 w = learnt = workload_from_trace(source)
         cfg = replay_config(w, source, iters=iters, seed=seed,

@@ -32,8 +32,10 @@ measured and the relative error; the last stdout line is one JSON object.
 from __future__ import annotations
 
 import json
+import sys
 
 from ddpsim.experiments.compare import METRICS, parse_jitter
+from ddpsim.learn.extract import DRAWN_ITERS
 from ddpsim.learn.jitter import pick_jitter
 
 HELP = "compare simulated and measured iteration time (one trace pair, or a recorded --grid of configurations)"
@@ -44,7 +46,8 @@ def add_arguments(p) -> None:
 
     p.add_argument("--trace", help="recorded trace to learn the workload from")
     p.add_argument("--against", help="recorded trace whose options are predicted (default: --trace)")
-    p.add_argument("--iters", type=int, default=None, help="synced steps to simulate (default 20; --grid 40)")
+    p.add_argument("--iters", type=int, default=None, help="synced steps to simulate (default: as many as "
+                   f"were recorded, at the recorded world size; else {DRAWN_ITERS}; --grid 40)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jitter", help="rank noise: a number, 'fit' (fitted so the learnt-from run predicts "
                    "itself, see fit_jitter) or, by default, the variation of compute measured in the run "
@@ -81,21 +84,34 @@ def add_arguments(p) -> None:
                    help=f"launch every world size's runs this many times and pool them (default "
                         f"{extrapolate.LAUNCHES}: a launch "
                         "draws a speed of its own; Note [Pool launches] in extrapolate.py)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="--against at another world size, a CPU trace recorded here: do not measure the "
+                        "allreduce at it (the prediction then carries no measurement at that size)")
     p.add_argument("--calibration", metavar="FILE",
                    help="the network at other world sizes: `ddpsim calibrate --world-sizes ... --save FILE` "
                         "(or a trace holding meta.calibration); default: the --trace's own")
 
 
-def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float | None = None) -> dict:
-    from ddpsim.analysis import summarize
-    from ddpsim.learn.extract import replay_config, workload_from_trace
+def validate(source, target=None, iters: int | None = None, seed: int = 0, jitter=None) -> dict:
+    """Learn from ``source`` (``ddpsim.learn.learn``), simulate ``target``'s options (default: the
+    source's own: a replay) and compare with ``target``'s measurement.
+
+    The same function and defaults as ``simulate --trace`` (``replay_config``): the recorded
+    ranks' speeds over the recorded steps at the recorded world size, else a drawn noise of
+    the measured spread over 20 steps. ``jitter``: a number or ``"fit"`` draws that noise instead.
+    """
+    from ddpsim.analysis import spread, summarize
+    from ddpsim.learn import learn, replay_config
     from ddpsim.sim.api import simulate
 
     target = target or source
     if target.source != "real":
         raise ValueError("validate compares against a recorded (source real) trace")
-    w = workload_from_trace(source)
-    cfg = replay_config(w, target, iters=iters, seed=seed, jitter=pick_jitter(jitter, w, source, iters))
+    w = learn(source)
+    fields = {"seed": seed, **({"iters": iters} if iters else {})}
+    if jitter not in (None, "recorded"):
+        fields["jitter"] = pick_jitter(jitter, w, source, iters or DRAWN_ITERS)
+    cfg = replay_config(w, target, **fields)
     trace, predicted = simulate(w, cfg)
     measured = summarize(target)
     rows = {}
@@ -103,7 +119,7 @@ def validate(source, target=None, iters: int = 20, seed: int = 0, jitter: float 
         p, r = predicted[m], measured[m]
         rows[m] = {"predicted": p, "measured": r, "rel_error": (p - r) / r if r else None}
     return {"metrics": rows, "config": {k: v for k, v in cfg.__dict__.items() if k != "stragglers"},
-            "workload": w.meta, "trace": trace}
+            "workload": w.meta, "trace": trace, "spread": spread(target)["iteration_time_s"]}
 
 
 def main(args) -> int:
@@ -125,12 +141,21 @@ def main(args) -> int:
         from ddpsim.experiments.calibrate import load_calibration
         source.meta["calibration"] = load_calibration(args.calibration)
     target = load_trace(args.against) if args.against else source
-    res = validate(source, target, args.iters or 20, args.seed, parse_jitter(args.jitter))
+    if args.iters is not None and args.iters < 1:
+        raise ValueError(f"--iters must be at least 1, not {args.iters}")
+    if target.world_size != source.world_size and not args.calibration:
+        from ddpsim.experiments import worldsize  # Note [Another world size on the user's path]
+        worldsize.prepare(source, target.world_size, calibrate=not args.no_calibrate,
+                          log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    res = validate(source, target, args.iters, args.seed, parse_jitter(args.jitter))
     trace = res.pop("trace")
     if args.out:
         trace.save(args.out)
+    spread = res["spread"]
     for m, r in res["metrics"].items():
         err = "n/a" if r["rel_error"] is None else f"{r['rel_error'] * 100:+.1f}%"
-        print(f"{m:18} predicted {r['predicted']:.6g}  measured {r['measured']:.6g}  error {err}")
+        noise = (f"  (the run's steady iterations vary +-{spread['rel'] * 100:.0f}% over {spread['n']})"
+                 if m == "iteration_time_s" else "")
+        print(f"{m:18} predicted {r['predicted']:.6g}  measured {r['measured']:.6g}  error {err}{noise}")
     print(json.dumps({m: r for m, r in res["metrics"].items()}, separators=(",", ":")))
     return 0

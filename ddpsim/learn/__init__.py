@@ -1,9 +1,13 @@
 """ddpsim.learn: learning a simulator Workload from a recorded trace.
 
-    >>> from ddpsim.learn import simulate, sweep, workload_from_trace
-    >>> trace, summary = simulate(load_trace("run.json"), world_size=8)
+    >>> from ddpsim.learn import learn, replay_config, simulate
+    >>> run = load_trace("run.json")
+    >>> w = learn(run)                                   # what every prediction starts from
+    >>> trace, summary = simulate(w, replay_config(w, run))              # the run, replayed
+    >>> trace, summary = simulate(w, replay_config(w, run, bucket_cap_mb=5))   # a what-if
 
-Modules: extract (trace -> Workload: compute, gradient order, link), contention
+Modules: extract (trace -> Workload: compute, gradient order, link), noise (the
+recorded ranks micro-step by micro-step, for a replay), contention
 (gloo's rings sharing a core with compute), linkfit (the link's line from the
 recorded collectives), refine (one fixed-point step against the recorded phases),
 jitter (the rank-speed spread that reproduces a recorded run).
@@ -14,14 +18,23 @@ recorded Trace (whose workload is learnt first with ``workload_from_trace``).
 from __future__ import annotations
 
 from ddpsim.learn.extract import config_from_trace, replay_config, workload_from_trace
+from ddpsim.learn.refine import refine
 from ddpsim.sim import api as _api
 from ddpsim.sim.sweep import sweep as _sim_sweep
 from ddpsim.sim.workload import Workload
 
 
+def learn(trace) -> Workload:
+    """The workload that ``simulate``, ``validate``, ``sweep`` and the What-if page learn from a
+    recorded run: extracted (``workload_from_trace``), then self-calibrated against the run's own
+    phases with its recorded ranks in place (``refine``, Note [Self-calibration]), so that
+    ``replay_config(w, trace)`` reproduces the run."""
+    return refine(workload_from_trace(trace), trace)
+
+
 def as_workload(source) -> Workload:
-    """``source`` if it is a Workload, else the workload learnt from trace ``source``."""
-    return source if isinstance(source, Workload) else workload_from_trace(source)
+    """``source`` if it is a Workload, else the workload learnt from trace ``source`` (``learn``)."""
+    return source if isinstance(source, Workload) else learn(source)
 
 
 def simulate(source, config: _api.SimConfig | None = None, **overrides):
@@ -29,10 +42,19 @@ def simulate(source, config: _api.SimConfig | None = None, **overrides):
     return _api.simulate(as_workload(source), config, **overrides)
 
 
-def sweep(source, grid: dict, base: _api.SimConfig | None = None, metric: str = "iteration_time_s",
-          refused: list | None = None):
-    """``ddpsim.sim.sweep`` on a Workload or a recorded Trace."""
-    return _sim_sweep(as_workload(source), grid, base, metric, refused)
+def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric: str = "iteration_time_s",
+          refused: list | None = None, trace=None):
+    """``ddpsim.sim.sweep`` on a Workload or a recorded Trace.
+
+    With a recorded run (``source``, or ``trace`` beside a workload learnt from it) ``base`` is a
+    dict of SimConfig fields, and every combination is ``replay_config(w, run, **base, **values)``:
+    the run's options and, at its world size, its recorded ranks."""
+    w = as_workload(source)
+    run = source if trace is None and not isinstance(source, Workload) else trace
+    if run is None:
+        return _sim_sweep(w, grid, base, metric, refused)
+    fields = dict(base or {})
+    return _sim_sweep(w, grid, None, metric, refused, make=lambda values: replay_config(w, run, **{**fields, **values}))
 
 
-__all__ = ["as_workload", "config_from_trace", "replay_config", "simulate", "sweep", "workload_from_trace"]
+__all__ = ["as_workload", "config_from_trace", "learn", "replay_config", "simulate", "sweep", "workload_from_trace"]

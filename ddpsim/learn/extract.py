@@ -45,11 +45,13 @@ from ddpsim.learn import contention
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
+from ddpsim.learn.noise import recorded_ranks
 from ddpsim.sim.replay import recorded_layouts
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
 
 NS = 1e-9
+DRAWN_ITERS = 20  # synced steps a prediction with drawn rank noise simulates by default (not in torch)
 
 
 def _med(xs, default=0.0):
@@ -71,17 +73,36 @@ def config_from_trace(trace: Trace) -> dict:
     return out
 
 
-def replay_config(w: Workload, trace: Trace, **fields):
-    """The SimConfig that replays recorded run ``trace`` from workload ``w``.
+def synced_steps(trace: Trace) -> int:
+    """How many synced steps (optimizer steps) the recording made: what a replay simulates."""
+    return max(1, max((sum(it.sync for it in r.iterations) for r in trace.ranks), default=1))
 
-    ``trace``'s DDP options (``config_from_trace``), its ranks' measured speeds when
-    ``w`` was learnt at the same world size (Note [Ranks are not equally fast]),
-    then ``fields``.
+
+def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
+    """The SimConfig that replays recorded run ``trace`` (its DDP options, ``config_from_trace``)
+    from workload ``w``, then ``fields``.
+
+    The ranks' speeds: at the world size ``w`` was learnt at, with ``noise="recorded"``, each
+    recorded rank as it was in each recorded micro-step, over as many steps as were recorded
+    (Note [Replay the recorded ranks' speeds] in noise.py); otherwise (another world size,
+    ranks that shared CPU cores, or ``noise="drawn"``) the recorded ranks' median speeds where
+    the world size matches (Note [Ranks are not equally fast]) and a drawn rank noise of the
+    measured spread (``jitter_estimated``, Note [Only rank-to-rank noise makes ranks wait]).
     """
     from ddpsim.sim.api import SimConfig
 
+    if noise not in ("recorded", "drawn"):
+        raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
     cfg = {**config_from_trace(trace), **fields}
+    recorded = w.meta.get("recorded_ranks") or {}
+    if (noise == "recorded" and recorded and len(recorded) == cfg["world_size"] == w.meta.get("recorded_world_size")
+            and "jitter" not in fields and not w.link.cpus):
+        cfg.setdefault("recorded_ranks", {int(r): v for r, v in recorded.items()})
+        cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))
+        return SimConfig(**cfg)
     cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
+    cfg.setdefault("jitter", float(w.meta.get("jitter_estimated", 0.0)))
+    cfg.setdefault("iters", DRAWN_ITERS)
     return SimConfig(**cfg)
 
 
@@ -130,6 +151,8 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               **({"calibration": trace.meta["calibration"]} if shared and sync
                  and isinstance(trace.meta.get("calibration"), dict) else {}),
               "rank_factors": rank_factors(gaps.work_by_rank),
+              "recorded_ranks": recorded_ranks(trace, steady),  # Note [Replay the recorded ranks' speeds]
+              "recorded_steps": synced_steps(trace),
               "interference_estimated": interference,
               "jitter_estimated": round(_jitter(clean), 4)},
     )

@@ -51,6 +51,10 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
         others = spans + mates.get(id(it), [])
         compute = (it.backward.start_ns, it.backward_compute_end_ns)
         points += [(nbytes, contention.shared_work(s, e, others, 0, compute) * NS) for s, e, nbytes in spans]
+    if k < 2 or not points:  # Note [No network from one rank]
+        link = Link(alpha_s=0.0, bandwidth_Bps=1e15, concurrency=concurrency, shared_core=True, cpus=cpus,
+                    name=NO_NETWORK_NAME)
+        return link, {"from": "none", "no_network": NO_NETWORK.format(ranks=k), "world_size": k}
     a, b = fit_medians(points)  # one size: a line through the origin (fit_line)
     link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True, cpus=cpus,
                          name=f"shared-core fit from trace (k={k})")

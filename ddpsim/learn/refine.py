@@ -34,16 +34,22 @@ from ddpsim.trace import Trace
 ROUNDS = 4  # fixed-point rounds (finalize: secant steps)
 
 
-def refine(w: Workload, trace: Trace, sim_iters: int = 40, jitter: float | None = None) -> Workload:
+def refine(w: Workload, trace: Trace, sim_iters: int | None = None, jitter: float | None = None,
+           noise: str = "recorded") -> Workload:
     """``w`` with its compute scaled and finalize shifted so that ``trace`` is reproduced.
 
-    ``jitter``: the rank noise the predictions will use (default: the one measured
-    in ``trace``, ``jitter_estimated``): noise lengthens the tail (every collective
-    waits for the slowest rank), so the tail is fitted with it in place.
+    The rank noise is the one the predictions will use, since noise lengthens the tail
+    (every collective waits for the slowest rank): ``noise="recorded"``, the recorded
+    ranks micro-step by micro-step over the recorded steps (Note [Replay the recorded
+    ranks' speeds]); ``noise="drawn"``, ``jitter`` (default: the one measured in
+    ``trace``, ``jitter_estimated``) over ``sim_iters`` steps (default 40).
     """
     real = phase_medians(trace)
-    jit = pick_jitter(jitter, w, trace, sim_iters)
-    cfg = replay_config(w, trace, iters=sim_iters, jitter=jit)
+    if noise == "drawn":
+        iters = sim_iters or 40
+        cfg = replay_config(w, trace, "drawn", iters=iters, jitter=pick_jitter(jitter, w, trace, iters))
+    else:
+        cfg = replay_config(w, trace, **({"iters": sim_iters} if sim_iters else {}))
     total = {"forward": 1.0, "compute": 1.0, "optimizer": 1.0, "finalize_shift_s": 0.0}
 
     def ratio(k, sim):

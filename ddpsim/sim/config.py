@@ -27,6 +27,10 @@ class SimConfig:
     jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
     stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
     backward_scale: dict = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
+    # rank -> {"forward": [...], "backward": [...], "gap_s": [...]}: its compute multipliers and the seconds
+    # before each micro-step, as recorded (learn/noise.py; cycled past the end; empty: none). Not in torch:
+    # a replay plays the recorded ranks iteration by iteration (Note [Replay the recorded ranks' speeds]).
+    recorded_ranks: dict = field(default_factory=dict)
     bandwidth_gbps: float | None = None
     latency_us: float | None = None
     algo: str | None = None
@@ -58,6 +62,8 @@ class SimConfig:
             network.check_positive(self.bandwidth_gbps, "bandwidth (Gbit/s)")
         if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"latency must be a finite number of microseconds >= 0, not {self.latency_us!r}")
+        for r, rec in self.recorded_ranks.items():
+            check_recorded_rank(r, rec, self.world_size)
         for what, factors in (("straggler", self.stragglers), ("backward_scale", self.backward_scale)):
             for r, fct in factors.items():
                 if not (isinstance(r, int) and 0 <= r < self.world_size):
@@ -66,3 +72,21 @@ class SimConfig:
                 if fct > STRAGGLER_MAX:
                     raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
         check_ranges(self)
+
+
+RECORDED_KEYS = ("forward", "backward", "gap_s")
+
+
+def check_recorded_rank(r, rec, world_size: int) -> None:
+    """One ``recorded_ranks`` entry: a rank in range, three equally long lists of sane numbers."""
+    if not (isinstance(r, int) and 0 <= r < world_size):
+        raise ValueError(f"recorded rank {r!r} is not in 0..{world_size - 1}")
+    if not isinstance(rec, dict) or sorted(rec) != sorted(RECORDED_KEYS):
+        raise ValueError(f"recorded rank {r} must give exactly {', '.join(RECORDED_KEYS)}")
+    lengths = {len(rec[k]) if isinstance(rec[k], list) else -1 for k in RECORDED_KEYS}
+    if len(lengths) != 1 or lengths == {0} or lengths == {-1}:
+        raise ValueError(f"recorded rank {r}: {', '.join(RECORDED_KEYS)} must be lists of one length")
+    for k in RECORDED_KEYS:
+        lo = 0.0 if k == "gap_s" else 1e-9
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and lo <= x <= STRAGGLER_MAX for x in rec[k]):
+            raise ValueError(f"recorded rank {r}: {k} must hold numbers between {lo:g} and {STRAGGLER_MAX:g}")

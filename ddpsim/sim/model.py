@@ -63,6 +63,22 @@ class Actor:
     kind: str = "rank"
     iterations: list = field(default_factory=list)  # raw records when ``record``
     backward_scale: float = 1.0  # its own backward speed (measured; extract.rank_factors)
+    recorded: dict | None = None  # its recorded micro-steps (SimConfig.recorded_ranks), or None
+
+    def multipliers(self, i: int) -> tuple[float, float]:
+        """(forward, backward) compute multipliers at micro-step ``i``."""
+        f = self.factors[i]
+        if self.recorded is None:
+            return f, f * self.backward_scale
+        n = len(self.recorded["forward"])
+        return f * self.recorded["forward"][i % n], f * self.recorded["backward"][i % n] * self.backward_scale
+
+    def gap_after(self, i: int, default: float) -> float:
+        """Seconds between micro-step ``i``'s end and the next one's forward (the recorded gap, or ``default``)."""
+        if self.recorded is None:
+            return default
+        gaps = self.recorded["gap_s"]
+        return gaps[(i + 1) % len(gaps)]
 
 
 class Model:
@@ -174,7 +190,7 @@ def rank(env, model: Model, actor: Actor):
     """One rank's (or rank group's) training loop over every planned micro-step."""
     w, compute = model.w, model.platform.compute
     for plan in model.plans:
-        f = actor.factors[plan.iteration]
+        f, fb = actor.multipliers(plan.iteration)
         rec = {"plan": plan, "grads": [], "buckets": {}} if actor.record else None
         t_start = env.now
         yield compute(actor, w.forward_s * f)
@@ -185,7 +201,7 @@ def rank(env, model: Model, actor: Actor):
         if w.pre_backward_s:
             yield compute(actor, w.pre_backward_s)
         t_bwd = env.now
-        works = yield from backward(env, model, actor, plan, f * actor.backward_scale, rec)
+        works = yield from backward(env, model, actor, plan, fb, rec)
         if plan.sync:
             yield from finalize(env, model, actor, works)
         t_bwd_end = env.now
@@ -196,8 +212,9 @@ def rank(env, model: Model, actor: Actor):
             rec.update(start=t_start, fwd_end=t_fwd, search=(t_fwd, t_search) if plan.search else None,
                        bwd=(t_bwd, t_bwd_end), opt=t_opt, colls=works)
             actor.iterations.append(rec)
-        if w.iter_gap_s:  # data loading, logging...: work DDP does not do
-            yield model.platform.elsewhere(actor, w.iter_gap_s)
+        gap = actor.gap_after(plan.iteration, w.iter_gap_s)
+        if gap:  # data loading, logging...: work DDP does not do
+            yield model.platform.elsewhere(actor, gap)
 
 
 def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):

@@ -131,12 +131,14 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     """
     world, strag = cfg.world_size, {int(r): float(f) for r, f in cfg.stragglers.items()}
     bscale = {int(r): float(f) for r, f in cfg.backward_scale.items()}
+    recorded = {int(r): rec for r, rec in cfg.recorded_ranks.items()}
     actors, groups = [], []
-    alone = set(strag) | set(bscale)  # ranks with their own speed play alone
+    alone = set(strag) | set(bscale) | set(recorded)  # ranks with their own speed play alone
     for r in sorted(alone):
-        actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, strag.get(r, 1.0)),
+        noise = 0.0 if r in recorded else cfg.jitter  # a recorded rank plays its recorded speeds instead
+        actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, noise, strag.get(r, 1.0)),
                             record=True, kind="straggler" if r in strag else "measured",
-                            backward_scale=bscale.get(r, 1.0)))
+                            backward_scale=bscale.get(r, 1.0), recorded=recorded.get(r)))
     others = [r for r in range(world) if r not in alone] if world <= 100_000 else None
     n_others = world - len(alone)
     if n_others == 0:

@@ -21,8 +21,11 @@ MAX_CONFIGS = 10_000  # configurations in one sweep (each is also bounded by Sim
 
 
 def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s",
-          refused: list | None = None) -> list[dict]:
+          refused: list | None = None, make=None) -> list[dict]:
     """Simulate every combination of ``grid`` (field -> list of values) over ``base``.
+
+    ``make(values) -> SimConfig``, if given, builds each combination's configuration
+    instead (``ddpsim.learn.sweep`` replays a recorded run's options and ranks that way).
 
     ``bucket_cap_mb`` None is torch's default cap (25 MiB, first bucket 1 MiB). With a
     ``refused`` list, a combination the simulator refuses (a ValueError, e.g. unused
@@ -45,11 +48,12 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     if combos > MAX_CONFIGS:
         raise ValueError(f"this sweep has {combos:,} configurations; the limit is {MAX_CONFIGS:,}")
     base = base or SimConfig()
+    make = make or (lambda values: SimConfig(**{**asdict(base), **values}))
     rows = []
     keys = list(grid)
     for combo in itertools.product(*(grid[k] for k in keys)):
         try:
-            _, s = simulate(w, SimConfig(**{**asdict(base), **dict(zip(keys, combo))}))
+            _, s = simulate(w, make(dict(zip(keys, combo))))
         except ValueError as e:
             if refused is None:
                 raise

@@ -31,13 +31,13 @@ cols = st.columns(3)
 for col, key, name, fmt, scale in (
         (cols[0], "iteration_time_s", "Iteration time", "{:.1f} ms", 1e3),
         (cols[1], "exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3),
-        (cols[2], "overlap_fraction", "Comm. overlapped with backward", "{:.0%}", 1)):
+        (cols[2], "overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1)):
     value = report["metrics"][key] * scale if report["metrics"][key] is not None else None
     base = steady[key] * scale if steady else None
     col.metric(
         f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value),
         delta=None if value is None or base is None else fmt.format(value - base).replace("%", " pts"),
-        delta_color="off", delta_description="vs the steady-state median",
+        delta_color="off", delta_description="vs the steady state",
         help=None if base is None else f"Steady state (median over iterations "
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
              "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")

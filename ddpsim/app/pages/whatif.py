@@ -55,10 +55,27 @@ else:
     network = base.network
     c3.markdown(f"**Network:** {whatif.network_label(network)}  \n**GPU:** {base.gpu}")
 
+measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
+if trace is not None and source_key in measured:
+    trace.meta["calibration"] = measured[source_key]
+plan = whatif.world_plan(base, trace, world, network)  # Note [Another world size on the user's path]
+if plan is not None and plan.action == "refuse":
+    st.error(f"{plan.message[0].upper()}{plan.message[1:]}. Pick a network above.")
+    st.stop()
+if plan is not None and plan.action == "measure":
+    st.info(f"Nothing was measured at {world} ranks yet: the allreduce cost there is the ring model fitted at "
+            f"{trace.world_size} ranks. This is a CPU run recorded on this machine, so it can be measured.")
+    if st.button(f"Measure the allreduce at {world} ranks (about 10-40 s)", key=k + "measure", type="primary"):
+        with st.spinner(f"Measuring gloo allreduces at {trace.world_size} and {world} ranks..."):
+            measured[source_key] = whatif.measure_network(trace, world)
+        st.rerun()
+elif plan is not None:
+    st.caption(f"World size {world}: {plan.message}.")
+source_key = f"{source_key}:{whatif.calibration_key(trace)}"  # a measured network changes the workload
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
-                            work=work if base.kind == "trace" else None)
+                            work=work if base.kind == "trace" else None, trace=trace)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
@@ -83,7 +100,7 @@ if base.kind == "trace" and trace.source == "real":
 
 st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,
-                              work=work if base.kind == "trace" else None)
+                              work=work if base.kind == "trace" else None, trace=trace)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
 if (verdict := whatif.describe_sweep(rows, out.summary, world)):
     st.success(verdict)

@@ -1,0 +1,119 @@
+"""The network at a world size a trace was not recorded at: what ``simulate``, ``sweep``,
+``validate --against`` and the What-if page do when asked for other ranks.
+
+Note [Another world size on the user's path]: a trace times its allreduces at the world
+size it ran; how they grow with more ranks is not in it. Fitted at 2 ranks and run at 4,
+a 2-core gloo transformer came out -44.6% (57.6 ms predicted, 104.1 ms measured), with
+no word that nothing was measured at 4; with ``calibrate --world-sizes 2,4`` stored in
+the trace first, -4.4%. So, unless the user names a network (``--hardware``,
+``--bandwidth-gbps``, ``--calibration``), one of:
+
+- ``calibrated``: the trace carries a calibration for that world size (``meta.calibration``,
+  from ``ddpsim calibrate --trace``, or measured here before): it is used;
+- ``measure``: the trace is a CPU gloo run made on this host: the allreduce is measured at
+  the recorded and the target world size now (``calibrate``, seconds) and stored in the
+  trace's meta, unless the user said not to (``uncalibrated``: one line says the prediction
+  carries no measurement at that size);
+- ``refuse``: one rank (Note [No network from one rank]), a GPU trace, or another host: one
+  line asks for a network.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+from ddpsim.learn.linkfit import NO_NETWORK
+from ddpsim.trace import Trace
+
+SIZES = [k * 1024 for k in (4, 64, 512, 2048, 8192)]  # bytes timed at each world size (calibrate's default)
+REPS = 15  # repetitions per size and round (calibrate's default)
+ROUNDS = 2  # rounds of the world sizes in turn (Note [Calibrate world sizes in turns]); calibrate takes 3
+MAX_MEASURED = 16  # the most ranks measured here; more come from the world-size fit through those measured
+
+
+def measurable(world_size: int) -> int:
+    """The largest world size measured for ``world_size``: itself, or at most twice this host's CPUs (and
+    ``MAX_MEASURED``); the calibration's world-size fit (``sim.netmodel``) carries it further."""
+    import os
+
+    return min(world_size, max(4, 2 * (os.cpu_count() or 1)), MAX_MEASURED)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What asking ``trace`` for ``world_size`` ranks will do (module docstring)."""
+
+    action: str  # "recorded", "calibrated", "measure", "uncalibrated" or "refuse"
+    message: str  # one line for the user
+
+
+def is_local_cpu_run(trace: Trace) -> bool:
+    """A real gloo run on CPU tensors, recorded on this host: one whose network can be measured here."""
+    placement = (trace.meta.get("placement") or {}).get("device")
+    hosts = set(trace.meta.get("hosts") or [r.host for r in trace.ranks])
+    return (trace.source == "real" and str(trace.meta.get("backend")) == "gloo" and placement != "cuda"
+            and "source_format" not in trace.meta and hosts == {socket.gethostname()})
+
+
+def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
+    """The action for ``world_size`` ranks when the user named no network."""
+    from ddpsim.sim.netmodel import covers
+
+    k = trace.world_size
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"--world-size must be an integer >= 1, not {world_size!r}")
+    if world_size == k:
+        return Plan("recorded", f"{k} ranks, as recorded")
+    if k < 2:  # Note [No network from one rank]
+        return Plan("refuse", NO_NETWORK.format(ranks=k).format(world_size=world_size))
+    cal = trace.meta.get("calibration")
+    local = is_local_cpu_run(trace)
+    measured = _sizes(cal) if isinstance(cal, dict) else set()
+    if isinstance(cal, dict) and covers(cal, world_size) and (not local or measurable(world_size) in measured):
+        how = "measured" if world_size in measured else "the world-size fit through"
+        return Plan("calibrated", f"the allreduce at {world_size} ranks: {how} the trace's calibration "
+                                  f"(world sizes {', '.join(map(str, sorted(measured)))})")
+    if local:
+        if calibrate:
+            top = measurable(world_size)
+            beyond = "" if top == world_size else f", and {world_size} from the fit through them"
+            return Plan("measure", f"measuring the allreduce at {k} and {top} ranks on this machine{beyond} "
+                                   "(about 10-40 s; --no-calibrate skips it)")
+        return Plan("uncalibrated", f"nothing was measured at {world_size} ranks: the allreduce cost is the ring "
+                                    f"model fitted at {k} ranks (leave out --no-calibrate to measure it)")
+    where = "a GPU trace" if str(trace.meta.get("backend")) == "nccl" or "source_format" in trace.meta \
+        else f"recorded on another host ({', '.join(sorted(set(trace.meta.get('hosts') or [])) or 'unknown')})"
+    return Plan("refuse", f"the trace is {where} and has no calibration at {world_size} ranks: give a network "
+                          "(--hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G [--latency-us L], or "
+                          "--calibration FILE from `ddpsim calibrate --world-sizes ...`)")
+
+
+def _sizes(cal: dict) -> set[int]:
+    return {int(k) for k in (cal.get("world_sizes") or {})} or {int(cal.get("world_size", 0))}
+
+
+def measure(trace: Trace, world_size: int, log=None) -> dict:
+    """Measure the allreduce at the trace's and ``world_size`` ranks here; store it in ``trace.meta``."""
+    from ddpsim.experiments.calibrate import calibrate_world_sizes
+
+    t0 = time.monotonic()
+    sizes = sorted({trace.world_size, measurable(world_size)})
+    cal = calibrate_world_sizes(SIZES, REPS, sizes, log=log, rounds=ROUNDS)
+    cal["measured_for"] = {"world_sizes": sizes, "seconds": round(time.monotonic() - t0, 1)}
+    trace.meta["calibration"] = cal
+    return cal
+
+
+def prepare(trace: Trace, world_size: int, calibrate: bool = True, log=print) -> Plan:
+    """Do what ``plan`` says (measure, or raise the refusal as a ValueError); return the plan,
+    its message already printed through ``log`` (the world size as recorded prints nothing)."""
+    p = plan(trace, world_size, calibrate)
+    if p.action == "refuse":
+        raise ValueError(p.message)
+    if p.action != "recorded":
+        log(p.message)
+    if p.action == "measure":
+        cal = measure(trace, world_size)
+        log(f"measured in {cal['measured_for']['seconds']:.0f} s; stored in the trace's meta.calibration")
+    return p

@@ -1,0 +1,82 @@
+"""The recorded ranks, micro-step by micro-step: what a replay plays instead of drawn noise.
+
+Note [Replay the recorded ranks' speeds]: no two ranks compute an iteration in the
+same time, and each collective waits for the slowest (``sim.model.allreduce``). A
+Gaussian ``jitter`` draws that spread afresh; a *replay* of the recorded run can do
+better and play each recorded rank as it was in each recorded micro-step: its forward
+and its backward compute against the typical ones, and the time it spent between
+iterations (data, logging, a profiler). The same iterations, the same stragglers, so
+predicted and measured are compared like for like. On the eight bundled 2-rank samples
+the drawn noise moved a replay from -17% to +29% with the seed alone: branchy, whose
+ranks take different branches in alternate iterations, had a "jitter" of 0.95 and a
+rank that started its forward 60 ms after the other, which no draw reproduces.
+
+Per rank and micro-step ``i``: ``forward`` is the rank's forward time over the median
+forward of all steady micro-steps of the same kind (synced or ``no_sync``: a synced
+step's communication the simulator adds itself), ``backward`` the same for the backward
+up to the last gradient, ``gap_s`` the seconds from the rank's previous micro-step's end
+to this one's forward. Micro-steps outside the steady state (iteration 0, the rebuild)
+take the rank's median values. ``SimConfig.recorded_ranks`` cycles the lists.
+
+Where ranks shared CPU cores (more ranks than cores: ``Link.cpus``), their recorded times
+hold the core sharing that the platform plays again (Note [Ranks take turns on a shared
+core]), and a replay of them counts it twice: on a recorded grid (2026-11-25, 4 ranks on 2
+cores) every 4-rank row came out 1-14% slow with them, +6.8% on average against +2.1% with
+the drawn noise, while the 2-rank rows were alike (-2.0% and -2.0%). ``replay_config`` draws
+the noise there.
+"""
+from __future__ import annotations
+
+import statistics
+
+from ddpsim.trace import Iteration, Trace
+
+LIMIT = 20.0  # the widest multiplier kept, either way (a micro-step 20x the median): outliers are clipped
+NS = 1e-9
+
+
+def _forward(it: Iteration) -> int:
+    return it.forward.duration_ns
+
+
+def _backward(it: Iteration) -> int:
+    return max(0, it.backward_compute_end_ns - it.backward.start_ns)
+
+
+def _typical(trace: Trace, steady: set[int], part) -> dict[bool, float]:
+    """Synced / no_sync -> the median of ``part`` over every rank's steady micro-steps of that kind (ns)."""
+    by_kind: dict[bool, list[int]] = {}
+    for r in trace.ranks:
+        for it in r.iterations:
+            if it.iteration in steady and it.grad_ready:
+                by_kind.setdefault(it.sync, []).append(part(it))
+    return {k: statistics.median(v) for k, v in by_kind.items() if len(v) >= 2 and statistics.median(v) > 0}
+
+
+def _ratio(value: float, typical: float) -> float:
+    return round(min(LIMIT, max(1 / LIMIT, value / typical)), 4)
+
+
+def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[float]]]:
+    """Rank -> {"forward", "backward", "gap_s"} per recorded micro-step (Note [Replay the recorded
+    ranks' speeds]); empty when the steady state holds too little to say."""
+    typical = {"forward": _typical(trace, steady, _forward), "backward": _typical(trace, steady, _backward)}
+    if not all(typical.values()):
+        return {}
+    n = max((it.iteration for r in trace.ranks for it in r.iterations), default=-1) + 1
+    out = {}
+    for r in trace.ranks:
+        own: dict[str, dict[int, float]] = {"forward": {}, "backward": {}, "gap_s": {}}
+        prev = None
+        for it in r.iterations:
+            if it.iteration in steady and it.grad_ready and all(it.sync in t for t in typical.values()):
+                own["forward"][it.iteration] = _ratio(_forward(it), typical["forward"][it.sync])
+                own["backward"][it.iteration] = _ratio(_backward(it), typical["backward"][it.sync])
+                if prev is not None and prev.iteration == it.iteration - 1:
+                    own["gap_s"][it.iteration] = min(LIMIT, max(0, it.forward.start_ns - prev.end_ns) * NS)
+            prev = it
+        if not own["forward"]:
+            return {}
+        out[r.rank] = {k: [v.get(i, statistics.median(v.values()) if v else 0.0) for i in range(n)]
+                       for k, v in own.items()}
+    return out

@@ -1,0 +1,109 @@
+"""The user's path: a recorded run replayed, another world size asked for, one overlap figure.
+
+``simulate --trace``, ``validate --trace`` and the What-if page learn the same workload
+(``ddpsim.learn.learn``) and build the same configuration (``replay_config``); asked for a
+world size the trace did not run, they use its calibration, measure one here, or refuse in
+one line (``ddpsim.experiments.worldsize``).
+"""
+import json
+import socket
+
+import pytest
+
+from ddpsim import samples
+from ddpsim.cli import main as cli
+from ddpsim.experiments import worldsize
+from ddpsim.experiments.validate import validate
+from ddpsim.trace import from_dict, load_trace
+
+REAL = sorted(p for p in samples.BUNDLED_DIR.glob("0*.json"))  # the bundled real recordings
+MLP = samples.BUNDLED_DIR / "01_mlp_torch_default.json"
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)
+def test_replay_reproduces_each_bundled_recording(path):
+    res = validate(load_trace(path))
+    err = res["metrics"]["iteration_time_s"]["rel_error"]
+    assert abs(err) <= 0.06, f"{path.stem}: replay {err:+.1%}"
+    assert res["config"]["recorded_ranks"], "the recorded ranks are replayed"
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_simulate_and_validate_give_the_same_number(capsys):
+    assert cli(["simulate", "--trace", str(MLP)]) == 0
+    simulated = last_json(capsys.readouterr().out)["iteration_time_s"]
+    assert cli(["validate", "--trace", str(MLP)]) == 0
+    predicted = last_json(capsys.readouterr().out)["iteration_time_s"]["predicted"]
+    assert simulated == predicted
+
+
+def copy_of(path, tmp_path, **meta):
+    """A bundled recording with its meta changed (e.g. recorded on this host), saved and loaded."""
+    d = json.loads(path.read_text())
+    d["meta"].update(meta)
+    out = tmp_path / path.name
+    out.write_text(json.dumps(d))
+    return out, from_dict(d)
+
+
+def test_what_another_world_size_does(tmp_path):
+    _, here = copy_of(MLP, tmp_path, hosts=[socket.gethostname()])
+    assert worldsize.plan(here, 2).action == "recorded"
+    assert worldsize.plan(here, 4).action == "measure"
+    assert worldsize.plan(here, 4, calibrate=False).action == "uncalibrated"
+    _, elsewhere = copy_of(MLP, tmp_path, hosts=["another-host"])
+    refusal = worldsize.plan(elsewhere, 4)
+    assert refusal.action == "refuse" and "another host" in refusal.message and "--hardware" in refusal.message
+    _, gpu = copy_of(MLP, tmp_path, backend="nccl")
+    assert worldsize.plan(gpu, 8).action == "refuse" and "GPU trace" in worldsize.plan(gpu, 8).message
+    cal = {"world_sizes": {"2": {}, "4": {}}, "fit": {"wall": {}}}
+    _, calibrated = copy_of(MLP, tmp_path, hosts=["another-host"], calibration=cal)
+    assert worldsize.plan(calibrated, 4).action == "calibrated"
+
+
+def test_no_calibrate_says_so_in_one_line(tmp_path, capsys):
+    path, _ = copy_of(MLP, tmp_path, hosts=[socket.gethostname()])
+    assert cli(["simulate", "--trace", str(path), "--world-size", "4", "--no-calibrate"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "simulated in" not in line]
+    assert len(err) == 1 and "nothing was measured at 4 ranks" in err[0], err
+
+
+def test_another_host_asks_for_a_network_in_one_line(tmp_path, capsys):
+    path, _ = copy_of(MLP, tmp_path, hosts=["another-host"])
+    assert cli(["simulate", "--trace", str(path), "--world-size", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--hardware" in err and "4 ranks" in err
+    assert cli(["simulate", "--trace", str(path), "--world-size", "4", "--bandwidth-gbps", "10"]) == 0
+
+
+def one_rank_gloo(tmp_path):
+    """A bundled 2-rank CPU recording cut to its rank 0, as a 1-rank gloo run on this host."""
+    d = json.loads(MLP.read_text())
+    d["ranks"] = d["ranks"][:1]
+    d["meta"].update(world_size=1, hosts=[socket.gethostname()])
+    for it in d["ranks"][0]["iterations"]:
+        it["buckets"], it["bitmap_allreduce"] = [], None
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(d))
+    return path
+
+
+def test_one_rank_cpu_trace_asks_for_a_network(tmp_path, capsys):
+    path = one_rank_gloo(tmp_path)
+    assert cli(["simulate", "--trace", str(path), "--world-size", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "1 rank(s)" in err and "64 ranks" in err and "--hardware" in err
+    assert cli(["simulate", "--trace", str(path), "--world-size", "64", "--hardware", "h100-ib400"]) == 0
+
+
+@pytest.mark.slow
+def test_another_world_size_is_measured_here(tmp_path, capsys):
+    path, _ = copy_of(MLP, tmp_path, hosts=[socket.gethostname()])
+    assert cli(["simulate", "--trace", str(path), "--world-size", "3", "--out", str(tmp_path / "sim.json")]) == 0
+    err = capsys.readouterr().err
+    assert "measuring the allreduce at 2 and 3 ranks" in err and "measured in" in err
+    sim = load_trace(tmp_path / "sim.json")
+    assert "measured at k=3" in sim.meta["link"]["name"]
