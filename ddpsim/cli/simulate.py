@@ -2,7 +2,7 @@
 
     python -m ddpsim simulate --trace real.json [--bucket-cap-mb X] [--find-unused-parameters]
         [--order torch|reverse|definition|ready|random|3,2,1,0] [--world-size N]
-        [--no-sync-every n] [--bandwidth-gbps G] [--latency-us L] [--algo ring|tree]
+        [--no-sync-every n] [--bandwidth-gbps G] [--latency-us L] [--algo auto|ring|tree|nvls|nvls_tree]
         [--iters K] [--seed S] --out sim.json
     python -m ddpsim simulate --arch resnet50 --hardware a100-nvlink --world-size 64 --out sim.json
     python -m ddpsim simulate --trace gpu_run.json --hardware h100-nvlink --world-size 8
@@ -51,13 +51,19 @@ def add_arguments(p) -> None:
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
     d.add_argument("--iters", type=int, help="synced steps to simulate (default 6)")
     d.add_argument("--seed", type=int)
-    d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation")
+    d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation between ranks "
+                   "(default: the trace's measured spread; for --arch the GPU profile's rank_spread)")
+    d.add_argument("--jitter-mode", choices=["sampled", "expected"],
+                   help="sampled: draw each rank's speed (a trace's default); expected: every rank waits for the "
+                        "expected slowest of N (--arch's default; sim/stragglers.py)")
     d.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
                    help="rank RANK computes FACTOR times slower (repeatable)")
     n = p.add_argument_group("network")
     n.add_argument("--bandwidth-gbps", type=float, help="per-rank link bandwidth, Gbit/s")
     n.add_argument("--latency-us", type=float, help="per-step latency alpha, microseconds")
-    n.add_argument("--algo", choices=["ring", "tree"])
+    n.add_argument("--algo", choices=["auto", "ring", "tree", "nvls", "nvls_tree"],
+                   help="NCCL's allreduce algorithm, as NCCL_ALGO sets it (default auto: NCCL's choice by message size, "
+                        "GPUs per node and nodes, on a --hardware cluster; ring on a flat link)")
     n.add_argument("--concurrency", type=int, help="collectives in flight at once (gloo 2, nccl 1)")
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
     add_budget_arguments(p)
@@ -111,7 +117,8 @@ def load_source(args):
         return w, {**config_from_trace(trace), **learnt, "jitter": w.meta.get("jitter_estimated", 0.0)}
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
-    return synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops), {}
+    w = synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops)
+    return w, {"jitter": w.meta["rank_spread"], "jitter_mode": "expected"}  # Note [Waiting for the slowest rank]
 
 
 def parse_order(value):
@@ -139,7 +146,7 @@ def parse_stragglers(values) -> dict:
 FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
-          "jitter": "jitter", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
+          "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}
 
