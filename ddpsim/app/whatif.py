@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
+from ddpsim.app import waiting
 from ddpsim.learn import simulate, sweep, workload_from_trace
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.learn.extract import config_from_trace, measured_backward_scale
@@ -94,6 +95,9 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     over, ws = {}, int(world_size or base.config.get("world_size", 2))
     if base.kind == "trace" and work is not None:
         over["backward_scale"] = measured_backward_scale(work, ws)
+    noise, _ = waiting.rank_noise(base.kind, base.gpu, work, ws)  # Note [Waiting for the slowest rank]
+    if noise > 0:
+        over.update(jitter=noise, jitter_mode="expected")
     if base.kind == "trace" and network not in (AS_RECORDED, None, ""):
         prof = networks()[network]
         over.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
@@ -189,6 +193,9 @@ class Outcome:
     noise: float | None
     noise_iterations: int
     cautions: list[str]
+    waits: tuple = (0.0, 0.0)  # seconds per iteration waiting for the slowest rank: what-if, unchanged
+    rank_spread: float = 0.0  # the rank-to-rank spread both were simulated with
+    spread_source: str = ""
 
     @property
     def within_noise(self) -> bool:
@@ -240,9 +247,11 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     if recorded is not None:
         s = spread(trace)["iteration_time_s"]
         noise, n = s["rel"], s["n"]
+    waits = (waiting.wait_s(sim_fn, work, cfg, summary), waiting.wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
+    source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)[1]
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(unchanged_summary, recorded) if recorded else None, noise, n,
-                   cautions(base, trace, cfg))
+                   cautions(base, trace, cfg), waits, cfg.jitter, source)
 
 
 def describe_change(out: Outcome) -> str:
@@ -268,6 +277,13 @@ def describe_replay(out: Outcome) -> str | None:
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
             f"configuration simulates at {out.unchanged_summary['iteration_time_s'] * 1e3:.1f} ms per "
             f"iteration against {out.recorded_summary['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.0f}%).")
+
+
+def describe_stragglers(out: Outcome) -> str | None:
+    """How much of the what-if (and of its change) is waiting for the slowest rank; None without rank noise."""
+    return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
+                            (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
+                            out.spread_source)
 
 
 def recommend(rows: list[dict]) -> dict | None:

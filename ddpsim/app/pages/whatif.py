@@ -68,6 +68,8 @@ for caution in out.cautions:
     st.warning(caution, icon=":material/warning:")
 ui.metric_row(out.summary, out.unchanged_summary, base_name="unchanged (simulated)")
 st.markdown(whatif.describe_change(out))
+if (waits := whatif.describe_stragglers(out)):
+    st.markdown(waits)
 if (replay := whatif.describe_replay(out)):
     st.caption(replay)
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
