@@ -110,7 +110,7 @@ def _sections(only: str | None) -> dict:
                           [f"{s['name']}: {s['cite']}" for s in published_scaling.SOURCES])
     if only in (None, "nccl"):
         rows = published_nccl.run()
-        out["nccl"] = (rows, published_nccl.table(rows), sorted({r["where"].split(", ")[0] for r in rows}))
+        out["nccl"] = (rows, published_nccl.table(rows), published_nccl.citations())
     return out
 
 

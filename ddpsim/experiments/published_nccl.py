@@ -20,10 +20,10 @@ MiB, GiB = 1 << 20, 1 << 30
 ALCF = ("argonne-lcf/alcf-nccl-tests (commit 385be33), results_polaris/nccl_2_21/{run}/all_reduce_output.dat.4 "
         "(NCCL 2.21.5, aws-ofi-nccl, environment (4) of the README, the one it recommends), out-of-place busbw, "
         "line {line}: https://github.com/argonne-lcf/alcf-nccl-tests")
-TOGETHER = ("togethercomputer/together-nccl-tests (commit 6fd65d1), baselines/{path}, {where}: "
+TOGETHER = ("togethercomputer/together-nccl-tests, baselines/{path}, {where}: "
             "https://github.com/togethercomputer/together-nccl-tests")
-FA = "flapping-airplanes/2026-05-09_nccl_collective_scaling_report.md"
-SS = "use3a-ss/2026-05-02_nccl_collective_scaling_report.md"
+FA = "flapping-airplanes/2026-05-09_nccl_collective_scaling_report.md (commit 6fd65d1; NCCL 2.28.9, NCCL_ALGO per row)"
+SS = "use3a-ss/2026-05-02_nccl_collective_scaling_report.md (commit 0492bed; NCCL 2.29.7, NCCL_ALGO per row)"
 _N2, _N8, _N256 = "n2.g4.2024-04-29-19-08-14", "n8.g4.2024-04-29-21-23-48", "n256.g4.2024-04-29-19-19-41"
 
 
@@ -107,6 +107,12 @@ def reproduce(src: dict) -> list[dict]:
 
 def run() -> list[dict]:
     return [r for src in SOURCES for r in reproduce(src)]
+
+
+def citations() -> list[str]:
+    """Per source: what it is and the one point fitted (every row's own file, table and row: --json)."""
+    return [f"{s['name']} (--hardware {s['hardware']}), fitted on {s['fit'][0]} GPUs {size_label(s['fit'][1])}: "
+            f"{s['fit'][4]}" for s in SOURCES]
 
 
 def size_label(n: int) -> str:

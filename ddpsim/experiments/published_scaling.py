@@ -84,12 +84,12 @@ def run() -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'source':46} {'GPUs':>4} {'nodes':>5} {'accum':>5} {'published':>10} {'predicted':>10} {'error':>7} "
+    head = (f"{'source':62} {'GPUs':>4} {'nodes':>5} {'accum':>5} {'published':>10} {'predicted':>10} {'error':>7} "
             f"{'straggler':>9}  NCCL (largest bucket)")
     lines = [head, "-" * len(head)]
     for r in rows:
         err = "(fit)" if r["role"].startswith("baseline") else f"{r['rel_error'] * 100:+.1f}%"
         nodes = -(-r["gpus"] // 8)
-        lines.append(f"{r['source']:46} {r['gpus']:>4} {nodes:>5} {r['accumulation']:>5} {r['published']:>10.0f} "
+        lines.append(f"{r['source']:62} {r['gpus']:>4} {nodes:>5} {r['accumulation']:>5} {r['published']:>10.0f} "
                      f"{r['predicted']:>10.0f} {err:>7} {r['straggler'] * 100:>8.2f}%  {r['nccl']}")
     return "\n".join(lines)
