@@ -29,7 +29,7 @@ def config(base, work, **change):
     c = {**whatif.choices(base), **change}
     return whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                              c["no_sync_every"], c["world_size"], c["network"],
-                             work=work if base.kind == "trace" else None)
+                             work=work if base.kind == "trace" else None, algo=c["algo"])
 
 
 @pytest.mark.parametrize("name", [REAL, GPU])
@@ -113,3 +113,13 @@ def test_the_share_spent_waiting_for_stragglers_is_shown():
     far = whatif.evaluate(work, base, trace, config(base, work, world_size=8))
     assert far.rank_spread == pytest.approx(work.meta["jitter_estimated"])
     assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
+
+
+def test_a_gpu_model_picks_nccls_algorithm():
+    base = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    auto = whatif.evaluate(work, base, None, config(base, work, world_size=100_000))
+    ring = whatif.evaluate(work, base, None, config(base, work, world_size=100_000, algo="ring"))
+    assert {b["algo"] for b in auto.summary["nccl"]} == {"tree"} and {b["algo"] for b in ring.summary["nccl"]} == {"ring"}
+    assert ring.change["iteration_time_s"] > 5 * auto.change["iteration_time_s"] > 0  # 64 -> 100,000 ranks
+    assert 100_000 in whatif.world_options(base) and "nvls" in whatif.NCCL_ALGOS

@@ -25,7 +25,8 @@ ORDERS = ("torch", "reverse", "definition", "ready", "random")
 SWEEP_ORDERS = ("torch", "definition", "random")
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
 SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
-WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
+NCCL_ALGOS = (None, "ring", "tree", "nvls", "nvls_tree")  # a GPU model's NCCL_ALGO (None: NCCL's choice)
 SIM_ITERS = 3  # synced steps per simulation: iteration 0, the rebuild, one steady step
 AS_RECORDED = "as recorded"
 
@@ -86,7 +87,8 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
-               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None) -> SimConfig:
+               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
+               algo=None) -> SimConfig:
     """A SimConfig for the what-if choices (network applies to calibrated traces as an override).
 
     work: the calibrated workload; at the recorded world size its ranks keep their measured
@@ -103,7 +105,7 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
         over.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
                      "concurrency": int(prof.get("concurrency", 1)),
                      "interference": float(prof.get("interference", 0))})
-    return SimConfig(world_size=ws, iters=SIM_ITERS,
+    return SimConfig(world_size=ws, iters=SIM_ITERS, algo=algo,  # algo: NCCL_ALGO on a GPU model (None: auto)
                      bucket_cap_mb=bucket_cap_mb, order=order,
                      find_unused_parameters=bool(find_unused_parameters),
                      no_sync_every=int(no_sync_every), trace_ranks=trace_ranks, time_limit_s=TIME_LIMIT_S, **over)
@@ -155,7 +157,7 @@ def choices(base: Base) -> dict:
     return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order if order in ORDERS else "torch",
             "find_unused_parameters": bool(c.get("find_unused_parameters")),
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
-            "network": AS_RECORDED if base.kind == "trace" else base.network}
+            "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None}
 
 
 def cap_options(base: Base) -> list:
@@ -238,7 +240,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     c = choices(base)
     unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                                c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks,
-                               work if base.kind == "trace" else None)
+                               work if base.kind == "trace" else None, c["algo"])
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show

@@ -54,11 +54,14 @@ if base.kind == "trace":
 else:
     network = base.network
     c3.markdown(f"**Network:** {whatif.network_label(network)}  \n**GPU:** {base.gpu}")
+algo = None if base.kind == "trace" else c3.selectbox(
+    "NCCL algorithm", whatif.NCCL_ALGOS, format_func=lambda a: a or "auto (NCCL's choice)", key=k + "algo",
+    help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning model).")
 
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
-                            work=work if base.kind == "trace" else None)
+                            work=work if base.kind == "trace" else None, algo=algo)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
