@@ -109,6 +109,10 @@ def test_whatif_gpu_model_sweep_and_keep_for_compare():
     ok(at)
     best = next(s.value for s in at.success if "Best simulated" in s.value)
     assert "bucket_cap_mb=" in best
+    assert "Waiting for stragglers" in markdown(at) and "slowest of 64" in markdown(at)  # the GPU profile's spread
+    at.selectbox(key="ddpsim_wi:synthetic:v100-eth25:resnet50:algo").set_value("tree").run()  # NCCL_ALGO=Tree
+    ok(at)
+    assert any("Iteration time +" in m.value for m in at.markdown)  # forcing trees on 8 nodes costs time
     # Bucket size matters about 2x on the default GPU example (ResNet-50, V100, 25 GbE, 64 ranks).
     lo, hi = (float(x) for x in best.split("ranges ")[1].split(" ms")[0].split("–"))
     assert hi / lo > 1.5

@@ -1,15 +1,17 @@
-"""``ddpsim published``: published GPU DDP measurements, the simulator's predictions from each
-source's own 1-GPU baseline, and the errors it computes (never typed in)."""
+"""``ddpsim published``: published GPU DDP measurements and nccl-tests tables, the simulator's predictions
+from one number per source (its 1-GPU baseline, or one bus bandwidth), and the errors it computes (never
+typed in)."""
 import json
+import statistics
 
 import pytest
 
 from ddpsim.cli import main as cli
-from ddpsim.experiments import published
+from ddpsim.experiments import published, published_nccl, published_scaling
 
 
 def test_reproductions_are_computed_and_cited(capsys):
-    assert cli(["published"]) == 0
+    assert cli(["published", "--only", "ddp"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(out[-1])
     assert summary["predictions"] == sum(len(s["targets"]) for s in published.SOURCES) >= 2
@@ -29,3 +31,34 @@ def test_a_baseline_no_rate_can_give_is_one_line_error():
     src = dict(published.SOURCES[0], baseline=(1, 1e-9, "impossible"))
     with pytest.raises(ValueError, match="no GPU rate gives"):
         published.fit_tflops(src)
+
+
+def test_nccl_tests_tables_are_predicted_from_one_point_per_system(capsys):
+    assert cli(["published", "--only", "nccl"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = published_nccl.run()
+    fits = [r for r in rows if r["role"] == "fit"]
+    assert len(fits) == len(published_nccl.SOURCES) >= 2
+    for r in fits:  # the one number learnt per source: a NIC's bandwidth that gives this point
+        assert r["predicted"] == pytest.approx(r["published"], rel=1e-6)
+    preds = [r for r in rows if r["role"] == "prediction"]
+    assert {r["gpus"] for r in preds} >= {8, 1024} and len({r["bytes"] for r in preds}) >= 6
+    assert summary["nccl"]["predictions"] == len(preds)
+    assert summary["nccl"]["median_abs_error"] == pytest.approx(statistics.median(abs(r["rel_error"]) for r in preds))
+    assert summary["nccl"]["median_abs_error"] <= 0.10  # issue 44: the median over every size and GPU count
+    assert all("github.com" in r["where"] for r in rows)
+    # the big ring on 4-60 B200 nodes: the node's 8 NICs, not NVLink, set the bus bandwidth
+    ring = [r for r in preds if r["source"].startswith("Together 'flapping") and r["algo"] == "ring" and r["gpus"] > 8]
+    assert statistics.median(abs(r["rel_error"]) for r in ring) < 0.05
+
+
+@pytest.mark.slow
+def test_multi_node_ddp_scaling_tables():
+    rows = published_scaling.run()
+    for src in published_scaling.SOURCES:
+        mine = [r for r in rows if r["source"] == src["name"]]
+        assert len({-(-r["gpus"] // 8) for r in mine}) >= 3  # three or more node counts
+        assert mine[0]["predicted"] == pytest.approx(mine[0]["published"], rel=1e-3)  # the one fitted point
+        assert all(b["straggler"] >= a["straggler"] for a, b in zip(mine, mine[1:]))  # more ranks, more waiting
+    bert = [r for r in rows if r["source"].startswith("NVIDIA DLE BERT") and r["role"] == "prediction"]
+    assert len(bert) == 12 and max(abs(r["rel_error"]) for r in bert) <= 0.05

@@ -33,7 +33,8 @@ def config(base, work, **change):
     c = {**whatif.choices(base), **change}
     return whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                              c["no_sync_every"], c["world_size"], c["network"],
-                             work=work if base.kind == "trace" else None, trace=trace_of[id(base)])
+                             work=work if base.kind == "trace" else None, trace=trace_of[id(base)],
+                             algo=c["algo"])
 
 
 @pytest.mark.parametrize("name", [REAL, GPU])
@@ -101,3 +102,29 @@ def test_page_nothing_changed_shows_zero(name, monkeypatch):
     cap = next(s for s in at.select_slider if s.label == "Bucket cap (MiB)")
     shown = best.split("bucket_cap_mb=")[1].split("**")[0]
     assert ("default" if shown.startswith("None") else shown) in cap.options, (shown, cap.options)
+
+
+def test_the_share_spent_waiting_for_stragglers_is_shown():
+    base = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})  # a GPU model
+    work = whatif.workload(base, None)
+    out = whatif.evaluate(work, base, None, config(base, work, world_size=1024))
+    quiet = whatif.run(work, whatif.SimConfig(**{**config(base, work, world_size=1024).__dict__, "jitter": 0.0}))[1]
+    assert out.rank_spread > 0 and out.waits[0] > out.waits[1] > 0  # 1024 ranks wait longer than 64
+    assert out.waits[0] == pytest.approx(out.summary["iteration_time_s"] - quiet["iteration_time_s"])
+    text = whatif.describe_stragglers(out)
+    assert "slowest of 1024" in text and "GPU profile" in text and "is waiting for stragglers" in text
+    trace, base, work = setup(REAL)  # a recording: its own ranks at the recorded size, its spread beyond
+    assert whatif.evaluate(work, base, trace, config(base, work)).rank_spread == 0.0
+    far = whatif.evaluate(work, base, trace, config(base, work, world_size=8))
+    assert far.rank_spread == pytest.approx(work.meta["jitter_estimated"])
+    assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
+
+
+def test_a_gpu_model_picks_nccls_algorithm():
+    base = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    auto = whatif.evaluate(work, base, None, config(base, work, world_size=100_000))
+    ring = whatif.evaluate(work, base, None, config(base, work, world_size=100_000, algo="ring"))
+    assert {b["algo"] for b in auto.summary["nccl"]} == {"tree"} and {b["algo"] for b in ring.summary["nccl"]} == {"ring"}
+    assert ring.change["iteration_time_s"] > 5 * auto.change["iteration_time_s"] > 0  # 64 -> 100,000 ranks
+    assert 100_000 in whatif.world_options(base) and "nvls" in whatif.NCCL_ALGOS

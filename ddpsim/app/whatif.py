@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
+from ddpsim.app import waiting
 from ddpsim.experiments import worldsize
 from ddpsim.learn import learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
@@ -27,7 +28,8 @@ ORDERS = ("torch", "reverse", "definition", "ready", "random")
 SWEEP_ORDERS = ("torch", "definition", "random")
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
 SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
-WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
+NCCL_ALGOS = (None, "ring", "tree", "nvls", "nvls_tree")  # a GPU model's NCCL_ALGO (None: NCCL's choice)
 SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
 AS_RECORDED = "as recorded"
 
@@ -109,7 +111,7 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
-               trace: Trace | None = None) -> SimConfig:
+               trace: Trace | None = None, algo=None) -> SimConfig:
     """A SimConfig for the what-if choices.
 
     A recorded trace (``work`` learnt from ``trace``): its replay with the changes
@@ -127,7 +129,10 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
                             "concurrency": int(prof.get("concurrency", 1)),
                             "interference": float(prof.get("interference", 0))})
         return replay_config(work, trace, **changes)
-    return SimConfig(iters=SIM_ITERS, **changes)
+    noise, _ = waiting.rank_noise(base.kind, base.gpu, work, ws)  # Note [Waiting for the slowest rank]
+    if noise > 0:
+        changes.update(jitter=noise, jitter_mode="expected")
+    return SimConfig(iters=SIM_ITERS, algo=algo, **changes)  # algo: NCCL_ALGO on a GPU model (None: auto)
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
@@ -176,7 +181,7 @@ def choices(base: Base) -> dict:
     return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order if order in ORDERS else "torch",
             "find_unused_parameters": bool(c.get("find_unused_parameters")),
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
-            "network": AS_RECORDED if base.kind == "trace" else base.network}
+            "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None}
 
 
 def cap_options(base: Base) -> list:
@@ -214,6 +219,9 @@ class Outcome:
     noise: float | None
     noise_iterations: int
     cautions: list[str]
+    waits: tuple = (0.0, 0.0)  # seconds per iteration waiting for the slowest rank: what-if, unchanged
+    rank_spread: float = 0.0  # the rank-to-rank spread both were simulated with
+    spread_source: str = ""
 
     @property
     def within_noise(self) -> bool:
@@ -256,7 +264,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     c = choices(base)
     unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                                c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks,
-                               work if base.kind == "trace" else None, trace)
+                               work if base.kind == "trace" else None, trace, c["algo"])
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show
@@ -265,9 +273,11 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     if recorded is not None:
         s = spread(trace)["iteration_time_s"]
         noise, n = s["rel"], s["n"]
+    waits = (waiting.wait_s(sim_fn, work, cfg, summary), waiting.wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
+    source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)[1]
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(unchanged_summary, recorded) if recorded else None, noise, n,
-                   cautions(base, trace, cfg))
+                   cautions(base, trace, cfg), waits, cfg.jitter, source)
 
 
 def describe_change(out: Outcome) -> str:
@@ -293,6 +303,13 @@ def describe_replay(out: Outcome) -> str | None:
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
             f"configuration simulates at {out.unchanged_summary['iteration_time_s'] * 1e3:.1f} ms per "
             f"iteration against {out.recorded_summary['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.0f}%).")
+
+
+def describe_stragglers(out: Outcome) -> str | None:
+    """How much of the what-if (and of its change) is waiting for the slowest rank; None without rank noise."""
+    return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
+                            (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
+                            out.spread_source)
 
 
 def recommend(rows: list[dict]) -> dict | None:

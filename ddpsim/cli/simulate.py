@@ -2,7 +2,7 @@
 
     python -m ddpsim simulate --trace real.json [--bucket-cap-mb X] [--find-unused-parameters]
         [--order torch|reverse|definition|ready|random|3,2,1,0] [--world-size N]
-        [--no-sync-every n] [--bandwidth-gbps G] [--latency-us L] [--algo ring|tree]
+        [--no-sync-every n] [--bandwidth-gbps G] [--latency-us L] [--algo auto|ring|tree|nvls|nvls_tree]
         [--iters K] [--seed S] --out sim.json
     python -m ddpsim simulate --arch resnet50 --hardware a100-nvlink --world-size 64 --out sim.json
     python -m ddpsim simulate --trace gpu_run.json --hardware h100-nvlink --world-size 8
@@ -52,13 +52,19 @@ def add_arguments(p) -> None:
     d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as "
                    "many as were recorded; otherwise 20 (--trace) or 6 (--arch))")
     d.add_argument("--seed", type=int)
-    d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation")
+    d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation between ranks "
+                   "(default: the trace's measured spread; for --arch the GPU profile's rank_spread)")
+    d.add_argument("--jitter-mode", choices=["sampled", "expected"],
+                   help="sampled: draw each rank's speed (a trace's default); expected: every rank waits for the "
+                        "expected slowest of N (--arch's default; sim/stragglers.py)")
     d.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
                    help="rank RANK computes FACTOR times slower (repeatable)")
     n = p.add_argument_group("network")
     n.add_argument("--bandwidth-gbps", type=float, help="per-rank link bandwidth, Gbit/s")
     n.add_argument("--latency-us", type=float, help="per-step latency alpha, microseconds")
-    n.add_argument("--algo", choices=["ring", "tree"])
+    n.add_argument("--algo", choices=["auto", "ring", "tree", "nvls", "nvls_tree"],
+                   help="NCCL's allreduce algorithm, as NCCL_ALGO sets it (default auto: NCCL's choice by message size, "
+                        "GPUs per node and nodes, on a --hardware cluster; ring on a flat link)")
     n.add_argument("--concurrency", type=int, help="collectives in flight at once (gloo 2, nccl 1)")
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
     add_network_source_arguments(p)
@@ -186,7 +192,7 @@ def parse_stragglers(values) -> dict:
 FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
-          "jitter": "jitter", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
+          "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}
 
@@ -211,13 +217,19 @@ def overrides_from_args(args) -> dict:
     return values
 
 
+def arch_defaults(workload) -> dict:
+    """A GPU model's rank noise: its profile's spread, every rank waiting for the expected slowest
+    (Note [Waiting for the slowest rank])."""
+    return {"jitter": workload.meta["rank_spread"], "jitter_mode": "expected"} if "rank_spread" in workload.meta else {}
+
+
 def config_for(workload, trace, values: dict):
-    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or SimConfig's defaults."""
+    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or a GPU model's defaults."""
     from ddpsim.learn import replay_config
     from ddpsim.sim.api import SimConfig
 
     if trace is None:
-        cfg = SimConfig(**values)
+        cfg = SimConfig(**{**arch_defaults(workload), **values})
     else:
         learnt = workload.meta.get("learnt_interference")
         cfg = replay_config(workload, trace, **({"interference": learnt} if learnt else {}), **values)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_network_source_arguments,
-                                 load_source, parse_stragglers)
+                                 arch_defaults, load_source, parse_stragglers)
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 
@@ -82,7 +82,7 @@ def parse_grid(args) -> dict:
 def main(args) -> int:
     from ddpsim.learn import sweep as learn_sweep
     from ddpsim.sim.api import SimConfig
-    from ddpsim.sim.sweep import sweep
+    from ddpsim.sim.sweep import sweep, to_csv
 
     grid = parse_grid(args)
     base = fixed_options(args)
@@ -90,7 +90,7 @@ def main(args) -> int:
     if trace is not None:
         rows = learn_sweep(workload, grid, base, metric=args.metric, trace=trace)
     else:
-        cfg = SimConfig(**{"iters": 4, **base})
+        cfg = SimConfig(**{"iters": 4, **arch_defaults(workload), **base})
         if "world_size" not in grid:
             cfg.validate()
         rows = sweep(workload, grid, cfg, metric=args.metric)

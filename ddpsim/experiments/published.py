@@ -11,8 +11,9 @@ multi-GPU step (or throughput) it then predicts is compared with the published o
 from __future__ import annotations
 
 import json
-import math
 import statistics
+
+from ddpsim.experiments.gpu_rate import as_published, fit_tflops, noise, step_time
 
 HELP = "reproduce published GPU DDP measurements (PyTorch DDP benchmark, NVIDIA DeepLearningExamples)"
 
@@ -45,45 +46,11 @@ SOURCES = [
      "baseline": (1, 367.0, "row 'GPUs 1': 367 img/s"),
      "targets": [(8, "nvlink", 2855.0, "row 'GPUs 8': 2855 img/s (7.76x)")]},
 ]
-ITERS = 6  # synced steps simulated per prediction
-FIT_STEPS = 60  # bisection steps on log(TFLOP/s): far below 0.1% of the baseline
-
-
-def step_time(src: dict, tflops: float, world_size: int, net: str = "nvlink") -> float:
-    """Simulated seconds per iteration of ``src``'s model at ``tflops`` on ``world_size`` GPUs."""
-    from ddpsim.sim.api import SimConfig, simulate
-    from ddpsim.sim.archs import synthetic
-
-    w = synthetic(src["arch"], f"{src['gpu']}-{net}", batch=src["batch"], tflops=tflops)
-    _, summary = simulate(w, SimConfig(world_size=world_size, iters=ITERS))
-    return summary["iteration_time_s"]
-
-
-def as_step(src: dict, value: float, world_size: int) -> float:
-    """A published value as seconds per iteration."""
-    return value if src["unit"] == "s" else src["batch"] * world_size / value
-
-
-def as_published(src: dict, step_s: float, world_size: int) -> float:
-    return step_s if src["unit"] == "s" else src["batch"] * world_size / step_s
-
-
-def fit_tflops(src: dict) -> float:
-    """The effective TFLOP/s at which the simulated 1-GPU step equals the published baseline."""
-    ws, value, _ = src["baseline"]
-    want = as_step(src, value, ws)
-    lo, hi = math.log(1e-3), math.log(1e4)
-    if not step_time(src, math.exp(hi), ws) < want < step_time(src, math.exp(lo), ws):
-        raise ValueError(f"{src['name']}: no GPU rate gives the published {value} {src['unit']}")
-    for _ in range(FIT_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if step_time(src, math.exp(mid), ws) > want else (lo, mid)
-    return math.exp((lo + hi) / 2)
 
 
 def reproduce(src: dict) -> list[dict]:
     """Rows for one source: the baseline (fitted) and each target (predicted)."""
-    tflops = fit_tflops(src)
+    tflops = fit_tflops(src, **noise(src))
     ws, value, where = src["baseline"]
     rows = [{"source": src["name"], "world_size": ws, "network": "-", "role": "baseline (fitted)",
              "published": value, "where": where}]
@@ -91,7 +58,7 @@ def reproduce(src: dict) -> list[dict]:
               "published": pub, "where": w} for n, net, pub, w in src["targets"]]
     for r in rows:
         net = r["network"] if r["network"] != "-" else "nvlink"
-        r["predicted"] = as_published(src, step_time(src, tflops, r["world_size"], net), r["world_size"])
+        r["predicted"] = as_published(src, step_time(src, tflops, r["world_size"], net, **noise(src)), r["world_size"])
         r["rel_error"] = (r["predicted"] - r["published"]) / r["published"]
         r.update(unit=src["unit"], fitted_tflops=tflops, gpu=src["gpu"], batch=src["batch"])
     return rows
@@ -115,20 +82,54 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+SECTIONS = ("ddp", "scaling", "nccl")  # --only: one of them
+
+
 def add_arguments(p) -> None:
     p.add_argument("--json", help="also write the rows and citations to this JSON file")
+    p.add_argument("--only", choices=SECTIONS, help="one section: ddp (1-2 node DDP runs), scaling (multi-node DDP "
+                                                    "tables), nccl (nccl-tests bus bandwidths); default all")
+
+
+def _errors(rows: list[dict]) -> dict:
+    preds = [abs(r["rel_error"]) for r in rows if r["role"] == "prediction"]
+    return {"predictions": len(preds), "median_abs_error": statistics.median(preds), "max_abs_error": max(preds)}
+
+
+def _sections(only: str | None) -> dict:
+    """{section: (rows, table text, citations)} for the sections asked for."""
+    from ddpsim.experiments import published_nccl, published_scaling
+
+    out = {}
+    if only in (None, "ddp"):
+        rows, cites = run()
+        out["ddp"] = (rows, table(rows), cites)
+    if only in (None, "scaling"):
+        rows = published_scaling.run()
+        out["scaling"] = (rows, published_scaling.table(rows),
+                          [f"{s['name']}: {s['cite']}" for s in published_scaling.SOURCES])
+    if only in (None, "nccl"):
+        rows = published_nccl.run()
+        out["nccl"] = (rows, published_nccl.table(rows), published_nccl.citations())
+    return out
 
 
 def main(args) -> int:
-    rows, cites = run()
-    print(table(rows))
-    print("\nSources:")
-    for c in cites:
-        print(f"- {c}")
+    sections = _sections(getattr(args, "only", None))
+    summary = {}
+    for name, (rows, text, cites) in sections.items():
+        print(f"== {name}\n{text}\n\nSources:")
+        for c in cites:
+            print(f"- {c}")
+        print()
+        summary[name] = _errors(rows)
+        if name == "nccl":
+            summary[name]["per_source_median"] = {
+                s: statistics.median(abs(r["rel_error"]) for r in rows if r["source"] == s and r["role"] == "prediction")
+                for s in dict.fromkeys(r["source"] for r in rows)}
     if getattr(args, "json", None):
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "sources": cites}, f, indent=1)
-    preds = [abs(r["rel_error"]) for r in rows if r["role"] == "prediction"]
-    print(json.dumps({"predictions": len(preds), "median_abs_error": statistics.median(preds),
-                      "max_abs_error": max(preds)}, separators=(",", ":")))
+            json.dump({k: {"rows": v[0], "sources": v[2]} for k, v in sections.items()}, f, indent=1)
+    first = summary.get("ddp") or next(iter(summary.values()))
+    print(json.dumps({**first, **{k: v for k, v in summary.items()}}, separators=(",", ":")))
     return 0

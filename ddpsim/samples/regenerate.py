@@ -6,7 +6,7 @@ Most samples are real recordings by ``ddpsim.record`` (gloo on this CPU machine)
 kept small: few iterations and 2 ranks, with torch's DDP and with ddpsim's readable
 DDP (minddp). Samples named ``*_sim_*`` are SIMULATED by ``ddpsim.sim`` on GPU
 hardware profiles (datasheet figures, NCCL-like one-collective-at-a-time links),
-where bucket size matters about 2x, as Li et al. (VLDB 2020) report; on this 2-core
+where bucket size matters (1.5-2x on 25 GbE; Li et al., VLDB 2020, report up to 2x); on this 2-core
 CPU it barely does. File names sort in the order a learner should meet them; the
 first is the dashboard's default.
 """

@@ -68,6 +68,8 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     summary.update(world_size=cfg.world_size, n_buckets=len(trace_layouts[-1].buckets),
                    link=link.to_dict(), actors=len(actors), simpy_events=simpy_events,
                    model_events=model_events, estimated_events=estimate)
+    if link.cluster is not None:
+        summary["nccl"] = nccl_choices(link, trace_layouts[-1], cfg.world_size)
     trace.meta["summary"] = {k: v for k, v in summary.items() if k != "per_bucket"}  # deterministic: no wall time
     summary["sim_wall_s"] = wall  # wall-clock time: in the returned summary only, never in the trace
     return trace, summary
@@ -78,6 +80,16 @@ def require_workload(w) -> None:
     if not isinstance(w, Workload):
         raise TypeError(f"the simulator takes a ddpsim.sim.Workload, not {type(w).__name__}: "
                         "for a recorded trace use ddpsim.learn.simulate / ddpsim.learn.sweep")
+
+
+def nccl_choices(link, layout: Layout, world_size: int) -> list[dict]:
+    """What NCCL runs for each bucket of the steady layout (Note [NCCL's tuning model])."""
+    out = []
+    for b in layout.buckets:
+        algo, proto = link.nccl_choice(b.bytes, world_size)
+        out.append({"bucket": b.index, "bytes": b.bytes, "algo": algo, "proto": proto,
+                    "allreduce_s": link.allreduce_s(b.bytes, world_size)})
+    return out
 
 
 def _ns(t: float) -> int:

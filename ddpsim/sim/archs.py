@@ -159,5 +159,6 @@ def synthetic(arch: str, hardware: str = "a100-nvlink", batch: int | None = None
         graph_search_s=len(rows) * 2e-6, finalize_s=2 * n_elems * bytes_per_grad / mem + 20e-6,
         step_gap_s=20e-6, optimizer_s=20 * n_elems / mem + len(rows) * overhead, iter_gap_s=0.0,
         meta={"kind": "synthetic", "arch": arch, "hardware": hardware, "batch": batch,
-              "effective_tflops": rate / 1e12, "gpu": gpu["name"]},
+              "effective_tflops": rate / 1e12, "gpu": gpu["name"],
+              "rank_spread": float(gpu.get("rank_spread", 0.0))},  # Note [Waiting for the slowest rank]
     )

@@ -62,6 +62,8 @@ def count_actors(cfg: "SimConfig", explicit: bool) -> int:
     others = cfg.world_size - alone
     if others <= 0:
         return alone
+    if cfg.jitter > 0 and cfg.jitter_mode == "expected" and not explicit:
+        return alone + 1
     if cfg.jitter == 0 and not (explicit and others <= cfg.max_explicit_ranks):
         return alone + 1
     if others <= cfg.max_explicit_ranks:

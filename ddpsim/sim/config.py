@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ddpsim.sim import network
+from ddpsim.sim import network, stragglers
 from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
 from ddpsim.sim.workload import ORDERS, caps_bytes
 
@@ -25,6 +25,7 @@ class SimConfig:
     overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
     seed: int = 0
     jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
+    jitter_mode: str = "sampled"  # sampled: a draw per rank | expected: the slowest rank's mean (sim/stragglers.py)
     stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
     backward_scale: dict = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
     # rank -> {"forward": [...], "backward": [...], "gap_s": [...]}: its compute multipliers and the seconds
@@ -58,6 +59,8 @@ class SimConfig:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} or a list, not {self.order!r}")
         if not (isinstance(self.jitter, (int, float)) and math.isfinite(self.jitter) and self.jitter >= 0):
             raise ValueError(f"jitter must be a finite number >= 0, not {self.jitter!r}")
+        if self.jitter_mode not in stragglers.MODES:
+            raise ValueError(f"jitter_mode must be one of {', '.join(stragglers.MODES)}, not {self.jitter_mode!r}")
         if self.bandwidth_gbps is not None:
             network.check_positive(self.bandwidth_gbps, "bandwidth (Gbit/s)")
         if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):

@@ -34,10 +34,14 @@ a second alpha-beta pair, ``core_alpha_s`` / ``core_bandwidth_Bps``, fitted by
 which runs alongside it and costs the core nothing. Without the pair, all of the
 allreduce is core work (the model before this Note).
 
-Hardware profiles (``hardware/gpus.json``, ``hardware/networks.json``) give a
-Link per network; :func:`network_for` picks the intra-node link when the job fits
-on one node, else the inter-node link (a ring spanning nodes runs at the speed of
-its slowest hop).
+Hardware profiles (``hardware/gpus.json``, ``hardware/networks.json``) describe GPU
+nodes and fabrics; :func:`network_for` gives a Link that carries a two-level
+``nccl.Cluster`` (NVLink inside a node, the node's NICs between nodes), and such a
+Link costs an allreduce with NCCL's own tuning model, algorithm and protocol chosen
+by message size, GPUs per node and node count (Note [NCCL's tuning model] in
+nccl.py). ``algo`` then picks the algorithm as NCCL_ALGO does ("auto": NCCL's
+choice). A Link without a cluster (a recorded gloo run, --bandwidth-gbps) keeps the
+flat formulas above.
 """
 from __future__ import annotations
 
@@ -47,8 +51,11 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from ddpsim.sim import nccl
+
 HARDWARE_DIR = Path(__file__).with_name("hardware")
-ALGOS = ("ring", "tree")
+ALGOS = ("ring", "tree")  # the flat formulas
+NCCL_ALGOS = ("auto",) + nccl.ALGOS  # a Link with a cluster: NCCL's choice, or one algorithm
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class Link:
     core_bandwidth_Bps: float | None = None  # shared core: bytes/s of CPU work (None: bandwidth_Bps)
     cpus: int = 0  # shared core: ranks pinned round robin to this many cores (0: a core per rank)
     time_slice_s: float = 0.0  # ranks sharing a core take turns this long (s; 0: equal shares at every instant)
+    cluster: nccl.Cluster | None = None  # GPU nodes: NCCL's model prices the allreduce (None: the flat formula)
 
     def __post_init__(self):
         check_positive(self.bandwidth_Bps, "bandwidth")
@@ -82,12 +90,22 @@ class Link:
             raise ValueError(f"cpus must be an integer >= 0, not {self.cpus!r}")
         if self.core_bandwidth_Bps is not None:
             check_positive(self.core_bandwidth_Bps, "core bandwidth")
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo must be one of {', '.join(ALGOS)}, not {self.algo!r}")
+        allowed = NCCL_ALGOS if self.cluster is not None else ALGOS + ("auto",)
+        if self.algo not in allowed:
+            where = "" if self.cluster is not None else " without a GPU cluster profile (--hardware)"
+            raise ValueError(f"algo must be one of {', '.join(allowed)}{where}, not {self.algo!r}")
 
     def allreduce_s(self, nbytes: int, world_size: int) -> float:
         """Seconds for one allreduce of ``nbytes`` over ``world_size`` ranks."""
+        if self.cluster is not None:
+            return nccl.allreduce_s(self.cluster, nbytes, world_size, self.algo)
         return _cost(self.algo, self.alpha_s, self.bandwidth_Bps, nbytes, world_size)
+
+    def nccl_choice(self, nbytes: int, world_size: int) -> tuple[str, str] | None:
+        """(algorithm, protocol) NCCL runs for this allreduce; None on a flat link."""
+        if self.cluster is None:
+            return None
+        return nccl.choose(self.cluster, int(nbytes), int(world_size), self.algo)[:2]
 
     def core_s(self, nbytes: int, world_size: int) -> float:
         """Of ``allreduce_s``, the seconds of CPU work on each rank's core (shared core).
@@ -130,7 +148,7 @@ class Link:
 def _cost(algo: str, alpha: float, bw: float, nbytes: int, k: int) -> float:
     if k <= 1:
         return 0.0
-    if algo == "ring":
+    if algo in ("ring", "auto"):  # gloo's allreduce is a ring
         return 2 * (k - 1) * alpha + 2 * (k - 1) / k * nbytes / bw
     return 2 * math.ceil(math.log2(k)) * alpha + 2 * nbytes / bw
 
@@ -191,21 +209,32 @@ def link_from_profile(p: dict, name: str) -> Link:
                 algo=p.get("algo", "ring"), name=name)
 
 
+def cluster_for(gpu: dict, fabric: dict) -> nccl.Cluster:
+    """The two-level cluster of ``gpu``'s nodes joined by ``fabric`` (Note [A node shares its NICs])."""
+    return nccl.Cluster(
+        gpus_per_node=int(gpu.get("gpus_per_node", 8)), intra_GBps=gpu["nvlink"]["bandwidth_gbps"] / 8,
+        nic_GBps=fabric["bandwidth_gbps"] / 8, nics_per_node=int(fabric.get("nics_per_node") or gpu.get("nics_per_node", 1)),
+        intra_link="nvlink", arch=gpu.get("arch", "ampere"), cpu=gpu.get("cpu", "intel"), nvls=bool(gpu.get("nvls")),
+        net_latency_us=float(fabric.get("nccl_latency_us", 0.0)),
+        nic_near=bool(fabric.get("nic_near", gpu.get("nic_near", True))))
+
+
 def network_for(spec: str, world_size: int) -> Link:
     """The Link a ``gpu-network`` job of ``world_size`` ranks communicates over.
 
-    ``nvlink`` alone means one node (the GPU's NVLink generation; beyond
-    ``gpus_per_node`` ranks the nodes are joined with the GPU's default fabric).
-    ``ib200`` etc. mean multi-node: NVLink inside a node when the job fits on one,
-    the per-GPU fabric link otherwise.
+    NCCL's model on the node of ``gpu`` (gpus.json) joined by the fabric: ``nvlink``
+    alone means the GPU's default fabric beyond one node. The flat alpha and
+    bandwidth shown with it are NVLink's on one node, one NIC's beyond. ``cpugloo``
+    stays the flat gloo link of this CPU machine.
     """
     gpu, net = parse_hardware(spec)
-    nvlink = link_from_profile(gpu["nvlink"], f"{gpu['name']} NVLink")
-    fits = world_size <= gpu.get("gpus_per_node", 8)
-    if net == "nvlink":
-        if fits:
-            return nvlink
-        net = gpu.get("default_fabric", "ib200")
-    if fits and net.startswith("ib"):
-        return nvlink
-    return link_from_profile(networks()[net], networks()[net].get("name", net))
+    if net == "cpugloo":
+        return link_from_profile(networks()[net], networks()[net].get("name", net))
+    fabric_name = gpu.get("default_fabric", "ib200") if net == "nvlink" else net
+    fabric = networks()[fabric_name]
+    cluster = cluster_for(gpu, fabric)
+    one_node = world_size <= cluster.gpus_per_node
+    flat = link_from_profile(gpu["nvlink"] if one_node else fabric, "")
+    name = (f"NCCL on {gpu['name']} nodes: NVLink x{cluster.gpus_per_node}, "
+            f"{cluster.nics_per_node} x {fabric.get('name', fabric_name)} per node")
+    return replace(flat, cluster=cluster, algo="auto", name=name)

@@ -7,6 +7,8 @@ is the slowest rank. Ranks that behave identically are one actor:
 
 - no jitter: every non-straggler rank is identical, so one actor stands for all
   of them (exact); each straggler is its own actor.
+- jitter, expected mode: every non-straggler rank is one actor at the expected
+  slowest multiplier (Note [Waiting for the slowest rank] in stragglers.py).
 - jitter (a per-rank, per-micro-step compute multiplier ``1 + jitter·z``,
   z ~ N(0,1), seeded): up to ``max_explicit_ranks`` ranks are simulated one by
   one. Beyond that, rank 0 and a seeded sample of ``sample_ranks`` ranks are
@@ -24,8 +26,9 @@ from __future__ import annotations
 
 import random
 import statistics
+from dataclasses import replace
 
-from ddpsim.sim import netmodel, network
+from ddpsim.sim import netmodel, network, stragglers
 from ddpsim.sim.config import SimConfig
 from ddpsim.sim.model import Actor, Plan
 from ddpsim.sim.replay import replayed
@@ -47,6 +50,8 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     shared = cfg.shared_core
     if shared is None and cfg.interference is not None:
         shared = False  # an explicit interference picks that contention model (e.g. a GPU network)
+    if link.cluster is not None and (cfg.latency_us is not None or cfg.bandwidth_gbps is not None):
+        link = replace(link, cluster=None, algo="ring")  # an explicit latency or bandwidth: the flat ring formula
     return link.with_(alpha_s=None if cfg.latency_us is None else cfg.latency_us * 1e-6,
                       bandwidth_Bps=None if cfg.bandwidth_gbps is None else network.gbps_to_Bps(cfg.bandwidth_gbps),
                       algo=cfg.algo, concurrency=cfg.concurrency, interference=cfg.interference,
@@ -134,8 +139,9 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     recorded = {int(r): rec for r, rec in cfg.recorded_ranks.items()}
     actors, groups = [], []
     alone = set(strag) | set(bscale) | set(recorded)  # ranks with their own speed play alone
+    drawn = 0.0 if cfg.jitter_mode == "expected" and not explicit else cfg.jitter  # expected: the group carries it
     for r in sorted(alone):
-        noise = 0.0 if r in recorded else cfg.jitter  # a recorded rank plays its recorded speeds instead
+        noise = 0.0 if r in recorded else drawn  # a recorded rank plays its recorded speeds instead
         actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, noise, strag.get(r, 1.0)),
                             record=True, kind="straggler" if r in strag else "measured",
                             backward_scale=bscale.get(r, 1.0), recorded=recorded.get(r)))
@@ -144,6 +150,11 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     if n_others == 0:
         return actors, groups
     first = next(r for r in range(world) if r not in alone)
+    if cfg.jitter > 0 and cfg.jitter_mode == "expected" and not explicit:  # Note [Waiting for the slowest rank]
+        f = stragglers.slowest_factor(cfg.jitter, n_others, cfg.no_sync_every)
+        actors.append(Actor(first, n_others, [f] * n_micro, record=True, kind="identical"))
+        groups.append({"kind": "expected-slowest", "count": n_others, "represented_by": first, "factor": f})
+        return actors, groups
     if cfg.jitter == 0 and not (explicit and n_others <= cfg.max_explicit_ranks):
         actors.append(Actor(first, n_others, [1.0] * n_micro, record=True, kind="identical"))
         groups.append({"kind": "identical", "count": n_others, "represented_by": first})

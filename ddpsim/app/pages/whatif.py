@@ -54,6 +54,9 @@ if base.kind == "trace":
 else:
     network = base.network
     c3.markdown(f"**Network:** {whatif.network_label(network)}  \n**GPU:** {base.gpu}")
+algo = None if base.kind == "trace" else c3.selectbox(
+    "NCCL algorithm", whatif.NCCL_ALGOS, format_func=lambda a: a or "auto (NCCL's choice)", key=k + "algo",
+    help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning model).")
 
 measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
 if trace is not None and source_key in measured:
@@ -75,7 +78,7 @@ source_key = f"{source_key}:{whatif.calibration_key(trace)}"  # a measured netwo
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
-                            work=work if base.kind == "trace" else None, trace=trace)
+                            work=work if base.kind == "trace" else None, trace=trace, algo=algo)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
@@ -85,6 +88,8 @@ for caution in out.cautions:
     st.warning(caution, icon=":material/warning:")
 ui.metric_row(out.summary, out.unchanged_summary, base_name="unchanged (simulated)")
 st.markdown(whatif.describe_change(out))
+if (waits := whatif.describe_stragglers(out)):
+    st.markdown(waits)
 if (replay := whatif.describe_replay(out)):
     st.caption(replay)
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
@@ -100,7 +105,7 @@ if base.kind == "trace" and trace.source == "real":
 
 st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,
-                              work=work if base.kind == "trace" else None, trace=trace)
+                              work=work if base.kind == "trace" else None, trace=trace, algo=algo)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
 if (verdict := whatif.describe_sweep(rows, out.summary, world)):
     st.success(verdict)

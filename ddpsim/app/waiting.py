@@ -1,0 +1,52 @@
+"""How much of a what-if's iteration is waiting for the slowest rank (Note [Waiting for the slowest rank]
+in ddpsim/sim/stragglers.py), without Streamlit.
+
+The rank-to-rank spread comes from the recording (``jitter_estimated``: between the ranks of each
+recorded iteration) or, for a GPU model, from its GPU profile (``rank_spread``); at the recorded
+world size the recorded ranks keep their own measured speeds instead. Every rank then waits for
+the expected slowest of the what-if's world size, and the wait is the iteration time with the
+spread minus the same simulation without it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ddpsim.learn.extract import measured_backward_scale
+from ddpsim.sim import SimConfig
+from ddpsim.sim.network import gpus
+
+
+def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
+    """(coefficient of variation between ranks, where it comes from) for a what-if at ``world_size``."""
+    if kind == "trace":
+        if work is None:
+            return 0.0, "none"
+        if work.meta.get("recorded_world_size") == world_size and (
+                work.meta.get("recorded_ranks") or measured_backward_scale(work, world_size)):
+            return 0.0, "the recorded ranks' own speeds"
+        return float(work.meta.get("jitter_estimated", 0.0)), "measured between the recorded ranks"
+    return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
+
+
+def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
+    """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank."""
+    if not cfg.jitter:
+        return 0.0
+    quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
+    return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
+
+
+def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],
+             spread: float, source: str) -> str | None:
+    """One sentence on the waiting, what-if first; None when the ranks are not modelled as noisy."""
+    (w, w0), (s, s0), (n, n0) = waits, summaries, worlds
+    if spread <= 0:
+        return None
+    t, t0 = s["iteration_time_s"], s0["iteration_time_s"]
+    text = (f"Waiting for stragglers: {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
+            f"({w / t * 100:.1f}%) is every rank waiting for the slowest of {n} (rank-to-rank spread "
+            f"{spread * 100:.2f}%, {source}); unchanged: {w0 * 1e3:.2f} ms at {n0} ranks.")
+    if t != t0:
+        text += (f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {(w - w0) * 1e3:+.2f} ms "
+                 f"({(w - w0) / (t - t0) * 100:.0f}%) is waiting for stragglers.")
+    return text

@@ -1,0 +1,47 @@
+"""Rank noise at scale (ddpsim/sim/stragglers.py): every rank waits for the expected slowest of N, which
+grows with N, carried from one spread to any world size."""
+import math
+
+import pytest
+
+from ddpsim.sim import SimConfig, simulate, synthetic
+from ddpsim.sim.stragglers import expected_max, slowest_factor
+
+
+def test_expected_max_of_normals():
+    assert expected_max(1) == 0.0
+    assert expected_max(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-4)  # closed form
+    assert expected_max(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-4)
+    assert expected_max(1000) == pytest.approx(3.2414, abs=1e-3)  # tables of normal order statistics
+    values = [expected_max(n) for n in (2, 8, 64, 1024, 100_000)]
+    assert values == sorted(values) and values[-1] < math.sqrt(2 * math.log(100_000))
+
+
+def test_no_sync_windows_average_the_noise():
+    assert slowest_factor(0.04, 256, 4) - 1 == pytest.approx((slowest_factor(0.04, 256, 1) - 1) / 2)
+    assert slowest_factor(0.04, 1) == 1.0
+
+
+def _time(world, jitter, **kw):
+    w = synthetic("resnet50", "a100-ib200")
+    return simulate(w, SimConfig(world_size=world, iters=3, jitter=jitter, jitter_mode="expected", **kw))
+
+
+def test_waiting_for_stragglers_grows_with_the_world_and_is_deterministic():
+    waits = []
+    for world in (8, 64, 1024, 100_000):
+        noisy = _time(world, 0.02)[1]["iteration_time_s"]
+        quiet = _time(world, 0.0)[1]["iteration_time_s"]
+        waits.append(noisy - quiet)
+    assert all(b > a > 0 for a, b in zip(waits, waits[1:]))
+    assert _time(64, 0.02)[1]["iteration_time_s"] == _time(64, 0.02)[1]["iteration_time_s"]
+    assert _time(1, 0.02)[1]["iteration_time_s"] == _time(1, 0.0)[1]["iteration_time_s"]
+
+
+def test_the_ranks_are_one_actor_at_the_expected_slowest_speed():
+    trace, summary = _time(100_000, 0.02, stragglers={3: 1.5})
+    assert summary["actors"] == 2  # the straggler and everyone else
+    group = next(g for g in trace.meta["rank_groups"] if g["kind"] == "expected-slowest")
+    assert group["count"] == 99_999 and group["factor"] == pytest.approx(1 + 0.02 * expected_max(99_999))
+    with pytest.raises(ValueError, match="jitter_mode must be one of sampled, expected"):
+        SimConfig(jitter_mode="mean").validate()
