@@ -33,7 +33,7 @@ def config(base, work, **change):
     c = {**whatif.choices(base), **change}
     return whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                              c["no_sync_every"], c["world_size"], c["network"],
-                             work=work if base.kind == "trace" else None, trace=trace_of[id(base)],
+                             work=work if base.kind == "trace" else None, trace=trace_of.get(id(base)),
                              algo=c["algo"])
 
 

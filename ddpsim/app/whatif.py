@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import waiting
-from ddpsim.experiments import worldsize
 from ddpsim.learn import learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.sim import SimConfig, synthetic
@@ -84,26 +83,6 @@ def workload(base: Base, trace: Trace | None):
     if base.kind == "trace":
         return learn(trace)
     return synthetic(base.arch, base.hardware, batch=base.batch)
-
-
-def calibration_key(trace: Trace | None) -> str:
-    """Which network calibration ``trace`` carries (a measurement here changes it): part of cache keys."""
-    cal = (trace.meta.get("calibration") if trace is not None else None) or {}
-    return ",".join(sorted(str(k) for k in (cal.get("world_sizes") or {}))) + str(cal.get("measured_for", ""))
-
-
-def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -> worldsize.Plan | None:
-    """What another world size than the recorded one does (Note [Another world size on the user's path]),
-    or None where it needs nothing (a GPU model, a chosen network, the recorded world size)."""
-    if base.kind != "trace" or network not in (AS_RECORDED, None, "") or trace is None:
-        return None
-    plan = worldsize.plan(trace, int(world_size))
-    return None if plan.action == "recorded" else plan
-
-
-def measure_network(trace: Trace, world_size: int) -> dict:
-    """Measure the allreduce at ``world_size`` here and keep it in the trace (``worldsize.measure``)."""
-    return worldsize.measure(trace, int(world_size))
 
 
 TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with a one-line error

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import cache, ui, whatif
+from ddpsim.app import network as network_plan
 from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
@@ -61,7 +62,7 @@ algo = None if base.kind == "trace" else c3.selectbox(
 measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
 if trace is not None and source_key in measured:
     trace.meta["calibration"] = measured[source_key]
-plan = whatif.world_plan(base, trace, world, network)  # Note [Another world size on the user's path]
+plan = network_plan.world_plan(base, trace, world, network)  # Note [Another world size on the user's path]
 if plan is not None and plan.action == "refuse":
     st.error(f"{plan.message[0].upper()}{plan.message[1:]}. Pick a network above.")
     st.stop()
@@ -70,11 +71,11 @@ if plan is not None and plan.action == "measure":
             f"{trace.world_size} ranks. This is a CPU run recorded on this machine, so it can be measured.")
     if st.button(f"Measure the allreduce at {world} ranks (about 10-40 s)", key=k + "measure", type="primary"):
         with st.spinner(f"Measuring gloo allreduces at {trace.world_size} and {world} ranks..."):
-            measured[source_key] = whatif.measure_network(trace, world)
+            measured[source_key] = network_plan.measure_network(trace, world)
         st.rerun()
 elif plan is not None:
     st.caption(f"World size {world}: {plan.message}.")
-source_key = f"{source_key}:{whatif.calibration_key(trace)}"  # a measured network changes the workload
+source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,

@@ -1,0 +1,30 @@
+"""The network at a world size the open trace did not run, for the What-if page (no Streamlit).
+
+Thin calls into ``ddpsim.experiments.worldsize`` (Note [Another world size on the user's path]):
+what the page will do, the measurement its button starts, and a cache key that changes with it.
+"""
+from __future__ import annotations
+
+from ddpsim.app.whatif import AS_RECORDED, Base
+from ddpsim.experiments import worldsize
+from ddpsim.trace import Trace
+
+
+def calibration_key(trace: Trace | None) -> str:
+    """Which network calibration ``trace`` carries (a measurement here changes it): part of cache keys."""
+    cal = (trace.meta.get("calibration") if trace is not None else None) or {}
+    return ",".join(sorted(str(k) for k in (cal.get("world_sizes") or {}))) + str(cal.get("measured_for", ""))
+
+
+def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -> worldsize.Plan | None:
+    """What another world size than the recorded one does (Note [Another world size on the user's path]),
+    or None where it needs nothing (a GPU model, a chosen network, the recorded world size)."""
+    if base.kind != "trace" or network not in (AS_RECORDED, None, "") or trace is None:
+        return None
+    plan = worldsize.plan(trace, int(world_size))
+    return None if plan.action == "recorded" else plan
+
+
+def measure_network(trace: Trace, world_size: int) -> dict:
+    """Measure the allreduce at ``world_size`` here and keep it in the trace (``worldsize.measure``)."""
+    return worldsize.measure(trace, int(world_size))
