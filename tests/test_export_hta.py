@@ -69,3 +69,18 @@ def test_hta_agrees_with_ddpsim_summary_within_2_points(name, tmp_path):
     ours = 100 * summarize(trace)["overlap_fraction"]
     theirs = sum(hta_pct.values()) / len(hta_pct)
     assert abs(theirs - ours) < 2, (theirs, ours)
+
+
+@pytest.mark.slow
+def test_a_fresh_recording_exported_as_a_user_would(tmp_path):
+    """record, then ``export --chrome --per-rank`` (steady iterations by default), then HTA."""
+    from ddpsim.cli import main as cli
+
+    run = tmp_path / "run.json"
+    assert cli(["record", "--model", "transformer", "--world-size", "2", "--iters", "6", "--out", str(run)]) == 0
+    assert cli(["export", "--chrome", str(run), str(tmp_path / "hta"), "--per-rank"]) == 0
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    overlap = hta.TraceAnalysis(trace_dir=str(tmp_path / "hta")).get_comm_comp_overlap(visualize=False)
+    theirs = overlap["comp_comm_overlap_pctg"].mean()
+    ours = 100 * summarize(load_trace(run))["overlap_fraction"]
+    assert abs(theirs - ours) < 2, (theirs, ours)

@@ -228,17 +228,24 @@ def add_arguments(p) -> None:
     p.add_argument("out", help="file to write; with --per-rank, a folder for rank<R>.json files")
     p.add_argument("--per-rank", action="store_true",
                    help="one Kineto file per rank in the folder OUT (what HolisticTraceAnalysis reads)")
-    p.add_argument("--steady", action="store_true",
-                   help="only the steady-state iterations (no iteration 0, no layout rebuild)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--steady", action="store_true",
+                       help="only the steady-state iterations (no iteration 0, no layout rebuild); --per-rank's "
+                            "default, so that HTA's figures are ddpsim's")
+    which.add_argument("--all-iterations", action="store_true", help="every iteration (the default without "
+                                                                     "--per-rank)")
 
 
 def main(args) -> int:
     trace = load_trace(args.trace)
-    keep = steady_iterations(trace) if args.steady else None
+    steady = args.steady or (args.per_rank and not args.all_iterations)
+    keep = (steady_iterations(trace) or None) if steady else None
     if args.per_rank:
         paths = write_per_rank(trace, args.out, keep)
-        print(f"wrote {len(paths)} per-rank Kineto traces to {args.out}/ (rank<R>.json); open one in "
-              f"https://ui.perfetto.dev or the folder with HolisticTraceAnalysis")
+        which = f"steady iterations {min(keep)}-{max(keep)}" if keep else "every iteration"
+        print(f"wrote {len(paths)} per-rank Kineto traces to {args.out}/ (rank<R>.json; {which}, so HTA's "
+              f"comm/compute overlap is ddpsim's): open one in https://ui.perfetto.dev or the folder with "
+              "HolisticTraceAnalysis")
         return 0
     chrome = to_chrome(trace, keep)
     Path(args.out).write_text(json.dumps(chrome))
