@@ -3,6 +3,8 @@
 Library level (ddpsim.app.whatif, no Streamlit) and the page (AppTest) on a real CPU
 trace and on a simulated GPU sample.
 """
+import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -95,9 +97,6 @@ def test_page_nothing_changed_shows_zero(name, monkeypatch):
     assert not at.warning  # no caution when nothing is extrapolated
     if name == REAL:
         assert any("Replay error" in c.value for c in at.caption)
-        world = next(s for s in at.select_slider if s.label.startswith("World size"))
-        world.set_value(1024).run()
-        assert any("Far beyond the recording" in w.value for w in at.warning)
     best = next(s.value for s in at.success if "Best simulated" in s.value)
     cap = next(s for s in at.select_slider if s.label == "Bucket cap (MiB)")
     shown = best.split("bucket_cap_mb=")[1].split("**")[0]
@@ -128,3 +127,45 @@ def test_a_gpu_model_picks_nccls_algorithm():
     assert {b["algo"] for b in auto.summary["nccl"]} == {"tree"} and {b["algo"] for b in ring.summary["nccl"]} == {"ring"}
     assert ring.change["iteration_time_s"] > 5 * auto.change["iteration_time_s"] > 0  # 64 -> 100,000 ranks
     assert 100_000 in whatif.world_options(base) and "nvls" in whatif.NCCL_ALGOS
+
+
+def samples_from(tmp_path, monkeypatch, host: str) -> str:
+    """The app's samples: the real CPU sample as recorded on ``host``; returns its name."""
+    d = json.loads((samples.BUNDLED_DIR / f"{REAL}.json").read_text())
+    d["meta"]["hosts"] = [host]
+    (tmp_path / f"{REAL}.json").write_text(json.dumps(d))
+    monkeypatch.setenv(samples.ENV_VAR, str(tmp_path))
+    return REAL
+
+
+def open_whatif(world_size: int) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(world_size).run()
+    return at
+
+
+def test_page_another_world_size_offers_a_measurement_here(tmp_path, monkeypatch):
+    samples_from(tmp_path, monkeypatch, socket.gethostname())  # a CPU run recorded on this machine
+    at = open_whatif(1024)
+    assert not at.exception and not at.error
+    assert any("Nothing was measured at 1024 ranks" in i.value for i in at.info)
+    assert any(b.label.startswith("Measure the allreduce at 1024 ranks") for b in at.button)
+    assert any("Far beyond the recording" in w.value for w in at.warning)
+
+
+def test_page_another_host_asks_for_a_network(tmp_path, monkeypatch):
+    samples_from(tmp_path, monkeypatch, "another-host")
+    at = open_whatif(8)
+    assert any("recorded on another host" in e.value and "Pick a network" in e.value for e in at.error)
+    next(s for s in at.selectbox if s.label == "Network").set_value("eth10").run()
+    assert not at.error and not at.exception
+
+
+@pytest.mark.slow
+def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch):
+    samples_from(tmp_path, monkeypatch, socket.gethostname())
+    at = open_whatif(4)
+    next(b for b in at.button if b.label.startswith("Measure the allreduce at 4 ranks")).click().run(timeout=300)
+    assert not at.exception and not at.error and not at.info
+    assert any("World size 4: the allreduce at 4 ranks: measured" in c.value for c in at.caption)
