@@ -10,6 +10,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 from ddpsim.record.meta import portable_command
 from ddpsim.samples import BUNDLED_DIR
@@ -88,3 +90,16 @@ def test_the_ddpsim_command_runs_from_another_folder(tmp_path):
                             timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: ddpsim ") and "gpucheck" in result.stdout
+
+
+@pytest.mark.slow
+def test_record_from_another_folder_writes_run_json_there_naming_no_folder(tmp_path):
+    """``ddpsim record`` started outside the checkout: the ranks find the package (they are
+    ``python -m ddpsim.record.worker``), the trace lands in ./run.json, and names no folder."""
+    result = subprocess.run([sys.executable, "-m", "ddpsim", "record", "--model", "mlp", "--world-size", "2",
+                             "--iters", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stderr[-2000:]
+    text = (tmp_path / "run.json").read_text()
+    assert str(tmp_path) not in text and str(ROOT) not in text
+    assert json.loads(text)["meta"]["command"].startswith("python -m ddpsim.record.worker ")
