@@ -43,6 +43,7 @@ def add_arguments(p) -> None:
                         "bundled with ddpsim, ddpsim/samples/h100)")
     p.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--iters", type=int, default=6, help="synced steps to simulate (default 6)")
+    p.add_argument("--json", help="also write the rows (with every parameter's ready time) to this JSON file")
 
 
 def _med(xs):
@@ -145,5 +146,8 @@ def table(rows: list[dict]) -> str:
 def main(args) -> int:
     rows = run(args.dir, [m for m in args.models.split(",") if m], args.iters)
     print(table(rows))
+    if getattr(args, "json", None):
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
     print(json.dumps([{k: v for k, v in r.items() if k != "ready"} for r in rows], separators=(",", ":")))
     return 0
