@@ -16,8 +16,9 @@ from conftest import ROOT
 from ddpsim.record.meta import portable_command
 from ddpsim.samples import BUNDLED_DIR
 
-# a folder beside the checkout, or a build machine's own folders
-OUTSIDE = re.compile(r"\.\./shared|/work/|/home/|/root/|/Users/")
+# a folder beside the checkout, or a build machine's own folders (written so that this line
+# does not match itself: `git grep` for those paths finds nothing in the repository)
+OUTSIDE = re.compile(r"[.][.]/shared|/(work|home|root|Users)/")
 SKIP_DIRS = {".git", ".venv", "__pycache__", "artifacts", "runs", ".hypothesis", ".pytest_cache"}
 
 
@@ -36,7 +37,7 @@ def repository_text_files():
 
 def test_no_file_names_a_folder_outside_the_repository():
     found = [f"{p.relative_to(ROOT)}: {m.group(0)!r}" for p, text in repository_text_files()
-             if p.name != Path(__file__).name for m in [OUTSIDE.search(text)] if m]
+             for m in [OUTSIDE.search(text)] if m]
     assert not found, found
 
 
