@@ -1,4 +1,5 @@
-"""``python -m ddpsim <command>``: the command line (see ``ddpsim.cli``)."""
+"""``python -m ddpsim <command>``, or the ``ddpsim`` command an install puts on PATH
+(pyproject.toml's ``[project.scripts]``): the command line (see ``ddpsim.cli``)."""
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,13 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The process entry point of both ``python -m ddpsim`` and ``ddpsim``."""
     import signal
 
     signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -25,9 +25,24 @@ from pathlib import Path
 from ddpsim import heartbeat
 
 
+HOST_ENV = "DDPSIM_HOST"  # the name this node goes by in a trace (default: its hostname)
+
+
 def now_ns() -> int:
     """The recorder clock. perf_counter_ns is shared by all processes on one host."""
     return time.perf_counter_ns()
+
+
+def host_name() -> str:
+    """This node's name in a trace: ``$DDPSIM_HOST``, else the hostname.
+
+    Note [Which ranks share a clock]: ranks on one host share ``now_ns()``; ranks on different
+    hosts are aligned by the barrier estimate (record/clock.py). Hosts are told apart by name,
+    so nodes that report the same hostname (containers started from one image) need a
+    ``DDPSIM_HOST`` each; two torchrun agents on one machine given two names are how the
+    alignment across hosts is tested where its answer is known (every offset is 0).
+    """
+    return os.environ.get(HOST_ENV) or socket.gethostname()
 
 
 class RankRecorder:
@@ -37,7 +52,7 @@ class RankRecorder:
         self.rank = rank
         self.path = Path(shard_path)
         self._file = open(self.path, "w", buffering=1)  # line-buffered: a crash loses <= 1 line
-        self._write({"kind": "header", "rank": rank, "host": socket.gethostname(),
+        self._write({"kind": "header", "rank": rank, "host": host_name(),
                      "pid": os.getpid(), **header})
         self.iteration = None  # dict of the iteration being recorded
         self.layout = None  # list of bucket dicts currently in effect

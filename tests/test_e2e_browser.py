@@ -2,7 +2,8 @@
 
 Needs Debian's ``chromium`` (/usr/bin/chromium); driven over the DevTools protocol with
 the ``websockets`` package Streamlit already installs (tests/devtools.py). Screenshots
-go to $DDPSIM_ARTIFACTS, else artifacts/ at the repository root (git-ignored).
+go to $DDPSIM_ARTIFACTS, else artifacts/ at the repository root (git-ignored); the README's
+screenshot, docs/dashboard.png, is taken here on every run, so it shows the dashboard as it is.
 """
 import os
 from pathlib import Path
@@ -13,6 +14,8 @@ from devtools import CHROMIUM, Browser, group_alive, serve_app
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("DDPSIM_ARTIFACTS") or ROOT / "artifacts")
+README_SHOT = ROOT / "docs" / "dashboard.png"  # README.md shows it
+GPU_SAMPLE = "10_h100_resnet18_gloo_2ranks"  # a real H100 run, imported from its profiles
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                 reason=f"{CHROMIUM} is missing: apt-get install chromium")
@@ -55,4 +58,18 @@ def test_whatif_switch_configuration_renders_chart(server, browser):
     assert "Best simulated" in text and "against the same configuration unchanged" in text, text[-3000:]
     assert gpu["images"] == 2
     shot = browser.screenshot(ARTIFACTS / "e2e_whatif.png", height=2200)
+    assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.slow  # a real browser on a real Streamlit server
+def test_timeline_of_a_real_gpu_run_is_the_readme_screenshot(server, browser):
+    url, _ = server
+    browser.goto(url)
+    first = browser.wait_rendered(min_images=1, timeout_s=40)
+    browser.choose("Trace", GPU_SAMPLE)
+    shown = browser.wait_rendered(min_images=1, changed_from=first["srcs"], timeout_s=40)
+    text = browser.eval("document.body.innerText")
+    assert "Timeline" in text and "Times here are the GPU's" in text, text[-2000:]  # the GPU clock's note
+    assert shown["images"] == 1
+    shot = browser.screenshot(README_SHOT, height=1250)  # both ranks
     assert shot.stat().st_size > 10_000

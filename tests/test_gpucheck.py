@@ -1,5 +1,5 @@
-"""The GPU check on real H100 traces (../shared/gpu-traces, beside the clone): the workload
-learnt from a Kineto profile's GPU kernels, simulated, against the CUDA events of the same
+"""The GPU check on the real H100 traces bundled in ddpsim/samples/h100: the workload learnt
+from a Kineto profile's GPU kernels, simulated, against the CUDA events of the same
 iterations (``ddpsim gpucheck``; issue 15: within 10% median)."""
 import json
 from pathlib import Path
@@ -7,14 +7,11 @@ from pathlib import Path
 import pytest
 
 from ddpsim.cli import main as cli
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "gpu-traces"
-pytestmark = pytest.mark.skipif(not (TRACES / "resnet50_nccl_ws1_rank0.truth.json").is_file(),
-                                reason=f"the GPU traces are not at {TRACES} (../shared/gpu-traces beside the clone)")
+from ddpsim.samples import H100_DIR as TRACES
 
 
 def test_backward_and_ready_times_within_ten_percent(capsys):
-    assert cli(["gpucheck", str(TRACES), "--models", "resnet50,vit_b_16"]) == 0
+    assert cli(["gpucheck", "--models", "resnet50,vit_b_16"]) == 0  # no folder: the bundled runs
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].split()[:2] == ["model", "rank"]  # the table, then the JSON
     rows = {r["model"]: r for r in json.loads(out[-1])}

@@ -1,6 +1,6 @@
 """``python -m ddpsim import``: PyTorch-profiler traces of real H100 runs into ddpsim traces.
 
-The fixtures (../shared/gpu-traces, beside the repository) hold, for every parameter, the GPU
+The fixtures (ddpsim/samples/h100, bundled with ddpsim) hold, for every parameter, the GPU
 time its gradient was ready measured by a CUDA event in a post-accumulate-grad hook. The
 importer never sees those; its gradient-ready times are checked against them.
 """
@@ -18,10 +18,9 @@ from ddpsim.analysis import summarize
 from ddpsim.trace.profile_import import import_profiles
 from ddpsim.trace import TraceFormatError
 
-GPU_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "gpu-traces"
+from ddpsim.samples import BUNDLED_DIR, H100_DIR as GPU_TRACES
+
 RUNS = {"resnet50_nccl_ws1": [0], "vit_b_16_nccl_ws1": [0], "resnet18_gloo_ws2": [0, 1]}
-if not GPU_TRACES.is_dir():
-    pytest.skip(f"the GPU trace fixtures are not at {GPU_TRACES}", allow_module_level=True)
 
 
 def profiles(stem):
@@ -140,6 +139,10 @@ def test_cli_import_then_open_and_simulate(tmp_path):
     trace = load_trace(out)
     assert trace.meta["source_format"] == "kineto" and trace.meta["import_notes"]
     assert summarize(trace)["iteration_time_s"] > 0
+    # the files by name only (Note [No paths in a trace]), so the bundled sample is this import
+    assert trace.meta["imported_from"] == [p.name for p in profiles("resnet18_gloo_ws2")]
+    assert str(GPU_TRACES.parent) not in out.read_text()
+    assert out.read_bytes() == (BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json").read_bytes()
     sim = run("simulate", "--trace", str(out), "--iters", "4")
     assert sim.returncode == 0, sim.stderr
     assert "world size 2, 3 buckets" in sim.stdout

@@ -1,4 +1,5 @@
-"""The command line: ``python -m ddpsim <command>``, every command's front end in one place.
+"""The command line: ``ddpsim <command>`` (or ``python -m ddpsim <command>``), every command's
+front end in one place.
 
 Each command lives in a module with ``HELP`` (one line), ``add_arguments(parser)``
 and ``main(args) -> int``: ``record``, ``simulate``, ``sweep`` and ``import`` in this package,
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ddpsim.errors import CLIError  # noqa: F401  (re-exported for commands)
@@ -37,8 +39,13 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def program_name() -> str:
+    """``ddpsim`` when started by the installed command, else ``python -m ddpsim`` (the same program)."""
+    return "ddpsim" if os.path.basename(sys.argv[0] if sys.argv else "") == "ddpsim" else "python -m ddpsim"
+
+
 def build_parser(commands: dict[str, str] | None = None) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m ddpsim",
+    parser = OneLineParser(prog=program_name(),
                           description="ddpsim: record, re-implement and simulate PyTorch DDP")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True,
                                 parser_class=OneLineParser)

@@ -23,7 +23,7 @@ HELP = "record real DDP on N local processes (or under torchrun) into a trace"
 
 def add_arguments(p) -> None:
     record_config.add_arguments(p)
-    p.add_argument("--out", required=True, help="trace file to write (JSON)")
+    p.add_argument("--out", default="run.json", help="trace file to write (JSON; default run.json here)")
     p.add_argument("--master-port", type=int, default=None,
                    help="MASTER_PORT handed to the ranks (a free one is picked if it is busy or not given); "
                         "the launcher's own rendezvous is a private FileStore and opens no port")

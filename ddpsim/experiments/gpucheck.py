@@ -1,4 +1,4 @@
-"""``python -m ddpsim gpucheck DIR``: the GPU model against real H100 runs (``../shared/gpu-traces``).
+"""``ddpsim gpucheck [DIR]``: the GPU model against real H100 runs (``ddpsim/samples/h100/``).
 
 For each model with a Kineto profile and a ``*.truth.json`` in DIR (ResNet-50 and ViT-B/16 at
 1 rank with NCCL, ResNet-18 at 2 ranks with gloo): import the profile (``ddpsim import``), learn
@@ -23,9 +23,11 @@ import json
 import statistics
 from pathlib import Path
 
+from ddpsim.samples import H100_DIR
+
 HELP = "check the GPU model on real H100 traces: simulated vs CUDA-event backward and gradient-ready times"
-DEFAULT_DIR = "../shared/gpu-traces"
-# model -> (profiles, truth files), one per rank, in DIR (gpu-traces/README.md)
+DEFAULT_DIR = H100_DIR  # the runs bundled with ddpsim
+# model -> (profiles, truth files), one per rank, in DIR (ddpsim/samples/h100/README.md)
 CASES = {
     "resnet50": (["resnet50_nccl_ws1_rank0.kineto.json.gz"], ["resnet50_nccl_ws1_rank0.truth.json"]),
     "vit_b_16": (["vit_b_16_nccl_ws1_rank0.kineto.json.gz"], ["vit_b_16_nccl_ws1_rank0.truth.json"]),
@@ -37,9 +39,11 @@ MIN_READY_MS = 0.05  # ready times earlier than this after the backward start ar
 
 def add_arguments(p) -> None:
     p.add_argument("dir", nargs="?", default=DEFAULT_DIR,
-                   help=f"folder with the Kineto profiles and *.truth.json files (default {DEFAULT_DIR})")
+                   help="folder with the Kineto profiles and *.truth.json files (default: the H100 runs "
+                        "bundled with ddpsim, ddpsim/samples/h100)")
     p.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--iters", type=int, default=6, help="synced steps to simulate (default 6)")
+    p.add_argument("--json", help="also write the rows (with every parameter's ready time) to this JSON file")
 
 
 def _med(xs):
@@ -142,5 +146,8 @@ def table(rows: list[dict]) -> str:
 def main(args) -> int:
     rows = run(args.dir, [m for m in args.models.split(",") if m], args.iters)
     print(table(rows))
+    if getattr(args, "json", None):
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
     print(json.dumps([{k: v for k, v in r.items() if k != "ready"} for r in rows], separators=(",", ":")))
     return 0

@@ -10,13 +10,12 @@ rounds (max - min) is recorded as the estimated skew.
 """
 from __future__ import annotations
 
-import socket
 import statistics
 
 import torch
 import torch.distributed as dist
 
-from ddpsim.events import now_ns
+from ddpsim.events import host_name, now_ns
 
 ROUNDS = 7  # barrier rounds for the estimate
 
@@ -37,7 +36,7 @@ def estimate_offsets(device: torch.device) -> dict:
     gathered = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)
     hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
+    dist.all_gather_object(hosts, host_name())  # Note [Which ranks share a clock] in events.py
     rank0 = gathered[0].cpu().tolist()
     per_rank = [[a - b for a, b in zip(g.cpu().tolist(), rank0)] for g in gathered]
     estimates = [statistics.median(d) for d in per_rank]

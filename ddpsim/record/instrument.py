@@ -3,7 +3,7 @@
 Three probes, none of which changes what DDP computes:
 - a ``register_post_accumulate_grad_hook`` on every parameter: the gradient-ready
   time. It fires just before DDP's own hook on the same AccumulateGrad node
-  (ddp-internals.md: "register_post_accumulate_grad_hook works alongside DDP").
+  (checked on torch 2.13: it works alongside DDP's own hook).
 - a comm hook that does what DDP's built-in allreduce does (divide by world size,
   allreduce, return the future) and notes the bucket's index, parameters and
   bytes at launch, and the completion time in the future's ``then`` callback,

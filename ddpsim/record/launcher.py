@@ -5,8 +5,8 @@ WORLD_SIZE and a private FileStore in its environment, started from a fixed
 argument list (never a shell); nothing listens on the network (Note [No port on
 the network] in process.py). The launcher polls the ranks instead of waiting
 on any one of them, so when one rank fails the others, which would otherwise
-block in a collective until the timeout, are stopped at once (ddp-internals.md:
-a launcher that waits on a queue hangs forever when a rank segfaults). It also
+block in a collective until the timeout, are stopped at once (a
+launcher that waits on a queue hangs forever when a rank segfaults). It also
 reads each rank's heartbeat: when a rank stops making progress for the
 collective timeout, it names that rank and what it did not join
 (Note [Name the rank that is stuck] in heartbeat.py), and ends every process.

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
@@ -27,6 +29,38 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
         "options": options,
         "config": asdict(cfg),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
+        "command": portable_command(sys.argv),
         **(extra or {}),
     }
+
+
+# Note [No paths in a trace]: traces travel (the bundled samples, a colleague's upload, a
+# course's baseline), so what a trace says about how it was made names no folder of the
+# machine that made it: the rank's program is written as ``python -m MODULE`` and every
+# absolute path among its arguments by its file name. ``meta.config`` holds the options.
+
+
+def portable_command(argv: list[str]) -> str:
+    """``argv`` as a command line that names no folder (Note [No paths in a trace])."""
+    if not argv:
+        return ""
+    return " ".join(["python", "-m", _module(argv[0]), *(_name(a) for a in argv[1:])])
+
+
+def _module(program: str) -> str:
+    """The module a program file is: ``/x/ddpsim/record/worker.py`` -> ``ddpsim.record.worker``,
+    ``/x/ddpsim/__main__.py`` and the installed ``/venv/bin/ddpsim`` -> ``ddpsim``; another
+    file by its name (``train.py`` -> ``train``)."""
+    parts = Path(program).parts
+    package = [i for i, part in enumerate(parts[:-1]) if part == "ddpsim"]
+    names = list(parts[package[-1]:]) if package else [Path(program).name]
+    names[-1] = names[-1].removesuffix(".py")
+    if names[-1] == "__main__" and len(names) > 1:
+        names.pop()
+    return ".".join(names)
+
+
+def _name(arg: str) -> str:
+    """An absolute path (alone or as ``--flag=PATH``) by its file name; anything else as it is."""
+    flag, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+    return f"{flag}{eq}{Path(value).name}" if os.path.isabs(value) else arg

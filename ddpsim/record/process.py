@@ -19,7 +19,7 @@ def env_rank() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
 
 def pin_to_cpu(local_rank: int) -> None:
-    """Rank r runs on CPU r % ncpus: removes a bimodal slowdown seen on CPU (ddp-internals.md)."""
+    """Rank r runs on CPU r % ncpus: removes a bimodal slowdown seen on a 2-core CPU."""
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
 

@@ -4,6 +4,9 @@ The traces are ``ddpsim/samples/*.json``, recorded by ``ddpsim/samples/regenerat
 ``list_samples()`` gives their names (file stems) in sorted order; the first is
 the app's default, so name files to sort in the order a learner should meet them.
 
+``H100_DIR`` (``ddpsim/samples/h100/``) holds the real H100 runs the GPU check reads:
+PyTorch-profiler traces with CUDA-event truth (its README.md says how they were made).
+
 Set the environment variable ``DDPSIM_SAMPLES_DIR`` to use another folder of
 traces instead (the tests point it at ``tests/fixtures`` to be deterministic).
 """
@@ -14,6 +17,7 @@ from pathlib import Path
 
 ENV_VAR = "DDPSIM_SAMPLES_DIR"
 BUNDLED_DIR = Path(__file__).resolve().parent
+H100_DIR = BUNDLED_DIR / "h100"  # real H100 profiles and their CUDA-event truth (h100/README.md)
 
 
 def samples_dir() -> Path:

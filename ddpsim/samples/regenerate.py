@@ -7,7 +7,9 @@ kept small: few iterations and 2 ranks, with torch's DDP and with ddpsim's reada
 DDP (minddp). Samples named ``*_sim_*`` are SIMULATED by ``ddpsim.sim`` on GPU
 hardware profiles (datasheet figures, NCCL-like one-collective-at-a-time links),
 where bucket size matters (1.5-2x on 25 GbE; Li et al., VLDB 2020, report up to 2x); on this 2-core
-CPU it barely does. File names sort in the order a learner should meet them; the
+CPU it barely does. Samples named ``*_h100_*`` are real GPU runs: the PyTorch-profiler
+traces in ``ddpsim/samples/h100/`` imported as ``ddpsim import`` does. File names sort in the order a
+learner should meet them; the
 first is the dashboard's default.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from ddpsim.analysis import summarize
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
-from ddpsim.samples import BUNDLED_DIR
+from ddpsim.samples import BUNDLED_DIR, H100_DIR
 
 # name -> what to record (2 ranks; iterations: 0 = single bucket, 1 = rebuilt, then steady)
 SAMPLES = {
@@ -61,7 +63,25 @@ SAMPLES.update({
 })
 
 
+@dataclass
+class ImportedSample:
+    """A real GPU run: Kineto profiles in ddpsim/samples/h100/, one per rank, imported."""
+
+    profiles: list[str]
+
+
+# Real H100 runs (ddpsim/samples/h100/README.md): ResNet-18, two ranks sharing the GPU with gloo.
+SAMPLES["10_h100_resnet18_gloo_2ranks"] = ImportedSample(
+    [f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)])
+
+
 def _make(spec, out):
+    if isinstance(spec, ImportedSample):
+        from ddpsim.trace.profile_import import import_profiles
+
+        trace = import_profiles([H100_DIR / f for f in spec.profiles])
+        trace.save(out)
+        return trace
     if isinstance(spec, SimSample):
         from ddpsim.sim import SimConfig, simulate, synthetic
 

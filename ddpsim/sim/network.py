@@ -13,7 +13,7 @@ allreduces on 2 ``pt_gloo_runloop`` threads by default, NCCL on one stream (1).
 Concurrent collectives each get the full bandwidth (no sharing is modelled).
 ``interference`` is the fractional compute slowdown while a collective is in
 flight: 0 on a GPU with its own copy engines, > 0 on a CPU where gloo's threads
-compete with autograd for the same cores (ddp-internals.md: 2-core machine).
+compete with autograd for the same cores (seen on a 2-core machine).
 
 ``shared_core`` models that competition exactly instead: each rank owns one core
 (the recorder pins rank r to CPU r), and gloo's runloop threads of rank r run on

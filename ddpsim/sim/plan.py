@@ -61,7 +61,7 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
 def choose_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[str], list[int]]:
     """(layouts as (buckets, caps), their kinds, synced steps before the switch to the second).
 
-    Follows torch 2.13 (ddp-internals.md) through ``ddpsim.buckets``; a replay of the
+    Follows torch 2.13 through ``ddpsim.buckets``; a replay of the
     recorded options takes the recording's layouts (Note [Replay the recorded layouts]).
     """
     first, cap = caps_bytes(cfg.bucket_cap_mb, cfg.first_bucket_cap_mb)

@@ -283,7 +283,7 @@ def _trace_dict(rank_dicts, params, ranks, infos, notes, method, paths) -> dict:
                      "world_size": int(info.get("world_size", len(rank_dicts))),
                      "options": {k: None for k in ("bucket_cap_mb", "find_unused_parameters", "static_graph",
                                                    "no_sync_every", "batch_size")},
-                     "imported_from": [str(p) for p in paths], "source_format": "kineto",
+                     "imported_from": [Path(p).name for p in paths], "source_format": "kineto",
                      "placement": {"device": "cuda" if gpu else "cpu"},
                      "gpu": devices[0].get("name") if devices else None,
                      "clock": {"method": method, "skew_ns": 0, "offsets_ns": {}},

@@ -10,9 +10,11 @@ app, or ``fig.savefig(...)`` anywhere else (``figure_bytes`` gives PNG/SVG bytes
 - ``plot_sweep``: iteration time / exposed comm against bucket size (sweep.py)
 - ``plot_ladder``: naive -> overlap -> bucketed -> torch's DDP, measured and simulated (ladder.py)
 - ``describe_iteration``: the one-line title of an iteration (describe.py)
+- ``plot_accuracy``: predicted against measured for every validation run (accuracy.py)
 
 Bucket ``i`` has the colour ``bucket_color(i)`` in every view.
 """
+from ddpsim.viz.accuracy import plot_accuracy
 from ddpsim.viz.buckets import bucket_rows, plot_buckets
 from ddpsim.viz.compare import (compare_rows, typical_iteration, plot_compare, steady_iteration,
                                  usable_runs)
@@ -24,5 +26,5 @@ from ddpsim.viz.sweep import plot_sweep
 from ddpsim.viz.timeline import plot_timeline
 
 __all__ = ["bucket_color", "bucket_rows", "compare_rows", "describe_iteration", "figure_bytes",
-           "typical_iteration", "plot_buckets", "plot_compare", "plot_ladder", "plot_sweep",
+           "typical_iteration", "plot_accuracy", "plot_buckets", "plot_compare", "plot_ladder", "plot_sweep",
            "plot_timeline", "steady_iteration", "usable_runs"]
