@@ -30,6 +30,14 @@ def test_points_from_each_kind_of_result():
     assert accuracy_points(grid) == [(100.0, 110.0)]  # the failed run is left out
     assert accuracy_points(gpu) == [(40.0, 38.0)]
     assert accuracy_points(published) == [(104.0, 100.0), (800.0, 1000.0)]  # 800 images in 0.8 s or 1 s
+    sections = {"scaling": {"rows": [{"role": "prediction", "published": 2486.0, "predicted": 2533.0,
+                                      "unit": "seq/s", "gpus": 8}]},
+                "nccl": {"rows": [{"role": "fit", "published": 36.0, "predicted": 36.0},
+                                  {"role": "prediction", "published": 5.7, "predicted": 6.0}]}}
+    assert accuracy_points(sections, "scaling") == [(2486.0, 2533.0)]  # a throughput as published
+    assert accuracy_points(sections, "nccl") == [(5.7, 6.0)]  # the fitted point is no prediction
+    with pytest.raises(ValueError, match="section"):
+        accuracy_points(sections, "ddp")
     assert error_summary([(100.0, 110.0), (40.0, 38.0)]) == pytest.approx((7.5, 10.0))
     with pytest.raises(ValueError, match="rows"):
         accuracy_points({"predictions": 6})
@@ -51,11 +59,13 @@ def test_every_point_is_drawn_with_its_check():
 def test_the_stored_results_draw_the_figure_and_give_the_readme_table(tmp_path):
     figure = script()
     checks = figure.load_checks()
-    stored = [(label, name) for label, name, _ in figure.RESULTS if (DOCS / "data" / name).is_file()]
-    assert {"gpucheck.json", "published.json"} <= {name for _, name in stored}  # deterministic: always kept
+    stored = [(label, name) for label, name, _ in figure.RESULTS if (DOCS / "data" / figure._file(name)[0]).is_file()]
+    assert {"gpucheck.json", "published.json"} <= {figure._file(name)[0] for _, name in stored}  # always kept
     assert [label for label, _, _ in checks] == [label for label, _ in stored]
     for (label, points, _), (_, name) in zip(checks, stored):
-        rows = json.loads((DOCS / "data" / name).read_text())["rows"]
+        file, section = figure._file(name)
+        result = json.loads((DOCS / "data" / file).read_text())
+        rows = (result[section] if section else result)["rows"]
         assert len(points) == sum(1 for r in rows if r.get("role", "prediction") == "prediction"
                                   and not r.get("error")), label
     assert figure.main(tmp_path / "accuracy.png") == 0

@@ -1,10 +1,11 @@
 """The accuracy figure: predicted against measured for every validation run.
 
 Each check writes its results as JSON (``validate --grid/--extrapolate --out X`` writes X.json,
-``gpucheck --json F``, ``published --json F``); ``accuracy_points`` reads any of them as one
-(measured, predicted) pair per run, in milliseconds per iteration (the GPU check: per backward,
-which is what it measures), and ``plot_accuracy`` draws them on log axes against the diagonal,
-with the +-10% band, one colour and marker per check. ``docs/accuracy_figure.py`` draws
+``gpucheck --json F``, ``published --json F`` with one section per kind of source);
+``accuracy_points`` reads any of them as one (measured, predicted) pair per run in the check's own
+unit: milliseconds per iteration (the GPU check: per backward, which is what it measures), or a
+published throughput or bus bandwidth as published; ``plot_accuracy`` draws them on log axes
+against the diagonal, with the +-10% band, one colour and marker per check. ``docs/accuracy_figure.py`` draws
 docs/accuracy.png from the results kept in docs/data/.
 """
 from __future__ import annotations
@@ -21,9 +22,13 @@ MARKERS = "os^Dv<>"
 BAND = 0.10  # the shaded band: predicted within +-10% of measured
 
 
-def accuracy_points(result: dict) -> list[tuple[float, float]]:
-    """(measured_ms, predicted_ms) per run of one check's result file (see the module docstring);
-    runs that failed (no number) are left out."""
+def accuracy_points(result: dict, section: str | None = None) -> list[tuple[float, float]]:
+    """(measured, predicted) per run of one check's result file, or of its ``section`` (see the module
+    docstring); runs that failed (no number) are left out."""
+    if section is not None:
+        if not isinstance(result.get(section), dict):
+            raise ValueError(f"the result file has no section {section!r}")
+        result = result[section]
     rows = result.get("rows")
     if not isinstance(rows, list):
         raise ValueError("a result file holds {'rows': [...]} (validate --out, gpucheck --json, published --json)")
@@ -33,10 +38,10 @@ def accuracy_points(result: dict) -> list[tuple[float, float]]:
             pair = (r["measured_ms"], r["predicted_ms"])
         elif "backward_simulated_ms" in r:  # gpucheck
             pair = (r["backward_measured_ms"], r["backward_simulated_ms"])
-        elif "published" in r:  # published: a prediction, as time per iteration
+        elif "published" in r:  # published: a prediction, as time per iteration where it can be
             if r.get("role") != "prediction":
                 continue
-            pair = tuple(_step_ms(r, r[k]) for k in ("published", "predicted"))
+            pair = tuple(_as_published(r, r[k]) for k in ("published", "predicted"))
         else:
             raise ValueError(f"a result row of no known check: {sorted(r)[:6]}")
         if all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in pair):
@@ -44,9 +49,14 @@ def accuracy_points(result: dict) -> list[tuple[float, float]]:
     return out
 
 
-def _step_ms(row: dict, value: float) -> float:
-    """A published value (seconds per iteration, or images per second over every GPU) in ms per iteration."""
-    return 1e3 * (value if row["unit"] == "s" else row["batch"] * row["world_size"] / value)
+def _as_published(row: dict, value: float) -> float:
+    """A published value in ms per iteration where the row says how (seconds per iteration, or images
+    per second over every GPU with the batch and world size), else as published (a throughput, GB/s)."""
+    if row.get("unit") == "s":
+        return 1e3 * value
+    if "batch" in row and "world_size" in row:
+        return 1e3 * row["batch"] * row["world_size"] / value
+    return value
 
 
 def error_summary(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -78,13 +88,14 @@ def plot_accuracy(checks: list[tuple[str, list[tuple[float, float]]]], title: st
                    gid=f"accuracy:check:{i}")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    subs = (1.0, 2.0, 5.0) if hi / lo < 1e4 else (1.0,)  # over many decades, the powers of ten alone
     for axis in (ax.xaxis, ax.yaxis):  # 10, 20, 50, 100 ... ms, not 10^1
-        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_locator(LogLocator(subs=subs))
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(NullFormatter())
     ax.set_aspect("equal")
-    ax.set_xlabel("measured (ms per iteration; GPU check: per backward)")
-    ax.set_ylabel("predicted by ddpsim (ms)")
+    ax.set_xlabel("measured: ms per iteration (GPU check: per backward); published throughput or bus GB/s")
+    ax.set_ylabel("predicted by ddpsim (the same unit)")
     ax.grid(which="both", color=pal.GRID, lw=0.5)
     ax.set_axisbelow(True)
     ax.legend(loc="upper left", fontsize=7.5, frameon=False)
