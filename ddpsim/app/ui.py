@@ -72,8 +72,15 @@ def simulated_badge(trace: Trace) -> None:
         w = trace.meta.get("workload") or {}
         st.info(f"SIMULATED run ({w.get('name', 'a workload')}): made by ddpsim.sim, not measured. "
                 "GPU profiles are datasheet estimates.", icon=":material/science:")
-    elif str(trace.meta.get("backend", "gloo")) == "gloo":
+    elif ran_on_cpu(trace):
         st.caption(learn.CPU_NOTE)
+
+
+def ran_on_cpu(trace: Trace) -> bool:
+    """A real run whose ranks computed on CPU cores (gloo, not an imported GPU profile)."""
+    placement = (trace.meta.get("placement") or {}).get("device")
+    return (trace.source == "real" and str(trace.meta.get("backend", "gloo")) == "gloo"
+            and "source_format" not in trace.meta and placement != "cuda")
 
 
 def has_iterations(trace: Trace) -> bool:

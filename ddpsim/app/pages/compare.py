@@ -60,6 +60,6 @@ with st.expander("The ladder: naive → overlap → bucketed → torch's DDP"):
     else:
         ui.show_figure("ladder:" + key, lambda: plot_ladder(ladder_rows), "ladder",
                        alt=f"iteration time and exposed communication of {len(ladder_rows)} rungs")
-if any(t.source == "real" for _, t in runs):
+if any(ui.ran_on_cpu(t) for _, t in runs):
     st.caption("Real runs: " + ui.learn.CPU_NOTE)
 ui.explain("overlap", "bucket_size", "simulated")

@@ -101,7 +101,7 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
             f"fu={int(fu)} n={n_sync} w={world} {network}")
     add_trace(name, out.sim, select=False)
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
-if base.kind == "trace" and trace.source == "real":
+if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 
 st.subheader("Which bucket size? A sweep")
