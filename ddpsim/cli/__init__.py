@@ -28,6 +28,7 @@ COMMANDS = {
     "validate": "ddpsim.experiments.validate",
     "ladder": "ddpsim.experiments.ladder",
     "gpucheck": "ddpsim.experiments.gpucheck",
+    "selfcheck": "ddpsim.experiments.selfcheck",
     "published": "ddpsim.experiments.published",
 }
 

@@ -109,13 +109,17 @@ class Run:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
         self.sync_device = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def step(self, it: int) -> None:
-        """One recorded micro-step: forward, backward and (when synced) the optimizer."""
+    def batch(self, it: int) -> tuple:
+        """This rank's batch for micro-step ``it``, on the device: (inputs tuple, target)."""
+        inputs, target = call_batch(self.workload, it, self.rank, self.world, self.cfg.batch_size)
+        return tuple(x.to(self.device) for x in inputs), target.to(self.device)
+
+    def step(self, it: int, batch: tuple | None = None) -> None:
+        """One recorded micro-step: forward, backward and (when synced) the optimizer.
+        ``batch``: ``self.batch(it)`` made beforehand (a benchmark times the step without it)."""
         cfg, rec, probes = self.cfg, self.recorder, self.probes
         sync = cfg.is_sync(it)
-        inputs, target = call_batch(self.workload, it, self.rank, self.world, cfg.batch_size)
-        inputs = tuple(x.to(self.device) for x in inputs)
-        target = target.to(self.device)
+        inputs, target = batch or self.batch(it)
         if probes:
             probes.before(sync)
         if self.timer:

@@ -70,6 +70,11 @@ class ImportedSample:
     profiles: list[str]
 
 
+# Recorded on a GPU by `record` (NCCL, CUDA-event times; re-made only where a GPU is visible):
+# ResNet-50 at one rank on an NVIDIA H200 (torch 2.11.0+cu130, NCCL 2.28.9), from `ddpsim selfcheck --gpu`.
+SAMPLES["11_h200_resnet50_nccl_1rank"] = RecordConfig(model="ddpsim.models.resnet:resnet50", world_size=1,
+                                                      backend="nccl", iters=8)
+
 # Real H100 runs (ddpsim/samples/h100/README.md): ResNet-18, two ranks sharing the GPU with gloo.
 SAMPLES["10_h100_resnet18_gloo_2ranks"] = ImportedSample(
     [f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)])
