@@ -53,3 +53,13 @@ def test_wrong_type_names_the_field():
 def test_binary_upload_is_rejected_cleanly():
     with pytest.raises(TraceFormatError, match="not UTF-8"):
         parse_trace(b"\xff\xfe\x00garbage")
+
+
+@pytest.mark.parametrize("tail", ['\\"' * 40_000, '\\"' * 40_000 + "\\", 'ok", "b": "\\\\\\"x'])
+def test_a_file_that_ends_inside_a_string_of_escapes_is_truncated(tmp_path, tail):
+    """The pre-scan matches an unterminated string once, to the end (it used to retry at every
+    escaped quote: quadratic, 13 s for 40,000 of them; benchmarks/bench_reader.py times it)."""
+    path = tmp_path / "q.json"
+    path.write_text('{"meta": {"model": "' + tail)
+    with pytest.raises(TraceFormatError, match="is truncated"):
+        load_trace(path)
