@@ -8,7 +8,7 @@ Layers, from the bottom up (each imports only those below it; docs/architecture.
   learn          a Workload from a trace;  experiments: real runs against predictions
   cli, viz, app  the command line, matplotlib figures, the dashboard and the grader
 """
-from ddpsim.trace import Trace, TraceFormatError, load_trace, parse_trace
+from ddpsim.trace import Trace, TraceFormatError, load_trace, parse_trace, save_trace
 
 __version__ = "0.1.0"
-__all__ = ["Trace", "TraceFormatError", "load_trace", "parse_trace", "__version__"]
+__all__ = ["Trace", "TraceFormatError", "load_trace", "parse_trace", "save_trace", "__version__"]

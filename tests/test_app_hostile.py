@@ -31,6 +31,7 @@ def no_exception(at):
     ("nested.json", b"[" * 5000 + b"]" * 5000, "nests JSON 5000 levels deep"),
     ("digits.json", b'{"format":"ddpsim-trace","version":' + b"1" * 4300 + b"}", "4300-digit integer"),
     ("bool.json", b'{"format":"ddpsim-trace","version":true}', "version True"),
+    ("quotes.json", b'{"meta": {"model": "' + b'\\"' * 40_000, "is truncated"),  # was quadratic: 13 s
 ])
 def test_hostile_upload_is_one_error_and_pages_keep_working(name, data, expected):
     at = AppTest.from_file(APP, default_timeout=60).run()
@@ -63,3 +64,15 @@ def test_partial_trace_shows_a_plain_note_on_every_page():
     at.multiselect(key="ddpsim_compare_runs").set_value(["tiny_trace", "upload: stopped.json"]).run()
     no_exception(at)
     assert any("left out" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_an_upload_past_the_time_limit_is_given_up_in_one_line(monkeypatch):
+    """The upload is read in a child process stopped at UPLOAD_PARSE_S (60 s; here set tiny)."""
+    from ddpsim.app import state
+
+    monkeypatch.setattr(state, "UPLOAD_PARSE_S", 0.0001)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    upload(at, "slow.json", (FIXTURES / "tiny_trace.json").read_bytes() + b" " * 20_000_000)
+    no_exception(at)
+    assert len(at.error) == 1 and "slow.json took more than 0.0001 s to read and was given up" in at.error[0].value
+    assert at.selectbox(key="ddpsim_source").value == "tiny_trace"

@@ -16,7 +16,7 @@ from conftest import ROOT
 from ddpsim import load_trace
 from ddpsim.analysis import summarize
 from ddpsim.trace.profile_import import import_profiles
-from ddpsim.trace import TraceFormatError
+from ddpsim.trace import TraceFormatError, save_trace
 
 from ddpsim.samples import BUNDLED_DIR, H100_DIR as GPU_TRACES
 
@@ -211,7 +211,7 @@ def test_app_opens_an_imported_profile_and_says_the_gap(tmp_path, monkeypatch):
 
     from ddpsim import samples
 
-    import_profiles(profiles("vit_b_16_nccl_ws1")).save(tmp_path / "vit_imported.json")
+    save_trace(import_profiles(profiles("vit_b_16_nccl_ws1")), tmp_path / "vit_imported.json")
     monkeypatch.setenv(samples.ENV_VAR, str(tmp_path))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     at.selectbox(key="ddpsim_source").set_value("vit_imported").run()

@@ -118,3 +118,11 @@ def test_whatif_page_simulations_have_a_time_limit():
     cfg.time_limit_s, cfg.iters, cfg.max_events = 0.01, 20_000, 10**9
     with pytest.raises(SimulationTooLarge, match="stopped after 0.01 s"):
         simulate(whatif.workload(base, None), cfg)
+
+
+@pytest.mark.parametrize("command, extra", [("sweep", ["--bucket-cap-mb", "1,25", "--no-calibrate"]),
+                                            ("simulate", ["--no-calibrate"])])
+def test_an_output_path_that_is_a_directory_is_one_line_naming_it(capsys, tmp_path, command, extra):
+    rc, out, err = run_cli(capsys, command, "--trace", TRACE, *extra, "--out", str(tmp_path))
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and f"cannot use {tmp_path}: Is a directory" in lines[0], err

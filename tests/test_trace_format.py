@@ -1,11 +1,13 @@
 """The trace format: loading, round trips, and clear errors on bad files."""
 import json
+from pathlib import Path
 
 import pytest
 
-from ddpsim import TraceFormatError, load_trace, parse_trace
+from ddpsim import TraceFormatError, load_trace, parse_trace, save_trace
 
 FIXTURE = "tests/fixtures/tiny_trace.json"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_fixture_loads_into_typed_objects():
@@ -18,7 +20,7 @@ def test_fixture_loads_into_typed_objects():
 
 def test_round_trip_is_lossless(tmp_path):
     trace = load_trace(FIXTURE)
-    trace.save(tmp_path / "copy.json")
+    save_trace(trace, tmp_path / "copy.json")
     assert load_trace(tmp_path / "copy.json") == trace
 
 
@@ -63,3 +65,48 @@ def test_a_file_that_ends_inside_a_string_of_escapes_is_truncated(tmp_path, tail
     path.write_text('{"meta": {"model": "' + tail)
     with pytest.raises(TraceFormatError, match="is truncated"):
         load_trace(path)
+
+
+def _sample():
+    return json.loads((ROOT / "ddpsim/samples/01_mlp_torch_default.json").read_text())
+
+
+def test_sizes_beyond_a_pebibyte_are_refused_in_one_line():
+    """2^63-1 bytes used to load, and `simulate --trace` then wrote sums it could not read back."""
+    raw = _sample()
+    raw["params"][0]["bytes"] = 2**63 - 1
+    with pytest.raises(TraceFormatError, match=r"params\[0\].bytes should be <= 1125899906842624"):
+        parse_trace(json.dumps(raw))
+    raw = _sample()
+    for p in raw["params"]:
+        p["bytes"] = 2**49
+    with pytest.raises(TraceFormatError, match="the parameters hold .* bytes together"):
+        parse_trace(json.dumps(raw))
+
+
+def test_save_refuses_a_trace_it_could_not_read_and_writes_nothing(tmp_path):
+    trace = parse_trace(json.dumps(_sample()))
+    trace.ranks[0].iterations[1].buckets[0].bytes = 2**60
+    out = tmp_path / "out.json"
+    with pytest.raises(TraceFormatError, match="not writing .*out.json: it would not load back"):
+        save_trace(trace, out)
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_json_is_not_called_truncated():
+    with pytest.raises(TraceFormatError, match="is not valid JSON: Expecting property name"):
+        parse_trace("{abc")
+    with pytest.raises(TraceFormatError, match="is truncated"):
+        parse_trace('{"format": "ddpsim-trace", "meta": {')
+
+
+def test_a_parse_past_its_time_limit_is_given_up_in_one_line():
+    from ddpsim.trace.reader import parse_trace_within
+
+    text = json.dumps(_sample())
+    assert len(parse_trace_within(text, 30, name="ok.json").ranks) == 2
+    with pytest.raises(TraceFormatError, match="is not valid JSON"):
+        parse_trace_within("{abc", 30, name="bad.json")
+    big = json.dumps({**_sample(), "pad": ["x" * 1000] * 20_000})  # 20 MB: more than a millisecond
+    with pytest.raises(TraceFormatError, match="big.json took more than 0.001 s to read and was given up"):
+        parse_trace_within(big, 0.001, name="big.json")

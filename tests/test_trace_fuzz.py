@@ -4,8 +4,9 @@ Each case is a real trace (hand-made, recorded, simulated, partial) with 1-3
 mutations (a value replaced, a key removed, a span reversed, a list emptied...)
 or a damaged text (truncated, deeply nested, a huge integer). The property:
 ``parse_trace`` either raises TraceFormatError or returns a trace that every
-consumer handles - the analysis summary, ``export --chrome``, the simulator, the
-What-if page's simulation and the figures the dashboard draws - returning a result or one of ddpsim's plain
+consumer handles - the analysis summary, ``export --chrome`` (strict JSON, integers inside int64),
+the simulator and the What-if page's simulation (their output traces load back), and the figures
+the dashboard draws - returning a result or one of ddpsim's plain
 errors (PartialTraceError for a valid trace that holds too little,
 SimulationTooLarge). Any other exception, or a case running past HANG_S, fails.
 
@@ -151,10 +152,33 @@ def consume_summary(trace):
     return summarize(trace)
 
 
+def _strict_int(s: str) -> int:
+    v = int(s)
+    assert -2**63 <= v < 2**63, f"an export holds {s[:30]}, outside int64"
+    return v
+
+
+def _no_constant(c: str):
+    raise AssertionError(f"an export holds {c}, which is not JSON")
+
+
 def consume_chrome(trace):
+    """``export --chrome``: its JSON is strict (no NaN, every integer inside int64)."""
     from ddpsim.trace.export import to_chrome
 
-    return json.dumps(to_chrome(trace))
+    text = json.dumps(to_chrome(trace))
+    json.loads(text, parse_int=_strict_int, parse_constant=_no_constant)
+    return text
+
+
+def _loads_back(result):
+    """What ``simulate --out`` (or the page's download) would write is a trace ddpsim reads back."""
+    out, _ = result
+    try:
+        parse_trace(json.dumps(out.to_dict(), separators=(",", ":")), name="the output")
+    except TraceFormatError as e:
+        raise AssertionError(f"a simulation wrote a trace that does not load back: {e}") from None
+    return result
 
 
 def consume_simulate(trace):
@@ -163,7 +187,7 @@ def consume_simulate(trace):
 
     w = workload_from_trace(trace)
     cfg = SimConfig(**{**config_from_trace(trace), "iters": 2, "max_events": 200_000, "time_limit_s": 5.0})
-    return simulate(w, cfg)
+    return _loads_back(simulate(w, cfg))
 
 
 def consume_whatif(trace):
@@ -174,7 +198,7 @@ def consume_whatif(trace):
     try:
         cfg = whatif.sim_config(base)
         cfg.max_events = 200_000
-        return whatif.run(whatif.workload(base, trace), cfg)
+        return _loads_back(whatif.run(whatif.workload(base, trace), cfg))
     except ValueError as e:  # the page shows these as one st.error line (e.g. an unknown GPU in the spec)
         if isinstance(e, PLAIN) or "\n" in str(e):
             raise

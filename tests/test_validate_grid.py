@@ -108,3 +108,18 @@ def test_table_keeps_a_dotted_name(tmp_path):
     assert [p.name for p in paths] == ["run.v2.csv", "run.v2.json"]
     assert all(p.exists() for p in paths)
     assert [p.name for p in write_table({"rows": rows}, str(tmp_path / "t.csv"))] == ["t.csv", "t.json"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "--iters", "0"], "--iters must be at least 1, not 0"),
+    (["--extrapolate", "--iters", "0"], "--iters must be at least 1, not 0"),
+    (["--grid", "--record-iters", "0"], "--record-iters must be at least 1, not 0"),
+    (["--trace", "ddpsim/samples/01_mlp_torch_default.json", "--iters", "0"], "--iters must be at least 1"),
+    (["--grid", "--world-sizes", ""], "--grid needs at least one world size"),
+    (["--extrapolate", "--world-sizes", ""], "--world-sizes needs world sizes >= 2"),
+])
+def test_a_given_value_is_checked_not_replaced_by_the_default(capsys, argv, message):
+    """`--iters 0` once ran 40 (or 20) iterations: a value the user gave is never swapped for a default."""
+    assert main(["validate", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

@@ -15,9 +15,11 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from ddpsim.samples import list_samples, sample_path
-from ddpsim.trace import Trace, TraceFormatError, load_trace, parse_trace
+from ddpsim.trace import Trace, TraceFormatError, load_trace
+from ddpsim.trace.reader import parse_trace_within
 
 MAX_UPLOAD_MB = 50
+UPLOAD_PARSE_S = 60.0  # seconds an upload may take to read (a valid 50 MB trace takes about 6 s here)
 UPLOAD_PREFIX = "upload: "
 RECORDED_PREFIX = "recorded: "
 SIMULATED_PREFIX = "simulated: "
@@ -52,7 +54,8 @@ def accept_upload(name: str, data: bytes) -> str | None:
     try:
         if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
             raise TraceFormatError(f"{name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_UPLOAD_MB} MB")
-        trace = parse_trace(data, name=name)  # JSON only: nothing in an upload is executed
+        # JSON only: nothing in an upload is executed; a child process, given up after UPLOAD_PARSE_S
+        trace = parse_trace_within(data, UPLOAD_PARSE_S, name=name)
     except TraceFormatError as e:
         message = f"Could not open the upload: {str(e).splitlines()[0]}. Still showing the previous trace."
         st.error(message, icon="⚠️")

@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None, commands: dict[str, str] | None = None) 
     except KeyboardInterrupt:
         print("ddpsim: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, OSError) as e:  # CLIError and TraceFormatError are ValueErrors
+    except OSError as e:  # an output or input path: one line naming it, not the raw errno text
+        where = f" {e.filename}" if e.filename else ""
+        print(f"ddpsim {args.command}: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # CLIError and TraceFormatError are ValueErrors
         print(f"ddpsim {args.command}: error: {e}", file=sys.stderr)
         return 2

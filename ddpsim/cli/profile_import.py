@@ -1,6 +1,7 @@
 """``python -m ddpsim import``: PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace."""
 from __future__ import annotations
 
+from ddpsim.trace import save_trace
 from ddpsim.trace.profile_import import import_profiles
 
 HELP = "import PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace"
@@ -14,7 +15,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     trace = import_profiles(args.profiles)
-    trace.save(args.out)
+    save_trace(trace, args.out)
     its = sum(len(r.iterations) for r in trace.ranks)
     print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its} iterations, {len(trace.params)} parameters, "
           f"times on the {trace.meta['timebase']['grad_ready']} clock; "

@@ -128,7 +128,8 @@ def load_source(args, world_sizes: list[int] | None = None):
         return learn_trace(trace, args, world_sizes), trace
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
-    return synthetic(args.arch, args.hardware or DEFAULT_HARDWARE, batch=args.batch, tflops=args.tflops), None
+    hardware = DEFAULT_HARDWARE if args.hardware is None else args.hardware  # given: checked, not replaced
+    return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None
 
 
 def learn_trace(trace, args, world_sizes: list[int]):
@@ -245,7 +246,9 @@ def main(args) -> int:
     trace, summary = simulate(workload, cfg)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        trace.save(args.out)
+        from ddpsim.trace import save_trace
+
+        save_trace(trace, args.out)
     print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} buckets, "
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from ddpsim.record.timeslice import time_slice
+from ddpsim.trace import save_trace
 
 CAL_ROUNDS = 3  # rounds of every world size in turn (calibrate_world_sizes); torch has no such default
 
@@ -237,7 +238,7 @@ def main(args) -> int:
     if trace is not None:
         trace.meta["calibration"] = cal
         out = args.out or args.trace
-        trace.save(out)
+        save_trace(trace, out)
         print(f"stored in meta.calibration of {out}")
     print(json.dumps(cal, separators=(",", ":")))
     return 0

@@ -156,7 +156,7 @@ def main_extrapolate(args) -> int:
     if args.from_world_size < 2:
         raise ValueError(f"--from-world-size must be >= 2 (a network is learnt from its allreduces), "
                          f"not {args.from_world_size}")
-    targets = parse_world_sizes(args.world_sizes or "4")
+    targets = parse_world_sizes("4" if args.world_sizes is None else args.world_sizes)
     if args.from_world_size in targets:
         raise ValueError(f"--world-sizes {args.world_sizes} includes --from-world-size {args.from_world_size}: "
                          "that is --grid, not an extrapolation")
@@ -165,7 +165,7 @@ def main_extrapolate(args) -> int:
     models, configs = parse_grid(args)
     network = load_calibration(args.calibration) if args.calibration else None
     wait_if_asked(args)
-    res = run_extrapolate(models, args.from_world_size, targets, configs, args.record_iters, args.iters or 40,
+    res = run_extrapolate(models, args.from_world_size, targets, configs, args.record_iters, 40 if args.iters is None else args.iters,
                           args.workdir, parse_jitter(args.jitter),
                           log=lambda m: print(m, file=sys.stderr, flush=True), reuse=args.reuse,
                           calibration_cap_mb=args.calibration_cap, network=network, launches=args.launches)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ddpsim.analysis import summarize
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
+from ddpsim.trace import save_trace
 from ddpsim.experiments.anchoring import anchor
 from ddpsim.experiments.calibrate import calibrate, fit_calibration
 from ddpsim.experiments.compare import parse_jitter, predict_row
@@ -142,7 +143,7 @@ def learn(cal, path, ws: int, measured: dict, sim_iters: int, jitter, log, netwo
     from ddpsim.learn.refine import refine
 
     if attach_calibration(cal, ws, measured):
-        cal.save(path)
+        save_trace(cal, path)
     # Note [Self-calibration]; with 'fit' the jitter is fitted afterwards, on the refined workload
     if jitter in (None, "recorded"):  # the user's path: Note [Replay the recorded ranks' speeds]
         w, jit = refine(workload_from_trace(cal), cal), "recorded"
@@ -222,7 +223,7 @@ def main_grid(args) -> int:
         raise ValueError("--grid needs at least one world size (>= 1)")
     models, configs = parse_grid(args)
     wait_if_asked(args)
-    res = run_grid(models, world_sizes, configs, args.record_iters, args.iters or 40,
+    res = run_grid(models, world_sizes, configs, args.record_iters, 40 if args.iters is None else args.iters,
                    args.workdir, parse_jitter(args.jitter), reuse=args.reuse, calibration_cap_mb=args.calibration_cap)
     report(res, args.out)
     return 0

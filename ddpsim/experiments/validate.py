@@ -37,6 +37,7 @@ import sys
 from ddpsim.experiments.compare import METRICS, parse_jitter
 from ddpsim.learn.extract import DRAWN_ITERS
 from ddpsim.learn.jitter import pick_jitter
+from ddpsim.trace import save_trace
 
 HELP = "compare simulated and measured iteration time (one trace pair, or a recorded --grid of configurations)"
 
@@ -126,12 +127,15 @@ def main(args) -> int:
     from ddpsim.experiments import grid
     from ddpsim.trace import load_trace
 
+    for flag, value in (("--iters", args.iters), ("--record-iters", args.record_iters)):
+        if value is not None and value < 1:  # given: checked, never replaced by a default
+            raise ValueError(f"{flag} must be at least 1, not {value}")
     if args.extrapolate:
         from ddpsim.experiments.extrapolate import RECORD_ITERS, main_extrapolate
         args.record_iters = RECORD_ITERS if args.record_iters is None else args.record_iters
         return main_extrapolate(args)
     if args.grid:
-        args.world_sizes = args.world_sizes or "2,4"
+        args.world_sizes = "2,4" if args.world_sizes is None else args.world_sizes
         args.record_iters = grid.RECORD_ITERS if args.record_iters is None else args.record_iters
         return grid.main_grid(args)
     if not args.trace:
@@ -141,8 +145,6 @@ def main(args) -> int:
         from ddpsim.experiments.calibrate import load_calibration
         source.meta["calibration"] = load_calibration(args.calibration)
     target = load_trace(args.against) if args.against else source
-    if args.iters is not None and args.iters < 1:
-        raise ValueError(f"--iters must be at least 1, not {args.iters}")
     if target.world_size != source.world_size and not args.calibration:
         from ddpsim.experiments import worldsize  # Note [Another world size on the user's path]
         worldsize.prepare(source, target.world_size, calibrate=not args.no_calibrate,
@@ -150,7 +152,7 @@ def main(args) -> int:
     res = validate(source, target, args.iters, args.seed, parse_jitter(args.jitter))
     trace = res.pop("trace")
     if args.out:
-        trace.save(args.out)
+        save_trace(trace, args.out)
     spread = res["spread"]
     for m, r in res["metrics"].items():
         err = "n/a" if r["rel_error"] is None else f"{r['rel_error'] * 100:+.1f}%"

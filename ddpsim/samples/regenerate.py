@@ -22,6 +22,7 @@ from ddpsim.analysis import summarize
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
 from ddpsim.samples import BUNDLED_DIR, H100_DIR
+from ddpsim.trace import save_trace
 
 # name -> what to record (2 ranks; iterations: 0 = single bucket, 1 = rebuilt, then steady)
 SAMPLES = {
@@ -85,13 +86,13 @@ def _make(spec, out):
         from ddpsim.trace.profile_import import import_profiles
 
         trace = import_profiles([H100_DIR / f for f in spec.profiles])
-        trace.save(out)
+        save_trace(trace, out)
         return trace
     if isinstance(spec, SimSample):
         from ddpsim.sim import SimConfig, simulate, synthetic
 
         trace, _ = simulate(synthetic(spec.arch, spec.hardware), SimConfig(**spec.config))
-        trace.save(out)
+        save_trace(trace, out)
         return trace
     return record(spec, out)
 

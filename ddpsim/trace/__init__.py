@@ -4,7 +4,8 @@ Every part of ddpsim speaks this format: the recorder writes it, the readable DD
 writes it, the simulator writes it, and the analyses, figures, app and notebooks
 read it. The field-by-field reference, with units, is ``docs/trace-format.md``.
 The data classes are in ``types.py``, the strict reader (Note [A strict
-reader]) in ``reader.py``; this module is the one to import.
+reader]) in ``reader.py``, ``save_trace`` (which writes only what the reader
+accepts) in ``writer.py``; this module is the one to import.
 
 Times are integer nanoseconds on one aligned clock for all ranks, counted from
 the start of the run (``t_ns = 0``). Sizes are bytes.
@@ -15,7 +16,8 @@ the start of the run (``t_ns = 0``). Sizes are bytes.
 from ddpsim.trace.reader import MAX_TRACE_BYTES, from_dict, load_trace, parse_trace
 from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 Layout, Param, RankTrace, Span, Trace, TraceFormatError)
+from ddpsim.trace.writer import save_trace
 
 __all__ = ["FORMAT", "MAX_TRACE_BYTES", "SOURCES", "VERSION", "Bucket", "BucketEvent", "Collective", "GradReady",
            "Iteration", "Layout", "Param", "RankTrace", "Span", "Trace", "TraceFormatError", "from_dict",
-           "load_trace", "parse_trace"]
+           "load_trace", "parse_trace", "save_trace"]

@@ -56,6 +56,9 @@ def check_consistency(r, trace: Trace) -> None:
             why = "appears twice" if rank.rank in seen else f"is not below the world size {world}"
             r.fail(f"ranks[{i}].rank", f"rank {rank.rank} {why}")
         seen.add(rank.rank)
+    total = sum(p.bytes for p in trace.params)
+    if total > r.max_bytes:
+        r.fail("params", f"the parameters hold {total} bytes together; a trace holds at most {r.max_bytes}")
     indices = [p.index for p in trace.params if p.index is not None]
     if sorted(indices) != list(range(len(indices))):
         r.fail("params", f"DDP's parameter indices must be 0..{len(indices) - 1}, each once")

@@ -22,6 +22,9 @@ MAX_DEPTH = 64  # JSON nesting levels (a trace needs about 8; Python's json recu
 MAX_INT_DIGITS = 19  # digits of a JSON integer (int64); Python refuses > 4300 with a traceback
 MAX_INT = 2**63 - 1  # every integer field fits int64, as in the recorder's clocks
 MAX_PARAMS = 10_000_000  # parameter indices are below this
+MAX_BYTES = 2**50  # bytes (1 PiB): a parameter, a bucket, a collective, all parameters together
+# (GPT-3's fp32 gradients are 0.7 TiB), so that any sum of sizes a simulation or an export forms
+# stays far inside int64 and what ddpsim writes from a trace it read, it can read back
 
 # Note [A strict reader]: a trace may come from anywhere (an upload on the dashboard,
 # a file mailed by a student), and every analysis, figure and the simulator trust
@@ -68,7 +71,8 @@ def parse_trace(text: str | bytes, name: str = "trace", max_bytes: int = MAX_TRA
         raw = json.loads(text, parse_int=lambda s: _int(s, name), parse_float=lambda s: _float(s, name),
                          parse_constant=lambda c: _constant(c, name))
     except json.JSONDecodeError as e:
-        if unclosed:
+        # the parser ran out of text (not into a wrong character): a string or a bracket left open at the end
+        if unclosed and (e.msg.startswith("Unterminated string") or not text[e.pos:].strip()):
             raise TraceFormatError(f"{name} is truncated: the JSON ends early ({e.msg})") from None
         raise TraceFormatError(
             f"{name} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno}"
@@ -159,6 +163,8 @@ def _depth(obj: Any, level: int = 1) -> int:
 class _Reader:
     """Builds the dataclasses from JSON, naming the path of any bad field."""
 
+    max_bytes = MAX_BYTES  # for checks.check_consistency (which cannot import this module)
+
     def __init__(self, name: str):
         self.name = name
 
@@ -227,21 +233,22 @@ class _Reader:
         if dtype not in SCALAR_TYPES:  # bucket assignment keys buckets by dtype (ddpsim/buckets.py)
             self.fail(f"{path}.dtype", f"should be a torch dtype name such as 'float32', not {dtype!r:.40}")
         return Param(self.count(d, "index", path, True, hi=MAX_PARAMS), self.get(d, "name", str, path),
-                     self.ints(d, "shape", path), dtype, self.count(d, "bytes", path),
+                     self.ints(d, "shape", path), dtype, self.count(d, "bytes", path, hi=MAX_BYTES),
                      self.flag(d, "requires_grad", path, True))
 
     def layout(self, d, path):
         buckets = []
         for i, b in enumerate(self.get(d, "buckets", list, path)):
             p = f"{path}.buckets[{i}]"
-            cap = self.count(b, "cap_bytes", p, True)
+            cap = self.count(b, "cap_bytes", p, True)  # a limit, not a size: torch uses 2^63-1 for none
             buckets.append(Bucket(self.count(b, "index", p), self.ints(b, "params", p, hi=MAX_PARAMS),
-                                  self.count(b, "bytes", p), cap))
+                                  self.count(b, "bytes", p, hi=MAX_BYTES), cap))
         return Layout(self.count(d, "from_iteration", path), self.get(d, "kind", str, path), buckets)
 
     def bucket_event(self, b, p) -> BucketEvent:
-        bucket, nbytes, ready, launch, complete = (self.count(b, k, p) for k in
-                                                   ("bucket", "bytes", "ready_ns", "launch_ns", "complete_ns"))
+        bucket, ready, launch, complete = (self.count(b, k, p) for k in
+                                           ("bucket", "ready_ns", "launch_ns", "complete_ns"))
+        nbytes = self.count(b, "bytes", p, hi=MAX_BYTES)
         launch_end = self.count(b, "launch_end_ns", p, True)
         if complete < launch:
             self.fail(f"{p}.complete_ns", f"the allreduce completes ({complete}) before it launches ({launch})")
@@ -261,7 +268,8 @@ class _Reader:
         bitmap = self.get(d, "bitmap_allreduce", dict, path, True)
         if bitmap is not None:
             p = f"{path}.bitmap_allreduce"
-            bitmap = Collective(*(self.count(bitmap, k, p) for k in ("launch_ns", "complete_ns", "bytes")))
+            bitmap = Collective(self.count(bitmap, "launch_ns", p), self.count(bitmap, "complete_ns", p),
+                                self.count(bitmap, "bytes", p, hi=MAX_BYTES))
             if bitmap.complete_ns < bitmap.launch_ns:
                 self.fail(p, "completes before it launches")
         forward, backward = self.span(d, "forward", path), self.span(d, "backward", path)
@@ -287,3 +295,41 @@ def _typename(typ) -> str:
         return " or ".join(t.__name__ for t in typ)
     return {"int": "an integer", "str": "a string", "list": "a list", "dict": "an object",
             "bool": "true or false", "float": "a finite number"}.get(typ.__name__, typ.__name__)
+
+
+def parse_trace_within(text: str | bytes, seconds: float, name: str = "trace") -> Trace:
+    """``parse_trace`` in a child process stopped after ``seconds``: a server (the dashboard's
+    upload) is never held by one file. The parse is linear, so a 50 MB trace takes a few seconds;
+    the limit is for what nobody has thought of yet. Raises TraceFormatError (one line) at the limit."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")  # the text is already in memory: no copy through a pipe
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_parse_into, args=(send, text, name), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(seconds):
+            raise TraceFormatError(f"{name} took more than {seconds:g} s to read and was given up")
+        ok, result = receive.recv()
+    except EOFError:
+        raise TraceFormatError(f"{name} could not be read (the reader stopped: code {child.exitcode})") from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
+    if not ok:
+        raise TraceFormatError(result)
+    return result
+
+
+def _parse_into(send, text, name) -> None:
+    try:
+        send.send((True, parse_trace(text, name=name)))
+    except TraceFormatError as e:
+        send.send((False, str(e)))
+    except Exception as e:  # noqa: BLE001 - reported as one line in the parent
+        send.send((False, f"{name} could not be read: {type(e).__name__}: {str(e)[:200]}"))
+    finally:
+        send.close()

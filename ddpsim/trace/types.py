@@ -5,9 +5,7 @@ field by field, in ``docs/trace-format.md``.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 FORMAT = "ddpsim-trace"
 VERSION = 1
@@ -174,6 +172,3 @@ class Trace:
         d = asdict(self)
         d = {"format": FORMAT, **d}
         return d
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")))
