@@ -101,7 +101,7 @@ def test_a_file_that_is_not_json_is_not_called_truncated():
 
 
 def test_a_parse_past_its_time_limit_is_given_up_in_one_line():
-    from ddpsim.trace.reader import parse_trace_within
+    from ddpsim.trace.timed_read import parse_trace_within
 
     text = json.dumps(_sample())
     assert len(parse_trace_within(text, 30, name="ok.json").ranks) == 2

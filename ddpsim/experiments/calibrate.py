@@ -237,7 +237,7 @@ def main(args) -> int:
         print(f"saved to {args.save}")
     if trace is not None:
         trace.meta["calibration"] = cal
-        out = args.out or args.trace
+        out = args.trace if args.out is None else args.out  # given: used as given
         save_trace(trace, out)
         print(f"stored in meta.calibration of {out}")
     print(json.dumps(cal, separators=(",", ":")))

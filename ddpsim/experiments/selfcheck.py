@@ -176,7 +176,7 @@ def main(args) -> int:
     print("selfcheck: " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ddpsim-selfcheck-") as tmp:
-        folder = Path(args.out or tmp)
+        folder = Path(tmp if args.out is None else args.out)
         folder.mkdir(parents=True, exist_ok=True)
         todo = [(n, lambda n=n, f=f: record_and_check(n, f, folder, args.gpu))
                 for n, f in cases(args.gpu, env.get("gpus", 0), args.iters)]

@@ -63,7 +63,9 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
     typical = {"forward": _typical(trace, steady, _forward), "backward": _typical(trace, steady, _backward)}
     if not all(typical.values()):
         return {}
-    n = max((it.iteration for r in trace.ranks for it in r.iterations), default=-1) + 1
+    # micro-step k of the replay is the k-th recorded iteration number (0, 1, 2... in a recording;
+    # positions, not the numbers themselves, so the lists grow with the trace, not with its numbers)
+    numbers = sorted({it.iteration for r in trace.ranks for it in r.iterations})
     out = {}
     for r in trace.ranks:
         own: dict[str, dict[int, float]] = {"forward": {}, "backward": {}, "gap_s": {}}
@@ -77,6 +79,6 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
             prev = it
         if not own["forward"]:
             return {}
-        out[r.rank] = {k: [v.get(i, statistics.median(v.values()) if v else 0.0) for i in range(n)]
-                       for k, v in own.items()}
+        typical_here = {k: statistics.median(v.values()) if v else 0.0 for k, v in own.items()}
+        out[r.rank] = {k: [v.get(i, typical_here[k]) for i in numbers] for k, v in own.items()}
     return out
