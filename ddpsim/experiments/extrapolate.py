@@ -36,7 +36,7 @@ import sys
 
 from ddpsim.experiments.calibrate import calibrate_world_sizes, parse_world_sizes
 from ddpsim.experiments.compare import error_pct, parse_jitter
-from ddpsim.experiments.grid import CALIBRATION_CAP_MB, learn, predict_runs
+from ddpsim.experiments.grid import CALIBRATION_CAP_MB, SIM_ITERS, learn, predict_runs
 from ddpsim.experiments.recorder import CAL_REPS, CAL_SIZES, Recorder
 from ddpsim.experiments.table import report, stats
 
@@ -63,7 +63,7 @@ def measure_network(rec: Recorder, model: str, world_sizes: list[int], given: di
     return cal
 
 
-def run_extrapolate(models, source_ws: int, targets: list[int], configs, record_iters=RECORD_ITERS, sim_iters=40,
+def run_extrapolate(models, source_ws: int, targets: list[int], configs, record_iters=RECORD_ITERS, sim_iters=SIM_ITERS,
                     workdir=None, jitter=None, log=None, reuse=False,
                     calibration_cap_mb: float = CALIBRATION_CAP_MB, network: dict | None = None,
                     launches: int = LAUNCHES) -> dict:
@@ -165,7 +165,8 @@ def main_extrapolate(args) -> int:
     models, configs = parse_grid(args)
     network = load_calibration(args.calibration) if args.calibration else None
     wait_if_asked(args)
-    res = run_extrapolate(models, args.from_world_size, targets, configs, args.record_iters, 40 if args.iters is None else args.iters,
+    sim_iters = SIM_ITERS if args.iters is None else args.iters
+    res = run_extrapolate(models, args.from_world_size, targets, configs, args.record_iters, sim_iters,
                           args.workdir, parse_jitter(args.jitter),
                           log=lambda m: print(m, file=sys.stderr, flush=True), reuse=args.reuse,
                           calibration_cap_mb=args.calibration_cap, network=network, launches=args.launches)

@@ -28,6 +28,7 @@ from ddpsim.experiments.table import format_row, report, stats  # noqa: F401 (st
 from ddpsim.learn.jitter import pick_jitter
 from ddpsim.record.timeslice import time_slice
 
+SIM_ITERS = 40  # synced steps each prediction simulates (validate --grid/--extrapolate --iters); not in torch
 RECORD_ITERS = 40  # iterations per recorded run: an iteration varies by +-20% here, the median of ~38 steady ones by ~3%
 CALIBRATION_CAP_MB = 4.0  # MiB; the calibration run's bucket_cap_mb: between the grid's 0.25 and torch's 25
 
@@ -107,7 +108,7 @@ def attach_calibration(cal, ws: int, measured: dict) -> bool:
     return True
 
 
-def run_grid(models, world_sizes, configs, record_iters=RECORD_ITERS, sim_iters=40, workdir=None, jitter=None,
+def run_grid(models, world_sizes, configs, record_iters=RECORD_ITERS, sim_iters=SIM_ITERS, workdir=None, jitter=None,
              log=None, reuse=False, calibration_cap_mb: float = CALIBRATION_CAP_MB) -> dict:
     """Record calibration + grid runs for each (model, world size) and predict each grid run.
 
@@ -223,7 +224,8 @@ def main_grid(args) -> int:
         raise ValueError("--grid needs at least one world size (>= 1)")
     models, configs = parse_grid(args)
     wait_if_asked(args)
-    res = run_grid(models, world_sizes, configs, args.record_iters, 40 if args.iters is None else args.iters,
-                   args.workdir, parse_jitter(args.jitter), reuse=args.reuse, calibration_cap_mb=args.calibration_cap)
+    sim_iters = SIM_ITERS if args.iters is None else args.iters
+    res = run_grid(models, world_sizes, configs, args.record_iters, sim_iters, args.workdir,
+                   parse_jitter(args.jitter), reuse=args.reuse, calibration_cap_mb=args.calibration_cap)
     report(res, args.out)
     return 0

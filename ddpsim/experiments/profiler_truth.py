@@ -24,6 +24,8 @@ is a CPU instant, ``DistributedDataParallel.forward``'s, which on an H200 under 
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -78,7 +80,7 @@ def profiled_recording(cfg, folder: str | Path):
 
     folder = Path(folder)
     placement = cfg.placement()
-    cfg.iters = WARMUP + PROFILED + 1
+    cfg = dataclasses.replace(cfg, iters=WARMUP + PROFILED + 1)  # the caller's config stays as it was
     mp.start_processes(_profiled_rank, nprocs=cfg.world_size, start_method="spawn",
                        args=(cfg.world_size, cfg.to_dict(), str(folder), placement.backend, placement.device))
     shards = [folder / f"run.json.rank{r}.jsonl" for r in range(cfg.world_size)]
@@ -147,6 +149,5 @@ def check(cfg, keep: str | Path | None = None) -> dict:
     """Profile and record ``cfg`` together and compare; the files stay in ``keep`` if given."""
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
-        return compare(*profiled_recording(cfg, keep))
-    with tempfile.TemporaryDirectory(prefix="ddpsim-truth-") as folder:
+    with contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory(prefix="ddpsim-truth-") as folder:
         return compare(*profiled_recording(cfg, folder))

@@ -31,7 +31,7 @@ from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import explain, is_secondary, root_cause
 from ddpsim.record.merge import first_forward_ns, merge, merge_files, read_shard
 from ddpsim.record.turns import Turns
-from ddpsim.trace import from_dict
+from ddpsim.trace.writer import write_trace_dict
 
 POLL_S = 0.1  # seconds between looks at the ranks
 GRACE_S = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
@@ -269,8 +269,7 @@ def _failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, i
     raw = merge(read, notes={**notes, **errors})
     if not any(s.exists() for s in shards):
         raw["meta"]["note"] = "no rank recorded anything: the run stopped during start-up"
-    from_dict(raw, name=str(out))
-    out.write_text(json.dumps(raw, separators=(",", ":")))
+    write_trace_dict(raw, out)
     if not hang:
         rank, error = root_cause(errors)
         message = explain(rank, error, params)

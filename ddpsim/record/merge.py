@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 
 from ddpsim.errors import CLIError
-from ddpsim.trace import VERSION, from_dict
+from ddpsim.trace import VERSION
+from ddpsim.trace.writer import write_trace_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
 TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
@@ -113,10 +114,7 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
 def merge_files(paths: list[str | Path], out: str | Path, notes: dict[int, str] | None = None,
                 origin_ns: int | None = None):
     """Read shards, merge, check the result loads, write it. Returns the Trace."""
-    raw = merge([read_shard(p) for p in paths], notes, origin_ns)
-    trace = from_dict(raw, name=str(out))
-    Path(out).write_text(json.dumps(raw, separators=(",", ":")))
-    return trace
+    return write_trace_dict(merge([read_shard(p) for p in paths], notes, origin_ns), out)
 
 
 def add_arguments(p) -> None:

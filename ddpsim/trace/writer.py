@@ -4,16 +4,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddpsim.trace.reader import from_dict
+from ddpsim.trace.reader import parse_trace
 from ddpsim.trace.types import Trace, TraceFormatError
 
 
-def save_trace(trace: Trace, path: str | Path) -> None:
-    """Write ``trace`` as JSON after checking that it loads back; a trace the reader would refuse
-    (a size past the bounds, a time out of range) raises TraceFormatError and nothing is written."""
-    raw = trace.to_dict()
+def write_trace_dict(raw: dict, path: str | Path) -> Trace:
+    """Write a trace's JSON form, serialized once and read back by the strict reader first; a trace
+    the reader would refuse (a size past the bounds, a time out of range) raises TraceFormatError
+    and nothing is written. Returns the Trace as a reader of the file would get it."""
+    text = json.dumps(raw, separators=(",", ":"))
     try:
-        from_dict(json.loads(json.dumps(raw)), name="the trace")
+        trace = parse_trace(text, name=str(path))
     except TraceFormatError as e:
         raise TraceFormatError(f"not writing {path}: it would not load back ({e})") from None
-    Path(path).write_text(json.dumps(raw, separators=(",", ":")))
+    Path(path).write_text(text)
+    return trace
+
+
+def save_trace(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` as JSON, only if it loads back (``write_trace_dict``)."""
+    write_trace_dict(trace.to_dict(), path)
