@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from ddpsim.app import learn
 from ddpsim.trace.export import to_chrome
 from ddpsim.trace import Trace
+from ddpsim.trace.profile_sizes import unknown_sizes
 from ddpsim.viz import figure_bytes
 
 DPI = 100
@@ -89,7 +90,10 @@ def has_iterations(trace: Trace) -> bool:
 
 
 def partial_note(trace: Trace) -> None:
-    """Say, once per page, that a trace is partial (a rank stopped) or has no iteration at all."""
+    """Say, once per page, what a trace lacks: a rank that stopped, any iteration, or its sizes
+    (a profile taken without record_shapes: its buckets show as 0 bytes)."""
+    if (why := unknown_sizes(trace)) is not None:
+        st.warning(f"Sizes unknown, shown as 0 bytes. {why[0].upper()}{why[1:]}.", icon=":material/warning:")
     stopped = [r for r in trace.ranks if not r.complete]
     if not has_iterations(trace):
         why = next((r.error for r in stopped if r.error), "the run stopped before its first iteration")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ddpsim.trace import save_trace
 from ddpsim.trace.profile_import import import_profiles
+from ddpsim.trace.profile_sizes import unknown_sizes
 
 HELP = "import PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace"
 
@@ -11,13 +12,26 @@ def add_arguments(p) -> None:
     p.add_argument("profiles", nargs="+",
                    help="Kineto traces (.json or .json.gz), one per rank, or a folder of them")
     p.add_argument("--out", required=True, help="ddpsim trace to write (JSON)")
+    p.add_argument("--model", metavar="SPEC",
+                   help="the model the profile ran (path.py:factory, package.module:factory or a zoo name, as "
+                        "record takes it), built on the meta device: parameter names and sizes for a "
+                        "profile taken without record_shapes, checked against the shapes of one taken with")
 
 
 def main(args) -> int:
-    trace = import_profiles(args.profiles)
+    model = None
+    if args.model:
+        from ddpsim.models.shapes import model_params
+
+        model = model_params(args.model)
+    trace = import_profiles(args.profiles, model=model)
     save_trace(trace, args.out)
     its = sum(len(r.iterations) for r in trace.ranks)
     print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its} iterations, {len(trace.params)} parameters, "
           f"times on the {trace.meta['timebase']['grad_ready']} clock; "
           f"{len(trace.meta['import_notes'])} notes in meta.import_notes")
+    sizes = trace.meta["sizes"]
+    print(f"sizes: parameters from {sizes['params']}, allreduces from {sizes['buckets']}")
+    if (why := unknown_sizes(trace)) is not None:
+        print(f"note: {why}")
     return 0

@@ -139,11 +139,14 @@ def learn_trace(trace, args, world_sizes: list[int]):
     from ddpsim.learn import learn
     from ddpsim.sim import network
     from ddpsim.sim.budget import LIMITS, _num
+    from ddpsim.trace.profile_sizes import UnknownSizesError, unknown_sizes
 
     lo, hi, _ = LIMITS["world_size"]
     for ws in world_sizes:  # before anything is measured for them
         if not (isinstance(ws, int) and lo <= ws <= hi):
             raise ValueError(f"--world-size must be between {_num(lo)} and {_num(hi)} ranks, not {ws!r}")
+    if (why := unknown_sizes(trace)) is not None:  # before a network is asked for at another world size
+        raise UnknownSizesError(why)
     if getattr(args, "calibration", None):
         trace.meta["calibration"] = load_calibration(args.calibration)
     if args.hardware:

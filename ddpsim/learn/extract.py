@@ -49,6 +49,7 @@ from ddpsim.learn.noise import recorded_ranks
 from ddpsim.sim.replay import recorded_layouts
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
+from ddpsim.trace.profile_sizes import UnknownSizesError, unknown_sizes
 
 NS = 1e-9
 DRAWN_ITERS = 20  # synced steps a prediction with drawn rank noise simulates by default (not in torch)
@@ -117,7 +118,10 @@ def uses_shared_core(trace: Trace) -> bool:
 
 def workload_from_trace(trace: Trace, concurrency: int | None = None,
                         shared_core: bool | None = None) -> Workload:
-    """The Workload that reproduces recorded run ``trace`` (see the module docstring)."""
+    """The Workload that reproduces recorded run ``trace`` (see the module docstring). A trace
+    whose sizes are unknown (a profile without shapes) is refused: no network is fitted from it."""
+    if (why := unknown_sizes(trace)) is not None:
+        raise UnknownSizesError(why)
     params, steady, its = _samples(trace)
     sync = [it for it in its if it.sync and it.grad_ready]
     nosync = [it for it in its if not it.sync and it.grad_ready]

@@ -151,20 +151,21 @@ class Profile:
         return best if best is not None else default
 
 
-def collective_bytes(op: Op, profile: Profile) -> int | None:
-    """Bytes of a ``c10d::allreduce_``: ``record_param_comms`` (``In msg nelems``, ``dtype``)
-    inside it, else its ``Input Dims`` (record_shapes) as float32."""
+def collective_bytes(op: Op, profile: Profile) -> tuple[int | None, str]:
+    """(bytes, where they came from) of a ``c10d::allreduce_``: NCCL's ``record_param_comms``
+    (``In msg nelems`` x the dtype's size) inside it, present without ``record_shapes``; else its
+    ``Input Dims`` (record_shapes) as float32; else (None, "unknown")."""
     for inner in profile.named("record_param_comms", within=op):
         n = inner.args.get("In msg nelems")
-        if isinstance(n, int):
-            return n * DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4)
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n * DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4), "nccl metadata"
     dims = op.args.get("Input Dims")
     if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list):
         numel = 1
         for d in dims[0][0]:
             numel *= int(d)
-        return numel * 4
-    return None
+        return numel * 4, "profile shapes"
+    return None, "unknown"
 
 
 def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
@@ -179,10 +180,14 @@ def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
     return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
 
 
-def is_bitmap(op: Op) -> bool:
-    """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_)."""
+def is_bitmap(op: Op, profile: Profile | None = None) -> bool:
+    """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_),
+    by its input type (record_shapes) or NCCL's metadata dtype."""
     types = op.args.get("Input type")
-    return isinstance(types, list) and any("int" in str(t).lower() for t in types[:1])
+    if isinstance(types, list) and types:
+        return "int" in str(types[0]).lower()
+    meta = profile.named("record_param_comms", within=op) if profile is not None else []
+    return any("int" in str(m.args.get("dtype", "")).lower() for m in meta[:1])
 
 
 def params_from_ready_shapes(shapes: list[tuple]) -> list[dict]:

@@ -8,8 +8,8 @@ One profile per rank (``export_chrome_trace`` / ``tensorboard_trace_handler`` ou
 - backward: the autograd engine's ops (``autograd::engine::evaluate_function: ...``);
 - gradient ready: the end of each ``torch::autograd::AccumulateGrad`` op, turned into the GPU
   time the gradient was really computed (the CUDA event a ready hook would have recorded);
-- bucket allreduces: each ``c10d::allreduce_`` in the backward, sized from ``record_param_comms``
-  or its input shape, timed by the GPU work it caused (NCCL kernel, or gloo's device<->host
+- bucket allreduces: each ``c10d::allreduce_`` in the backward, sized from ``record_param_comms``,
+  its input shape or its members (``ddpsim.trace.profile_sizes``: where each size comes from), timed by the GPU work it caused (NCCL kernel, or gloo's device<->host
   copies) and, without GPU work, by the CPU collective (``gloo:all_reduce``);
 - optimizer: ``Optimizer.step#...`` to the end of ``Optimizer.zero_grad#...``.
 
@@ -22,15 +22,16 @@ import re
 from pathlib import Path
 
 from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, read_profile,
-                           tensor_shape)
-from ddpsim.trace import FORMAT, VERSION, Trace, TraceFormatError, from_dict
+                                  tensor_shape)
+from ddpsim.trace import Trace, TraceFormatError, from_dict
+from ddpsim.trace.profile_meta import align, shift, trace_dict
+from ddpsim.trace.profile_sizes import UNKNOWN, layout_by_launch, layout_by_sizes, match_model, size_meta
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 BACKWARD_OP = "autograd::engine::evaluate_function: "
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 ALLREDUCE = "c10d::allreduce_"
 FINALIZE = "torch.distributed.ddp.reducer::copy_bucket_to_grad"  # reducer.cpp finalize_backward's copy-back
-SHARED_CLOCK_S = 600.0  # ranks whose first steps start this close (seconds) share a clock
 
 
 def _ns(us: float) -> int:
@@ -83,7 +84,7 @@ class RankImport:
         elif [s for s, _ in shapes] != [s for s, _ in self.ready_shapes]:
             self.notes.add("the gradient-ready order changed between steps; parameters are "
                            "matched by position in the first step's order")
-        buckets, bitmap = self._collectives(step, bwd_start, bwd_end)
+        buckets, bitmap = self._collectives(step, bwd_start, bwd_end, [o.start for o in grads])
         it = {"iteration": number, "sync": bool(buckets), "forward": _span(f0, b0),
               "backward": _span(b0, max(self._t(cpu_end), b0)),
               "grad_ready": [{"t_ns": _ns(t), "k": k, **({"cpu_t_ns": _ns(o.end)} if self.gpu else {})}
@@ -104,23 +105,22 @@ class RankImport:
                 and fwd.end <= o.start <= bwd_start]
         return seed[-1].start if seed else bwd_start
 
-    def _collectives(self, step: Op, bwd_start: float, bwd_end: float):
-        """Bucket allreduces (launched in the backward) and the used-parameter bitmap, if any."""
+    def _collectives(self, step: Op, bwd_start: float, bwd_end: float, grad_starts: list[float]):
+        """Bucket allreduces (launched in the backward) and the used-parameter bitmap, if any; each
+        bucket notes how many gradients were ready before its launch (``layout_by_launch``)."""
         p = self.p
         launches = [o for o in p.named(ALLREDUCE) if bwd_start <= o.start <= bwd_end]
         gloo_runs = [o for o in p.named("gloo:all_reduce") if o.within(step)]
         buckets, bitmap = [], None
         for k, op in enumerate(launches):
-            nbytes = collective_bytes(op, p)
+            nbytes, source = collective_bytes(op, p)
             start, end = self._collective_span(op, gloo_runs[k] if len(gloo_runs) == len(launches) else None)
-            if nbytes is None:
-                self.notes.add("some allreduce sizes are unknown (profile without record_shapes)")
-                nbytes = 0
-            if is_bitmap(op):
+            if is_bitmap(op, p):
                 start, end = (op.start, op.end) if start is None else (start, end)
-                bitmap = {"launch_ns": _ns(start), "complete_ns": _ns(end), "bytes": nbytes}
+                bitmap = {"launch_ns": _ns(start), "complete_ns": _ns(end), "bytes": nbytes or 0}
                 continue
-            buckets.append({"bucket": len(buckets), "bytes": nbytes, "ready_ns": None,
+            buckets.append({"bucket": len(buckets), "bytes": nbytes, "source": source, "ready_ns": None,
+                            "ready_before": sum(t <= op.start for t in grad_starts),
                             "launch_ns": None if start is None else _ns(start),
                             "complete_ns": None if end is None else _ns(end), "cpu_launch_ns": _ns(op.start)})
         return buckets, bitmap
@@ -146,24 +146,6 @@ def _span(a: float, b: float) -> dict:
     return {"start_ns": _ns(a), "end_ns": _ns(b)}
 
 
-def _layout(params: list[dict], order: list[int], bucket_bytes: list[int]) -> tuple[list[dict], bool]:
-    """Bucket members: consecutive parameters in ready order, filled to each bucket's size (the
-    rebuilt layout is built in ready order). False when the sizes do not add up."""
-    size = {p["index"]: p["bytes"] for p in params}
-    out, pos = [], 0
-    for b, nbytes in enumerate(bucket_bytes):
-        members, total = [], 0
-        while pos < len(order) and total < nbytes:
-            members.append(order[pos])
-            total += size[order[pos]]
-            pos += 1
-        out.append({"index": b, "params": members, "bytes": nbytes, "cap_bytes": None})
-        if total != nbytes:
-            return [{"index": i, "params": [], "bytes": n, "cap_bytes": None}
-                    for i, n in enumerate(bucket_bytes)], False
-    return out, pos == len(order)
-
-
 def profile_files(paths: list[str | Path]) -> list[Path]:
     """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
     ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
@@ -179,8 +161,10 @@ def profile_files(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def import_profiles(paths: list[str | Path]) -> Trace:
-    """Kineto traces (one per rank; a folder stands for its traces) -> a validated ddpsim Trace."""
+def import_profiles(paths: list[str | Path], model=None) -> Trace:
+    """Kineto traces (one per rank; a folder stands for its traces) -> a validated ddpsim Trace.
+    ``model``: a ``ddpsim.models.shapes.ModelParams`` (``import --model``), the parameters'
+    names and sizes when the profile has no shapes, checked against them when it has."""
     paths = profile_files(paths)
     ranks, notes, infos = [], set(), []
     for i, path in enumerate(paths):
@@ -191,39 +175,54 @@ def import_profiles(paths: list[str | Path]) -> Trace:
     if len(set(seen)) != len(seen):
         raise TraceFormatError(f"two profiles claim the same rank: ranks {seen}")
     ranks.sort(key=lambda x: x[0])
-    params, rank_dicts = None, []
+    params, order, rank_dicts, sources = None, None, [], set()
     for rank, imp in ranks:
         its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
         if not its:
             raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward")
-        params = params or params_from_ready_shapes(imp.ready_shapes)
-        rank_dicts.append(_finish_rank(rank, its, params, imp, notes))
+        if params is None:
+            params, order, params_source = _params(imp.ready_shapes, model)
+        rank_dicts.append(_finish_rank(rank, its, params, order, imp, notes, sources))
         notes |= imp.notes
-    origin, method = _align(rank_dicts, ranks)
+    origin, method = align(rank_dicts)
     for r in rank_dicts:
-        _shift(r, -origin[r["rank"]])
-    return from_dict(_trace_dict(rank_dicts, params, ranks, infos, sorted(notes), method, paths),
-                     name="imported profile")
+        shift(r, -origin[r["rank"]])
+    sizes = size_meta(params_source, sources)
+    raw = trace_dict(rank_dicts, params, [imp for _, imp in ranks], infos, sorted(notes), method, paths,
+                     sizes, model.spec if model is not None else None)
+    return from_dict(raw, name="imported profile")
 
 
-def _finish_rank(rank: int, its: list[dict], params: list[dict], imp: RankImport, notes: set) -> dict:
+def _params(ready_shapes: list[tuple], model) -> tuple[list[dict], list[int], str]:
+    """(parameters, the DDP index of the k-th ready gradient, where their sizes came from)."""
+    if model is not None:
+        return [dict(p) for p in model.params], match_model(model, ready_shapes), "model"
+    n = len(ready_shapes)
+    known = n > 0 and all(shape is not None for shape, _ in ready_shapes)
+    return params_from_ready_shapes(ready_shapes), [n - 1 - k for k in range(n)], \
+        ("profile shapes" if known else UNKNOWN)
+
+
+def _finish_rank(rank: int, its: list[dict], params: list[dict], order: list[int], imp: RankImport,
+                 notes: set, sources: set) -> dict:
     n = len(params)
-    order = [n - 1 - k for k in range(n)]  # DDP index of the k-th ready gradient
-    layouts, buckets = [], []
+    layouts, members, signature = [], [], None
     for it in its:
         for g in it["grad_ready"]:
             k = g.pop("k")
             g["param"] = order[k] if k < n else n
         it["grad_ready"] = [g for g in it["grad_ready"] if g["param"] < n]
-        sizes = [b["bytes"] for b in it["buckets"]]
-        if sizes and sizes != [b["bytes"] for b in buckets]:  # a new layout from here (e.g. the rebuild)
-            buckets, ok = _layout(params, order, sizes)
-            if not ok:
-                notes.add("bucket members could not be recovered (allreduce sizes do not add up to "
-                          "the parameters in ready order); only their sizes are known")
+        sig = [(b["bytes"], b["ready_before"]) if b["bytes"] is None else b["bytes"] for b in it["buckets"]]
+        if sig and sig != signature:  # a new layout from here (e.g. the rebuild)
+            signature, members = sig, _members(params, order, it["buckets"], notes)
             kind = "construction" if it["iteration"] == 0 or not layouts else "rebuilt"
-            layouts.append({"from_iteration": it["iteration"], "kind": kind, "buckets": buckets})
-        _bucket_times(it, buckets, imp.gpu)
+            layouts.append({"from_iteration": it["iteration"], "kind": kind, "buckets": [
+                {"index": i, "params": m, "bytes": 0, "cap_bytes": None} for i, m in enumerate(members)]})
+        _bucket_sizes(it["buckets"], members, params, sources)
+        if layouts:
+            for lb, ev in zip(layouts[-1]["buckets"], it["buckets"]):
+                lb["bytes"] = ev["bytes"]
+        _bucket_times(it, [{"params": m} for m in members], imp.gpu)
     if not layouts:
         layouts = [{"from_iteration": its[0]["iteration"], "kind": "construction", "buckets": []}]
     layouts[0]["from_iteration"] = its[0]["iteration"]
@@ -231,6 +230,34 @@ def _finish_rank(rank: int, its: list[dict], params: list[dict], imp: RankImport
         layouts[0]["kind"] = "rebuilt"  # profiled after iteration 0: torch had rebuilt by then
     return {"rank": rank, "host": "", "pid": None, "clock_offset_ns": 0, "complete": True, "error": None,
             "layouts": layouts, "iterations": its, "ddp_logging_data": None}
+
+
+def _members(params: list[dict], order: list[int], events: list[dict], notes: set) -> list[list[int]]:
+    """Bucket members: by the allreduce sizes when they add up, else by when each was launched
+    (Note [A bucket's last gradient launches its allreduce])."""
+    sizes = [b["bytes"] for b in events]
+    known = {p["index"]: p["bytes"] for p in params}
+    found = layout_by_sizes(known, order, sizes) if None not in sizes else None
+    found = found or layout_by_launch(order, [b["ready_before"] for b in events])
+    if found is None:
+        notes.add("bucket members could not be recovered (neither the allreduce sizes nor their "
+                  "launch times give a layout); only their sizes are known")
+        return [[] for _ in events]
+    return found
+
+
+def _bucket_sizes(events: list[dict], members: list[list[int]], params: list[dict], sources: set) -> None:
+    """Each allreduce's size: its own (metadata, shape), else its members' sum when the parameters'
+    sizes are known, else 0 with the source ``unknown`` (``ddpsim.trace.profile_sizes``)."""
+    size = {p["index"]: p["bytes"] for p in params}
+    params_known = all(p["bytes"] > 0 for p in params)
+    for ev, m in zip(events, members or [[] for _ in events]):
+        ev.pop("ready_before", None)
+        if ev["bytes"] is None and params_known and m:
+            ev["bytes"], ev["source"] = sum(size[i] for i in m), "members"
+        elif ev["bytes"] is None:
+            ev["bytes"] = 0
+        sources.add(ev.pop("source"))
 
 
 def _bucket_times(it: dict, buckets: list[dict], gpu: bool) -> None:
@@ -243,56 +270,3 @@ def _bucket_times(it: dict, buckets: list[dict], gpu: bool) -> None:
             ev["launch_ns"] = ev["complete_ns"] = ev["ready_ns"]
         if not gpu:
             ev.pop("cpu_launch_ns")  # the launch is already on the CPU clock
-
-
-def _align(rank_dicts: list[dict], ranks) -> tuple[dict, str]:
-    """Origins per rank. Profiles of one job usually share a clock (Kineto uses the host's);
-    if their first steps are far apart, each rank is aligned at its own first forward."""
-    firsts = {r["rank"]: r["iterations"][0]["forward"]["start_ns"] for r in rank_dicts}
-    if max(firsts.values()) - min(firsts.values()) < SHARED_CLOCK_S * 1e9:
-        return {r: min(firsts.values()) for r in firsts}, "kineto-shared"
-    return firsts, "first-forward"
-
-
-def _shift(rank: dict, delta: int) -> None:
-    def move(d):
-        for k, v in list(d.items()):
-            if k.endswith("_ns") and isinstance(v, int):
-                d[k] = v + delta
-            elif isinstance(v, dict):
-                move(v)
-            elif isinstance(v, list):
-                for x in v:
-                    if isinstance(x, dict):
-                        move(x)
-    for it in rank["iterations"]:
-        move(it)
-
-
-def _trace_dict(rank_dicts, params, ranks, infos, notes, method, paths) -> dict:
-    info = infos[0] if infos else {}
-    gpu = any(imp.gpu for _, imp in ranks)
-    clock = "gpu" if gpu else "cpu"
-    notes = ["parameter names: the profile holds shapes only, so parameters are named param<i> with "
-             "index i = n-1-(position in the first step's gradient-ready order)",
-             "DDP options (bucket_cap_mb, find_unused_parameters, ...) are not in a profile: unknown",
-             *notes]
-    devices = ranks[0][1].p.devices
-    return {"format": FORMAT, "version": VERSION, "source": "real", "params": params, "ranks": rank_dicts,
-            "meta": {"impl": "torch", "model": "imported profile", "backend": info.get("backend", "unknown"),
-                     "world_size": int(info.get("world_size", len(rank_dicts))),
-                     "options": {k: None for k in ("bucket_cap_mb", "find_unused_parameters", "static_graph",
-                                                   "no_sync_every", "batch_size")},
-                     "imported_from": [Path(p).name for p in paths], "source_format": "kineto",
-                     "placement": {"device": "cuda" if gpu else "cpu"},
-                     "gpu": devices[0].get("name") if devices else None,
-                     "clock": {"method": method, "skew_ns": 0, "offsets_ns": {}},
-                     "timebase": _timebase(clock), "import_notes": notes}}
-
-
-def _timebase(clock: str) -> dict:
-    """Which clock each time is on (docs/trace-format.md, meta.timebase)."""
-    what = ("gpu: when the GPU did the work (Kineto's GPU timestamps, on the host timeline)"
-            if clock == "gpu" else "cpu: when the host ran the op")
-    return {"forward": clock, "backward": clock, "optimizer": clock, "grad_ready": clock,
-            "allreduce": clock, "source": "kineto", "note": what}

@@ -3,6 +3,7 @@ import streamlit as st
 
 from ddpsim.app import cache, ui, whatif
 from ddpsim.app import network as network_plan
+from ddpsim.trace.profile_sizes import unknown_sizes
 from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
@@ -33,6 +34,9 @@ k = f"ddpsim_wi:{source_key}:"  # widget keys per source, so each starts from it
 if trace is not None and not ui.has_iterations(trace):
     st.warning("The open trace recorded no iteration: nothing to calibrate the simulator from. "
                "Pick another trace, or start from a GPU model.")
+    st.stop()
+if trace is not None and (why := unknown_sizes(trace)) is not None and source == "the open trace":
+    st.error(why)
     st.stop()
 now = whatif.choices(base)  # the widgets start at the run as recorded: nothing changed
 

@@ -1,0 +1,93 @@
+"""Sizes and bucket members for an imported profile, from whatever the profile (or the user) gives.
+
+A profile taken with ``torch.profiler``'s defaults (``record_shapes=False``) has no tensor
+shapes. What is left, in the order the importer trusts it (``meta.sizes`` says which was used):
+
+1. an allreduce's size from NCCL's own metadata (``record_param_comms``: ``In msg nelems`` x
+   the dtype's size), present whatever ``record_shapes`` was;
+2. its flat bucket's shape (``Input Dims`` of ``c10d::allreduce_``, only with ``record_shapes``);
+3. the sum of its members' sizes (source ``members``), when the parameters' sizes are known (the gradients'
+   ``AccumulateGrad`` shapes, or the user's model: ``import --model path.py:factory``);
+4. otherwise unknown: the trace loads and shows, and whatever needs sizes refuses
+   (``unknown_sizes``).
+
+Note [A bucket's last gradient launches its allreduce]: reducer.cpp's ``autograd_hook`` runs
+right after a gradient's ``AccumulateGrad`` on the autograd thread; when that gradient is the
+last of its bucket, ``mark_variable_ready`` -> ``mark_bucket_ready`` launches the bucket's
+allreduce from inside the same hook. So the gradients whose ``AccumulateGrad`` started before
+an allreduce's launch are exactly its bucket and the buckets before it, sizes or not (on the H100
+profiles the launch follows the last member's ``AccumulateGrad`` by 30-130 us, on its thread).
+"""
+from __future__ import annotations
+
+from ddpsim.trace import TraceFormatError
+
+UNKNOWN = "unknown"
+HOW_TO_KNOW = ("profile with torch.profiler.profile(record_shapes=True), or import again with "
+               "--model path.py:factory (the model's parameter shapes, read on the meta device)")
+
+
+class UnknownSizesError(ValueError):
+    """A simulation asked of a trace whose parameter or allreduce sizes are unknown."""
+
+
+def layout_by_sizes(sizes: dict[int, int], order: list[int], bucket_bytes: list[int]) -> list[list[int]] | None:
+    """Bucket members: consecutive parameters in ready order, filled to each bucket's size (the
+    rebuilt layout is built in ready order). None when the sizes do not add up."""
+    out, pos = [], 0
+    for nbytes in bucket_bytes:
+        members, total = [], 0
+        while pos < len(order) and total < nbytes:
+            members.append(order[pos])
+            total += sizes[order[pos]]
+            pos += 1
+        if total != nbytes or not members:
+            return None
+        out.append(members)
+    return out if pos == len(order) else None
+
+
+def layout_by_launch(order: list[int], ready_before: list[int]) -> list[list[int]] | None:
+    """Bucket members from how many gradients were ready before each allreduce's launch
+    (Note [A bucket's last gradient launches its allreduce]); None when that is not a layout."""
+    counts = [*ready_before[:-1], len(order)] if ready_before else []  # the last bucket takes the rest
+    if not counts or any(b <= a for a, b in zip([0, *counts], counts)) or counts[-1] > len(order):
+        return None
+    return [order[a:b] for a, b in zip([0, *counts], counts)]
+
+
+def match_model(model, ready_shapes: list[tuple]) -> list[int]:
+    """The model's parameters against the profile's gradients: the DDP index of the k-th ready
+    gradient. A different count, or (when the profile has shapes) a different shape, is one
+    TraceFormatError naming the first difference."""
+    n, params = len(ready_shapes), model.params
+    if n != len(params):
+        raise TraceFormatError(f"the profile has {n} gradients per step but {model.spec} has "
+                               f"{len(params)} parameters that require gradients")
+    for k, ((shape, _), i) in enumerate(zip(ready_shapes, model.ready_order)):
+        if shape is not None and list(shape) != params[i]["shape"]:
+            raise TraceFormatError(f"gradient {k + 1} in the profile's ready order has shape {list(shape)} "
+                                   f"but {model.spec}'s ({params[i]['name']}) has {params[i]['shape']}")
+    return list(model.ready_order)
+
+
+def size_meta(params_source: str, bucket_sources: set[str]) -> dict:
+    """``meta.sizes``: where the parameter and the allreduce sizes came from (module doc)."""
+    buckets = UNKNOWN if UNKNOWN in bucket_sources else (", ".join(sorted(bucket_sources)) or "no allreduce")
+    return {"params": params_source, "buckets": buckets}
+
+
+def unknown_sizes(trace) -> str | None:
+    """Why this trace cannot be simulated, in one line, or None. Every simulation builds its
+    buckets from the parameters' sizes and prices each allreduce by its bytes, so a trace whose
+    parameter or allreduce sizes are unknown is refused whole (no network is fitted from it)."""
+    sizes = (trace.meta or {}).get("sizes")
+    if not isinstance(sizes, dict):
+        return None
+    missing = [what for key, what in (("params", "parameter"), ("buckets", "allreduce"))
+               if sizes.get(key) == UNKNOWN]
+    if not missing:
+        return None
+    name = trace.meta.get("model") or "this trace"
+    return (f"{name}: the {' and '.join(missing)} sizes are unknown (a profile taken without "
+            f"record_shapes), and a simulation needs them: {HOW_TO_KNOW}")
