@@ -203,11 +203,18 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
 def preserve_version_counter(tensors):
     """``torch.autograd._unsafe_preserve_version_counter`` (DDP's buffer broadcast), else a no-op.
 
-    Checked on 2.4 - 2.14. Without it an in-place broadcast into a buffer bumps its version
-    counter; only autograd's "modified in place" check can notice.
+    Without it an in-place broadcast into a buffer bumps its version counter; only autograd's
+    "modified in place" check can notice. torch 2.4 takes one tensor (a tuple fails there with
+    "'tuple' object has no attribute '_version'"); later releases take a tuple too. One context
+    per tensor works on every release (checked on 2.4.1 and 2.13.0).
     """
     fn = getattr(torch.autograd, "_unsafe_preserve_version_counter", None)
-    return fn(tuple(tensors)) if fn is not None else contextlib.nullcontext()
+    if fn is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    for t in tensors:
+        stack.enter_context(fn(t))
+    return stack
 
 
 def is_non_overlapping_and_dense(t) -> bool:

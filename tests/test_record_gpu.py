@@ -89,21 +89,16 @@ class _CpuEvent:
         return (other.t - self.t) / 1e6
 
 
-class _Stream:
-    def synchronize(self):
-        pass
-
-
 def _timed_rank(rank, world, shard_dir):
     """The recorder's CUDA-event path on real gloo DDP, with host-stamped stand-in events."""
     import torch
 
-    from ddpsim.record import worker
-    from ddpsim.record.config import RecordConfig
     from ddpsim.events import RankRecorder
+    from ddpsim.record import gpuclock, worker
+    from ddpsim.record.config import RecordConfig
 
-    torch.cuda.Event = _CpuEvent
-    torch.cuda.current_stream = lambda device=None: _Stream()
+    gpuclock.new_event = _CpuEvent  # torch.cuda stays as it is (torch 2.4's dynamo checks its Event class)
+    gpuclock.wait_for_stream = lambda device: None
     worker.gpu_timed = lambda device, cfg: True
     cfg = RecordConfig(model="mlp", world_size=world, iters=4, backend="gloo")
     path = f"{shard_dir}/run.json.rank{rank}.jsonl"

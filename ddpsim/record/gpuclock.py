@@ -30,6 +30,17 @@ from ddpsim.events import now_ns
 ANCHOR_TRIES = 3  # event/host pairs per anchor; the narrowest host window wins
 
 
+def new_event():
+    """A timing CUDA event: the one place the recorder makes one (a test without a GPU puts a
+    host-clock stand-in here, leaving torch.cuda alone)."""
+    return torch.cuda.Event(enable_timing=True)
+
+
+def wait_for_stream(device: torch.device) -> None:
+    """Wait until the device's current stream has run everything queued on it."""
+    torch.cuda.current_stream(device).synchronize()
+
+
 class GpuTimer:
     """Collects (event, dict, key) triples; ``resolve`` writes the events' host-clock times."""
 
@@ -43,8 +54,8 @@ class GpuTimer:
         """Pair a CUDA event with a host time at a sync point (Note [Host clock alignment])."""
         best = None
         for _ in range(ANCHOR_TRIES):
-            torch.cuda.current_stream(self.device).synchronize()
-            ev = torch.cuda.Event(enable_timing=True)
+            wait_for_stream(self.device)
+            ev = new_event()
             before = now_ns()
             ev.record()
             ev.synchronize()
@@ -56,7 +67,7 @@ class GpuTimer:
     @staticmethod
     def mark():
         """A timing event recorded now on the current stream."""
-        ev = torch.cuda.Event(enable_timing=True)
+        ev = new_event()
         ev.record()
         return ev
 

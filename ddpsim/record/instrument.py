@@ -190,8 +190,10 @@ class InternalsProfiler:
         by_start = lambda e: e.time_range.start  # noqa: E731
         launches = sorted((e for e in events if e.name == "c10d::allreduce_"), key=by_start)
         runs = sorted((e for e in events if e.name.startswith("gloo:all_reduce")), key=by_start)
-        # gloo runs collectives in the order they were enqueued: the n-th launch is the n-th run.
-        ends = {id(launch): run.time_range.end for launch, run in zip(launches, runs)}
+        # gloo runs collectives in the order they were enqueued: the n-th launch is the n-th run,
+        # counted from the end: a run the profiler missed is an early one (seen on torch 2.4.1: the
+        # first bucket's run on a gloo thread not yet profiled), and the bitmap is launched last.
+        ends = {id(launch): run.time_range.end for launch, run in zip(reversed(launches), reversed(runs))}
         for s in (e for e in events if e.name == SEARCH_EVENT):
             recorder.span("graph_search", to_ns(s.time_range.start), to_ns(s.time_range.end))
         for b in launches:
