@@ -21,8 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path.home() / ".cache" / "ddpsim-torch-matrix"
-HEAD = ("| torch | passed | failed | skipped | minutes | first lines of the failures |\n"
-        "|---|---|---|---|---|---|")
+TITLE = ("# The torch matrix: the whole test suite on each torch ddpsim supports\n\n"
+         "Written by `benchmarks/torch_matrix.py` (one side venv per torch: the standard wheel from the "
+         "package index, a CUDA build run on the CPU, with the project's other pins). The README's "
+         "supported range and `ddpsim.torchcompat.TESTED` are the versions with 0 failures here.\n\n")
+HEAD = ("| torch | commit | passed | failed | skipped | minutes | first lines of the failures |\n"
+        "|---|---|---|---|---|---|---|")
 
 
 def other_pins() -> list[str]:
@@ -73,7 +77,18 @@ def counts(junit: Path) -> dict:
 
 def row(version: str, c: dict, seconds: float) -> str:
     fails = "<br>".join(c["failures"]).replace("|", "\\|") or ""
-    return f"| {version} | {c['passed']} | {c['failed']} | {c['skipped']} | {seconds / 60:.1f} | {fails} |"
+    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--exclude", "*"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    return (f"| {version} | {commit} | {c['passed']} | {c['failed']} | {c['skipped']} | {seconds / 60:.1f} "
+            f"| {fails} |")
+
+
+def kept_rows(out: Path) -> dict[str, str]:
+    """The rows of an earlier table, by version: a run of some versions keeps the others'."""
+    if not out.exists():
+        return {}
+    return {line.split("|")[1].strip(): line for line in out.read_text().splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip()[:1].isdigit()}
 
 
 def main(argv=None) -> int:
@@ -88,23 +103,25 @@ def main(argv=None) -> int:
     if not versions:
         p.error("--torch names no version")
     args.cache.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows = kept_rows(args.out)
     for v in versions:  # the table is written after each version: a stopped run keeps what it had
         print(f"== torch {v}", flush=True)
         python = venv_for(v, args.cache)
         junit = args.cache / f"torch-{v}.junit.xml"
         seconds = run_suite(python, junit, args.notebooks, args.pytest_args)
-        rows.append(row(v, counts(junit), seconds))
+        rows[v] = row(v, counts(junit), seconds)
         write_table(args, rows)
     print(args.out.read_text())
     return 0
 
 
-def write_table(args, rows: list[str]) -> None:
+def write_table(args, rows: dict[str, str]) -> None:
     pytest_args = " ".join(args.pytest_args) or "the whole suite"
-    args.out.write_text(f"{HEAD}\n" + "\n".join(rows) + f"\n\n(`python benchmarks/torch_matrix.py --torch "
-                        f"{args.torch}`{' --notebooks' if args.notebooks else ''}; pytest: {pytest_args}; "
-                        f"Python {sys.version.split()[0]}, CPU only.)\n")
+    key = lambda v: tuple(int(x) if x.isdigit() else 0 for x in v.split("+")[0].split("."))  # noqa: E731
+    ordered = [rows[v] for v in sorted(rows, key=key)]
+    args.out.write_text(f"{TITLE}{HEAD}\n" + "\n".join(ordered) + f"\n\n(`python benchmarks/torch_matrix.py "
+                        f"--torch VERSIONS`{' --notebooks' if args.notebooks else ''}, rows from one or more runs; "
+                        f"pytest: {pytest_args}; Python {sys.version.split()[0]}, CPU only.)\n")
 
 
 if __name__ == "__main__":

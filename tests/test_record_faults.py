@@ -94,3 +94,13 @@ def test_only_no_sync_steps_is_a_good_run_with_a_note(tmp_path):
     assert "no synced iteration" in result.stdout
     trace = load_trace(out)
     assert trace.complete and [it.sync for it in trace.ranks[0].iterations] == [False, False]
+
+
+def test_a_signal_death_is_a_cause_whatever_its_last_line_says():
+    """gloo in torch 2.10 logs 'connected to 1 peer ranks' at start-up: the killed rank's last line."""
+    from ddpsim.record.explain import is_secondary, root_cause
+
+    killed = "died from signal SIGKILL; last output: [Gloo] Rank 1 is connected to 1 peer ranks."
+    survivor = "RuntimeError: [gloo/transport/tcp/pair.cc:538] Read error: Connection reset by peer"
+    assert is_secondary(survivor) and not is_secondary(killed)
+    assert root_cause({0: survivor, 1: killed}) == (1, killed)

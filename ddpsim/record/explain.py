@@ -7,12 +7,18 @@ import re
 SECONDARY = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|peer|"
                        r"Timed out|timed out|timeout|NCCL communicator was aborted|stopped before finishing",
                        re.IGNORECASE)
+SIGNALLED = "died from signal"  # how the launcher words a rank killed by a signal
 UNREDUCED = "Expected to have finished reduction in the prior iteration"
 INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+):\s*([\d ]+)")
 
 
 def is_secondary(error: str | None) -> bool:
-    return bool(error) and bool(SECONDARY.search(error))
+    """Whether ``error`` is a consequence of another rank's failure. A rank killed by a signal is
+    a cause whatever its last output line says (gloo in torch 2.10 logs "Rank 1 is connected to 1
+    peer ranks" at start-up, which ``SECONDARY`` would match)."""
+    if not error or error.startswith(SIGNALLED):
+        return False
+    return bool(SECONDARY.search(error))
 
 
 def names_for(indices: list[int], params: list[dict]) -> list[str]:

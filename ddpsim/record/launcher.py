@@ -28,7 +28,7 @@ from typing import Callable
 from ddpsim.errors import CLIError
 from ddpsim import heartbeat
 from ddpsim.record.config import RecordConfig
-from ddpsim.record.explain import explain, is_secondary, root_cause
+from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
 from ddpsim.record.merge import first_forward_ns, merge, merge_files, read_shard
 from ddpsim.record.turns import Turns
 from ddpsim.trace.writer import write_trace_dict
@@ -290,5 +290,5 @@ def _read_or_stub(path: Path, rank: int) -> dict:
 def _exit_reason(code: int, log: Path) -> str:
     tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
     if code < 0:
-        return f"died from signal {signal.Signals(-code).name}" + (f"; last output: {tail[0]}" if tail else "")
+        return f"{SIGNALLED} {signal.Signals(-code).name}" + (f"; last output: {tail[0]}" if tail else "")
     return tail[0] if tail else f"exited with status {code}"
