@@ -6,8 +6,8 @@ release needs checking in one file. Each function says which torch versions it w
 what it falls back to when the private API is missing.
 
 "Checked" means: read in that release's sources (torch/nn/parallel/distributed.py,
-torch/distributed/__init__.py) or run here (2.13.0+cpu; 2.14.1+cu130 on the CPU, the whole
-test suite, 2026-11-25). A missing attribute never raises: the function falls back to public
+torch/distributed/__init__.py) or run here: the whole test suite on every release in ``TESTED``
+(docs/torch-matrix.md, written by benchmarks/torch_matrix.py, 2026-11-26). A missing attribute never raises: the function falls back to public
 behaviour, or returns None, which callers show as "unknown".
 """
 from __future__ import annotations
@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-SUPPORTED = ((2, 4), (2, 14))  # oldest and newest (major, minor) ddpsim was checked on
+# The releases whose whole test suite passed (docs/torch-matrix.md, benchmarks/torch_matrix.py);
+# any other prints one warning line and runs.
+TESTED = ((2, 4), (2, 8), (2, 13), (2, 14))
+SUPPORTED = ((2, 4), (2, 14))  # oldest and newest of TESTED (major, minor)
 MIB = 1024 * 1024
 # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.14.
 DEFAULT_FIRST_BUCKET_BYTES = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MIB))
@@ -36,14 +39,16 @@ def torch_version(version: str | None = None) -> tuple[int, int]:
 
 
 def version_warning(version: str | None = None) -> str | None:
-    """One line when torch is outside the checked range, else None."""
+    """One line when torch is not a release the test suite ran on (``TESTED``), else None."""
     got = torch_version(version)
-    lo, hi = SUPPORTED
-    if lo <= got <= hi:
+    if got in TESTED:
         return None
-    return (f"ddpsim: warning: torch {version or torch.__version__} is outside the range ddpsim was "
-            f"checked on ({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}); private APIs fall back to public "
-            f"behaviour and some fields may read 'unknown'")
+    lo, hi = SUPPORTED
+    where = "inside the range but not a release" if lo <= got <= hi else "outside the range"
+    tested = ", ".join(f"{a}.{b}" for a, b in TESTED)
+    return (f"ddpsim: warning: torch {version or torch.__version__} is {where} ddpsim was "
+            f"tested on ({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}: {tested}; docs/torch-matrix.md); private APIs "
+            f"fall back to public behaviour and some fields may read 'unknown'")
 
 
 _warned = []

@@ -20,12 +20,17 @@ def test_version_parsing_and_warning():
     assert torchcompat.torch_version("2.11.0+cu130") == (2, 11)
     assert torchcompat.torch_version("2.4.1") == (2, 4)
     assert torchcompat.torch_version("2.14.0.dev20270101") == (2, 14)
-    assert torchcompat.version_warning("2.11.0+cu130") is None
+    assert "inside the range but not a release" in torchcompat.version_warning("2.11.0+cu130")
+    assert torchcompat.version_warning("2.4.1") is None and torchcompat.version_warning("2.8.0") is None
     assert torchcompat.version_warning("2.13.0+cpu") is None
     assert torchcompat.version_warning("2.14.1+cu130") is None
     for old_or_new in ("2.3.1", "1.13.0", "2.15.0"):
         line = torchcompat.version_warning(old_or_new)
         assert line and "\n" not in line and old_or_new in line and "2.4 to 2.14" in line
+    for untested in range(torchcompat.SUPPORTED[0][1], torchcompat.SUPPORTED[1][1] + 1):
+        line = torchcompat.version_warning(f"2.{untested}.0")
+        assert (line is None) == ((2, untested) in torchcompat.TESTED), untested
+        assert line is None or "inside the range" in line
     assert torchcompat.version_warning() is None  # the pinned torch is in range
 
 
