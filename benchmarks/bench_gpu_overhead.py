@@ -63,13 +63,17 @@ def rank_main(rank, world, port, model, pairs, batch, shard_dir, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
+    os.environ["TORCH_NCCL_ENABLE_TIMING"] = "1"  # as a recording has it (record.process.init_process_group)
     dist.init_process_group("nccl", rank=rank, world_size=world)
+    os.environ["TORCH_NCCL_ENABLE_TIMING"] = "0"
+    plain_group = dist.new_group(backend="nccl")  # the plain DDP's group, without NCCL's timing events
     cfg = RecordConfig(model=model, world_size=world, iters=2 * pairs + 10, backend="nccl", batch_size=batch)
     recorder = RankRecorder(Path(shard_dir) / f"rank{rank}.jsonl", rank, {})
     run = Run(cfg, rank, world, device, recorder)
     torch.manual_seed(cfg.seed)
     workload = build_workload(model)
-    plain = torch.nn.parallel.DistributedDataParallel(workload.model.to(device), device_ids=[rank])
+    plain = torch.nn.parallel.DistributedDataParallel(workload.model.to(device), device_ids=[rank],
+                                                    process_group=plain_group)
     opt = torch.optim.SGD(plain.parameters(), lr=cfg.lr)
     ratios, times = [], {"plain": [], "recorded": []}
     for it in range(2 * pairs + 10):

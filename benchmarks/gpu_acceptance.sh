@@ -4,7 +4,8 @@
 # 1. the GPU, torch, CUDA and NCCL versions;
 # 2. `ddpsim selfcheck --gpu` (NCCL on every GPU, gloo --device cuda, trace checks, the recorder
 #    against torch's profiler on ResNet-50), beside it the record/minddp/sim tests with CUDA hidden;
-# 3. recording overhead, interleaved (benchmarks/bench_gpu_overhead.py), ResNet-50 and transformer;
+# 3. recording overhead, interleaved (benchmarks/bench_gpu_overhead.py): ResNet-50 at batch 32 and 64,
+#    and the transformer;
 # 4. the record/minddp/sim tests with CUDA visible.
 # Each step has a time limit (seconds, below) so that the whole run ends in about 8 minutes;
 # a step stopped at its limit says so and the counts it reached are kept.
@@ -32,11 +33,11 @@ wait $hidden
 tail -n 4 "$OUT/tests_cuda_hidden.txt"
 
 echo "== recording overhead, interleaved"
-for m in ddpsim.models.resnet:resnet50 transformer; do
-  timeout 50 $PY benchmarks/bench_gpu_overhead.py --model "$m" --pairs 40 2>&1 | quiet | tail -n 3
+for m in "ddpsim.models.resnet:resnet50" "ddpsim.models.resnet:resnet50 --batch-size 64" transformer; do
+  timeout 45 $PY benchmarks/bench_gpu_overhead.py --model $m --pairs 40 2>&1 | quiet | tail -n 3
 done | tee "$OUT/overhead.txt"
 
 echo "== the tests with CUDA visible"
-timeout -s INT 140 $PY -m pytest -q -n 14 $TESTS > "$OUT/tests_cuda_visible.txt" 2>&1
+timeout -s INT 130 $PY -m pytest -q -n 14 $TESTS > "$OUT/tests_cuda_visible.txt" 2>&1
 echo "exit $?" >> "$OUT/tests_cuda_visible.txt"
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests_cuda_visible.txt" | tail -n 12

@@ -205,6 +205,22 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
                        group=process_group)
 
 
+def nccl_elapsed_ms(work) -> float | None:
+    """A finished NCCL collective's kernel time: ``Work._get_duration``, the elapsed time between
+    the start and end events ProcessGroupNCCL records around it (kept only when the group was made
+    with TORCH_NCCL_ENABLE_TIMING=1). None where torch cannot tell (timing off, another backend, a
+    release without it). Present on 2.4 - 2.14.
+    """
+    get = getattr(work, "_get_duration", None)
+    if get is None:
+        return None
+    try:
+        ms = float(get())
+    except RuntimeError:  # timing off, or a backend without it
+        return None
+    return ms if ms >= 0 else None
+
+
 def preserve_version_counter(tensors):
     """``torch.autograd._unsafe_preserve_version_counter`` (DDP's buffer broadcast), else a no-op.
 

@@ -30,6 +30,10 @@ pytest.importorskip("ddpsim.models.zoo_models")
 
 MODELS = ["mlp", "convnet", "transformer", "branchy", "shuffled"]
 CAPS = [1e-6, 0.25, None, 1000]  # tiny: every param its own bucket; 1000 MiB > any model
+# DDP's mean of per-rank gradients vs one process on the whole batch: the same sums in another
+# float32 order. A 16-core H200 host's CPU kernels gave 7.6e-5 on the MLP at 4 ranks (this
+# machine's, under 1e-5); a wrong average (a missing division, a lost bucket) is far larger.
+REFERENCE_ATOL = 2e-4
 STEPS, MICRO, BATCH, LR, SEED = 5, 2, 8, 0.1, 1234
 
 
@@ -179,7 +183,7 @@ def rank_main(rank, world_size):
         if j % world_size == rank:  # share the single-process references among ranks
             ref = reference(cfg, world_size)
             refs.append((cfg, max((a - b).abs().max().item() for a, b in zip(mparams, ref)),
-                         all(torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+                         all(torch.allclose(a, b, atol=REFERENCE_ATOL, rtol=1e-4)
                              for a, b in zip(mparams, ref))))
     return results, refs
 

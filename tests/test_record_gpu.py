@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ddpsim.record.config import visible_gpus
+from ddpsim.record import gpuclock
 from ddpsim.record.gpuclock import GpuTimer, timebase
 
 HAS_GPU = torch.cuda.is_available()
@@ -26,7 +27,8 @@ class _Event:
         pass
 
 
-def test_resolve_places_events_on_the_host_clock_and_keeps_cpu_times():
+def test_resolve_places_events_on_the_host_clock_and_keeps_cpu_times(monkeypatch):
+    monkeypatch.setattr(gpuclock, "wait_for_stream", lambda device: None)  # no device to wait for here
     timer = GpuTimer(torch.device("cpu"))
     timer.ref_event, timer.ref_ns = _Event(1000.0), 5_000_000_000  # anchor: GPU 1000 ms = host 5 s
     grad = {"t_ns": 5_000_100_000, "param": 3}  # the hook ran (CPU) at host 5.0001 s
@@ -39,6 +41,52 @@ def test_resolve_places_events_on_the_host_clock_and_keeps_cpu_times():
     assert bucket == {"launch_ns": 5_003_000_000, "cpu_launch_ns": 5_000_200_000,
                       "complete_ns": 5_010_250_000, "cpu_complete_ns": 5_000_300_000}
     assert timer.pending == []
+
+
+class _Work:
+    """Stands in for an NCCL Work: ``_get_duration`` is its kernel's start-to-end time in ms."""
+
+    def __init__(self, ms):
+        self.ms = ms
+
+    def _get_duration(self):
+        if self.ms is None:
+            raise RuntimeError("getDuration only works if ncclStartEvents_ is populated")
+        return self.ms
+
+
+def test_an_nccl_collectives_end_is_its_start_plus_torchs_elapsed_time(monkeypatch):
+    """Note [An NCCL collective's end]: start = max(launch, previous end), at most the side event."""
+    monkeypatch.setattr(gpuclock, "wait_for_stream", lambda device: None)
+    timer = GpuTimer(torch.device("cpu"))
+    timer.ref_event, timer.ref_ns = _Event(1000.0), 0  # GPU 1000 ms = host 0
+    first, second, third = ({"launch_ns": 1, "complete_ns": 2} for _ in range(3))
+    timer.pending = [(_Event(1001.0), first, "launch_ns", None), (_Event(1005.0), first, "complete_ns", None),
+                     (_Event(1002.0), second, "launch_ns", None), (_Event(1006.0), second, "complete_ns", None),
+                     (_Event(1007.0), third, "launch_ns", None), (_Event(1009.0), third, "complete_ns", None)]
+    timer.collectives = [(_Work(2.0), first, "launch_ns", "complete_ns"),  # runs 1 ms .. 3 ms
+                         (_Work(0.5), second, "launch_ns", "complete_ns"),  # queued behind it: 3 .. 3.5
+                         (_Work(None), third, "launch_ns", "complete_ns")]  # timing off: the side event
+    timer.resolve()
+    assert [d["complete_ns"] for d in (first, second, third)] == [3_000_000, 3_500_000, 9_000_000]
+    assert timer.collectives == []
+
+
+def test_events_are_made_once_and_reused_every_iteration(monkeypatch):
+    """Note [Few host calls per event]: the second iteration makes no new event."""
+    monkeypatch.setattr(gpuclock, "wait_for_stream", lambda device: None)
+    monkeypatch.setattr(gpuclock, "new_event", _CpuEvent)
+    timer = GpuTimer(torch.device("cpu"))
+    timer.anchor()
+    seen = []
+    for _ in range(2):
+        rows = [{"t": i} for i in range(3)]
+        for row in rows:
+            timer.later(row, "t", "cpu")
+        seen.append([ev for ev, *_ in timer.pending])
+        timer.resolve()
+        assert all(r["cpu"] == i and r["t"] >= timer.ref_ns for i, r in enumerate(rows))
+    assert [id(e) for e in seen[0]] == [id(e) for e in seen[1]] and len(timer.pool) == 3
 
 
 def test_timebase_says_which_clock():

@@ -92,6 +92,7 @@ class CommHookState:
         self.group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.profiled = profiled
+        self.nccl = dist.get_backend(process_group) == "nccl"  # how completion is timed (gpuclock.py)
 
 
 def bucket_hook(state, bucket):
@@ -106,9 +107,9 @@ def bucket_hook(state, bucket):
     params = [state.index[id(p)] for p in bucket.parameters()]
     event = state.recorder.bucket_launch(bucket.index(), params, buffer.numel() * buffer.element_size(), t)
     timer = state.timer
-    if timer is not None:  # the bucket's gradients are in its buffer on the GPU
-        timer.later(event, "launch_ns", "cpu_launch_ns")
     buffer.div_(state.world_size)
+    if timer is not None:  # the bucket's gradients, divided, are in its buffer on the GPU
+        timer.later(event, "launch_ns", "cpu_launch_ns")
     if state.profiled:
         with torch.profiler.record_function(OUR_LAUNCH):
             work = dist.all_reduce(buffer, group=state.group, async_op=True)
@@ -117,10 +118,12 @@ def bucket_hook(state, bucket):
 
     def done(fut):  # CPU: runs on a gloo thread when the allreduce completes
         event["complete_ns"] = now_ns()
-        if timer is not None:  # CUDA: runs once the collective is queued, on streams that wait for it
+        if timer is not None and not state.nccl:  # gloo, CUDA tensors: on streams that wait for it
             timer.later(event, "complete_ns", "cpu_complete_ns")
         return fut.value()[0]
 
+    if timer is not None and state.nccl:  # Note [Events on the right stream] in gpuclock.py
+        timer.after_collective(work, event, "launch_ns", "complete_ns", "cpu_complete_ns")
     future = work.get_future().then(done)
     if timer is None:  # the launch call's cost on the autograd thread (a CPU quantity)
         state.recorder.launch_end(event, now_ns())

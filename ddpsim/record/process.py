@@ -43,6 +43,8 @@ def init_process_group(backend: str, rank: int, world: int, timeout_s: float) ->
     Multi-node torchrun keeps torchrun's rendezvous.
     """
     timeout = timedelta(seconds=timeout_s)
+    if backend == "nccl":  # NCCL's own kernel timing events: Note [An NCCL collective's end] in gpuclock.py
+        os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     store_path = os.environ.get("DDPSIM_STORE")
     if store_path:
         store = dist.FileStore(store_path, world)
