@@ -116,6 +116,13 @@ class RankRecorder:
         self.iteration["bitmap_allreduce"] = {"launch_ns": launch_ns,
                                               "complete_ns": complete_ns, "bytes": nbytes}
 
+    def buffer_broadcast(self, launch_ns: int, complete_ns: int, nbytes: int) -> dict:
+        """DDP's ``_sync_buffers`` at this iteration's forward: rank 0's buffers to every rank.
+        Returns the event, so that GPU times can replace the host ones later (gpuclock.py)."""
+        ev = {"launch_ns": launch_ns, "complete_ns": complete_ns, "bytes": nbytes}
+        self.iteration["buffer_broadcast"] = ev
+        return ev
+
     def end_iteration(self, layout_caps=None, rebuilt: bool = False) -> None:
         """Write the finished iteration to the shard.
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 ENV = "DDPSIM_HEARTBEAT"
 STAGES = ("starting python", "joining the process group", "building the model",
-          "wrapping the model in DDP", "aligning clocks", "training", "finishing")
+          "wrapping the model in DDP", "aligning clocks", "training", "finishing", "out of data")
 PHASES = ("forward", "backward", "optimizer", "done")
 _FORMAT = "<8q"  # seq, stage, iteration, phase, buckets launched, last bucket, beat time (ns), pid
 SIZE = struct.calcsize(_FORMAT)
@@ -130,12 +130,33 @@ def read(path, rank: int) -> Beat:
     return Beat(rank, seq, stage, iteration, phase, launched, bucket)
 
 
+def out_of_data(beats: list[Beat], done: Beat) -> tuple[int, str]:
+    """Note [A rank out of data]: with uneven inputs the rank that runs out of batches leaves its
+    training loop while the others start another iteration, whose allreduces it never joins:
+    they wait until the collective timeout (the hang users meet most with DDP). Its heartbeat is
+    furthest along, so the rule for a stopped rank would blame one of the waiting ranks."""
+    others = [b for b in beats if b.rank != done.rank and STAGES[b.stage] == "training"]
+    line = f"ran out of data after iteration {done.iteration}"
+    if others:
+        ahead = max(others, key=lambda b: b.progress())
+        waiting = ahead.collective() or f"DDP's collectives ({ahead.doing()})"
+        who = ", ".join(str(b.rank) for b in others)
+        line += (f" while rank(s) {who} went on to iteration {ahead.iteration}: they wait in {waiting}, which "
+                 f"rank {done.rank} never joins")
+    line += ("; uneven inputs: give every rank the same number of batches, or wrap the training loop in "
+             "`with model.join():` (torch.distributed.algorithms.Join)")
+    return done.rank, line
+
+
 def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]:
     """(rank, one line): the rank that stopped making progress and what it did not join.
 
     The rank furthest behind is the one the others wait for; among equals, a
-    process the kernel reports as stopped (SIGSTOP) is named first.
+    process the kernel reports as stopped (SIGSTOP) is named first. A rank that ran out of
+    data comes before both (Note [A rank out of data]).
     """
+    if (out := [b for b in beats if STAGES[b.stage] == "out of data"]):
+        return out_of_data(beats, min(out, key=lambda b: (b.iteration, b.rank)))
     behind = min(beats, key=lambda b: (b.progress(), b.rank not in stopped, b.rank))
     ahead = max(beats, key=lambda b: b.progress())
     line = f"stopped {behind.doing()}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -203,6 +204,27 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
     for t in tensors:
         dist.broadcast(t, src=dist.get_global_rank(process_group, src) if process_group else src,
                        group=process_group)
+
+
+def torch_ddp(module, broadcast_buffers: bool = True, **options):
+    """torch's ``DistributedDataParallel`` with ``broadcast_buffers`` as it meant up to 2.12: False
+    means no buffer broadcast at all, neither at construction nor before each forward. 2.13
+    deprecates it (a FutureWarning) for ``forward_sync_buffers``, whose False still broadcasts at
+    construction, and keeps the old meaning for ``broadcast_buffers=False``; so ddpsim passes it
+    only when False, with that warning silenced. Checked on 2.4 - 2.14.
+    """
+    if broadcast_buffers:
+        return torch.nn.parallel.DistributedDataParallel(module, **options)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+        return torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False, **options)
+
+
+def wrap_sync_buffers(ddp, around) -> None:
+    """Time torch DDP's buffer broadcast: ``around(call)`` runs in place of ``ddp._sync_buffers()``
+    (which ``_pre_forward`` calls when ``will_sync_module_buffers()``; 2.4 - 2.14)."""
+    original = ddp._sync_buffers
+    ddp._sync_buffers = lambda: around(original)
 
 
 def nccl_elapsed_ms(work) -> float | None:

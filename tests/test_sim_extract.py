@@ -194,7 +194,7 @@ def test_launch_cost_and_rank_speeds_are_learnt():
 def _iteration(i: int, compute_ns: int):
     from types import SimpleNamespace
 
-    return SimpleNamespace(iteration=i, forward=SimpleNamespace(duration_ns=compute_ns // 4),
+    return SimpleNamespace(iteration=i, forward_compute_ns=compute_ns // 4,
                            backward=SimpleNamespace(start_ns=0), backward_compute_end_ns=compute_ns - compute_ns // 4)
 
 

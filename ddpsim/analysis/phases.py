@@ -1,4 +1,5 @@
-"""Phases of an iteration: forward, backward compute, the tail after the last gradient, the optimizer step."""
+"""Phases of an iteration: the buffer broadcast, forward, backward compute, the tail after the last
+gradient, the optimizer step."""
 from __future__ import annotations
 
 import statistics
@@ -6,11 +7,11 @@ import statistics
 from ddpsim.analysis.metrics import NS, steady_cycles
 from ddpsim.trace import Trace
 
-PHASES = ("forward", "compute", "tail", "optimizer")
+PHASES = ("buffers", "forward", "compute", "tail", "optimizer")
 
 
 def phase_medians(trace: Trace) -> dict[str, float]:
-    """Forward, backward compute, tail after the last gradient, optimizer step (s).
+    """Buffer broadcast, forward, backward compute, tail after the last gradient, optimizer step (s).
 
     Each phase is the difference of two medians over steady iterations and ranks
     of the time from the rank's iteration start to the phase end, so the phases
@@ -24,6 +25,7 @@ def phase_medians(trace: Trace) -> dict[str, float]:
             if it is None:
                 continue
             t0 = it.forward.start_ns
+            ends["buffers"].append((it.forward_compute_start_ns - t0) * NS)
             ends["forward"].append((it.forward.end_ns - t0) * NS)
             ends["compute"].append((it.backward_compute_end_ns - t0) * NS)
             ends["tail"].append((it.backward.end_ns - t0) * NS)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import waiting
 from ddpsim.learn import learn, replay_config, simulate, sweep
-from ddpsim.learn.extract import config_from_trace
+from ddpsim.learn.extract import buffer_bytes, config_from_trace
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.sim.network import gpus, networks
 from ddpsim.trace import Trace
@@ -90,7 +90,7 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
-               trace: Trace | None = None, algo=None) -> SimConfig:
+               trace: Trace | None = None, algo=None, broadcast_buffers=None) -> SimConfig:
     """A SimConfig for the what-if choices.
 
     A recorded trace (``work`` learnt from ``trace``): its replay with the changes
@@ -101,6 +101,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
                "find_unused_parameters": bool(find_unused_parameters), "no_sync_every": int(no_sync_every),
                "trace_ranks": trace_ranks, "time_limit_s": TIME_LIMIT_S}
+    if broadcast_buffers is not None:  # None: as recorded
+        changes["broadcast_buffers"] = bool(broadcast_buffers)
     if base.kind == "trace" and work is not None and trace is not None:
         if network not in (AS_RECORDED, None, ""):
             prof = networks()[network]
@@ -160,7 +162,13 @@ def choices(base: Base) -> dict:
     return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order if order in ORDERS else "torch",
             "find_unused_parameters": bool(c.get("find_unused_parameters")),
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
-            "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None}
+            "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None,
+            "broadcast_buffers": bool(c.get("broadcast_buffers", True))}
+
+
+def has_buffers(trace: Trace | None) -> bool:
+    """Whether the run's model has buffers DDP would broadcast (the broadcast_buffers toggle)."""
+    return trace is not None and buffer_bytes(trace) > 0
 
 
 def cap_options(base: Base) -> list:

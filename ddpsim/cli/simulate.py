@@ -44,6 +44,8 @@ def add_arguments(p) -> None:
     d.add_argument("--first-bucket-cap-mb", type=float, help="override the first bucket's cap")
     d.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
     d.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
+    d.add_argument("--broadcast-buffers", action=argparse.BooleanOptionalAction, default=None,
+                   help="DDP's broadcast of rank 0's buffers before each forward (default: as recorded)")
     d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
     d.add_argument("--no-sync-every", type=int, help="sync every n micro-steps (no_sync in between)")
     d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
@@ -195,7 +197,7 @@ def parse_stragglers(values) -> dict:
 
 FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
-          "static_graph": "static_graph", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
+          "static_graph": "static_graph", "broadcast_buffers": "broadcast_buffers", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
           "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}

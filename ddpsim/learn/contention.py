@@ -94,7 +94,7 @@ def weigh(flights_by_it: dict, link: Link, world_size: int) -> dict:
 
 def busy(it: Iteration) -> list[tuple[int, int, float]]:
     """When a rank computes (demand 1): forward, backward up to its last gradient, the optimizer step."""
-    out = [(it.forward.start_ns, it.forward.end_ns, 1.0), (it.backward.start_ns, it.backward_compute_end_ns, 1.0)]
+    out = [(it.forward_compute_start_ns, it.forward.end_ns, 1.0), (it.backward.start_ns, it.backward_compute_end_ns, 1.0)]
     if it.optimizer:
         out.append((it.optimizer.start_ns, it.optimizer.end_ns, 1.0))
     return out

@@ -49,6 +49,7 @@ from ddpsim.learn.noise import recorded_ranks
 from ddpsim.sim.replay import recorded_layouts
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
+from ddpsim.trace.types import Span
 from ddpsim.trace.profile_sizes import UnknownSizesError, unknown_sizes
 
 NS = 1e-9
@@ -66,7 +67,7 @@ def config_from_trace(trace: Trace) -> dict:
     out = {"world_size": trace.world_size}
     if opts.get("bucket_cap_mb") is not None:
         out["bucket_cap_mb"] = float(opts["bucket_cap_mb"])
-    for k in ("find_unused_parameters", "static_graph"):
+    for k in ("find_unused_parameters", "static_graph", "broadcast_buffers"):
         if opts.get(k) is not None:
             out[k] = bool(opts[k])
     if opts.get("no_sync_every"):
@@ -145,7 +146,8 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
         ready_order=order, grad_compute_s=[_med(deltas[p]) * NS for p in order],
         link=link.with_(interference=interference), unused=unused,
         **_phase_times(trace, its, sync, steady, jobs),
-        launch_s=launch_fit[0] * NS, launch_s_per_byte=launch_fit[1] * NS,
+        launch_s=launch_fit[0] * NS, launch_s_per_byte=launch_fit[1] * NS, buffer_bytes=buffer_bytes(trace),
+        buffer_broadcast_s=broadcast_seconds(trace),
         meta={"kind": "trace", "source": trace.source, "recorded_world_size": trace.world_size,
               "backend": backend, "steady_iterations": sorted(steady), "comm_fit": fit,
               **({"no_network": fit["no_network"]} if fit and "no_network" in fit else {}),
@@ -160,6 +162,34 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               "interference_estimated": interference,
               "jitter_estimated": round(_jitter(clean), 4)},
     )
+
+
+def buffer_bytes(trace: Trace) -> int:
+    """Bytes of the module's buffers: as broadcast in the recording, else as the recorder counted
+    them (``meta.buffer_bytes``; a run without broadcasts), else 0 (not known: none simulated)."""
+    sent = [it.buffer_broadcast.bytes for r in trace.ranks for it in r.iterations if it.buffer_broadcast]
+    if sent:
+        return int(statistics.median_low(sent))
+    counted = trace.meta.get("buffer_bytes")
+    return counted if isinstance(counted, int) and not isinstance(counted, bool) and counted >= 0 else 0
+
+
+def broadcast_seconds(trace: Trace) -> float | None:
+    """Note [A broadcast learnt from the recording]: a recorded buffer broadcast lasts from the
+    moment a rank calls it to the end, so it holds that rank's wait for the others. The rank that
+    called it last waited for nobody: per iteration the shortest span over the ranks is the
+    broadcast itself, and the median over iterations is its cost at the recorded world size (on
+    this 2-core machine 2.7 KB took ~5 ms, the scheduler's wake-ups; the ring model said 0.02 ms).
+    The simulator scales it to other world sizes with the link's model. None where no broadcast
+    was recorded (the link's model alone)."""
+    by_iteration: dict[int, list[int]] = {}
+    for r in trace.ranks:
+        for it in r.iterations:
+            if it.buffer_broadcast:
+                c = it.buffer_broadcast
+                by_iteration.setdefault(it.iteration, []).append(c.complete_ns - c.launch_ns)
+    full = [min(v) for v in by_iteration.values() if len(v) == len(trace.ranks)]
+    return _med(full) * NS if full else None
 
 
 def _samples(trace: Trace) -> tuple[list, set[int], list]:
@@ -227,8 +257,8 @@ def _phase_times(trace: Trace, its, sync, steady: set[int], jobs: dict | None) -
     gaps = [max(0, b.forward.start_ns - a.end_ns) for r in trace.ranks
             for a, b in zip(r.iterations, r.iterations[1:]) if a.iteration in steady and b.iteration in steady]
     return {
-        "forward_s": _med((it.forward.duration_ns - (it.graph_search.duration_ns if gs_inside(it) else 0))
-                          * alone(it, it.forward) for it in its) * NS,
+        "forward_s": _med((it.forward_compute_ns - (it.graph_search.duration_ns if gs_inside(it) else 0))
+                          * alone(it, Span(it.forward_compute_start_ns, it.forward.end_ns)) for it in its) * NS,
         "graph_search_s": _med(it.graph_search.duration_ns for it in its if it.graph_search) * NS,
         "pre_backward_s": _med(max(0, it.backward.start_ns - it.forward.end_ns - (
             it.graph_search.duration_ns if it.graph_search and not gs_inside(it) else 0)) for it in its) * NS,
@@ -255,7 +285,7 @@ def _jitter(clean) -> float:
     taken across the ranks of each iteration (the sample variance, averaged over
     iterations) and divided by the mean compute.
     """
-    computes = [it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
+    computes = [it.forward_compute_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     mean = statistics.mean(computes) if len(computes) >= 3 else 0.0
     if mean <= 0:
         return 0.0

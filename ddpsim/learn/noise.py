@@ -36,7 +36,7 @@ NS = 1e-9
 
 
 def _forward(it: Iteration) -> int:
-    return it.forward.duration_ns
+    return it.forward_compute_ns
 
 
 def _backward(it: Iteration) -> int:

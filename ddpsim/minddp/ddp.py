@@ -16,6 +16,7 @@ from torch import nn
 
 from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
+from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.reducer import Reducer
@@ -72,7 +73,7 @@ class DistributedDataParallel(nn.Module):
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
-                 recorder=None, bucket_order=None):
+                 recorder=None, bucket_order=None, broadcast_buffers=True):
         super().__init__()
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
         self.bucket_order = None if order is BucketOrder.TORCH else order.value
@@ -80,6 +81,8 @@ class DistributedDataParallel(nn.Module):
         self.process_group = process_group or dist.group.WORLD
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = static_graph
+        self.broadcast_buffers = broadcast_buffers
+        self.recorder = recorder
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
         params, names, sparse = build_params_for_reducer(module)
@@ -94,8 +97,10 @@ class DistributedDataParallel(nn.Module):
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
 
     def sync_module_states(self):
-        """Mirrors ``_sync_module_states``: every rank starts from rank 0's weights."""
-        tensors = [p.detach() for p in self.module.parameters()] + self.modules_buffers
+        """Mirrors ``_sync_module_states``: every rank starts from rank 0's weights, and its buffers
+        unless ``broadcast_buffers=False`` (then none is ever broadcast)."""
+        buffers = self.modules_buffers if self.broadcast_buffers else []
+        tensors = [p.detach() for p in self.module.parameters()] + buffers
         if tensors:
             torchcompat.broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
 
@@ -168,20 +173,30 @@ class DistributedDataParallel(nn.Module):
             self.reducer.prepare_for_forward()
         if torch.is_grad_enabled():
             self.reducer.rebuild_buckets()
-        if self.require_forward_param_sync and self.modules_buffers:
+        if self.will_sync_module_buffers():
             self.sync_buffers()
+
+    def will_sync_module_buffers(self):
+        """Mirrors ``will_sync_module_buffers``: broadcast_buffers on, buffers to send, and the
+        last forward was a synced one (``require_forward_param_sync``)."""
+        return self.require_forward_param_sync and self.broadcast_buffers and len(self.modules_buffers) > 0
 
     def sync_buffers(self):
         """Mirrors ``_sync_buffers``: rank 0's buffers (e.g. BatchNorm running stats).
 
         Note [Buffers follow rank 0]: buffers are not gradients; torch's default
         (broadcast_buffers=True) overwrites them with rank 0's before each forward
-        that follows a synced forward (``require_forward_param_sync``).
+        that follows a synced forward (``require_forward_param_sync``). Every rank waits
+        for the broadcast before its forward starts: a sync point at the forward's start.
         """
+        start = now_ns()
         self.modules_buffers = [b for _, b in self.module.named_buffers()]
         with torch.no_grad(), torchcompat.preserve_version_counter(self.modules_buffers):
             torchcompat.broadcast_coalesced(self.process_group, self.modules_buffers,
                                             BROADCAST_BUCKET_BYTES, 0)
+        if self.recorder is not None:
+            nbytes = sum(b.numel() * b.element_size() for b in self.modules_buffers)
+            self.recorder.buffer_broadcast(start, now_ns(), nbytes)
 
     def post_forward(self, output):
         """Mirrors ``_post_forward``.

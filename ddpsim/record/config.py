@@ -29,7 +29,9 @@ class RecordConfig:
     find_unused_parameters: bool = False  # torch default False
     static_graph: bool = False  # torch default False
     gradient_as_bucket_view: bool = False  # torch default False
+    broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
     no_sync_every: int | None = None  # sync every n-th micro-step (n-1 under no_sync); None: always
+    uneven: int = 0  # uneven inputs: rank r runs uneven * r fewer micro-steps (not in torch); 0: all alike
     batch_size: int | None = None  # samples per rank per micro-step; None: the model's default
     seed: int = 0  # torch.manual_seed before building the model
     backend: str | None = None  # None: nccl with one visible GPU per local rank, else gloo (choose_backend)
@@ -70,6 +72,9 @@ class RecordConfig:
              f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}"),
             (not self.probe_allreduce_bytes or min(self.probe_allreduce_bytes) > 0,
              f"probe_allreduce_bytes must be positive sizes, not {self.probe_allreduce_bytes}"),
+            (0 <= self.uneven and self.iters - self.uneven * (self.world_size - 1) >= 1,
+             f"--uneven {self.uneven} leaves rank {self.world_size - 1} without iterations: rank r runs "
+             f"--iters minus {self.uneven} x r ({self.iters} - {self.uneven} x {self.world_size - 1} < 1)"),
             (self.order is None or self.impl == "minddp",
              f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
         ]
@@ -89,6 +94,10 @@ class RecordConfig:
 
     def resolved_backend(self) -> str:
         return self.placement().backend
+
+    def iters_for(self, rank: int) -> int:
+        """Micro-steps rank ``rank`` has data for (``uneven``)."""
+        return self.iters - self.uneven * rank
 
     def is_sync(self, iteration: int) -> bool:
         """Micro-step ``iteration`` synchronises unless it is a no_sync accumulation step."""
@@ -187,8 +196,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--find-unused-parameters", action="store_true")
     p.add_argument("--static-graph", action="store_true")
     p.add_argument("--gradient-as-bucket-view", action="store_true")
+    p.add_argument("--no-broadcast-buffers", dest="broadcast_buffers", action="store_false",
+                   help="broadcast_buffers=False: no broadcast of rank 0's buffers before each forward")
     p.add_argument("--no-sync-every", type=int, default=None, metavar="N",
                    help="synchronise every N-th micro-step; the others accumulate under no_sync")
+    p.add_argument("--uneven", type=int, default=0, metavar="K",
+                   help="uneven inputs: rank r gets K x r fewer batches than rank 0 (the run hangs as DDP "
+                        "would, and ddpsim names the rank that ran out of data)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per rank per micro-step")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--backend", default=None, choices=BACKENDS,

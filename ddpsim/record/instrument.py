@@ -82,6 +82,22 @@ class GradReadyProbe:
             h.remove()
 
 
+def time_buffer_broadcasts(ddp, recorder: RankRecorder, timer=None) -> None:
+    """Record torch DDP's ``_sync_buffers`` (rank 0's buffers to every rank, at a forward's start)
+    as the iteration's ``buffer_broadcast``: host times, or CUDA events on the current stream,
+    which waits for the broadcast (Note [Events on the right stream] in gpuclock.py)."""
+    def around(sync_buffers):
+        nbytes = sum(b.numel() * b.element_size() for b in ddp.modules_buffers)
+        event = recorder.buffer_broadcast(now_ns(), 0, nbytes)
+        if timer is not None:
+            timer.later(event, "launch_ns")
+        sync_buffers()
+        event["complete_ns"] = now_ns()
+        if timer is not None:
+            timer.later(event, "complete_ns")
+    torchcompat.wrap_sync_buffers(ddp, around)
+
+
 class CommHookState:
     """State for ``bucket_hook``: what DDP's built-in allreduce needs, plus the recorder."""
 

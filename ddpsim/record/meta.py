@@ -12,8 +12,8 @@ import torch
 
 from ddpsim.record.config import RecordConfig
 
-OPTION_KEYS = ("bucket_cap_mb", "find_unused_parameters", "static_graph", "gradient_as_bucket_view",
-               "no_sync_every", "batch_size", "seed", "iters", "lr", "timeout_s")
+OPTION_KEYS = ("bucket_cap_mb", "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
+               "no_sync_every", "batch_size", "seed", "iters", "lr", "timeout_s", "uneven")
 
 
 def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | None = None) -> dict:

@@ -36,10 +36,11 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
                 static_graph=cfg.static_graph, gradient_as_bucket_view=cfg.gradient_as_bucket_view)
     if cfg.impl == "torch":
         ids = [device.index] if device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **opts)
+        return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids, **opts)
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
-        return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **opts)
+        return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order,
+                                       broadcast_buffers=cfg.broadcast_buffers, **opts)
     if cfg.impl == "overlap":
         from ddpsim.minddp.overlap import OverlapDDP
         return OverlapDDP(model, recorder=recorder, **opts)
@@ -53,6 +54,7 @@ class TorchProbes:
     def __init__(self, cfg: RecordConfig, ddp, recorder: RankRecorder, timer=None):
         params = instrument.reducer_params(ddp.module)
         self.grads = instrument.GradReadyProbe(params, recorder, timer)
+        instrument.time_buffer_broadcasts(ddp, recorder, timer)
         self.profiler = (instrument.InternalsProfiler(len(params)) if cfg.profile_internals
                          and cfg.find_unused_parameters and not cfg.static_graph else None)
         state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None, timer=timer)
@@ -99,7 +101,8 @@ class Run:
         torch.manual_seed(cfg.seed)
         self.workload = build_workload(cfg.model)
         self.model = self.workload.model.to(device)
-        recorder.header_update({"params": instrument.param_table(self.model)})
+        recorder.header_update({"params": instrument.param_table(self.model),
+                                "buffer_bytes": sum(b.numel() * b.element_size() for b in self.model.buffers())})
         heartbeat.beat(stage="wrapping the model in DDP")
         self.ddp = wrap_model(cfg, self.model, recorder, device)
         # On CUDA, torch's DDP is timed by CUDA events (gpuclock.py); minddp/naive report CPU times.
@@ -188,9 +191,10 @@ class Run:
         return torchcompat.ddp_logging_data(self.ddp) if self.cfg.impl == "torch" else None
 
 
-def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> None:
+def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> bool:
     """Build every Run, align clocks, then step them in turn: iteration i of each, then i + 1
-    (each such round in this group's turn, when groups of other world sizes record beside it)."""
+    (each such round in this group's turn, when groups of other world sizes record beside it).
+    False if this rank ran out of data before the others (``--uneven``)."""
     heartbeat.beat(stage="building the model")
     runs = [Run(c, rank, world, device, r) for c, r in zip(cfgs, recorders)]
     heartbeat.beat(stage="aligning clocks")
@@ -202,11 +206,12 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
     heartbeat.beat(stage="training")
     if turns:
         turns.ready(rank)
-    for it in range(max(c.iters for c in cfgs)):
+    mine = [c.iters_for(rank) for c in cfgs]  # uneven inputs: fewer batches on later ranks
+    for it in range(max(mine)):
         if turns:
             turns.take(cfgs[0].timeout_s)
-        for run in runs:
-            if it < run.cfg.iters:
+        for run, n in zip(runs, mine):
+            if it < n:
                 run.step(it)
         for probe, _ in probes:  # Note [Calibrate in the recording's ranks]
             probe.time_each()
@@ -223,6 +228,10 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         run.recorder.header_update({"allreduce_probe": probe.rows()})
     for run in runs:
         run.recorder.finish(run.logging_data())
+    if max(mine) < max(c.iters for c in cfgs):  # Note [A rank out of data] in heartbeat.py
+        heartbeat.beat(stage="out of data", iteration=max(mine) - 1)
+        return False
+    return True
 
 
 def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | None = None) -> None:
@@ -249,9 +258,9 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     try:
         heartbeat.beat(stage="joining the process group")
         init_process_group(backend, rank, world, cfg.timeout_s)
-        train(cfgs, rank, world, device, recorders)
-        heartbeat.beat(stage="finishing")
-        dist.barrier()  # every shard is complete on disk once this returns
+        if train(cfgs, rank, world, device, recorders):
+            heartbeat.beat(stage="finishing")
+        dist.barrier()  # every shard is complete on disk once this returns; a rank out of data waits here
     except BaseException as e:  # noqa: BLE001 - every failure is recorded, then the rank exits
         message = f"{type(e).__name__}: {str(e).strip()}"
         for r in recorders:

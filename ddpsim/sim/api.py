@@ -119,7 +119,9 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 Span(_ns(rec["bwd"][0]), _ns(rec["bwd"][1])),
                 Span(_ns(opt[0]), _ns(opt[1])) if opt is not None else None,
                 [GradReady(_ns(t), p, u) for t, p, u in rec["grads"]], buckets,
-                Span(*map(_ns, rec["search"])) if rec["search"] else None, bitmap))
+                Span(*map(_ns, rec["search"])) if rec["search"] else None, bitmap,
+                Collective(_ns(rec["buffers"][0]), _ns(rec["buffers"][1]), rec["buffers"][2])
+                if "buffers" in rec else None))
         copies = min(a.count, cfg.trace_ranks) if a.kind == "identical" else 1
         for k in range(copies):  # identical ranks share one timeline
             ranks.append(RankTrace(rank=a.rank + k, host="simulated", layouts=layouts, iterations=iters))
@@ -132,7 +134,8 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
             "rank_groups": groups, "simulator": "ddpsim.sim", "config": config,
             "link": link.to_dict(), "workload": {"name": w.name, **w.meta},
             "options": {"bucket_cap_mb": cfg.bucket_cap_mb, "find_unused_parameters": cfg.find_unused_parameters,
-                        "static_graph": cfg.static_graph, "no_sync_every": cfg.no_sync_every,
+                        "static_graph": cfg.static_graph, "broadcast_buffers": cfg.broadcast_buffers,
+                        "no_sync_every": cfg.no_sync_every,
                         "iters": cfg.iters * cfg.no_sync_every}}
     params = [Param(p.index, p.name, list(p.shape), p.dtype, p.bytes) for p in w.params]
     return Trace(source="simulated", meta=meta, params=params, ranks=ranks)

@@ -19,6 +19,7 @@ class SimConfig:
     first_bucket_cap_mb: float | None = None  # override the first bucket's cap
     find_unused_parameters: bool = False
     static_graph: bool = False
+    broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
     order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
     no_sync_every: int = 1
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)

@@ -40,18 +40,21 @@ class Plan:
     bitmap: bool = False  # allreduce the int32 used-parameter bitmap
     mark_unused: bool = False  # unused params marked ready at the first hook
     naive: bool = False  # per-parameter allreduce after the whole backward
+    buffers: bool = False  # broadcast the buffers before the forward (_sync_buffers)
 
 
 @dataclass
 class Work:
     """One collective in flight: what c10d's ``allreduce`` returns (``c10d::Work``)."""
 
-    key: tuple  # (iteration, bucket index or "bitmap")
+    key: tuple  # (iteration, bucket index, "bitmap" or "buffers")
     nbytes: int
     pending: int  # actors that have not launched it yet
     done: simpy.Event
     start: float = 0.0
     end: float = 0.0
+    kind: str = "allreduce"  # or "broadcast" (the buffers)
+    seconds: float | None = None  # its cost where known (a learnt broadcast); None: the link's
 
 
 @dataclass
@@ -102,12 +105,16 @@ class Model:
                     m[i] = bi
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
+        self.broadcast_s = w.broadcast_cost(link, world_size)
 
-    def launch(self, actor: Actor, key: tuple, nbytes: int) -> Work:
-        """``actor`` launches collective ``key``; the last launcher starts it."""
+    def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
+               seconds: float | None = None) -> Work:
+        """``actor`` launches collective ``key``; the last launcher starts it. ``seconds``: its cost,
+        where known (None: the platform's link prices it)."""
         c = self.collectives.get(key)
         if c is None:
-            c = self.collectives[key] = Work(key, nbytes, len(self.actors), self.env.event())
+            c = self.collectives[key] = Work(key, nbytes, len(self.actors), self.env.event(), kind=kind,
+                                             seconds=seconds)
         c.pending -= 1
         self.platform.launched(actor, c)
         if c.pending == 0:
@@ -187,12 +194,18 @@ def allreduce(env, model: Model, work: Work):
 
 
 def rank(env, model: Model, actor: Actor):
-    """One rank's (or rank group's) training loop over every planned micro-step."""
+    """One rank's (or rank group's) training loop over every planned micro-step; the forward span
+    starts with the buffer broadcast, as torch's ``_pre_forward`` does."""
     w, compute = model.w, model.platform.compute
     for plan in model.plans:
         f, fb = actor.multipliers(plan.iteration)
         rec = {"plan": plan, "grads": [], "buckets": {}} if actor.record else None
         t_start = env.now
+        if plan.buffers:  # _sync_buffers: every rank waits for rank 0's buffers (Note [Buffers follow rank 0])
+            cast = model.launch(actor, (plan.iteration, "buffers"), w.buffer_bytes, "broadcast", model.broadcast_s)
+            yield cast.done
+            if rec is not None:
+                rec["buffers"] = (t_start, cast.end, cast.nbytes)
         yield compute(actor, w.forward_s * f)
         t_fwd = env.now
         if plan.search:

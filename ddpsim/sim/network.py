@@ -101,6 +101,17 @@ class Link:
             return nccl.allreduce_s(self.cluster, nbytes, world_size, self.algo)
         return _cost(self.algo, self.alpha_s, self.bandwidth_Bps, nbytes, world_size)
 
+    def broadcast_s(self, nbytes: int, world_size: int) -> float:
+        """Seconds for one broadcast of ``nbytes`` from one rank to ``world_size`` ranks.
+
+        Note [A broadcast is half an allreduce]: an allreduce is a reduce-scatter and an
+        allgather (ring) or a reduce and a broadcast (tree), two halves of equal cost; a
+        broadcast is one half: ring ``(k-1)·alpha + (k-1)/k · S/B``, tree
+        ``ceil(log2 k)·alpha + S/B``. DDP broadcasts its buffers (KiB to a few MiB), where
+        the latency term decides.
+        """
+        return 0.5 * self.allreduce_s(nbytes, world_size)
+
     def nccl_choice(self, nbytes: int, world_size: int) -> tuple[str, str] | None:
         """(algorithm, protocol) NCCL runs for this allreduce; None on a flat link."""
         if self.cluster is None:

@@ -106,9 +106,11 @@ def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[
             trace_layouts.append(Layout(i, kinds[layout_id], [
                 Bucket(bi, list(b), sum(sizes[j] for j in b), caps[bi]) for bi, b in enumerate(buckets)]))
         sync = (i + 1) % cfg.no_sync_every == 0
+        # Note [Buffers follow rank 0]: after a synced forward (require_forward_param_sync)
+        buffers = cfg.broadcast_buffers and w.buffer_bytes > 0 and (i == 0 or plans[-1].sync)
         plans.append(Plan(i, sync, layout_id, search=sync and fu and not static,
                           bitmap=sync and fu and not static,
-                          mark_unused=bool(w.unused), naive=cfg.naive))
+                          mark_unused=bool(w.unused), naive=cfg.naive, buffers=buffers))
         syncs += sync
     return layouts, trace_layouts, plans
 

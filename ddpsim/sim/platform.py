@@ -89,7 +89,8 @@ class Devices:
         with self.slots.request() as slot:
             yield slot
             work.start = self.env.now
-            duration = self.link.allreduce_s(work.nbytes, self.world_size)
+            duration = work.seconds if work.seconds is not None else (
+                self.link.broadcast_s if work.kind == "broadcast" else self.link.allreduce_s)(work.nbytes, self.world_size)
             self.ends[work.key] = self.env.now + duration
             yield self._move(work, duration)
             del self.ends[work.key]

@@ -58,6 +58,10 @@ class Workload:
     launch_s: float = 0.0  # autograd-thread seconds per bucket launch (comm hook), alone on the core
     launch_s_per_byte: float = 0.0  # ... plus this per byte of the bucket (the hook divides it by world size)
     unused: list[int] = field(default_factory=list)  # params that never get a gradient
+    buffer_bytes: int = 0  # bytes of the module's buffers (BatchNorm statistics); 0: none
+    # seconds one buffer broadcast took at the recorded world size (Note [A broadcast learnt from the
+    # recording] in learn/extract.py); None: the link's model (Link.broadcast_s)
+    buffer_broadcast_s: float | None = None
     meta: dict = field(default_factory=dict)  # where the numbers came from
 
     def __post_init__(self):
@@ -74,6 +78,17 @@ class Workload:
     def launch_cost(self, nbytes: int) -> float:
         """Seconds a bucket launch holds the autograd thread (Note [Launching costs the autograd thread])."""
         return self.launch_s + self.launch_s_per_byte * nbytes
+
+    def broadcast_cost(self, link: Link, world_size: int) -> float | None:
+        """Seconds of the buffer broadcast: the recorded one scaled by the link's model from the
+        recorded world size (Note [A broadcast learnt from the recording] in learn/extract.py);
+        None: the link's model alone."""
+        k0 = self.meta.get("recorded_world_size")
+        if self.buffer_broadcast_s is None or not self.buffer_bytes or not k0:
+            return None
+        at_k0 = link.broadcast_s(self.buffer_bytes, int(k0))
+        scale = link.broadcast_s(self.buffer_bytes, world_size) / at_k0 if at_k0 > 0 else 1.0
+        return self.buffer_broadcast_s * scale
 
     @property
     def backward_compute_s(self) -> float:
@@ -95,6 +110,11 @@ def validate_workload(w: Workload) -> None:
         v = getattr(w, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"workload {w.name!r}: {name} must be a finite number >= 0, not {v!r}")
+    if not isinstance(w.buffer_bytes, int) or isinstance(w.buffer_bytes, bool) or w.buffer_bytes < 0:
+        raise ValueError(f"workload {w.name!r}: buffer_bytes must be an integer >= 0, not {w.buffer_bytes!r}")
+    b = w.buffer_broadcast_s
+    if b is not None and not (isinstance(b, (int, float)) and math.isfinite(b) and b >= 0):
+        raise ValueError(f"workload {w.name!r}: buffer_broadcast_s must be None or a finite number >= 0, not {b!r}")
     if any(not (math.isfinite(t) and t >= 0) for t in w.grad_compute_s):
         raise ValueError(f"workload {w.name!r}: gradient compute times must be finite and >= 0")
 

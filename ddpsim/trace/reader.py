@@ -265,17 +265,23 @@ class _Reader:
                                    self.flag(x, "unused", p, False), self.value(x, "cpu_t_ns", int, p, True)))
         buckets = [self.bucket_event(b, f"{path}.buckets[{i}]")
                    for i, b in enumerate(self.get(d, "buckets", list, path))]
-        bitmap = self.get(d, "bitmap_allreduce", dict, path, True)
-        if bitmap is not None:
-            p = f"{path}.bitmap_allreduce"
-            bitmap = Collective(self.count(bitmap, "launch_ns", p), self.count(bitmap, "complete_ns", p),
-                                self.count(bitmap, "bytes", p, hi=MAX_BYTES))
-            if bitmap.complete_ns < bitmap.launch_ns:
-                self.fail(p, "completes before it launches")
         forward, backward = self.span(d, "forward", path), self.span(d, "backward", path)
         return Iteration(self.count(d, "iteration", path), self.value(d, "sync", bool, path), forward, backward,
                          self.span(d, "optimizer", path, True), grads, buckets,
-                         self.span(d, "graph_search", path, True), bitmap)
+                         self.span(d, "graph_search", path, True), self.collective(d, "bitmap_allreduce", path),
+                         self.collective(d, "buffer_broadcast", path))
+
+    def collective(self, d, key, path):
+        """An optional collective that is not a bucket (``Collective``), or None."""
+        c = self.get(d, key, dict, path, True)
+        if c is None:
+            return None
+        p = f"{path}.{key}"
+        c = Collective(self.count(c, "launch_ns", p), self.count(c, "complete_ns", p),
+                       self.count(c, "bytes", p, hi=MAX_BYTES))
+        if c.complete_ns < c.launch_ns:
+            self.fail(p, "completes before it launches")
+        return c
 
     def rank(self, d, path):
         g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731

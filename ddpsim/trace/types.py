@@ -85,7 +85,7 @@ class BucketEvent:
 
 @dataclass
 class Collective:
-    """A collective that is not a gradient bucket (the used-parameter bitmap)."""
+    """A collective that is not a gradient bucket: the used-parameter bitmap, the buffer broadcast."""
 
     launch_ns: int
     complete_ns: int
@@ -105,10 +105,23 @@ class Iteration:
     buckets: list[BucketEvent] = field(default_factory=list)
     graph_search: Span | None = None  # find_unused_parameters' walk of the graph
     bitmap_allreduce: Collective | None = None
+    buffer_broadcast: Collective | None = None  # _sync_buffers at the forward's start (broadcast_buffers)
 
     @property
     def end_ns(self) -> int:
         return self.optimizer.end_ns if self.optimizer else self.backward.end_ns
+
+    @property
+    def forward_compute_start_ns(self) -> int:
+        """The forward's start, after the buffer broadcast it begins with (if recorded inside it)."""
+        c = self.buffer_broadcast
+        inside = c is not None and self.forward.start_ns <= c.launch_ns <= c.complete_ns <= self.forward.end_ns
+        return c.complete_ns if inside else self.forward.start_ns
+
+    @property
+    def forward_compute_ns(self) -> int:
+        """The forward's own time: its span without the buffer broadcast."""
+        return self.forward.end_ns - self.forward_compute_start_ns
 
     @property
     def backward_compute_end_ns(self) -> int:

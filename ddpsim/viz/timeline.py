@@ -155,7 +155,8 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
 
 
 def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, minlabel):
-    """Bucket-ready triangles (and the wait to launch), one allreduce bar per bucket, the bitmap."""
+    """Bucket-ready triangles (and the wait to launch), one allreduce bar per bucket, the bitmap,
+    the buffer broadcast."""
     pad = (1 - BAR) / 2
     for b in it.buckets:
         color = pal.bucket_color(b.bucket)
@@ -172,6 +173,11 @@ def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, min
         lane = lanes[("bitmap", 0)]
         _bar(ax, ms(c.launch_ns), ms(c.complete_ns), ym + lane + pad, pal.BITMAP, "bitmap",
              minlabel, gid=f"bitmap:r{rank.rank}", text_y=ym + lane + 0.5)
+    if it.buffer_broadcast:
+        c = it.buffer_broadcast
+        lane = lanes[("buffers", 0)]
+        _bar(ax, ms(c.launch_ns), ms(c.complete_ns), ym + lane + pad, pal.BUFFERS, "buffers",
+             minlabel, gid=f"buffer_broadcast:r{rank.rank}", text_y=ym + lane + 0.5)
 
 
 def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabel, head_chars: int):
@@ -217,6 +223,9 @@ def _lanes(it: Iteration | None) -> dict:
     if it.bitmap_allreduce:
         keys.append(("bitmap", 0))
         spans.append((it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns))
+    if it.buffer_broadcast:
+        keys.append(("buffers", 0))
+        spans.append((it.buffer_broadcast.launch_ns, it.buffer_broadcast.complete_ns))
     return dict(zip(keys, assign_lanes(spans)))
 
 
@@ -253,6 +262,8 @@ def _legend_handles(trace: Trace, chosen, present: list[Iteration]) -> list:
         h.append(Patch(facecolor="white", edgecolor="white", label=f"... {len(buckets)} buckets"))
     if any(it.bitmap_allreduce for it in present):
         h.append(Patch(facecolor=pal.BITMAP, edgecolor=pal.TEXT, label="used-param bitmap allreduce"))
+    if any(it.buffer_broadcast for it in present):
+        h.append(Patch(facecolor=pal.BUFFERS, edgecolor=pal.TEXT, label="buffer broadcast (rank 0's)"))
     if any(it.graph_search for it in present):
         h.append(Patch(facecolor="white", edgecolor=pal.TEXT, ls="--", hatch="...",
                        label="unused-param graph search"))

@@ -49,6 +49,9 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
 fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
+bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
+                 help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
+                      "rank waits for it.") if base.kind == "trace" and whatif.has_buffers(trace) else None
 c1, c2, c3 = st.columns(3)
 world = c1.select_slider("World size (ranks)", whatif.world_options(base), value=now["world_size"], key=k + "world")
 n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", list(range(1, 9)), value=now["no_sync_every"],
@@ -83,7 +86,8 @@ source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
-                            work=work if base.kind == "trace" else None, trace=trace, algo=algo)
+                            work=work if base.kind == "trace" else None, trace=trace, algo=algo,
+                            broadcast_buffers=bufs)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
