@@ -8,10 +8,11 @@ replaying each run must agree on all four.
 """
 import pytest
 
-from ddpsim.learn import simulate
+from ddpsim.learn import learn, replay_config, simulate
 
-CASES = [("mlp", False, False), ("mlp", True, False), ("mlp", False, True), ("mlp", True, True),
-         ("branchy", True, False), ("branchy", False, True), ("branchy", True, True)]
+CASES = [(model, find_unused, static) for model in ("mlp", "shuffled")
+         for find_unused in (False, True) for static in (False, True)]
+CASES += [("branchy", True, False)]  # branchy's unused branch changes between iterations: no static_graph
 
 
 def facts(trace) -> dict:
@@ -39,5 +40,6 @@ def test_search_bitmap_rebuild_and_delayed_allreduce_match_torch(record, model, 
         assert torch_did["search"] == torch_did["bitmap"] == [0, 1, 2, 3, 4] and torch_did["rebuilt_from"] is None
     else:
         assert torch_did["search"] == torch_did["bitmap"] == [] and torch_did["rebuilt_from"] == 1
-    simulated, _ = simulate(trace)
+    w = learn(trace)
+    simulated, _ = simulate(w, replay_config(w, trace))  # the run replayed with its own options
     assert facts(simulated) == torch_did

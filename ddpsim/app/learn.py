@@ -71,6 +71,23 @@ graph traversal each iteration, and the buckets are never rebuilt ({REDUCER}:
 `search_unused_parameters`, `all_reduce_local_used_map`; {NOTE}). Without it, a model with an
 unused parameter fails at the next forward with "Expected to have finished reduction in the
 prior iteration"."""),
+    "static_graph": Topic("static_graph", f"""
+**static_graph.** With `static_graph=True` you promise that the same parameters take part in
+every iteration. DDP then learns the graph once: its first iteration delays every allreduce to the
+end of the backward (`delay_all_reduce`: no overlap) and allreduces the used-parameter bitmap;
+after that it never walks the graph, skips the bitmap, and rebuilds its buckets one iteration
+later than usual, after the second iteration ({REDUCER}: `delay_all_reduce`,
+`should_rebuild_buckets`). A model whose unused parameters change between iterations must keep
+`find_unused_parameters=True` instead. ddpsim reads these iterations from torch and simulates
+them the same way."""),
+    "buffers": Topic("Buffers follow rank 0", """
+**Buffers follow rank 0.** Buffers are not gradients: BatchNorm's running statistics are updated
+by each rank's own forward. With `broadcast_buffers=True` (the default) DDP copies rank 0's
+buffers to every rank at the start of each forward that follows a synced one (`_sync_buffers`,
+the indigo bar), so every rank waits for the others before its forward starts. It moves only the
+buffers' bytes (2.7 KB for the zoo's convnet), but it is a sync point every iteration; turn it
+off with `broadcast_buffers=False` where ranks may keep their own statistics (or use
+SyncBatchNorm, which does something else: it averages statistics inside the forward)."""),
     "no_sync": Topic("no_sync", f"""
 **no_sync.** Inside `with ddp.no_sync():` DDP skips the allreduce: gradients accumulate
 locally, and the next synced backward reduces the sum. Syncing every *n*-th micro-step divides
@@ -92,7 +109,7 @@ fitted allreduce cost; a *GPU* simulation uses published layer sizes (ResNet-50,
 GPT-2) and datasheet GPU and network figures. They are labelled SIMULATED everywhere."""),
 }
 
-ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "no_sync",
+ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "no_sync",
          "bucket_size", "cpu", "simulated")
 
 
@@ -113,6 +130,9 @@ FIGURES = {
     "find_unused": ("04_branchy_torch_find_unused", "timeline", None,
                     "A real run with find_unused_parameters=True: the graph search after forward "
                     "(dashed box) and the bitmap allreduce after the last bucket."),
+    "buffers": ("05_convnet_torch_no_sync3", "timeline", 0,
+                "A real convnet run (BatchNorm): the forward starts with the broadcast of rank 0's "
+                "buffers (indigo), which each rank waits in until all have joined."),
     "no_sync": ("05_convnet_torch_no_sync3", "timeline", 1,
                 "A real run syncing every 3rd micro-step: this step has no allreduce."),
     "bucket_size": (("20_sim_resnet50_v100-eth25_w64_default", "22_sim_resnet50_v100-eth25_w64_cap100"),

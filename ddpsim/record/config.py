@@ -218,7 +218,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "gradient-ready order; 'ready' is its old name), reverse or definition "
                         "(fixed layouts, never rebuilt)")
     p.add_argument("--no-profile-internals", dest="profile_internals", action="store_false",
-                   help="with --impl torch and --find-unused-parameters, do not run torch's profiler to "
+                   help="with --impl torch and --find-unused-parameters or --static-graph, do not run torch's profiler to "
                         "record the graph search and bitmap allreduce (it slows those iterations ~10%%)")
     p.add_argument("--no-pin-cpus", dest="pin_cpus", action="store_false",
                    help="do not pin rank r to CPU r %% ncpus")

@@ -55,8 +55,9 @@ class TorchProbes:
         params = instrument.reducer_params(ddp.module)
         self.grads = instrument.GradReadyProbe(params, recorder, timer)
         instrument.time_buffer_broadcasts(ddp, recorder, timer)
+        # the graph search and the used-parameter bitmap, read from torch's profiler wherever they can be
         self.profiler = (instrument.InternalsProfiler(len(params)) if cfg.profile_internals
-                         and cfg.find_unused_parameters and not cfg.static_graph else None)
+                         and (cfg.find_unused_parameters or cfg.static_graph) else None)
         state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None, timer=timer)
         ddp.register_comm_hook(state, instrument.bucket_hook)
         self.layout_caps = instrument.torch_layout_caps(ddp, params)

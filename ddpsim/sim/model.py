@@ -41,6 +41,7 @@ class Plan:
     mark_unused: bool = False  # unused params marked ready at the first hook
     naive: bool = False  # per-parameter allreduce after the whole backward
     buffers: bool = False  # broadcast the buffers before the forward (_sync_buffers)
+    delay: bool = False  # static_graph's first synced step: every bucket launched after the backward
 
 
 @dataclass
@@ -260,7 +261,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
                 grads.append((now, u, True))
             reducer.mark_variable_ready(u, now)  # launches wait for the next ready bucket
         unused = []
-        if not reducer.mark_variable_ready(p, now):
+        if not reducer.mark_variable_ready(p, now) or plan.delay:
             continue
         for b in reducer.launchable():
             if done > waited:
@@ -275,6 +276,9 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
         yield env.timeout(done - waited)
     if reducer is None:
         return []
+    if plan.delay:  # Reducer::delay_all_reduce: static_graph learns the graph in its first iteration
+        for b in reducer.launchable():
+            reducer.all_reduce_bucket(b, env.now)
     if plan.naive:
         yield from naive_reduce(env, reducer)
     else:

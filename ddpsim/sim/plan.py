@@ -108,8 +108,9 @@ def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[
         sync = (i + 1) % cfg.no_sync_every == 0
         # Note [Buffers follow rank 0]: after a synced forward (require_forward_param_sync)
         buffers = cfg.broadcast_buffers and w.buffer_bytes > 0 and (i == 0 or plans[-1].sync)
+        first = static and syncs == 0  # static_graph's first synced step (reducer.cpp)
         plans.append(Plan(i, sync, layout_id, search=sync and fu and not static,
-                          bitmap=sync and fu and not static,
+                          bitmap=sync and ((fu and not static) or first), delay=sync and first,
                           mark_unused=bool(w.unused), naive=cfg.naive, buffers=buffers))
         syncs += sync
     return layouts, trace_layouts, plans

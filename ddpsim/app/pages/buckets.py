@@ -21,4 +21,4 @@ st.caption("Left: each dot is a parameter; it arrives (x) in the reverse of its 
            "(MiB); the dashed line is the cap the bucket was built under.")
 with st.expander("Which parameter is in which bucket (table)"):
     st.dataframe(bucket_rows(trace, rank), hide_index=True, width="stretch")
-ui.explain("reverse", "buckets", "order", "rebuild", expanded=True)
+ui.explain("reverse", "buckets", "order", "rebuild", "static_graph", expanded=True)

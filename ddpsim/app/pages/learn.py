@@ -14,6 +14,8 @@ WHERE = {"reverse": "Buckets page (left panel); Timeline ticks",
          "order": "Timeline (dashed tails after triangles); What-if with ordering = definition",
          "rebuild": "Timeline, iteration 0 vs 1; Buckets page (construction vs rebuilt)",
          "overlap": "Timeline (hatching); Compare", "find_unused": "sample 04_branchy; Record page",
+         "static_graph": "Buckets page (the rebuilt layout's first iteration); Timeline, iteration 0",
+         "buffers": "Timeline of sample 05_convnet_torch_no_sync3; What-if (broadcast_buffers)",
          "no_sync": "sample 05_convnet_torch_no_sync3; What-if (sync every n)",
          "bucket_size": "What-if sweep; the SIMULATED samples", "cpu": "the real samples; Compare",
          "simulated": "What-if; the SIMULATED samples"}
@@ -30,5 +32,5 @@ for name in learn.ORDER:
 st.divider()
 st.markdown(f"**Sources.** {learn.PAPER}. {learn.NOTE[0].upper() + learn.NOTE[1:]}. PyTorch source: "
             f"{learn.REDUCER} (bucket assignment, hooks, launch order, rebuild, unused parameters), "
-            "`torch/nn/parallel/distributed.py` (`no_sync`). Facts about torch 2.13 were checked by "
+            "`torch/nn/parallel/distributed.py` (`no_sync`, `_sync_buffers`). Facts about torch 2.13 were checked by "
             "running it; how close the simulator comes to real runs is in `docs/accuracy.md`.")

@@ -64,4 +64,4 @@ st.caption("Grey bars are compute; coloured ticks mark gradients becoming ready,
            "colour; triangles mark a full bucket; coloured bars are allreduces, from launch to "
            "completion. Hatching is exposed communication: the time after the last gradient is "
            "ready that backward still waits for allreduces.")
-ui.explain("reverse", "order", "rebuild", "overlap", "find_unused", "no_sync")
+ui.explain("reverse", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "no_sync")
