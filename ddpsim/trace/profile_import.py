@@ -18,6 +18,8 @@ shapes, not names), DDP's options, and bucket members when the sizes do not add 
 """
 from __future__ import annotations
 
+import bisect
+
 import re
 from pathlib import Path
 
@@ -112,6 +114,7 @@ class RankImport:
         launches = [o for o in p.named(ALLREDUCE) if bwd_start <= o.start <= bwd_end]
         gloo_runs = [o for o in p.named("gloo:all_reduce") if o.within(step)]
         buckets, bitmap = [], None
+        starts = sorted(grad_starts)  # one sort, then a binary search per launch: linear-log in the profile
         for k, op in enumerate(launches):
             nbytes, source = collective_bytes(op, p)
             start, end = self._collective_span(op, gloo_runs[k] if len(gloo_runs) == len(launches) else None)
@@ -120,7 +123,7 @@ class RankImport:
                 bitmap = {"launch_ns": _ns(start), "complete_ns": _ns(end), "bytes": nbytes or 0}
                 continue
             buckets.append({"bucket": len(buckets), "bytes": nbytes, "source": source, "ready_ns": None,
-                            "ready_before": sum(t <= op.start for t in grad_starts),
+                            "ready_before": bisect.bisect_right(starts, op.start),
                             "launch_ns": None if start is None else _ns(start),
                             "complete_ns": None if end is None else _ns(end), "cpu_launch_ns": _ns(op.start)})
         return buckets, bitmap
@@ -213,16 +216,16 @@ def _finish_rank(rank: int, its: list[dict], params: list[dict], order: list[int
             g["param"] = order[k] if k < n else n
         it["grad_ready"] = [g for g in it["grad_ready"] if g["param"] < n]
         sig = [(b["bytes"], b["ready_before"]) if b["bytes"] is None else b["bytes"] for b in it["buckets"]]
-        if sig and sig != signature:  # a new layout from here (e.g. the rebuild)
+        new = bool(sig) and sig != signature  # a new layout from here (e.g. the rebuild)
+        if new:
             signature, members = sig, _members(params, order, it["buckets"], notes)
+        _bucket_sizes(it["buckets"], members, params, sources)
+        if new:
             kind = "construction" if it["iteration"] == 0 or not layouts else "rebuilt"
             layouts.append({"from_iteration": it["iteration"], "kind": kind, "buckets": [
-                {"index": i, "params": m, "bytes": 0, "cap_bytes": None} for i, m in enumerate(members)]})
-        _bucket_sizes(it["buckets"], members, params, sources)
-        if layouts:
-            for lb, ev in zip(layouts[-1]["buckets"], it["buckets"]):
-                lb["bytes"] = ev["bytes"]
-        _bucket_times(it, [{"params": m} for m in members], imp.gpu)
+                {"index": i, "params": m, "bytes": ev["bytes"], "cap_bytes": None}
+                for i, (m, ev) in enumerate(zip(members, it["buckets"]))]})
+        _bucket_times(it, members, imp.gpu)
     if not layouts:
         layouts = [{"from_iteration": its[0]["iteration"], "kind": "construction", "buckets": []}]
     layouts[0]["from_iteration"] = its[0]["iteration"]
@@ -260,11 +263,11 @@ def _bucket_sizes(events: list[dict], members: list[list[int]], params: list[dic
         sources.add(ev.pop("source"))
 
 
-def _bucket_times(it: dict, buckets: list[dict], gpu: bool) -> None:
+def _bucket_times(it: dict, members: list[list[int]], gpu: bool) -> None:
     """Each bucket's ready time: its last gradient's; a collective without GPU work sits there."""
     ready = {g["param"]: g["t_ns"] for g in it["grad_ready"]}
-    for ev, layout_b in zip(it["buckets"], buckets):
-        times = [ready[m] for m in layout_b["params"] if m in ready]
+    for ev, m in zip(it["buckets"], members):
+        times = [ready[p] for p in m if p in ready]
         ev["ready_ns"] = max(times) if times else ev["cpu_launch_ns"]
         if ev["launch_ns"] is None:  # no GPU work: a zero-length collective at ready time
             ev["launch_ns"] = ev["complete_ns"] = ev["ready_ns"]

@@ -183,5 +183,9 @@ class Trace:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        for r in d["ranks"]:
+            for it in r["iterations"]:
+                if it["buffer_broadcast"] is None:  # written only where there is one: older traces stay as they were
+                    del it["buffer_broadcast"]
         d = {"format": FORMAT, **d}
         return d
