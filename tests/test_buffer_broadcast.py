@@ -163,7 +163,7 @@ def test_the_whatif_page_turns_the_broadcast_off_on_a_run_with_buffers():
 
 
 def test_a_run_without_buffers_has_no_broadcast_toggle():
-    from ddpsim.app.whatif import has_buffers
+    from ddpsim.learn.buffers import has_buffers
     from ddpsim.samples import BUNDLED_DIR
 
     assert not has_buffers(load_trace(BUNDLED_DIR / "01_mlp_torch_default.json"))

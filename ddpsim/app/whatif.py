@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import waiting
 from ddpsim.learn import learn, replay_config, simulate, sweep
-from ddpsim.learn.extract import buffer_bytes, config_from_trace
+from ddpsim.learn.extract import config_from_trace
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.sim.network import gpus, networks
 from ddpsim.trace import Trace
@@ -164,11 +164,6 @@ def choices(base: Base) -> dict:
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
             "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None,
             "broadcast_buffers": bool(c.get("broadcast_buffers", True))}
-
-
-def has_buffers(trace: Trace | None) -> bool:
-    """Whether the run's model has buffers DDP would broadcast (the broadcast_buffers toggle)."""
-    return trace is not None and buffer_bytes(trace) > 0
 
 
 def cap_options(base: Base) -> list:

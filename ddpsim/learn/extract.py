@@ -42,6 +42,7 @@ import statistics
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.errors import PartialTraceError
 from ddpsim.learn import contention
+from ddpsim.learn.buffers import broadcast_seconds, buffer_bytes
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
@@ -162,34 +163,6 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               "interference_estimated": interference,
               "jitter_estimated": round(_jitter(clean), 4)},
     )
-
-
-def buffer_bytes(trace: Trace) -> int:
-    """Bytes of the module's buffers: as broadcast in the recording, else as the recorder counted
-    them (``meta.buffer_bytes``; a run without broadcasts), else 0 (not known: none simulated)."""
-    sent = [it.buffer_broadcast.bytes for r in trace.ranks for it in r.iterations if it.buffer_broadcast]
-    if sent:
-        return int(statistics.median_low(sent))
-    counted = trace.meta.get("buffer_bytes")
-    return counted if isinstance(counted, int) and not isinstance(counted, bool) and counted >= 0 else 0
-
-
-def broadcast_seconds(trace: Trace) -> float | None:
-    """Note [A broadcast learnt from the recording]: a recorded buffer broadcast lasts from the
-    moment a rank calls it to the end, so it holds that rank's wait for the others. The rank that
-    called it last waited for nobody: per iteration the shortest span over the ranks is the
-    broadcast itself, and the median over iterations is its cost at the recorded world size (on
-    this 2-core machine 2.7 KB took ~5 ms, the scheduler's wake-ups; the ring model said 0.02 ms).
-    The simulator scales it to other world sizes with the link's model. None where no broadcast
-    was recorded (the link's model alone)."""
-    by_iteration: dict[int, list[int]] = {}
-    for r in trace.ranks:
-        for it in r.iterations:
-            if it.buffer_broadcast:
-                c = it.buffer_broadcast
-                by_iteration.setdefault(it.iteration, []).append(c.complete_ns - c.launch_ns)
-    full = [min(v) for v in by_iteration.values() if len(v) == len(trace.ranks)]
-    return _med(full) * NS if full else None
 
 
 def _samples(trace: Trace) -> tuple[list, set[int], list]:

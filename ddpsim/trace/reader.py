@@ -273,15 +273,11 @@ class _Reader:
 
     def collective(self, d, key, path):
         """An optional collective that is not a bucket (``Collective``), or None."""
-        c = self.get(d, key, dict, path, True)
-        if c is None:
+        if (c := self.get(d, key, dict, path, True)) is None:
             return None
         p = f"{path}.{key}"
-        c = Collective(self.count(c, "launch_ns", p), self.count(c, "complete_ns", p),
-                       self.count(c, "bytes", p, hi=MAX_BYTES))
-        if c.complete_ns < c.launch_ns:
-            self.fail(p, "completes before it launches")
-        return c
+        c = Collective(*(self.count(c, k, p) for k in ("launch_ns", "complete_ns")), self.count(c, "bytes", p, hi=MAX_BYTES))
+        return c if c.complete_ns >= c.launch_ns else self.fail(p, "completes before it launches")
 
     def rank(self, d, path):
         g = lambda k, t, o=False: self.get(d, k, t, path, o)  # noqa: E731

@@ -3,6 +3,7 @@ import streamlit as st
 
 from ddpsim.app import cache, ui, whatif
 from ddpsim.app import network as network_plan
+from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
 from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
@@ -51,7 +52,7 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
 fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
 bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
                  help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
-                      "rank waits for it.") if base.kind == "trace" and whatif.has_buffers(trace) else None
+                      "rank waits for it.") if base.kind == "trace" and has_buffers(trace) else None
 c1, c2, c3 = st.columns(3)
 world = c1.select_slider("World size (ranks)", whatif.world_options(base), value=now["world_size"], key=k + "world")
 n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", list(range(1, 9)), value=now["no_sync_every"],

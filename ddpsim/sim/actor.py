@@ -1,0 +1,32 @@
+"""``Actor``: one rank of the simpy model, or a group of ranks it stands for (api.py), with the
+compute speed it plays each micro-step (stragglers, rank noise, or the recorded ranks)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Actor:
+    rank: int  # the rank it is labelled as
+    count: int  # how many ranks it stands for
+    factors: list[float]  # compute multiplier per micro-step (straggler x jitter)
+    record: bool = False
+    kind: str = "rank"
+    iterations: list = field(default_factory=list)  # raw records when ``record``
+    backward_scale: float = 1.0  # its own backward speed (measured; extract.rank_factors)
+    recorded: dict | None = None  # its recorded micro-steps (SimConfig.recorded_ranks), or None
+
+    def multipliers(self, i: int) -> tuple[float, float]:
+        """(forward, backward) compute multipliers at micro-step ``i``."""
+        f = self.factors[i]
+        if self.recorded is None:
+            return f, f * self.backward_scale
+        n = len(self.recorded["forward"])
+        return f * self.recorded["forward"][i % n], f * self.recorded["backward"][i % n] * self.backward_scale
+
+    def gap_after(self, i: int, default: float) -> float:
+        """Seconds between micro-step ``i``'s end and the next one's forward (the recorded gap, or ``default``)."""
+        if self.recorded is None:
+            return default
+        gaps = self.recorded["gap_s"]
+        return gaps[(i + 1) % len(gaps)]
