@@ -45,10 +45,12 @@ def venv_for(version: str, cache: Path) -> Path:
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     pins = other_pins()
     if subprocess.run(pip + [f"torch=={version}", *pins]).returncode != 0:  # a no-op once they are there
-        # torch 2.11 requires setuptools<82, the test extra pins 84.2.1 (for the wheel test): keep torch's
-        print(f"torch {version}: the project's pins conflict with torch's; setuptools as torch requires it",
+        # torch 2.11 requires setuptools<82, the test extra pins 84.2.1 (for the wheel test): the newest
+        # setuptools torch allows (81.0.0 for 2.11; a venv's own 65.5 cannot build this pyproject)
+        print(f"torch {version}: the project's pins conflict with torch's; the newest setuptools torch allows",
               file=sys.stderr)
-        subprocess.run(pip + [f"torch=={version}", *(p for p in pins if not p.startswith("setuptools"))], check=True)
+        rest = [p for p in pins if not p.startswith("setuptools")]
+        subprocess.run(pip + ["--upgrade", f"torch=={version}", *rest, "setuptools"], check=True)
     subprocess.run(pip + ["--no-deps", "-e", str(ROOT)], check=True)  # this checkout, as it is now
     return python
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 # The releases whose whole test suite passed (docs/torch-matrix.md, benchmarks/torch_matrix.py);
 # any other prints one warning line and runs.
-TESTED = ((2, 4), (2, 8), (2, 13), (2, 14))
+TESTED = ((2, 4), (2, 6), (2, 8), (2, 10), (2, 11), (2, 13), (2, 14))
 SUPPORTED = ((2, 4), (2, 14))  # oldest and newest of TESTED (major, minor)
 MIB = 1024 * 1024
 # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.14.

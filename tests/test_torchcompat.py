@@ -20,7 +20,8 @@ def test_version_parsing_and_warning():
     assert torchcompat.torch_version("2.11.0+cu130") == (2, 11)
     assert torchcompat.torch_version("2.4.1") == (2, 4)
     assert torchcompat.torch_version("2.14.0.dev20270101") == (2, 14)
-    assert "inside the range but not a release" in torchcompat.version_warning("2.11.0+cu130")
+    assert "inside the range but not a release" in torchcompat.version_warning("2.12.0")
+    assert torchcompat.version_warning("2.11.0+cu130") is None and torchcompat.version_warning("2.6.0") is None
     assert torchcompat.version_warning("2.4.1") is None and torchcompat.version_warning("2.8.0") is None
     assert torchcompat.version_warning("2.13.0+cpu") is None
     assert torchcompat.version_warning("2.14.1+cu130") is None
