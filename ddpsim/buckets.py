@@ -36,6 +36,11 @@ class TensorSpec:
     device: str = "cpu"  # "cpu", "cuda:0", ...
 
 
+def tensor_bytes(tensors) -> int:
+    """Bytes of ``tensors`` together (numel x element_size each; duck-typed: no torch import here)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def spec_of(tensor) -> TensorSpec:
     """The TensorSpec of a torch tensor (duck-typed: no torch import here)."""
     return TensorSpec(tensor.numel() * tensor.element_size(),

@@ -195,8 +195,7 @@ class DistributedDataParallel(nn.Module):
             torchcompat.broadcast_coalesced(self.process_group, self.modules_buffers,
                                             BROADCAST_BUCKET_BYTES, 0)
         if self.recorder is not None:
-            nbytes = sum(b.numel() * b.element_size() for b in self.modules_buffers)
-            self.recorder.buffer_broadcast(start, now_ns(), nbytes)
+            self.recorder.buffer_broadcast(start, now_ns(), buckets.tensor_bytes(self.modules_buffers))
 
     def post_forward(self, output):
         """Mirrors ``_post_forward``.

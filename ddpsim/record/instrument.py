@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim import torchcompat
+from ddpsim.buckets import tensor_bytes
 from ddpsim.minddp.ddp import build_params_for_reducer
 from ddpsim.events import RankRecorder, now_ns
 
@@ -87,8 +88,7 @@ def time_buffer_broadcasts(ddp, recorder: RankRecorder, timer=None) -> None:
     as the iteration's ``buffer_broadcast``: host times, or CUDA events on the current stream,
     which waits for the broadcast (Note [Events on the right stream] in gpuclock.py)."""
     def around(sync_buffers):
-        nbytes = sum(b.numel() * b.element_size() for b in ddp.modules_buffers)
-        event = recorder.buffer_broadcast(now_ns(), 0, nbytes)
+        event = recorder.buffer_broadcast(now_ns(), 0, tensor_bytes(ddp.modules_buffers))
         if timer is not None:
             timer.later(event, "launch_ns")
         sync_buffers()

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim import heartbeat, torchcompat
+from ddpsim.buckets import tensor_bytes
 from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
 from ddpsim.record import instrument
@@ -103,7 +104,7 @@ class Run:
         self.workload = build_workload(cfg.model)
         self.model = self.workload.model.to(device)
         recorder.header_update({"params": instrument.param_table(self.model),
-                                "buffer_bytes": sum(b.numel() * b.element_size() for b in self.model.buffers())})
+                                "buffer_bytes": tensor_bytes(self.model.buffers())})
         heartbeat.beat(stage="wrapping the model in DDP")
         self.ddp = wrap_model(cfg, self.model, recorder, device)
         # On CUDA, torch's DDP is timed by CUDA events (gpuclock.py); minddp/naive report CPU times.
