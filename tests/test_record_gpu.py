@@ -76,6 +76,7 @@ def test_events_are_made_once_and_reused_every_iteration(monkeypatch):
     """Note [Few host calls per event]: the second iteration makes no new event."""
     monkeypatch.setattr(gpuclock, "wait_for_stream", lambda device: None)
     monkeypatch.setattr(gpuclock, "new_event", _CpuEvent)
+    monkeypatch.setattr(gpuclock, "current_stream", lambda device: None)  # no CUDA stream here
     timer = GpuTimer(torch.device("cpu"))
     timer.anchor()
     seen = []
@@ -147,6 +148,7 @@ def _timed_rank(rank, world, shard_dir):
 
     gpuclock.new_event = _CpuEvent  # torch.cuda stays as it is (torch 2.4's dynamo checks its Event class)
     gpuclock.wait_for_stream = lambda device: None
+    gpuclock.current_stream = lambda device: None  # no CUDA stream here
     worker.gpu_timed = lambda device, cfg: True
     cfg = RecordConfig(model="mlp", world_size=world, iters=4, backend="gloo")
     path = f"{shard_dir}/run.json.rank{rank}.jsonl"
