@@ -155,6 +155,26 @@ class RankRecorder:
         self._write({"kind": "iteration", **it})
         self.iteration = None
 
+    # -- Join: a rank whose data ran out (Note [Join] in minddp/join.py) ---------------------
+    def begin_shadow(self, iteration: int, start_ns: int) -> None:
+        """This joined rank shadows the others' ``iteration`` (``_DDPJoinHook.main_hook``); the
+        zero-filled bucket allreduces it issues are recorded by ``bucket_launch`` as usual."""
+        self.iteration = {"iteration": iteration, "start_ns": start_ns, "buckets": []}
+        self._observed = {}
+
+    def end_shadow(self, end_ns: int) -> None:
+        it, self.iteration = self.iteration, None
+        allreduces = [{"launch_ns": b["launch_ns"], "complete_ns": b["complete_ns"] or b["launch_ns"],
+                       "bytes": b["bytes"]} for b in it["buckets"]]
+        self._write({"kind": "shadow", "iteration": it["iteration"], "start_ns": it["start_ns"],
+                     "end_ns": end_ns, "allreduces": allreduces})
+
+    def join(self, start_ns: int, end_ns: int, divide_by_initial_world_size: bool) -> None:
+        """The rank left its training loop at ``start_ns`` (Join's ``__exit__``) and every rank
+        had joined, and the final model sync (``_sync_final_model``) ended, at ``end_ns``."""
+        self._write({"kind": "join", "start_ns": start_ns, "end_ns": end_ns,
+                     "divide_by_initial_world_size": divide_by_initial_world_size})
+
     # -- the end -------------------------------------------------------------------------
     def finish(self, ddp_logging_data: dict | None) -> None:
         self._write({"kind": "end", "ddp_logging_data": ddp_logging_data})

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 ENV = "DDPSIM_HEARTBEAT"
 STAGES = ("starting python", "joining the process group", "building the model",
           "wrapping the model in DDP", "aligning clocks", "training", "finishing", "out of data")
-PHASES = ("forward", "backward", "optimizer", "done")
+PHASES = ("forward", "backward", "optimizer", "done", "Join's shadow")  # the last: a joined rank (record/joined.py)
 _FORMAT = "<8q"  # seq, stage, iteration, phase, buckets launched, last bucket, beat time (ns), pid
 SIZE = struct.calcsize(_FORMAT)
 

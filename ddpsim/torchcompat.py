@@ -227,6 +227,24 @@ def wrap_sync_buffers(ddp, around) -> None:
     ddp._sync_buffers = lambda: around(original)
 
 
+def count_join_shadows(ddp):
+    """Count the zero-filled bucket allreduces a joined rank issues (``_match_all_reduce_for_bwd_pass``,
+    2.4 - 2.14; minddp's ``match_all_reduce_for_bwd_pass``): returns a function giving the count."""
+    name = next(n for n in ("_match_all_reduce_for_bwd_pass", "match_all_reduce_for_bwd_pass") if hasattr(ddp, n))
+    original, seen = getattr(ddp, name), [0]
+
+    def counted():
+        seen[0] += len(ddp.reducer._get_zeros_like_grad_buckets() if name[0] == "_" else ddp.reducer.buckets)
+        original()
+    setattr(ddp, name, counted)
+    return lambda: seen[0]
+
+
+def join_hooks(join) -> list:
+    """The join hooks a ``torch.distributed.algorithms.join.Join`` runs (``_join_hooks``, 2.4 - 2.14)."""
+    return join._join_hooks
+
+
 def nccl_elapsed_ms(work) -> float | None:
     """A finished NCCL collective's kernel time: ``Work._get_duration``, the elapsed time between
     the start and end events ProcessGroupNCCL records around it (kept only when the group was made
@@ -268,9 +286,6 @@ def is_non_overlapping_and_dense(t) -> bool:
     except ImportError:
         return bool(t.is_contiguous())
     return bool(fn(t))
-
-
-# ----------------------------------------------------------------------------- rebuild
 
 
 def has_rebuilt_buckets(ddp) -> bool | None:

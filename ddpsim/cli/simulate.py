@@ -47,6 +47,9 @@ def add_arguments(p) -> None:
     d.add_argument("--broadcast-buffers", action=argparse.BooleanOptionalAction, default=None,
                    help="DDP's broadcast of rank 0's buffers before each forward (default: as recorded)")
     d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
+    d.add_argument("--uneven", type=int, metavar="K", help="rank r has K x r fewer batches (needs --join)")
+    d.add_argument("--join", action=argparse.BooleanOptionalAction, default=None,
+                   help="train inside model.join(): a rank out of data shadows the others' collectives")
     d.add_argument("--no-sync-every", type=int, help="sync every n micro-steps (no_sync in between)")
     d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     d.add_argument("--overlap", action="store_true",
@@ -198,6 +201,7 @@ def parse_stragglers(values) -> dict:
 FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "broadcast_buffers": "broadcast_buffers", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
+          "uneven": "uneven", "join": "join",
           "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}
@@ -243,6 +247,16 @@ def config_for(workload, trace, values: dict):
     return cfg
 
 
+def join_line(trace) -> str:
+    """Join in one line: which ranks ran out of data when, the shadow allreduces, the end."""
+    joined = [f"rank {r.rank} after micro-step {r.join.shadows[0].iteration - 1}"
+              for r in trace.ranks if r.join and r.join.shadows]
+    shadows = sum(len(s.allreduces) for r in trace.ranks if r.join for s in r.join.shadows)
+    end_ms = max(r.join.end_ns for r in trace.ranks if r.join) / 1e6
+    return (f"Join: {', '.join(joined) or 'no rank'} ran out of data; {shadows} zero-filled allreduces "
+            f"shadowed the others'; every rank done at {end_ms:.1f} ms")
+
+
 def main(args) -> int:
     from ddpsim.sim.api import simulate
 
@@ -258,6 +272,8 @@ def main(args) -> int:
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
           f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.2f}")
+    if cfg.join:
+        print(join_line(trace))
     print(f"simulated in {summary.pop('sim_wall_s'):.2f} s", file=sys.stderr)  # wall time: stdout stays deterministic
     print(json.dumps(summary, separators=(",", ":"), default=str))
     return 0

@@ -73,6 +73,9 @@ def config_from_trace(trace: Trace) -> dict:
             out[k] = bool(opts[k])
     if opts.get("no_sync_every"):
         out["no_sync_every"] = max(1, int(opts["no_sync_every"]))
+    if opts.get("join"):  # the recorded uneven inputs need every recorded micro-step (sim/join.py)
+        out.update(join=True, uneven=int(opts.get("uneven") or 0),
+                   iters=max(1, int(opts["iters"]) // out.get("no_sync_every", 1)))
     return out
 
 

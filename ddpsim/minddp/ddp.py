@@ -3,8 +3,9 @@
 
 Construction: ``_build_params_for_reducer`` -> broadcast parameters and buffers from
 rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
-then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, rebuild_buckets,
-buffer broadcast) -> module forward -> ``_post_forward`` (prepare_for_backward).
+then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
+rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
+(prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
+from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
 
 BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
@@ -51,7 +53,7 @@ def bucket_caps(bucket_cap_mb):
     return cap, first
 
 
-class DistributedDataParallel(nn.Module):
+class DistributedDataParallel(nn.Module, JoinableDDP):
     """Drop-in for the part of torch DDP that training code uses.
 
     ``bucket_order`` (ddpsim only, **not in torch**): which parameters share a bucket
@@ -75,6 +77,7 @@ class DistributedDataParallel(nn.Module):
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=True):
         super().__init__()
+        Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
         self.bucket_order = None if order is BucketOrder.TORCH else order.value
         self.module = module
@@ -85,6 +88,8 @@ class DistributedDataParallel(nn.Module):
         self.recorder = recorder
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
+        self.divide_by_initial_world_size = True  # set by join(); torch's default True
+        self.broadcast_bucket_size = BROADCAST_BUCKET_BYTES
         params, names, sparse = build_params_for_reducer(module)
         if not params:
             raise RuntimeError("DistributedDataParallel got a module with no parameter "
@@ -167,14 +172,19 @@ class DistributedDataParallel(nn.Module):
             return self.post_forward(self.module(*inputs, **kwargs))
 
     def pre_forward(self):
-        """Mirrors ``_pre_forward``."""
+        """Mirrors ``_pre_forward`` (Join's two allreduces: Note [Join] in minddp/join.py)."""
         syncing = torch.is_grad_enabled() and self.require_backward_grad_sync
         if syncing:
             self.reducer.prepare_for_forward()
+        work = Join.notify_join_context(self)  # an allreduce of ones, inside ``with model.join()`` only
+        if work:
+            self.reducer.set_forward_pass_work_handle(work, self.divide_by_initial_world_size)
         if torch.is_grad_enabled():
             self.reducer.rebuild_buckets()
         if self.will_sync_module_buffers():
             self.sync_buffers()
+        if self._join_config.enable:
+            self.check_global_requires_backward_grad_sync(is_joined_rank=False)
 
     def will_sync_module_buffers(self):
         """Mirrors ``will_sync_module_buffers``: broadcast_buffers on, buffers to send, and the
@@ -188,14 +198,21 @@ class DistributedDataParallel(nn.Module):
         (broadcast_buffers=True) overwrites them with rank 0's before each forward
         that follows a synced forward (``require_forward_param_sync``). Every rank waits
         for the broadcast before its forward starts: a sync point at the forward's start.
+        Under Join rank 0 may have joined with stale buffers, so the ranks first agree on the
+        largest rank still training (``find_common_rank``).
         """
         start = now_ns()
+        rank = 0 if not self._join_config.enable else self.find_common_rank(dist.get_rank(self.process_group), True)
         self.modules_buffers = [b for _, b in self.module.named_buffers()]
-        with torch.no_grad(), torchcompat.preserve_version_counter(self.modules_buffers):
-            torchcompat.broadcast_coalesced(self.process_group, self.modules_buffers,
-                                            BROADCAST_BUCKET_BYTES, 0)
+        self.sync_module_buffers(rank)
         if self.recorder is not None:
             self.recorder.buffer_broadcast(start, now_ns(), buckets.tensor_bytes(self.modules_buffers))
+
+    def sync_module_buffers(self, authoritative_rank):
+        """Mirrors ``_sync_module_buffers`` (``_default_broadcast_coalesced``)."""
+        with torch.no_grad(), torchcompat.preserve_version_counter(self.modules_buffers):
+            torchcompat.broadcast_coalesced(self.process_group, self.modules_buffers,
+                                            BROADCAST_BUCKET_BYTES, authoritative_rank)
 
     def post_forward(self, output):
         """Mirrors ``_post_forward``.

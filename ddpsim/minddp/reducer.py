@@ -60,6 +60,8 @@ class Reducer:
         self.local_used_map = [0] * len(self.params)  # Note [Used-parameter bitmap]
         self.local_used_work, self.local_used_map_reduced = None, False
         self.delay_all_reduce_queued = False
+        self.div_factor = None  # kUnsetDivFactor: set at the first gradient of each backward
+        self.forward_pass_work, self.use_static_world_size = None, True  # Join's notice (join.py)
         self.initialize_buckets(bucket_indices, per_bucket_size_limits)
         self.record_layout("construction")
         me = weakref.ref(self)  # the hooks must not keep the reducer alive
@@ -227,6 +229,7 @@ class Reducer:
                 messages.marked_twice(self.rank, index, self.param_names))
         self.ready_params.add(index)
         self.require_finalize = True
+        self.set_divide_factor()
         b, intra = self.variable_locators[index]
         self.mark_variable_ready_dense(index, self.buckets[b].views[intra])
         self.buckets[b].pending -= 1
@@ -236,6 +239,15 @@ class Reducer:
             if self.dynamic_graph_find_unused():
                 self.all_reduce_local_used_map()
             queue_callback(self.finalize_backward)
+
+    def set_divide_factor(self):
+        """Mirrors ``Reducer::set_divide_factor``, once per backward: the world size, or under Join
+        with ``divide_by_initial_world_size=False`` the ranks still training (Note [Join])."""
+        if self.div_factor is None:
+            self.div_factor = self.world_size
+            if self.forward_pass_work is not None and not self.use_static_world_size:
+                self.forward_pass_work.wait()
+                self.div_factor = int(self.forward_pass_work.result()[0].item())
 
     def mark_variable_ready_dense(self, index, view):
         """Mirrors ``Reducer::mark_variable_ready_dense``.
@@ -249,9 +261,9 @@ class Reducer:
         if p.grad is None:
             view.zero_()
         elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
-            view.div_(self.world_size)
+            view.div_(self.div_factor)
         else:
-            torch.mul(p.grad, 1.0 / self.world_size, out=view)
+            torch.mul(p.grad, 1.0 / self.div_factor, out=view)
             if self.gradient_as_bucket_view:
                 p.grad = view
 
@@ -271,10 +283,9 @@ class Reducer:
             self.next_bucket += 1
 
     def all_reduce_bucket(self, bucket):
-        """Mirrors ``Reducer::all_reduce_bucket`` (+ the default ``_AllReduceBySumCommHook``)."""
+        """Mirrors ``Reducer::all_reduce_bucket``."""
         start = now_ns()
-        work = dist.all_reduce(bucket.gradients, group=self.process_group, async_op=True)
-        bucket.future = work.get_future()
+        bucket.future = self.run_comm_hook(bucket.gradients)
         rec = self.recorder
         if rec is not None and rec.iteration is not None:
             ev = rec.bucket_launch(bucket.index, bucket.variable_indices, bucket.nbytes, start)
@@ -282,6 +293,11 @@ class Reducer:
             bucket.future = bucket.future.then(
                 lambda fut, ev=ev: RankRecorder.bucket_complete(ev, now_ns()))
             rec.launch_end(ev, now_ns())
+
+    def run_comm_hook(self, tensor):
+        """Mirrors ``Reducer::run_comm_hook`` with no hook registered: the default
+        ``_AllReduceBySumCommHook`` (sum; the mean comes from the divide while copying)."""
+        return dist.all_reduce(tensor, group=self.process_group, async_op=True).get_future()
 
     def all_reduce_local_used_map(self):
         """Mirrors ``Reducer::all_reduce_local_used_map``.
@@ -320,6 +336,7 @@ class Reducer:
         assert self.expect_autograd_hooks and self.require_finalize
         self.expect_autograd_hooks = self.require_finalize = False
         self.first_autograd_hook_called = False
+        self.div_factor = None
         if self.static_graph and self.num_bwd_calls > 1 and self.should_rebuild_buckets():
             self.rebuilt_param_indices += self.unused_parameters
         for bucket in self.buckets:
@@ -362,11 +379,27 @@ class Reducer:
         self.all_reduce_local_used_map()
         self.unused_parameters = [i for i, n in enumerate(self.hooks_triggered) if n == 0]
         self.require_finalize = True
+        self.set_divide_factor()
         for index, (b, intra) in enumerate(self.variable_locators):
             self.mark_variable_ready_dense(index, self.buckets[b].views[intra])
         for bucket in self.buckets:
             self.all_reduce_bucket(bucket)
         self.finalize_backward()
+
+    # -- Join (ddpsim/minddp/join.py) ---------------------------------------------------
+    def set_forward_pass_work_handle(self, work, use_static_world_size):
+        """Mirrors ``Reducer::set_forward_pass_work_handle``: Join's allreduce of ones."""
+        self.forward_pass_work, self.use_static_world_size = work, use_static_world_size
+
+    def get_zeros_like_grad_buckets(self):
+        """Mirrors ``Reducer::get_grad_buckets(return_zero_tensors=true)``: (bucket, zeros)."""
+        return [(bucket, torch.zeros_like(bucket.gradients)) for bucket in self.buckets]
+
+    def push_rebuilt_params_for_all_indices(self):
+        """Mirrors ``Reducer::push_rebuilt_params_for_all_indices``: a rank that joined before
+        its first backward still has an order to rebuild by (definition order)."""
+        if self.should_rebuild_buckets() and not self.rebuilt_param_indices:
+            self.rebuilt_param_indices = list(range(len(self.params)))
 
     def remove_autograd_hooks(self):
         """Mirrors ``Reducer::remove_autograd_hooks``."""

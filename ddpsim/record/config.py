@@ -32,6 +32,8 @@ class RecordConfig:
     broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
     no_sync_every: int | None = None  # sync every n-th micro-step (n-1 under no_sync); None: always
     uneven: int = 0  # uneven inputs: rank r runs uneven * r fewer micro-steps (not in torch); 0: all alike
+    join: bool = False  # train inside model.join() (torch's Join; off by default, as in torch)
+    divide_by_initial_world_size: bool = True  # DDP.join's argument; torch default True
     batch_size: int | None = None  # samples per rank per micro-step; None: the model's default
     seed: int = 0  # torch.manual_seed before building the model
     backend: str | None = None  # None: nccl with one visible GPU per local rank, else gloo (choose_backend)
@@ -75,6 +77,10 @@ class RecordConfig:
             (0 <= self.uneven and self.iters - self.uneven * (self.world_size - 1) >= 1,
              f"--uneven {self.uneven} leaves rank {self.world_size - 1} without iterations: rank r runs "
              f"--iters minus {self.uneven} x r ({self.iters} - {self.uneven} x {self.world_size - 1} < 1)"),
+            (not self.join or self.impl in ("torch", "minddp"),
+             f"--join needs --impl torch or minddp (got --impl {self.impl})"),
+            (self.join or self.divide_by_initial_world_size,
+             "--no-divide-by-initial-world-size is an argument of model.join(): add --join"),
             (self.order is None or self.impl == "minddp",
              f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
         ]
@@ -202,7 +208,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="synchronise every N-th micro-step; the others accumulate under no_sync")
     p.add_argument("--uneven", type=int, default=0, metavar="K",
                    help="uneven inputs: rank r gets K x r fewer batches than rank 0 (the run hangs as DDP "
-                        "would, and ddpsim names the rank that ran out of data)")
+                        "would, and ddpsim names the rank that ran out of data; add --join for the fix)")
+    p.add_argument("--join", action="store_true",
+                   help="train inside model.join(): a rank whose data ran out shadows the others' collectives")
+    p.add_argument("--no-divide-by-initial-world-size", dest="divide_by_initial_world_size",
+                   action="store_false", help="with --join: average over the ranks still training")
     p.add_argument("--batch-size", type=int, default=None, help="samples per rank per micro-step")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--backend", default=None, choices=BACKENDS,

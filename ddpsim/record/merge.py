@@ -25,7 +25,8 @@ TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns
 
 def read_shard(path: str | Path) -> dict:
     """A shard's lines gathered by kind. A truncated last line (a crash mid-write) is dropped."""
-    shard = {"header": {}, "layouts": [], "iterations": [], "end": None, "error": None, "path": str(path)}
+    shard = {"header": {}, "layouts": [], "iterations": [], "shadows": [], "join": None, "end": None,
+             "error": None, "path": str(path)}
     lines = Path(path).read_text().splitlines()
     for n, line in enumerate(lines):
         try:
@@ -42,6 +43,10 @@ def read_shard(path: str | Path) -> dict:
                                      "kind": obj["layout_kind"], "buckets": obj["buckets"]})
         elif kind == "iteration":
             shard["iterations"].append(obj)
+        elif kind == "shadow":
+            shard["shadows"].append(obj)
+        elif kind == "join":
+            shard["join"] = obj
         elif kind == "end":
             shard["end"] = obj
         elif kind == "error":
@@ -93,6 +98,7 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
             "complete": s["end"] is not None and s["error"] is None, "error": error,
             "layouts": _shift(s["layouts"], delta), "iterations": _shift(s["iterations"], delta),
             "ddp_logging_data": (s["end"] or {}).get("ddp_logging_data"),
+            **({"join": _shift({**s["join"], "shadows": s["shadows"]}, delta)} if s["join"] else {}),
         })
     world = head.get("world_size", len(shards))
     missing = sorted(set(range(world)) - set(ranks))

@@ -19,6 +19,8 @@ OPTION_KEYS = ("bucket_cap_mb", "find_unused_parameters", "static_graph", "gradi
 def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | None = None) -> dict:
     """The facts one rank writes at the top of its shard."""
     options = {k: v for k, v in asdict(cfg).items() if k in OPTION_KEYS}
+    if cfg.join:  # written only where used, so that other runs' options stay as they were
+        options.update(join=True, divide_by_initial_world_size=cfg.divide_by_initial_world_size)
     return {
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),

@@ -26,6 +26,7 @@ from ddpsim.record import instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.gpuclock import GpuTimer, timebase
+from ddpsim.record.joined import train_joined
 from ddpsim.record.probe import AllreduceProbe
 from ddpsim.record.process import die_with_parent, env_rank, exit_now, init_process_group, pin_to_cpu
 from ddpsim.record.turns import Turns
@@ -61,6 +62,7 @@ class TorchProbes:
                          and (cfg.find_unused_parameters or cfg.static_graph) else None)
         state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None, timer=timer)
         ddp.register_comm_hook(state, instrument.bucket_hook)
+        self.comm_state = state
         self.layout_caps = instrument.torch_layout_caps(ddp, params)
         self.find_unused = cfg.find_unused_parameters
         self.ddp, self.rebuilt_seen = ddp, False
@@ -127,6 +129,8 @@ class Run:
         inputs, target = batch or self.batch(it)
         if probes:
             probes.before(sync)
+            if cfg.join and not cfg.divide_by_initial_world_size:  # Note [Join's divisor in the recorder's hook]
+                probes.comm_state.world_size = sum(cfg.iters_for(r) > it for r in range(self.world))
         if self.timer:
             self.timer.anchor()
         rec.begin_iteration(it, sync)
@@ -209,7 +213,10 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
     if turns:
         turns.ready(rank)
     mine = [c.iters_for(rank) for c in cfgs]  # uneven inputs: fewer batches on later ranks
-    for it in range(max(mine)):
+    if cfgs[0].join:  # one config: validate --grid and turns never join
+        train_joined(runs[0], mine[0])
+        mine = [c.iters for c in cfgs]  # every rank stays in Join to the end
+    for it in range(0 if cfgs[0].join else max(mine)):
         if turns:
             turns.take(cfgs[0].timeout_s)
         for run, n in zip(runs, mine):

@@ -15,6 +15,10 @@ class Actor:
     iterations: list = field(default_factory=list)  # raw records when ``record``
     backward_scale: float = 1.0  # its own backward speed (measured; extract.rank_factors)
     recorded: dict | None = None  # its recorded micro-steps (SimConfig.recorded_ranks), or None
+    data_steps: int | None = None  # micro-steps it has data for (SimConfig.uneven); None: every one
+    shadows: list = field(default_factory=list)  # under Join: (micro-step, start, end, [(launch, Work)])
+    join_start: float | None = None  # under Join: when it left its own loop (sim/join.py)
+    join_end: float | None = None  # ... and when the final model sync ended
 
     def multipliers(self, i: int) -> tuple[float, float]:
         """(forward, backward) compute multipliers at micro-step ``i``."""

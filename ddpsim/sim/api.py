@@ -18,8 +18,8 @@ from ddpsim.sim.model import rank as model_rank
 from ddpsim.sim.plan import plan_actors, plan_layouts, resolve_link
 from ddpsim.sim.replay import replayed
 from ddpsim.sim.workload import Workload
-from ddpsim.trace import (BucketEvent, Collective, GradReady, Iteration, Layout, Param, RankTrace, Span,
-                          Trace)
+from ddpsim.trace import (BucketEvent, Collective, GradReady, Iteration, JoinRecord, Layout, Param, RankTrace,
+                          ShadowStep, Span, Trace)
 
 __all__ = ["SimConfig", "SimulationTooLarge", "build_trace", "plan_actors", "plan_layouts", "require_workload",
            "resolve_link", "simulate"]
@@ -54,6 +54,7 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     env = simpy.Environment()
     model = Model(env, w, link, cfg.world_size, layouts, plans, actors,
                   platform and platform(env, link, cfg.world_size, actors))
+    model.join, model.final_sync_buffers = cfg.join, cfg.broadcast_buffers
     for a in model.actors:
         env.process(model_rank(env, model, a))
     run_bounded(env, max(RUN_EVENTS_PER_ESTIMATED * estimate, 10_000), cfg.time_limit_s)
@@ -123,8 +124,9 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 Collective(_ns(rec["buffers"][0]), _ns(rec["buffers"][1]), rec["buffers"][2])
                 if "buffers" in rec else None))
         copies = min(a.count, cfg.trace_ranks) if a.kind == "identical" else 1
+        joined = join_record(a) if cfg.join else None
         for k in range(copies):  # identical ranks share one timeline
-            ranks.append(RankTrace(rank=a.rank + k, host="simulated", layouts=layouts, iterations=iters))
+            ranks.append(RankTrace(rank=a.rank + k, host="simulated", layouts=layouts, iterations=iters, join=joined))
     ranks.sort(key=lambda r: r.rank)
     config = asdict(cfg)
     config["stragglers"] = {str(k): v for k, v in cfg.stragglers.items()}
@@ -135,7 +137,14 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
             "link": link.to_dict(), "workload": {"name": w.name, **w.meta},
             "options": {"bucket_cap_mb": cfg.bucket_cap_mb, "find_unused_parameters": cfg.find_unused_parameters,
                         "static_graph": cfg.static_graph, "broadcast_buffers": cfg.broadcast_buffers,
-                        "no_sync_every": cfg.no_sync_every,
+                        "no_sync_every": cfg.no_sync_every, **({"join": True, "uneven": cfg.uneven} if cfg.join else {}),
                         "iters": cfg.iters * cfg.no_sync_every}}
     params = [Param(p.index, p.name, list(p.shape), p.dtype, p.bytes) for p in w.params]
     return Trace(source="simulated", meta=meta, params=params, ranks=ranks)
+
+
+def join_record(a) -> JoinRecord:
+    """An actor's time under Join (sim/join.py) as the trace holds it."""
+    shadows = [ShadowStep(i, _ns(t0), _ns(t1), [Collective(_ns(t), _ns(w.end), w.nbytes) for t, w in works])
+               for i, t0, t1, works in a.shadows]
+    return JoinRecord(_ns(a.join_start), _ns(a.join_end), True, shadows)

@@ -22,6 +22,8 @@ class SimConfig:
     broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
     order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
     no_sync_every: int = 1
+    uneven: int = 0  # rank r has uneven * r fewer micro-steps of data (record --uneven; not in torch)
+    join: bool = False  # train inside model.join() (torch's Join; sim/join.py); torch default: no Join
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
     overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
     seed: int = 0
@@ -53,6 +55,14 @@ class SimConfig:
         integer(self.iters, "iters", 1)
         integer(self.no_sync_every, "no_sync_every", 1)
         integer(self.max_explicit_ranks, "max_explicit_ranks", 1)
+        integer(self.uneven, "uneven", 0)
+        if self.uneven and not self.join:
+            raise ValueError("uneven inputs without join hang (the rank out of data stops joining the "
+                             "allreduces): add join, as with model.join()")
+        if self.uneven and self.iters * self.no_sync_every - self.uneven * (self.world_size - 1) < 1:
+            raise ValueError(f"uneven {self.uneven} leaves rank {self.world_size - 1} without micro-steps")
+        if self.uneven and self.world_size > self.max_explicit_ranks:
+            raise ValueError(f"uneven inputs play every rank alone: at most {self.max_explicit_ranks} ranks")
         if self.naive and self.overlap:
             raise ValueError("naive and overlap are two different DDPs: choose one")
         caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)

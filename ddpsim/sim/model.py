@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from ddpsim.sim import join
 from ddpsim.sim.actor import Actor
 from ddpsim.sim.network import Link
 from ddpsim.sim.platform import Devices, platform_for
@@ -81,6 +82,7 @@ class Model:
             self.bucket_of.append(m)
         self.bitmap_bytes = 4 * len(sizes)
         self.broadcast_s = w.broadcast_cost(link, world_size)
+        self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
 
     def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
                seconds: float | None = None) -> Work:
@@ -173,6 +175,9 @@ def rank(env, model: Model, actor: Actor):
     starts with the buffer broadcast, as torch's ``_pre_forward`` does."""
     w, compute = model.w, model.platform.compute
     for plan in model.plans:
+        if actor.data_steps is not None and plan.iteration >= actor.data_steps:  # out of data, joined
+            yield from join.shadow(env, model, actor, plan)
+            continue
         f, fb = actor.multipliers(plan.iteration)
         rec = {"plan": plan, "grads": [], "buckets": {}} if actor.record else None
         t_start = env.now
@@ -203,6 +208,8 @@ def rank(env, model: Model, actor: Actor):
         gap = actor.gap_after(plan.iteration, w.iter_gap_s)
         if gap:  # data loading, logging...: work DDP does not do
             yield model.platform.elsewhere(actor, gap)
+    if model.join:
+        yield from join.final_sync(env, model, actor)
 
 
 def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):

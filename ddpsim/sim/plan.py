@@ -142,12 +142,15 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     recorded = {int(r): rec for r, rec in cfg.recorded_ranks.items()}
     actors, groups = [], []
     alone = set(strag) | set(bscale) | set(recorded)  # ranks with their own speed play alone
+    if cfg.uneven:  # each rank its own amount of data (sim/join.py)
+        alone |= set(range(world))
     drawn = 0.0 if cfg.jitter_mode == "expected" and not explicit else cfg.jitter  # expected: the group carries it
     for r in sorted(alone):
         noise = 0.0 if r in recorded else drawn  # a recorded rank plays its recorded speeds instead
         actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, noise, strag.get(r, 1.0)),
                             record=True, kind="straggler" if r in strag else "measured",
-                            backward_scale=bscale.get(r, 1.0), recorded=recorded.get(r)))
+                            backward_scale=bscale.get(r, 1.0), recorded=recorded.get(r),
+                            data_steps=n_micro - cfg.uneven * r if cfg.uneven else None))
     others = [r for r in range(world) if r not in alone] if world <= 100_000 else None
     n_others = world - len(alone)
     if n_others == 0:

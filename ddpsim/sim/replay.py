@@ -18,6 +18,8 @@ def recorded_options(trace) -> dict:
     """The layout-deciding options of a recorded run."""
     opts = trace.meta.get("options") or {}
     order = (trace.meta.get("config") or {}).get("order")
+    if order is not None and not isinstance(order, str):
+        raise ValueError(f"meta.config.order should be a bucket order's name, not {order!r:.40}")
     return {"impl": str(trace.meta.get("impl", "torch")),
             "bucket_cap_mb": opts.get("bucket_cap_mb"),
             "find_unused_parameters": bool(opts.get("find_unused_parameters", False)),

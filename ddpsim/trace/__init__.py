@@ -15,9 +15,9 @@ the start of the run (``t_ns = 0``). Sizes are bytes.
 """
 from ddpsim.trace.reader import MAX_TRACE_BYTES, from_dict, load_trace, parse_trace
 from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
-                                Layout, Param, RankTrace, Span, Trace, TraceFormatError)
+                                JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
 from ddpsim.trace.writer import save_trace
 
 __all__ = ["FORMAT", "MAX_TRACE_BYTES", "SOURCES", "VERSION", "Bucket", "BucketEvent", "Collective", "GradReady",
-           "Iteration", "Layout", "Param", "RankTrace", "Span", "Trace", "TraceFormatError", "from_dict",
+           "Iteration", "JoinRecord", "Layout", "Param", "RankTrace", "ShadowStep", "Span", "Trace", "TraceFormatError", "from_dict",
            "load_trace", "parse_trace", "save_trace"]

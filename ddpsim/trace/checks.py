@@ -16,12 +16,14 @@ META_FIELDS = {
     "options": (dict, None), "config": (dict, None), "link": (dict, None), "pinning": (dict, None),
     "calibration": (dict, None), "workload": (dict, None), "allreduce_probe": (list, None),
     "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
+    "placement": (dict, None), "timebase": (dict, None),
 }
 NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
     ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
     ("options", "static_graph"): (bool, None), ("options", "gradient_as_bucket_view"): (bool, None),
     ("options", "no_sync_every"): (int, 1), ("options", "iters"): (int, 0),
     ("options", "batch_size"): (int, 1), ("config", "pin_cpus"): (bool, None),
+    ("options", "uneven"): (int, 0), ("options", "join"): (bool, None), ("placement", "device"): (str, None),
     ("link", "concurrency"): (int, 1), ("link", "shared_core"): (bool, None), ("link", "cpus"): (int, 0),
     ("pinning", "cpus"): (int, 0), ("calibration", "world_size"): (int, 1),
     ("calibration", "host_cpus"): (int, 0), ("calibration", "intercept_s"): (float, None),

@@ -5,21 +5,18 @@ the format itself (the dataclasses) is there, and in ``docs/trace-format.md``.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 from ddpsim.buckets import SCALAR_TYPES
+from ddpsim.trace.jsontext import MAX_DEPTH, json_depth, loads_limited
 from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_meta
 from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
-                                Layout, Param, RankTrace, Span, Trace, TraceFormatError)
+                                JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
 
 # Limits on what a trace may hold (Note [A strict reader]); a real trace is far inside every one.
 MAX_TRACE_BYTES = 512 * 2**20  # bytes; larger files are refused before they are read
-MAX_DEPTH = 64  # JSON nesting levels (a trace needs about 8; Python's json recursion ends near 1000)
-MAX_INT_DIGITS = 19  # digits of a JSON integer (int64); Python refuses > 4300 with a traceback
 MAX_INT = 2**63 - 1  # every integer field fits int64, as in the recorder's clocks
 MAX_PARAMS = 10_000_000  # parameter indices are below this
 MAX_BYTES = 2**50  # bytes (1 PiB): a parameter, a bucket, a collective, all parameters together
@@ -64,61 +61,8 @@ def parse_trace(text: str | bytes, name: str = "trace", max_bytes: int = MAX_TRA
             raise TraceFormatError(f"{name} is not UTF-8 text, so not a ddpsim trace") from None
     if not text.strip():
         raise TraceFormatError(f"{name} is empty")
-    depth, unclosed = _scan(text)
-    if depth > MAX_DEPTH:
-        raise TraceFormatError(f"{name} nests JSON {depth} levels deep; a trace needs at most {MAX_DEPTH}")
-    try:
-        raw = json.loads(text, parse_int=lambda s: _int(s, name), parse_float=lambda s: _float(s, name),
-                         parse_constant=lambda c: _constant(c, name))
-    except json.JSONDecodeError as e:
-        # the parser ran out of text (not into a wrong character): a string or a bracket left open at the end
-        if unclosed and (e.msg.startswith("Unterminated string") or not text[e.pos:].strip()):
-            raise TraceFormatError(f"{name} is truncated: the JSON ends early ({e.msg})") from None
-        raise TraceFormatError(
-            f"{name} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno}"
-        ) from None
+    raw = loads_limited(text, name)
     return from_dict(raw, name=name, depth_checked=True)
-
-
-def _int(s: str, name: str) -> int:
-    if len(s.lstrip("-")) > MAX_INT_DIGITS:
-        raise TraceFormatError(f"{name} holds a {len(s.lstrip('-'))}-digit integer; "
-                               f"a trace's integers have at most {MAX_INT_DIGITS} digits")
-    return int(s)
-
-
-def _float(s: str, name: str) -> float:
-    x = float(s)
-    if not math.isfinite(x):
-        raise TraceFormatError(f"{name} holds {s[:20]}, too large for a number")
-    return x
-
-
-def _constant(c: str, name: str):
-    raise TraceFormatError(f"{name} holds {c}, which is not a JSON number")
-
-
-# A complete JSON string, or (group 1 kept: one quote) a string the text ends inside. Every quote
-# outside a string starts a match that succeeds, so the scan never restarts at the quotes inside
-# an unterminated string: linear time (retrying there made 40,000 escaped quotes take 13 s).
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|(")(?:[^"\\]|\\.)*\\?\Z')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-def _scan(text: str) -> tuple[int, bool]:
-    """(deepest bracket nesting, True if the text stops inside a string or with brackets still open).
-
-    Strings are removed first (in C, by the regular expression), then the depth is the
-    largest running sum of the brackets left, so a 100 MB trace scans in well under a second.
-    """
-    import numpy as np
-
-    bare = _STRING.sub(r"\1", text)  # strings removed; an unterminated one leaves its quote
-    brackets = np.frombuffer(_NOT_BRACKET.sub("", bare).encode(), dtype=np.uint8)
-    if not len(brackets):
-        return 0, '"' in bare
-    depth = np.cumsum(np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1))
-    return int(depth.max()), '"' in bare or int(depth[-1]) > 0
 
 
 def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Trace:
@@ -130,7 +74,7 @@ def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Tra
         raise TraceFormatError(
             f"{name} has trace version {version!r:.40}; this ddpsim reads version {VERSION}"
         )
-    if not depth_checked and _depth(raw) > MAX_DEPTH:  # a dict built in memory, not parsed text
+    if not depth_checked and json_depth(raw) > MAX_DEPTH:  # a dict built in memory, not parsed text
         raise TraceFormatError(f"{name} nests more than {MAX_DEPTH} levels deep")
     r = _Reader(name)
     source = r.get(raw, "source", str, "")
@@ -145,19 +89,6 @@ def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Tra
     trace = Trace(source=source, meta=meta, params=params, ranks=ranks)
     check_consistency(r, trace)
     return trace
-
-
-def _depth(obj: Any, level: int = 1) -> int:
-    """Nesting depth of parsed JSON, without recursion (so a deep object cannot overflow the stack)."""
-    deepest, stack = 0, [(obj, level)]
-    while stack:
-        x, d = stack.pop()
-        if isinstance(x, (dict, list)):
-            deepest = max(deepest, d)
-            if d > MAX_DEPTH:
-                return d
-            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
-    return deepest
 
 
 class _Reader:
@@ -215,7 +146,9 @@ class _Reader:
         s = self.get(d, key, dict, path, optional)
         if s is None:
             return None
-        p = f"{path}.{key}"
+        return self.span_at(s, f"{path}.{key}")
+
+    def span_at(self, s, p):
         start, end = self.count(s, "start_ns", p), self.count(s, "end_ns", p)
         if end < start:
             self.fail(p, f"ends ({end}) before it starts ({start})")
@@ -275,7 +208,9 @@ class _Reader:
         """An optional collective that is not a bucket (``Collective``), or None."""
         if (c := self.get(d, key, dict, path, True)) is None:
             return None
-        p = f"{path}.{key}"
+        return self.collective_at(c, f"{path}.{key}")
+
+    def collective_at(self, c, p):
         c = Collective(*(self.count(c, k, p) for k in ("launch_ns", "complete_ns")), self.count(c, "bytes", p, hi=MAX_BYTES))
         return c if c.complete_ns >= c.launch_ns else self.fail(p, "completes before it launches")
 
@@ -288,8 +223,21 @@ class _Reader:
             layouts=[self.layout(x, f"{path}.layouts[{i}]") for i, x in enumerate(g("layouts", list))],
             iterations=[self.iteration(x, f"{path}.iterations[{i}]")
                         for i, x in enumerate(g("iterations", list))],
-            ddp_logging_data=g("ddp_logging_data", dict, True),
+            ddp_logging_data=g("ddp_logging_data", dict, True), join=self.join(d, path),
         )
+
+    def join(self, d, path):
+        """A rank's ``JoinRecord`` (``record --join``), or None."""
+        if (j := self.get(d, "join", dict, path, True)) is None:
+            return None
+        p, shadows = f"{path}.join", []
+        for i, x in enumerate(self.get(j, "shadows", list, f"{path}.join")):
+            q = f"{p}.shadows[{i}]"
+            span = self.span_at(x, q)
+            shadows.append(ShadowStep(self.count(x, "iteration", q), span.start_ns, span.end_ns, [
+                self.collective_at(c, f"{q}.allreduces[{k}]") for k, c in enumerate(self.get(x, "allreduces", list, q))]))
+        span = self.span_at(j, p)
+        return JoinRecord(span.start_ns, span.end_ns, self.flag(j, "divide_by_initial_world_size", p, True), shadows)
 
 
 def _typename(typ) -> str:

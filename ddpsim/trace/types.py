@@ -130,6 +130,27 @@ class Iteration:
 
 
 @dataclass
+class ShadowStep:
+    """A joined rank's pass through Join's loop while others still train (``_DDPJoinHook.main_hook``):
+    zero-filled copies of the others' bucket allreduces (``_match_all_reduce_for_bwd_pass``)."""
+
+    iteration: int  # the others' iteration it shadows
+    start_ns: int
+    end_ns: int
+    allreduces: list[Collective] = field(default_factory=list)
+
+
+@dataclass
+class JoinRecord:
+    """A rank's time in torch's ``Join`` context after its own data ran out (``record --join``)."""
+
+    start_ns: int  # the rank left its training loop (Join's __exit__ began)
+    end_ns: int  # every rank had joined and the final model sync ended
+    divide_by_initial_world_size: bool = True  # DDP.join's argument (torch's default: True)
+    shadows: list[ShadowStep] = field(default_factory=list)
+
+
+@dataclass
 class RankTrace:
     rank: int
     host: str = ""
@@ -140,6 +161,7 @@ class RankTrace:
     layouts: list[Layout] = field(default_factory=list)
     iterations: list[Iteration] = field(default_factory=list)
     ddp_logging_data: dict | None = None  # torch's _get_ddp_logging_data(), verbatim
+    join: JoinRecord | None = None  # recorded under ``model.join()`` (uneven inputs)
 
     def layout_at(self, iteration: int) -> Layout | None:
         """The bucket layout in effect at ``iteration``."""
@@ -184,6 +206,8 @@ class Trace:
     def to_dict(self) -> dict:
         d = asdict(self)
         for r in d["ranks"]:
+            if r["join"] is None:  # written only where there is one, like buffer_broadcast below
+                del r["join"]
             for it in r["iterations"]:
                 if it["buffer_broadcast"] is None:  # written only where there is one: older traces stay as they were
                     del it["buffer_broadcast"]

@@ -110,7 +110,10 @@ def _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel,
         for k in range(1, n_lanes):
             yticks.append(rows["comm"] + k + 0.5)
             ylabels.append(f"allreduce ({k + 1})")
-        if it is None:
+        shadow = next((x for x in rank.join.shadows if x.iteration == iteration), None) if rank.join else None
+        if it is None and shadow is not None:
+            _draw_shadow(ax, rank, shadow, rows, ms, minlabel)
+        elif it is None:
             ax.text(xlim[0], rows["compute"] + 0.5, f"  rank {rank.rank} has no iteration {iteration}",
                     va="center", fontsize=9, style="italic")
         else:
@@ -152,6 +155,16 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
                 va="center", fontsize=8.5, style="italic", color=pal.TEXT)
     _draw_collectives(ax, rank, it, yr, ym, lanes, ms, minlabel)
     _draw_exposed(ax, rank, it, rows, n_lanes, ms, minlabel, head_chars)
+
+
+def _draw_shadow(ax, rank: RankTrace, shadow, rows, ms, minlabel):
+    """A rank out of data inside ``model.join()``: the zero-filled allreduces it issues so that the
+    others' complete (Note [Join] in ddpsim/minddp/join.py)."""
+    ax.text(ms(shadow.start_ns), rows["compute"] + 0.5, "  joined (out of data): no compute; Join shadows "
+            "the others' allreduces with zeros", va="center", fontsize=8.5, style="italic", color=pal.TEXT)
+    for k, c in enumerate(shadow.allreduces):
+        _bar(ax, ms(c.launch_ns), ms(c.complete_ns), rows["comm"] + (1 - BAR) / 2, pal.bucket_color(k),
+             f"b{k} zeros", minlabel, gid=f"shadow:r{rank.rank}:b{k}", text_y=rows["comm"] + 0.5)
 
 
 def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, minlabel):

@@ -1,0 +1,174 @@
+"""Uneven inputs with Join: minddp's ``_DDPJoinHook`` against torch's, on real gloo ranks.
+
+Note [Join] in ddpsim/minddp/join.py. Rank r has ``10 - 3 r`` batches; both DDPs train inside
+``model.join()``; torch's shadow allreduces are counted by wrapping its
+``_match_all_reduce_for_bwd_pass`` (torchcompat), minddp's by its recorder-free counter.
+"""
+import pytest
+import torch
+
+from distutil import run_ranks
+
+STEPS, SKEW = 10, 3  # rank r runs STEPS - SKEW * r batches
+
+
+def _train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
+    """torch's DDP and minddp, each under ``join()``: (parameters and buffers, shadow allreduces)."""
+    from ddpsim import torchcompat
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+    from ddpsim.models import build_workload, call_batch
+
+    torch.set_num_threads(1)
+    out, shadows = {}, {}
+    for impl in ("torch", "minddp"):
+        torch.manual_seed(7)
+        w = build_workload(model_name)
+        opts = dict(bucket_cap_mb=cap_mb, find_unused_parameters=find_unused)
+        ddp = torchcompat.torch_ddp(w.model, True, **opts) if impl == "torch" else MinDDP(w.model, **opts)
+        count = torchcompat.count_join_shadows(ddp)
+        opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
+        with ddp.join(divide_by_initial_world_size=divide_initial):
+            for step in range(STEPS - SKEW * rank):
+                inputs, target = call_batch(w, step, rank, world, 8)
+                opt.zero_grad()
+                w.loss(ddp(*inputs), target).backward()
+                opt.step()
+        out[impl] = [t.detach().clone().double() for t in (*w.model.parameters(), *w.model.buffers())]
+        shadows[impl] = count()
+    diff = max((a - b).abs().max().item() for a, b in zip(out["torch"], out["minddp"]))
+    return diff, shadows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name,divide_initial,cap_mb,find_unused", [
+    ("mlp", True, 0.05, False), ("mlp", False, 0.05, False), ("convnet", True, None, False),
+    ("branchy", True, 0.01, True)])
+def test_minddp_joins_like_torch(model_name, divide_initial, cap_mb, find_unused):
+    world = 3
+    results = run_ranks(_train_joined, world, args=(model_name, divide_initial, cap_mb, find_unused), timeout=300)
+    for rank, (diff, shadows) in enumerate(results):
+        assert diff <= 1e-6, f"rank {rank}: minddp differs from torch's DDP by {diff:.2e}"
+        assert shadows["torch"] == shadows["minddp"], f"rank {rank}: shadow allreduces {shadows}"
+    # the rank with the fewest batches shadowed every bucket of the iterations it missed
+    assert results[-1][1]["torch"] > 0 and results[0][1]["torch"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["torch", "minddp"])
+def test_record_join_has_each_shadow_allreduce_of_the_joined_ranks(record, impl, tmp_path):
+    from ddpsim.trace import load_trace, save_trace
+
+    trace = record(model="mlp", world_size=3, iters=6, uneven=2, join=True, impl=impl, bucket_cap_mb=0.05)
+    assert trace.complete and trace.meta["options"]["join"] is True
+    for r in trace.ranks:
+        mine = 6 - 2 * r.rank
+        assert [it.iteration for it in r.iterations] == list(range(mine))
+        j = r.join
+        assert j is not None and j.divide_by_initial_world_size is True
+        assert [s.iteration for s in j.shadows] == list(range(mine, 6))  # one per iteration it missed
+        assert j.start_ns >= r.iterations[-1].end_ns and j.end_ns >= j.start_ns
+        for s in j.shadows:
+            layout = r.layout_at(s.iteration)
+            assert [c.bytes for c in s.allreduces] == [b.bytes for b in layout.buckets]
+            assert j.start_ns <= s.start_ns <= s.end_ns <= j.end_ns
+            assert all(s.start_ns <= c.launch_ns <= c.complete_ns <= s.end_ns for c in s.allreduces)
+    save_trace(trace, tmp_path / "again.json")  # what ddpsim writes, it reads back
+    assert load_trace(tmp_path / "again.json").ranks[2].join == trace.ranks[2].join
+
+
+def test_join_options_are_checked_in_one_line():
+    from ddpsim.errors import CLIError
+    from ddpsim.record.config import RecordConfig
+
+    for cfg, words in [(RecordConfig(model="mlp", impl="naive", join=True), "--join needs --impl torch or minddp"),
+                       (RecordConfig(model="mlp", divide_by_initial_world_size=False), "add --join")]:
+        with pytest.raises(CLIError) as err:
+            cfg.validate()
+        assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def _hooked_vs_plain(rank, world):
+    """torch's DDP under join(divide_by_initial_world_size=False): plain, and with the recorder's comm
+    hook dividing by the ranks that still have data (Note [Join's divisor in the recorder's hook])."""
+    from ddpsim import torchcompat
+    from ddpsim.events import RankRecorder
+    from ddpsim.models import build_workload, call_batch
+    from ddpsim.record import instrument
+
+    torch.set_num_threads(1)
+    out = {}
+    for hooked in (False, True):
+        torch.manual_seed(7)
+        w = build_workload("mlp")
+        ddp = torchcompat.torch_ddp(w.model, True, bucket_cap_mb=0.05)
+        if hooked:
+            import tempfile
+            rec = RankRecorder(tempfile.mktemp(suffix=".jsonl"), rank, {})
+            state = instrument.CommHookState(instrument.reducer_params(ddp.module), rec)
+            ddp.register_comm_hook(state, instrument.bucket_hook)
+        opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
+        mine = STEPS - SKEW * rank
+        join = ddp.join(divide_by_initial_world_size=False)
+        if hooked:  # the joined rank's shadows reach the hook too, recorded as the recorder does
+            from types import SimpleNamespace
+
+            from ddpsim.record.joined import _shadowed
+            for hook in torchcompat.join_hooks(join):
+                hook.main_hook = _shadowed(hook.main_hook, SimpleNamespace(recorder=rec, timer=None), mine)
+        with join:
+            for step in range(mine):
+                if hooked:
+                    state.world_size = sum(STEPS - SKEW * r > step for r in range(world))
+                    rec.begin_iteration(step, True)
+                inputs, target = call_batch(w, step, rank, world, 8)
+                opt.zero_grad()
+                w.loss(ddp(*inputs), target).backward()
+                opt.step()
+                if hooked:
+                    rec.end_iteration()
+        out[hooked] = [p.detach().clone() for p in w.model.parameters()]
+    return max((a - b).abs().max().item() for a, b in zip(out[False], out[True]))
+
+
+@pytest.mark.slow
+def test_the_recorders_hook_divides_as_join_does_without_it():
+    assert max(run_ranks(_hooked_vs_plain, 3, timeout=300)) <= 1e-6
+
+
+def test_the_simulator_shadows_every_bucket_of_each_missed_step_and_ends_together():
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    w = synthetic("resnet50")
+    even, _ = simulate(w, SimConfig(world_size=4, iters=6, join=True))
+    trace, _ = simulate(w, SimConfig(world_size=4, iters=6, uneven=1, join=True))
+    n_buckets = len(trace.ranks[0].layouts[-1].buckets)
+    ends = {r.join.end_ns for r in trace.ranks}
+    assert len(ends) == 1  # the final model sync ends Join on every rank at once
+    for r in trace.ranks:
+        assert len(r.iterations) == 6 - r.rank
+        assert [s.iteration for s in r.join.shadows] == list(range(6 - r.rank, 6))
+        assert all(len(s.allreduces) == n_buckets for s in r.join.shadows)
+        assert r.join.start_ns >= r.iterations[-1].end_ns
+    # a joined rank computes nothing, so nobody waits for it: rank 0's steps are as in the even run
+    assert [it.end_ns for it in trace.ranks[0].iterations] == [it.end_ns for it in even.ranks[0].iterations]
+
+
+def test_uneven_inputs_without_join_are_refused_by_the_simulator():
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    with pytest.raises(ValueError, match="uneven inputs without join hang"):
+        simulate(synthetic("resnet50"), SimConfig(world_size=2, iters=4, uneven=1))
+
+
+def test_the_timeline_draws_a_joined_ranks_zero_filled_allreduces():
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+    from ddpsim.viz.timeline import plot_timeline
+
+    trace, _ = simulate(synthetic("resnet50"), SimConfig(world_size=4, iters=6, uneven=1, join=True))
+    gids = {p.get_gid() for p in plot_timeline(trace, 5).axes[0].patches}
+    n = len(trace.ranks[0].layouts[-1].buckets)
+    assert {f"shadow:r{r}:b{b}" for r in (1, 2, 3) for b in range(n)} <= gids
+    assert not any(g and g.startswith("shadow:r0") for g in gids)  # rank 0 still has data at step 5
