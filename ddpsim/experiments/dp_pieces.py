@@ -9,22 +9,27 @@ momentum; the gradient-ready order and each gradient's share of the backward com
 ``post_accumulate_grad`` hooks on one real backward. ``dataparallel(model, n)`` feeds them to
 the SIMULATED DataParallel and DDP iterations (``ddpsim.sim.dp_compare``).
 
+    python -m ddpsim.experiments.dp_pieces    # the tables of docs/dataparallel.md
+
 On this machine the "devices" are hypothetical: each computes as fast as one CPU thread did
 here and copies at this machine's memory bandwidth. A GPU's numbers would differ (faster
 kernels make the GIL-bound Python a larger share, which is DataParallel's problem on GPUs).
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import statistics
+import sys
 import time
 
-REPS = 5  # timed repetitions per measurement (the median is kept), after WARMUP
+REPS = 7  # timed repetitions per measurement, after WARMUP; the fastest is kept (see _fastest_s)
 WARMUP = 2  # untimed repetitions first (allocator, lazy init)
 COPY_BYTES = 32 * 2**20  # bytes of the copy and add measurements (32 MiB)
 
 
-def _median_s(fn, reps: int = REPS) -> float:
+def _fastest_s(fn, reps: int = REPS) -> float:
+    """The fastest of ``reps`` timed calls: on a shared machine the one least slowed by others."""
     for _ in range(WARMUP):
         fn()
     times = []
@@ -32,7 +37,7 @@ def _median_s(fn, reps: int = REPS) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def _batch(training, samples: int):
@@ -42,7 +47,7 @@ def _batch(training, samples: int):
 
 
 def _fit(training, batches: list[int]) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((forward fixed, per sample), (backward fixed, per sample)): least squares on the medians."""
+    """((forward fixed, per sample), (backward fixed, per sample)): least squares on the fastest times."""
     fwd, bwd = [], []
     for b in batches:
         inputs, target = _batch(training, b)
@@ -54,9 +59,9 @@ def _fit(training, batches: list[int]) -> tuple[tuple[float, float], tuple[float
         def forward_backward():
             forward()
             holder["loss"].backward()
-        f = _median_s(forward)
+        f = _fastest_s(forward)
         fwd.append(f)
-        bwd.append(max(0.0, _median_s(forward_backward) - f))
+        bwd.append(max(0.0, _fastest_s(forward_backward) - f))
     return (tuple(_line(batches, fwd)), tuple(_line(batches, bwd)))
 
 
@@ -75,7 +80,7 @@ def _meta_forward(model: str, inputs) -> float:
     with torch.device("meta"):
         training = build_workload(model)
     inputs = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs)
-    return _median_s(lambda: training.model(*inputs))
+    return _fastest_s(lambda: training.model(*inputs))
 
 
 def _module_calls(training, inputs) -> int:
@@ -113,10 +118,10 @@ def _copy_pieces() -> tuple[float, float, float]:
 
     n = COPY_BYTES // 4
     src, dst = torch.ones(n), torch.empty(n)
-    bw = COPY_BYTES / _median_s(lambda: dst.copy_(src))
-    add = COPY_BYTES / _median_s(lambda: dst.add_(src))
+    bw = COPY_BYTES / _fastest_s(lambda: dst.copy_(src))
+    add = COPY_BYTES / _fastest_s(lambda: dst.add_(src))
     one, one_dst = torch.ones(1), torch.empty(1)
-    return bw, _median_s(lambda: one_dst.copy_(one), reps=50), add
+    return bw, _fastest_s(lambda: one_dst.copy_(one), reps=50), add
 
 
 @functools.lru_cache(maxsize=8)
@@ -138,7 +143,7 @@ def measure_pieces(model: str = "convnet", batch: int | None = None):
     params = [(n, p) for n, p in training.model.named_parameters() if p.requires_grad]
     (f0, f1), (b0, b1) = _fit(training, sorted({1, max(1, batch // 2), batch}))
     out = training.model(*inputs)
-    loss_s = _median_s(lambda: training.loss(out.detach(), target))
+    loss_s = _fastest_s(lambda: training.loss(out.detach(), target))
     order, shares = _ready_shares(training, inputs, target, [p for _, p in params])
     opt = torch.optim.SGD([p for _, p in params], lr=1e-3, momentum=0.9)
     copy_Bps, copy_latency_s, add_Bps = _copy_pieces()
@@ -146,8 +151,8 @@ def measure_pieces(model: str = "convnet", batch: int | None = None):
     return DPCosts(
         model=model, batch=batch, forward_fixed_s=f0, forward_per_sample_s=f1,
         python_s=min(_meta_forward(model, inputs), one_sample), module_calls=_module_calls(training, inputs),
-        backward_fixed_s=b0, backward_per_sample_s=b1, loss_s=loss_s, optimizer_s=_median_s(opt.step),
-        replicate_python_s=_median_s(lambda: replicate_module_tree(training.model)),
+        backward_fixed_s=b0, backward_per_sample_s=b1, loss_s=loss_s, optimizer_s=_fastest_s(opt.step),
+        replicate_python_s=_fastest_s(lambda: replicate_module_tree(training.model)),
         copy_Bps=copy_Bps, copy_latency_s=copy_latency_s, add_Bps=add_Bps,
         param_bytes=sum(p.numel() * p.element_size() for _, p in params),
         buffer_bytes=sum(b.numel() * b.element_size() for b in training.model.buffers()),
@@ -164,3 +169,44 @@ def dataparallel(model: str = "convnet", n_devices: int = 4, batch: int | None =
     from ddpsim.sim.dp_compare import compare
 
     return compare(measure_pieces(model, batch), n_devices)
+
+
+MODELS = ("convnet", "mlp", "transformer")  # the zoo models of docs/dataparallel.md's tables
+TABLE_DEVICES = (1, 2, 4, 8)  # device counts in the times table
+
+
+def pieces_row(c) -> str:
+    ms = 1e3
+    return (f"| {c.model} | {c.batch} | {c.forward_fixed_s * ms:.3f} + {c.forward_per_sample_s * ms:.3f} | "
+            f"{c.python_s * ms:.3f} | {c.module_calls} | {c.backward_fixed_s * ms:.3f} + "
+            f"{c.backward_per_sample_s * ms:.3f} | {c.optimizer_s * ms:.3f} | {c.replicate_python_s * ms:.3f} | "
+            f"{c.param_bytes / 1e6:.2f} | {c.copy_Bps / 1e9:.1f} | {c.add_Bps / 1e9:.1f} |")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="The measured pieces and the SIMULATED DataParallel and DDP "
+                                            "iteration times of zoo models (docs/dataparallel.md)")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
+    args = p.parse_args(argv)
+    import torch
+
+    from ddpsim.sim.dp_compare import compare
+
+    torch.set_num_threads(1)
+    comparisons = [compare(measure_pieces(m), 2) for m in args.models.split(",") if m]
+    print("| model | batch | forward fixed + per sample (ms) | Python share (ms) | module calls | backward fixed "
+          "+ per sample (ms) | optimizer (ms) | replica rebuild (ms) | params (MB) | copy (GB/s) | add (GB/s) |")
+    print("|---" * 11 + "|")
+    for c in comparisons:
+        print(pieces_row(c.costs))
+    print("\n| model | devices | DataParallel (ms, SIMULATED) | DDP (ms, SIMULATED) | DDP speed-up |")
+    print("|---" * 5 + "|")
+    for c in comparisons:
+        for n, dp, ddp in (row for row in c.scaling if row[0] in TABLE_DEVICES):
+            print(f"| {c.costs.model} | {n} | {dp * 1e3:.2f} | {ddp * 1e3:.2f} | {dp / ddp:.2f}x |")
+    print(f"\n{comparisons[0].costs.source}" if comparisons else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
