@@ -10,7 +10,8 @@ from streamlit.testing.v1 import AppTest
 from ddpsim import samples
 from ddpsim.app import learn
 from ddpsim.experiments.dp_pieces import measure_pieces
-from ddpsim.sim.dataparallel import LABEL, DPCosts, chunks, simulate_dataparallel
+from ddpsim.sim import network
+from ddpsim.sim.dataparallel import LABEL, DPCosts, chunks, on_gpu, simulate_dataparallel
 from ddpsim.sim.dp_compare import compare, ddp_workload, simulate_ddp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,8 @@ def costs(**changes) -> DPCosts:
         backward_fixed_s=2e-4, backward_per_sample_s=2e-4, loss_s=1e-5, optimizer_s=3e-4,
         replicate_python_s=5e-5, copy_Bps=10e9, copy_latency_s=1e-6, add_Bps=10e9, param_bytes=4_000_000,
         buffer_bytes=0, input_bytes_per_sample=4096, output_bytes_per_sample=40,
-        params=[(f"p{i}", 1_000_000) for i in range(4)], ready_order=[3, 2, 1, 0], grad_share=[0.25] * 4)
+        params=[(f"p{i}", 1_000_000) for i in range(4)], ready_order=[3, 2, 1, 0], grad_share=[0.25] * 4,
+        flops_per_sample=2e8)
     return replace(base, **changes)
 
 
@@ -59,6 +61,7 @@ def test_measured_pieces_are_real_and_consistent(measured):
     assert c.buffer_bytes > 0  # BatchNorm's running statistics, which replicate copies too
     assert c.param_bytes == sum(b for _, b in c.params)
     assert c.copy_Bps > 1e8 and c.add_Bps > 1e8 and c.copy_latency_s > 0
+    assert c.flops_per_sample > 1e6  # the convnet's convolutions, counted by torch's FlopCounterMode
 
 
 def test_dataparallel_phases_are_ordered_and_never_overlap_on_a_device():
@@ -119,16 +122,37 @@ def test_ddp_runs_on_the_same_pieces_and_overlaps_its_allreduces():
         assert any(p.start_s < backward.end_s for p in it.on(r) if p.name == "allreduce")  # overlapped
 
 
+def test_the_gpu_case_takes_kernels_and_copies_from_the_profile():
+    c = costs()
+    g = on_gpu(c, "v100")
+    p = network.gpus()["v100"]
+    assert g.copy_Bps == pytest.approx(p["nvlink"]["bandwidth_gbps"] * 1e9 / 8)
+    assert g.forward_per_sample_s == pytest.approx(c.flops_per_sample / (p["effective_tflops"] * 1e12))
+    assert g.backward_per_sample_s == pytest.approx(2 * g.forward_per_sample_s)
+    assert g.python_s == c.python_s and g.forward_s(1) > g.python_s  # the Python is kept, kernels added
+    assert "V100" in g.device and "gpus.json" in g.source
+    # Python-bound on a GPU: DataParallel's forward grows with the devices, DDP's does not
+    assert forward_span(simulate_dataparallel(g, 8)) > 2 * forward_span(simulate_dataparallel(g, 2))
+    rank0_forward = [next(p.end_s - p.start_s for p in simulate_ddp(g, n).on(0) if p.name == "forward")
+                     for n in (2, 8)]
+    assert rank0_forward[1] <= rank0_forward[0]
+    with pytest.raises(ValueError, match="unknown GPU"):
+        on_gpu(c, "abacus")
+    with pytest.raises(ValueError, match="FLOPs"):
+        on_gpu(replace(c, flops_per_sample=0.0), "v100")
+
+
 @pytest.mark.parametrize("model", ["convnet", "mlp", "transformer"])
 def test_ddp_beats_dataparallel_from_two_devices_on_the_measured_pieces(model):
     torch.set_num_threads(1)
     c = measure_pieces(model, None)
-    result = compare(c, 2, max_devices=8)
-    assert result.label == "SIMULATED" and result.speedup == result.dp.iteration_s / result.ddp.iteration_s
-    for n, dp, ddp in result.scaling:
-        if n >= 2:
-            assert ddp < dp, (model, n, dp, ddp)
-    assert [n for n, *_ in result.scaling][:2] == [1, 2]
+    for pieces in (c, on_gpu(c, "h100")):
+        result = compare(pieces, 2, max_devices=8)
+        assert result.label == "SIMULATED" and result.speedup == result.dp.iteration_s / result.ddp.iteration_s
+        for n, dp, ddp in result.scaling:
+            if n >= 2:
+                assert ddp < dp, (model, pieces.device, n, dp, ddp)
+        assert [n for n, *_ in result.scaling][:2] == [1, 2]
 
 
 def test_the_figure_says_simulated(measured):
@@ -153,4 +177,8 @@ def test_the_learn_page_renders_the_dataparallel_section(monkeypatch):
     at.slider(key="dp_devices").set_value(3).run()
     assert not at.exception and not at.error and len(at.image) == len(learn.FIGURES) + 1
     captions = [c.value for c in at.caption if c.value.startswith("SIMULATED: convnet")]
-    assert len(captions) == 1 and "over 3 devices" in captions[0] and "DDP" in captions[0]
+    assert len(captions) == 1 and "over 3 devices" in captions[0] and "measured here" in captions[0]
+    at.selectbox(key="dp_kind").set_value("H100 (profile)").run()
+    assert not at.exception and not at.error and len(at.image) == len(learn.FIGURES) + 1
+    captions = [c.value for c in at.caption if c.value.startswith("SIMULATED: convnet")]
+    assert len(captions) == 1 and "H100" in captions[0] and "over 3 devices" in captions[0]

@@ -101,8 +101,10 @@ parameters never move, and the gradients are averaged by bucketed allreduces *du
 backward (`torch/nn/parallel/data_parallel.py`, `torch/nn/parallel/comm.py`; the PyTorch DDP
 design note). The figure is SIMULATED (this machine has no GPU): its pieces (forward and
 backward per sample, the forward's Python share, copy and add bandwidth, the optimizer) are
-measured here with real torch on one CPU thread per "device"; the DDP side is ddpsim's
-simulator on the same pieces. It leaves out CUDA streams' real overlap, NCCL against plain
+measured here with real torch on one CPU thread per "device"; with *Each device* set to a GPU,
+the kernels and copies come from that GPU's datasheet profile (`ddpsim/sim/hardware/gpus.json`)
+instead, the kernels shrink, and the GIL-bound Python becomes most of the forward. The DDP side
+is ddpsim's simulator on the same pieces. It leaves out CUDA streams' real overlap, NCCL against plain
 copies (device 0 copies one device after another here), the GIL's switch interval, and device
 0's extra memory (`docs/dataparallel.md`)."""),
     "no_sync": Topic("no_sync", f"""
@@ -184,14 +186,18 @@ def figure(name: str):
 
 
 DATAPARALLEL_MODELS = ("convnet", "mlp", "transformer")  # zoo models the DataParallel section offers
+# what a simulated device is -> the GPU profile (ddpsim/sim/hardware/gpus.json), None: as measured here
+DATAPARALLEL_DEVICES = {"this machine's CPU (measured)": None, "V100 (profile)": "v100",
+                        "A100 (profile)": "a100", "H100 (profile)": "h100"}
 
 
-def dataparallel(model: str, n_devices: int):
+def dataparallel(model: str, n_devices: int, gpu: str | None = None):
     """DataParallel beside DDP for zoo ``model`` on ``n_devices`` devices: SIMULATED from pieces
-    measured here (``ddpsim.experiments.dp_pieces``; the measurement is cached per model)."""
+    measured here (``ddpsim.experiments.dp_pieces``; the measurement is cached per model), with a
+    GPU profile's kernels and copies when ``gpu`` names one."""
     from ddpsim.experiments.dp_pieces import dataparallel as compare  # noqa: PLC0415 (torch on demand)
 
-    return compare(model, n_devices)
+    return compare(model, n_devices, gpu=gpu)
 
 
 def dataparallel_figure(comparison):
@@ -205,5 +211,4 @@ def dataparallel_caption(c) -> str:
     """One line under the figure: the numbers it shows, and that they are simulated."""
     return (f"{c.label}: {c.costs.model}, batch {c.costs.batch} over {c.n_devices} devices. DataParallel "
             f"{c.dp.iteration_s * 1e3:.2f} ms per iteration, DDP {c.ddp.iteration_s * 1e3:.2f} ms: DDP "
-            f"{c.speedup:.2f}x faster. Pieces measured on this machine ({c.costs.source}); the "
-            "iterations are simulated.")
+            f"{c.speedup:.2f}x faster. Pieces: {c.costs.source}. The iterations are simulated.")

@@ -95,6 +95,15 @@ def _module_calls(training, inputs) -> int:
     return count[0]
 
 
+def _flops_per_sample(training, inputs, batch: int) -> float:
+    """The forward's FLOPs per sample, as torch's FlopCounterMode counts them (matmuls, convolutions)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        training.model(*inputs)
+    return counter.get_total_flops() / batch
+
+
 def _ready_shares(training, inputs, target, params) -> tuple[list[int], list[float]]:
     """Gradient-ready order and each gradient's share of the backward, from one real backward."""
     times: list[tuple[int, float]] = []
@@ -160,15 +169,19 @@ def measure_pieces(model: str = "convnet", batch: int | None = None):
                                    if isinstance(x, torch.Tensor)) // batch,
         output_bytes_per_sample=out.numel() * out.element_size() // batch,
         params=[(n, p.numel() * p.element_size()) for n, p in params], ready_order=order, grad_share=shares,
-        source=f"measured here: torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU")
+        source=f"measured here: torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU",
+        flops_per_sample=_flops_per_sample(training, inputs, batch))
 
 
-def dataparallel(model: str = "convnet", n_devices: int = 4, batch: int | None = None):
+def dataparallel(model: str = "convnet", n_devices: int = 4, batch: int | None = None, gpu: str | None = None):
     """DataParallel beside DDP for zoo ``model`` on ``n_devices`` (SIMULATED from measured pieces):
-    a ``ddpsim.sim.dp_compare.Comparison``."""
+    a ``ddpsim.sim.dp_compare.Comparison``. ``gpu``: a GPU profile's kernels and copies instead of
+    this machine's (``ddpsim.sim.dataparallel.on_gpu``); None: the pieces as measured here."""
+    from ddpsim.sim.dataparallel import on_gpu
     from ddpsim.sim.dp_compare import compare
 
-    return compare(measure_pieces(model, batch), n_devices)
+    pieces = measure_pieces(model, batch)
+    return compare(pieces if gpu is None else on_gpu(pieces, gpu), n_devices)
 
 
 MODELS = ("convnet", "mlp", "transformer")  # the zoo models of docs/dataparallel.md's tables

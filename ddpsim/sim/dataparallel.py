@@ -29,9 +29,11 @@ on a GPU, and memory: device 0 holds the gathered outputs, the loss and the summ
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import simpy
+
+from ddpsim.sim import network
 
 LABEL = "SIMULATED"  # every figure and table of this model says so
 
@@ -62,6 +64,8 @@ class DPCosts:
     ready_order: list = field(default_factory=list)  # param indices in gradient-ready order
     grad_share: list = field(default_factory=list)  # share of the backward before each ready_order entry
     source: str = ""  # how the pieces were measured
+    flops_per_sample: float = 0.0  # forward FLOPs per sample (torch's FlopCounterMode), FLOP/sample
+    device: str = "pieces measured on this machine's CPU"  # what one simulated device is, in words
 
     def forward_s(self, samples: int) -> float:
         return self.forward_fixed_s + self.forward_per_sample_s * samples
@@ -95,6 +99,34 @@ class IterationSim:
 
     def on(self, device: int) -> list[Phase]:
         return sorted((p for p in self.phases if p.device == device), key=lambda p: p.start_s)
+
+
+def on_gpu(c: DPCosts, gpu: str) -> DPCosts:
+    """The GPU case: ``c``'s pieces with kernels and copies from ``gpu``'s profile in
+    ``ddpsim/sim/hardware/gpus.json`` (a datasheet estimate, not a measurement).
+
+    Kept from ``c`` (measured on this machine's CPU, as a GPU machine's host would run it): the
+    Python share, module calls, replica rebuild, parameters and gradient order. From the profile:
+    each module call launches a kernel (``kernel_overhead_us``) in the forward and two in the
+    backward; FLOPs run at ``effective_tflops`` (backward twice the forward's); copies at the
+    NVLink bandwidth and latency; the reduction's add and the optimizer (SGD with momentum: five
+    parameter-sized reads and writes, as ``archs.synthetic``) at the memory bandwidth.
+    """
+    gpus = network.gpus()
+    if gpu not in gpus:
+        raise ValueError(f"unknown GPU {gpu!r}: one of {', '.join(gpus)}")
+    if c.flops_per_sample <= 0:
+        raise ValueError("the GPU case needs the forward's FLOPs per sample (measure_pieces counts them)")
+    p = gpus[gpu]
+    rate, mem, launch = p["effective_tflops"] * 1e12, p["mem_GBps"] * 1e9, p["kernel_overhead_us"] * 1e-6
+    nvlink = network.link_from_profile(p["nvlink"], "nvlink")
+    return replace(
+        c, forward_fixed_s=c.python_s + c.module_calls * launch, forward_per_sample_s=c.flops_per_sample / rate,
+        backward_fixed_s=2 * c.module_calls * launch, backward_per_sample_s=2 * c.flops_per_sample / rate,
+        loss_s=launch, optimizer_s=5 * c.param_bytes / mem + len(c.params) * launch,
+        copy_Bps=nvlink.bandwidth_Bps, copy_latency_s=nvlink.alpha_s, add_Bps=mem / 3,
+        device=f"{p['name']} from its profile, Python measured here", source=f"GPU case: kernels and NVLink copies of {p['name']} from ddpsim/sim/hardware/gpus.json "
+               f"(datasheet estimates); Python share {c.source.removeprefix('measured here: ')}")
 
 
 def chunks(batch: int, n: int) -> list[int]:

@@ -13,17 +13,23 @@ from matplotlib.patches import Patch
 
 from ddpsim.viz.palette import BACKWARD, BUFFERS, FORWARD, GRID, OKABE_ITO, OPTIMIZER, TEXT
 
+DDP_FORWARD = "#E9CFDF"  # a DDP rank's forward: Python and kernels in its own process, no GIL to share
+
 COLORS = {  # phase name -> colour; copies in Okabe-Ito, compute in the timeline's greys
     "scatter": OKABE_ITO[1], "scatter grad": OKABE_ITO[1], "replicate": OKABE_ITO[0],
     "replicate (Python, GIL)": OKABE_ITO[3], "forward (Python, GIL)": OKABE_ITO[3],
-    "forward (kernels)": FORWARD, "forward": FORWARD, "gather": OKABE_ITO[4], "loss": OKABE_ITO[6],
+    "forward (kernels)": FORWARD, "forward": DDP_FORWARD, "gather": OKABE_ITO[4], "loss": OKABE_ITO[6],
     "backward": BACKWARD, "reduce (copy to device 0)": OKABE_ITO[5], "reduce (add)": OKABE_ITO[5],
     "optimizer": OPTIMIZER, "allreduce": OKABE_ITO[2], "buffer broadcast": BUFFERS,
 }
-LEGEND = (("scatter / scatter grad", "scatter"), ("replicate (copies)", "replicate"),
-          ("Python holding the GIL", "forward (Python, GIL)"), ("forward kernels", "forward (kernels)"),
-          ("gather", "gather"), ("backward", "backward"), ("reduce to device 0", "reduce (add)"),
-          ("optimizer", "optimizer"), ("DDP allreduce (bucket)", "allreduce"))
+LEGEND = {  # legend text -> the phase names it stands for
+    "scatter / scatter grad": ("scatter", "scatter grad"), "replicate (copies)": ("replicate",),
+    "Python holding the GIL": ("forward (Python, GIL)", "replicate (Python, GIL)"),
+    "forward kernels": ("forward (kernels)",), "DDP forward (its own GIL)": ("forward",),
+    "gather": ("gather",), "loss": ("loss",), "backward": ("backward",),
+    "reduce to device 0": ("reduce (copy to device 0)", "reduce (add)"), "optimizer": ("optimizer",),
+    "DDP allreduce (a bucket)": ("allreduce",), "DDP buffer broadcast": ("buffer broadcast",),
+}
 
 
 def merged(phases) -> list[tuple[str, float, float]]:
@@ -50,7 +56,7 @@ def plot_dataparallel(comparison, scaling: bool = True) -> Figure:
     if len(panels) > 1:
         _draw_scaling(axes[1], c)
     fig.suptitle(f"{c.label}: nn.DataParallel beside DDP, {c.costs.model}, batch {c.costs.batch} on "
-                 f"{n} device{'s' if n > 1 else ''} (pieces measured on this machine)",
+                 f"{n} device{'s' if n > 1 else ''} ({c.costs.device})",
                  fontsize=11, color=TEXT)
     fig.tight_layout()
     return fig
@@ -79,8 +85,10 @@ def _draw_timelines(ax, c) -> None:
     ax.set_xlabel(f"time in one iteration (ms, {c.label})")
     ax.grid(axis="x", color=GRID)
     ax.set_axisbelow(True)
-    ax.legend(handles=[Patch(color=COLORS[k], label=t) for t, k in LEGEND], fontsize=7.5, ncol=5,
-              loc="upper center", bbox_to_anchor=(0.5, -0.09 - 0.9 / len(labels)), frameon=False)
+    present = {p.name for p in c.dp.phases + c.ddp.phases}
+    handles = [Patch(color=COLORS[names[0]], label=text) for text, names in LEGEND.items() if present & set(names)]
+    ax.legend(handles=handles, fontsize=7.5, ncol=5,
+              loc="upper center", bbox_to_anchor=(0.5, -0.05 - 0.6 / len(labels)), frameon=False)
     ax.set_title(f"DataParallel {c.dp.iteration_s * ms:.2f} ms, DDP {c.ddp.iteration_s * ms:.2f} ms: "
                  f"DDP {c.speedup:.2f}x faster ({c.label})", fontsize=9.5, color=TEXT)
 

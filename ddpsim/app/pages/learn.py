@@ -25,14 +25,16 @@ for name in learn.ORDER:
     st.subheader(topic.title)
     st.markdown(topic.text)
     if name == "dataparallel":
-        left, right = st.columns(2)
+        left, middle, right = st.columns(3)
         model = left.selectbox("Model (zoo)", learn.DATAPARALLEL_MODELS, key="dp_model")
+        kind = middle.selectbox("Each device", list(learn.DATAPARALLEL_DEVICES), key="dp_kind")
         n = right.slider("Devices", 2, 8, 4, key="dp_devices")
+        gpu = learn.DATAPARALLEL_DEVICES[kind]
         with st.spinner("Measuring the pieces with torch, then simulating both iterations..."):
-            comparison = learn.dataparallel(model, n)
+            comparison = learn.dataparallel(model, n, gpu)
         caption = learn.dataparallel_caption(comparison)
-        ui.show_figure(f"learn:dataparallel:{model}:{n}", lambda c=comparison: learn.dataparallel_figure(c),
-                       f"dataparallel_{model}_{n}", alt=caption)
+        ui.show_figure(f"learn:dataparallel:{model}:{gpu}:{n}", lambda c=comparison: learn.dataparallel_figure(c),
+                       f"dataparallel_{model}_{gpu or 'cpu'}_{n}", alt=caption)
         st.caption(caption)
     if name in learn.FIGURES:
         sample, _, _, caption = learn.FIGURES[name]
