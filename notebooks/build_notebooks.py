@@ -174,6 +174,20 @@ another, and only device 0 steps. DDP's ranks just compute, with the allreduces 
 backward. With more devices DataParallel's copies and reduction grow while each device's compute
 shrinks, so past a few devices it gets *slower*.
 
+On a GPU the kernels are far shorter than this CPU's, and the Python is not. `on_gpu` keeps the
+Python share measured here (a GPU machine's host runs the same Python) and takes the kernels
+(FLOPs counted by torch, at the GPU's effective rate) and the NVLink copies from a datasheet
+profile in `ddpsim/sim/hardware/gpus.json`: still SIMULATED, and cruder."""),
+    C('''from ddpsim.sim.dataparallel import on_gpu
+
+gpu = compare(on_gpu(pieces, "h100"), 4)
+print(f"{gpu.label}, {gpu.costs.device}:")
+for n, dp, ddp in gpu.scaling:
+    print(f"   {n} devices: DataParallel {dp * 1e3:5.2f} ms   DDP {ddp * 1e3:5.2f} ms   DDP {dp / ddp:4.2f}x faster")'''),
+    M("""Here the zoo `convnet` is so small that even DDP's ranks are bound by their Python and get no
+faster past one device, but DataParallel's threads queue for the one GIL, so it gets slower with
+every device you add.
+
 What this leaves out (`docs/dataparallel.md`): CUDA streams' real overlap of copies and kernels,
 NCCL's pipelined broadcast and reduce (here device 0 copies one device after another, as without
 NCCL), the GIL's 5 ms switch interval, kernel-launch latency on a GPU, and device 0's extra memory

@@ -196,28 +196,39 @@ def pieces_row(c) -> str:
             f"{c.param_bytes / 1e6:.2f} | {c.copy_Bps / 1e9:.1f} | {c.add_Bps / 1e9:.1f} |")
 
 
+def times_rows(comparisons) -> list[str]:
+    rows = []
+    for c in comparisons:
+        for n, dp, ddp in (row for row in c.scaling if row[0] in TABLE_DEVICES):
+            rows.append(f"| {c.costs.model} | {c.costs.device} | {n} | {dp * 1e3:.2f} | {ddp * 1e3:.2f} | "
+                        f"{dp / ddp:.2f}x |")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="The measured pieces and the SIMULATED DataParallel and DDP "
                                             "iteration times of zoo models (docs/dataparallel.md)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
+    p.add_argument("--gpu", default="h100", help="also the GPU case on this profile of gpus.json "
+                                                  "(default h100; '' for none)")
     args = p.parse_args(argv)
     import torch
 
+    from ddpsim.sim.dataparallel import on_gpu
     from ddpsim.sim.dp_compare import compare
 
     torch.set_num_threads(1)
-    comparisons = [compare(measure_pieces(m), 2) for m in args.models.split(",") if m]
+    pieces = [measure_pieces(m) for m in args.models.split(",") if m]
     print("| model | batch | forward fixed + per sample (ms) | Python share (ms) | module calls | backward fixed "
           "+ per sample (ms) | optimizer (ms) | replica rebuild (ms) | params (MB) | copy (GB/s) | add (GB/s) |")
     print("|---" * 11 + "|")
-    for c in comparisons:
-        print(pieces_row(c.costs))
-    print("\n| model | devices | DataParallel (ms, SIMULATED) | DDP (ms, SIMULATED) | DDP speed-up |")
-    print("|---" * 5 + "|")
-    for c in comparisons:
-        for n, dp, ddp in (row for row in c.scaling if row[0] in TABLE_DEVICES):
-            print(f"| {c.costs.model} | {n} | {dp * 1e3:.2f} | {ddp * 1e3:.2f} | {dp / ddp:.2f}x |")
-    print(f"\n{comparisons[0].costs.source}" if comparisons else "")
+    for c in pieces:
+        print(pieces_row(c))
+    cases = [compare(c, 2) for c in pieces] + ([compare(on_gpu(c, args.gpu), 2) for c in pieces] if args.gpu else [])
+    print("\n| model | each device | devices | DataParallel (ms, SIMULATED) | DDP (ms, SIMULATED) | DDP speed-up |")
+    print("|---" * 6 + "|")
+    print("\n".join(times_rows(cases)))
+    print(f"\n{pieces[0].source}" if pieces else "")
     return 0
 
 

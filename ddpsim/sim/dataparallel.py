@@ -21,11 +21,13 @@ What it mirrors in torch (``torch/nn/parallel/data_parallel.py``, ``DataParallel
 
 What it leaves out: CUDA streams' real overlap (copies here never overlap kernels, scatter's
 side streams included), NCCL against plain PCIe/peer copies (device 0 sends and receives the
-copies one after another at one bandwidth; NCCL's pipelined broadcast and reduce would not
-grow with N as these do), the GIL's switch interval (a thread gets the GIL back as soon as a
-kernel is launched, never after 5 ms), the Python of scatter and gather, kernel-launch latency
-on a GPU, and memory: device 0 holds the gathered outputs, the loss and the summed gradients
-(DataParallel's imbalance), which can force a smaller batch; nothing here runs out of memory.
+copies one after another at one bandwidth, as ``comm.reduce_add`` does without NCCL; NCCL's
+pipelined broadcast and reduce would not grow with N as these do), the GIL's switch interval
+(a thread gives the GIL up after each module call's Python; CPython's 5 ms interval and its
+convoys are not modelled), the Python of scatter and gather, asynchronous kernel launches on a
+GPU (a thread here waits for its kernels), and memory: device 0 holds the gathered outputs, the
+loss and the summed gradients (DataParallel's imbalance), which can force a smaller batch;
+nothing here runs out of memory.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ class DPCosts:
     grad_share: list = field(default_factory=list)  # share of the backward before each ready_order entry
     source: str = ""  # how the pieces were measured
     flops_per_sample: float = 0.0  # forward FLOPs per sample (torch's FlopCounterMode), FLOP/sample
-    device: str = "pieces measured on this machine's CPU"  # what one simulated device is, in words
+    device: str = "this CPU, measured"  # what one simulated device is, in words
 
     def forward_s(self, samples: int) -> float:
         return self.forward_fixed_s + self.forward_per_sample_s * samples
@@ -125,7 +127,7 @@ def on_gpu(c: DPCosts, gpu: str) -> DPCosts:
         backward_fixed_s=2 * c.module_calls * launch, backward_per_sample_s=2 * c.flops_per_sample / rate,
         loss_s=launch, optimizer_s=5 * c.param_bytes / mem + len(c.params) * launch,
         copy_Bps=nvlink.bandwidth_Bps, copy_latency_s=nvlink.alpha_s, add_Bps=mem / 3,
-        device=f"{p['name']} from its profile, Python measured here", source=f"GPU case: kernels and NVLink copies of {p['name']} from ddpsim/sim/hardware/gpus.json "
+        device=f"{p['name']} profile, Python measured here", source=f"GPU case: kernels and NVLink copies of {p['name']} from ddpsim/sim/hardware/gpus.json "
                f"(datasheet estimates); Python share {c.source.removeprefix('measured here: ')}")
 
 
