@@ -64,6 +64,16 @@ def test_measured_pieces_are_real_and_consistent(measured):
     assert c.flops_per_sample > 1e6  # the convnet's convolutions, counted by torch's FlopCounterMode
 
 
+def test_pieces_are_measured_on_one_thread_whatever_the_caller_set():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        c = measure_pieces("mlp", 4)
+        assert "1 thread(s)" in c.source and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_dataparallel_phases_are_ordered_and_never_overlap_on_a_device():
     it = simulate_dataparallel(costs(), 4)
     assert it.label == LABEL == "SIMULATED" and it.n_devices == 4

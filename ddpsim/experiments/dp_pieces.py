@@ -136,7 +136,22 @@ def _copy_pieces() -> tuple[float, float, float]:
 @functools.lru_cache(maxsize=8)
 def measure_pieces(model: str = "convnet", batch: int | None = None):
     """The measured ``ddpsim.sim.dataparallel.DPCosts`` of zoo ``model`` at ``batch`` samples per
-    iteration (None: the model's default batch); cached per (model, batch) in this process."""
+    iteration (None: the model's default batch); cached per (model, batch) in this process.
+
+    Measured on one torch thread (one simulated device is one thread), whatever the caller set;
+    the caller's thread count is restored afterwards. (Left at 2 threads on this busy 2-core
+    machine, a Streamlit script thread measured the convnet's forward 80 times slower.)"""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measure(model, batch)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(model: str, batch: int | None):
     import torch
 
     from ddpsim.models import build_workload
