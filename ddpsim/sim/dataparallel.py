@@ -127,8 +127,9 @@ def on_gpu(c: DPCosts, gpu: str) -> DPCosts:
         backward_fixed_s=2 * c.module_calls * launch, backward_per_sample_s=2 * c.flops_per_sample / rate,
         loss_s=launch, optimizer_s=5 * c.param_bytes / mem + len(c.params) * launch,
         copy_Bps=nvlink.bandwidth_Bps, copy_latency_s=nvlink.alpha_s, add_Bps=mem / 3,
-        device=f"{p['name']} profile, Python measured here", source=f"GPU case: kernels and NVLink copies of {p['name']} from ddpsim/sim/hardware/gpus.json "
-               f"(datasheet estimates); Python share {c.source.removeprefix('measured here: ')}")
+        device=f"{p['name']} profile, Python measured here",
+        source=f"GPU case: kernels and NVLink copies of {p['name']} from ddpsim/sim/hardware/gpus.json "
+               f"(datasheet estimates); the Python share {c.source}")
 
 
 def chunks(batch: int, n: int) -> list[int]:

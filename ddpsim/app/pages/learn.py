@@ -18,7 +18,8 @@ WHERE = {"reverse": "Buckets page (left panel); Timeline ticks",
          "buffers": "Timeline of sample 05_convnet_torch_no_sync3; What-if (broadcast_buffers)",
          "no_sync": "sample 05_convnet_torch_no_sync3; What-if (sync every n)",
          "bucket_size": "What-if sweep; the SIMULATED samples",
-         "dataparallel": "this section (SIMULATED); notebook 01, section 'Why DDP and not DataParallel'", "cpu": "the real samples; Compare",
+         "dataparallel": "this section (SIMULATED); notebook 01, section 'Why DDP and not DataParallel'",
+         "cpu": "the real samples; Compare",
          "simulated": "What-if; the SIMULATED samples"}
 for name in learn.ORDER:
     topic = learn.TOPICS[name]
@@ -46,5 +47,6 @@ st.divider()
 st.markdown(f"**Sources.** {learn.PAPER}. {learn.NOTE[0].upper() + learn.NOTE[1:]}. PyTorch source: "
             f"{learn.REDUCER} (bucket assignment, hooks, launch order, rebuild, unused parameters), "
             "`torch/nn/parallel/distributed.py` (`no_sync`, `_sync_buffers`), "
-            "`torch/nn/parallel/data_parallel.py` (`scatter`, `replicate`, `parallel_apply`, `gather`). Facts about torch 2.13 were checked by "
+            "`torch/nn/parallel/data_parallel.py` (`scatter`, `replicate`, `parallel_apply`, `gather`). "
+            "Facts about torch 2.13 were checked by "
             "running it; how close the simulator comes to real runs is in `docs/accuracy.md`.")
