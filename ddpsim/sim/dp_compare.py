@@ -66,7 +66,7 @@ def simulate_ddp(c: DPCosts, n_devices: int) -> IterationSim:
 
         def s(ns: int) -> float:
             return (ns - t0) * 1e-9
-        fwd_start = it.forward.start_ns if bcast is None else bcast.complete_ns
+        fwd_start = it.forward.start_ns if bcast is None else max(it.forward.start_ns, bcast.complete_ns)
         if bcast is not None:
             phases.append(Phase(r.rank, "buffer broadcast", s(bcast.launch_ns), s(bcast.complete_ns)))
         phases.append(Phase(r.rank, "forward", s(fwd_start), s(it.forward.end_ns)))
