@@ -163,7 +163,7 @@ from ddpsim.viz.dataparallel import plot_dataparallel
 
 result = compare(pieces, 4)
 print(f"{result.label}, 4 devices: DataParallel {result.dp.iteration_s * 1e3:.2f} ms, "
-      f"DDP {result.ddp.iteration_s * 1e3:.2f} ms per iteration: DDP {result.speedup:.2f}x faster")
+      f"DDP {result.ddp.iteration_s * 1e3:.2f} ms per iteration: DDP at {result.speedup:.2f}x the speed")
 for n, dp, ddp in result.scaling:
     print(f"   {n} devices: DataParallel {dp * 1e3:6.2f} ms   DDP {ddp * 1e3:6.2f} ms")
 plot_dataparallel(result)'''),
@@ -183,7 +183,7 @@ profile in `ddpsim/sim/hardware/gpus.json`: still SIMULATED, and cruder."""),
 gpu = compare(on_gpu(pieces, "h100"), 4)
 print(f"{gpu.label}, {gpu.costs.device}:")
 for n, dp, ddp in gpu.scaling:
-    print(f"   {n} devices: DataParallel {dp * 1e3:5.2f} ms   DDP {ddp * 1e3:5.2f} ms   DDP {dp / ddp:4.2f}x faster")'''),
+    print(f"   {n} devices: DataParallel {dp * 1e3:5.2f} ms   DDP {ddp * 1e3:5.2f} ms   ({dp / ddp:4.2f}x the speed)")'''),
     M("""Here the zoo `convnet` is so small that even DDP's ranks are bound by their Python and get no
 faster past one device, but DataParallel's threads queue for the one GIL, so it gets slower with
 every device you add.

@@ -90,7 +90,7 @@ def _draw_timelines(ax, c) -> None:
     ax.legend(handles=handles, fontsize=7.5, ncol=5,
               loc="upper center", bbox_to_anchor=(0.5, -0.05 - 0.6 / len(labels)), frameon=False)
     ax.set_title(f"DataParallel {c.dp.iteration_s * ms:.2f} ms, DDP {c.ddp.iteration_s * ms:.2f} ms: "
-                 f"DDP {c.speedup:.2f}x faster ({c.label})", fontsize=9.5, color=TEXT)
+                 f"DDP at {c.speedup:.2f}x the speed ({c.label})", fontsize=9.5, color=TEXT)
 
 
 def _draw_scaling(ax, c) -> None:
