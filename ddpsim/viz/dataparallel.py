@@ -58,7 +58,7 @@ def plot_dataparallel(comparison, scaling: bool = True) -> Figure:
     fig.suptitle(f"{c.label}: nn.DataParallel beside DDP, {c.costs.model}, batch {c.costs.batch} on "
                  f"{n} device{'s' if n > 1 else ''} ({c.costs.device})",
                  fontsize=11, color=TEXT)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))  # room between the suptitle and the first panel's title
     return fig
 
 
