@@ -47,7 +47,8 @@ NB01 = [
 **What you will learn:** what PyTorch `DistributedDataParallel` does during one training step,
 seen from outside: in which order gradients become ready, how DDP groups them into buckets,
 why iteration 0 has one single bucket and how the buckets are *rebuilt* after it, and when each
-bucket's allreduce runs compared with the backward pass.
+bucket's allreduce runs compared with the backward pass; and why DDP replaced `nn.DataParallel`
+(a simulated DataParallel iteration beside DDP's).
 
 **Time:** about 1 minute to run (one real 2-process run on CPU), 20 minutes to read.
 
@@ -130,10 +131,73 @@ cores, so overlap helps less than on GPUs (see notebook 03)."""),
 s = summarize(trace)
 print(f"iteration {s['iteration_time_s'] * 1e3:.1f} ms, exposed comm {s['exposed_comm_s'] * 1e3:.1f} ms, "
       f"overlap {s['overlap_fraction']:.0%}")'''),
+    M("""## 7. Why DDP and not DataParallel
+
+Before DDP there was `nn.DataParallel`: **one process** drives N devices. Every iteration it
+*scatters* the batch from device 0, *replicates* the module (copies every parameter to every
+device and rebuilds the module tree in Python), runs the N forwards in **N Python threads**
+(`parallel_apply`), *gathers* the outputs to device 0 for the loss, and after the backward **sums
+every replica's gradients onto device 0** (`Broadcast`'s backward, `ReduceAddCoalesced`), where
+the optimizer alone steps (`torch/nn/parallel/data_parallel.py`, `comm.py`). The threads share one
+GIL: the Python of each forward runs one thread at a time; only the kernels overlap. DDP instead
+runs one process per device with its own GIL, never moves the parameters, and averages the
+gradients with the bucketed allreduces you just saw, during the backward.
+
+This machine has no GPU, so both iterations are **SIMULATED** from pieces measured here with real
+torch on one thread: the zoo `convnet`'s forward and backward per sample, the Python share of its
+forward (what holds the GIL), a real tensor copy and add, the optimizer step. The DDP side is
+ddpsim's simulator on the same pieces and the same copy bandwidth."""),
+    C('''from ddpsim.experiments.dp_pieces import measure_pieces
+
+pieces = measure_pieces("convnet", 32)
+print(pieces.source)
+for name, value in [("forward, fixed", pieces.forward_fixed_s), ("forward per sample", pieces.forward_per_sample_s),
+                    ("Python share of a forward (holds the GIL)", pieces.python_s),
+                    ("backward, fixed", pieces.backward_fixed_s), ("backward per sample", pieces.backward_per_sample_s),
+                    ("optimizer step", pieces.optimizer_s), ("rebuild one replica's modules", pieces.replicate_python_s)]:
+    print(f"{name:42} {value * 1e3:8.3f} ms")
+print(f"{'copy bandwidth':42} {pieces.copy_Bps / 1e9:8.1f} GB/s, parameters {pieces.param_bytes / 1e6:.2f} MB, "
+      f"{pieces.module_calls} module calls per forward")'''),
+    C('''from ddpsim.sim.dp_compare import compare
+from ddpsim.viz.dataparallel import plot_dataparallel
+
+result = compare(pieces, 4)
+print(f"{result.label}, 4 devices: DataParallel {result.dp.iteration_s * 1e3:.2f} ms, "
+      f"DDP {result.ddp.iteration_s * 1e3:.2f} ms per iteration: DDP at {result.speedup:.2f}x the speed")
+for n, dp, ddp in result.scaling:
+    print(f"   {n} devices: DataParallel {dp * 1e3:6.2f} ms   DDP {ddp * 1e3:6.2f} ms")
+plot_dataparallel(result)'''),
+    M("""Read the figure row by row: DataParallel's devices wait for their chunk and their copy of the
+parameters, then take turns holding the GIL (pink) between their kernels (light grey), so the
+forward stretches; after the backward, every device's gradients travel to device 0 one after
+another, and only device 0 steps. DDP's ranks just compute, with the allreduces (green) under the
+backward. With more devices DataParallel's copies and reduction grow while each device's compute
+shrinks, so past a few devices it gets *slower*.
+
+On a GPU the kernels are far shorter than this CPU's, and the Python is not. `on_gpu` keeps the
+Python share measured here (a GPU machine's host runs the same Python) and takes the kernels
+(FLOPs counted by torch, at the GPU's effective rate) and the NVLink copies from a datasheet
+profile in `ddpsim/sim/hardware/gpus.json`: still SIMULATED, and cruder."""),
+    C('''from ddpsim.sim.dataparallel import on_gpu
+
+gpu = compare(on_gpu(pieces, "h100"), 4)
+print(f"{gpu.label}, {gpu.costs.device}:")
+for n, dp, ddp in gpu.scaling:
+    print(f"   {n} devices: DataParallel {dp * 1e3:5.2f} ms   DDP {ddp * 1e3:5.2f} ms   ({dp / ddp:4.2f}x the speed)")'''),
+    M("""Here the zoo `convnet` is so small that even DDP's ranks are bound by their Python and get no
+faster past one device, but DataParallel's threads queue for the one GIL, so it gets slower with
+every device you add.
+
+What this leaves out (`docs/dataparallel.md`): CUDA streams' real overlap of copies and kernels,
+NCCL's pipelined broadcast and reduce (here device 0 copies one device after another, as without
+NCCL), the GIL's 5 ms switch interval, kernel-launch latency on a GPU, and device 0's extra memory
+for the gathered outputs and the summed gradients."""),
     M("""## Try it yourself
 - Record with `bucket_cap_mb=0.25`: how many buckets after the rebuild? Is there still one bucket in iteration 0?
 - Record the `transformer` (its output head is tied to the embedding: where does that parameter land?).
 - Export the trace for Perfetto: `python -m ddpsim export --chrome mlp.json mlp.chrome.json`.
+- DataParallel beside DDP for the `mlp`, 12.6 MB of parameters to copy every iteration:
+  `compare(measure_pieces("mlp"), 4)`. Where does DataParallel stop getting faster?
 
 Next: **02 · Inside the reducer**, the same steps in readable Python."""),
     C(CLEANUP),

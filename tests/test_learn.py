@@ -37,4 +37,4 @@ def test_learn_page_shows_the_figures(monkeypatch):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     at.switch_page("ddpsim/app/pages/learn.py").run()
     assert not at.exception and not at.error and not at.warning
-    assert len(at.image) == len(learn.FIGURES)
+    assert len(at.image) == len(learn.FIGURES) + 1  # + the DataParallel section's (tests/test_dataparallel.py)

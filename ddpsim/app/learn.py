@@ -88,6 +88,25 @@ the indigo bar), so every rank waits for the others before its forward starts. I
 buffers' bytes (2.7 KB for the zoo's convnet), but it is a sync point every iteration; turn it
 off with `broadcast_buffers=False` where ranks may keep their own statistics (or use
 SyncBatchNorm, which does something else: it averages statistics inside the forward)."""),
+    "dataparallel": Topic("Why DDP and not DataParallel", """
+**Why DDP and not DataParallel.** `nn.DataParallel` is one process driving N devices. Every
+iteration it *scatters* the batch from device 0, *replicates* the module (copies every parameter
+to every device and rebuilds the module tree in Python), runs the N forwards in N Python
+threads (`parallel_apply`), *gathers* the outputs to device 0 for the loss, and after the
+backward sums every replica's gradients onto device 0 (the backward of `Broadcast`,
+`ReduceAddCoalesced`), where the optimizer alone steps. The threads share one GIL: the Python
+part of each forward (module calls, argument parsing) runs one thread at a time, only the kernels
+overlap. DDP runs one process per device: each has its own GIL and its own copy of the model, the
+parameters never move, and the gradients are averaged by bucketed allreduces *during* the
+backward (`torch/nn/parallel/data_parallel.py`, `torch/nn/parallel/comm.py`; the PyTorch DDP
+design note). The figure is SIMULATED (this machine has no GPU): its pieces (forward and
+backward per sample, the forward's Python share, copy and add bandwidth, the optimizer) are
+measured here with real torch on one CPU thread per "device"; with *Each device* set to a GPU,
+the kernels and copies come from that GPU's datasheet profile (`ddpsim/sim/hardware/gpus.json`)
+instead, the kernels shrink, and the GIL-bound Python becomes most of the forward. The DDP side
+is ddpsim's simulator on the same pieces. It leaves out CUDA streams' real overlap, NCCL against plain
+copies (device 0 copies one device after another here), the GIL's switch interval, and device
+0's extra memory (`docs/dataparallel.md`)."""),
     "no_sync": Topic("no_sync", f"""
 **no_sync.** Inside `with ddp.no_sync():` DDP skips the allreduce: gradients accumulate
 locally, and the next synced backward reduces the sum. Syncing every *n*-th micro-step divides
@@ -110,7 +129,7 @@ GPT-2) and datasheet GPU and network figures. They are labelled SIMULATED everyw
 }
 
 ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "no_sync",
-         "bucket_size", "cpu", "simulated")
+         "bucket_size", "dataparallel", "cpu", "simulated")
 
 
 # One figure per topic, drawn by ddpsim.viz from a bundled sample: (sample, view, iteration or
@@ -164,3 +183,32 @@ def figure(name: str):
     if view == "buckets":
         return plot_buckets(trace)
     return plot_timeline(trace, typical_iteration(trace) if iteration is None else iteration)
+
+
+DATAPARALLEL_MODELS = ("convnet", "mlp", "transformer")  # zoo models the DataParallel section offers
+# what a simulated device is -> the GPU profile (ddpsim/sim/hardware/gpus.json), None: as measured here
+DATAPARALLEL_DEVICES = {"this machine's CPU (measured)": None, "V100 (profile)": "v100",
+                        "A100 (profile)": "a100", "H100 (profile)": "h100"}
+
+
+def dataparallel(model: str, n_devices: int, gpu: str | None = None):
+    """DataParallel beside DDP for zoo ``model`` on ``n_devices`` devices: SIMULATED from pieces
+    measured here (``ddpsim.experiments.dp_pieces``; the measurement is cached per model), with a
+    GPU profile's kernels and copies when ``gpu`` names one."""
+    from ddpsim.experiments.dp_pieces import dataparallel as compare  # noqa: PLC0415 (torch on demand)
+
+    return compare(model, n_devices, gpu=gpu)
+
+
+def dataparallel_figure(comparison):
+    """The DataParallel section's figure of ``comparison`` (``dataparallel(...)``'s result)."""
+    from ddpsim.viz.dataparallel import plot_dataparallel  # noqa: PLC0415
+
+    return plot_dataparallel(comparison)
+
+
+def dataparallel_caption(c) -> str:
+    """One line under the figure: the numbers it shows, and that they are simulated."""
+    return (f"{c.label}: {c.costs.model}, batch {c.costs.batch} over {c.n_devices} devices. DataParallel "
+            f"{c.dp.iteration_s * 1e3:.2f} ms per iteration, DDP {c.ddp.iteration_s * 1e3:.2f} ms: DDP at "
+            f"{c.speedup:.2f}x the speed. Pieces: {c.costs.source}. The iterations are simulated.")

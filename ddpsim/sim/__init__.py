@@ -9,7 +9,8 @@ The simulator takes a ``Workload``; a recorded ``Trace`` goes through ``ddpsim.l
 (``ddpsim.learn.simulate(trace)`` learns the workload, then calls this one). Modules:
 workload (params, timings, bucket layouts), network (Link cost models, hardware
 profiles), model (the simpy processes), api (SimConfig, simulate, rank groups),
-archs (ResNet-50, BERT-large, GPT-2 tables), sweep. See docs/architecture.md.
+archs (ResNet-50, BERT-large, GPT-2 tables), sweep; dataparallel and dp_compare (a SIMULATED
+nn.DataParallel iteration beside DDP's, docs/dataparallel.md). See docs/architecture.md.
 """
 from ddpsim.sim.api import SimConfig, simulate
 from ddpsim.sim.archs import synthetic
