@@ -300,9 +300,6 @@ def has_rebuilt_buckets(ddp) -> bool | None:
     return bool(value) if value is not None else None
 
 
-# ----------------------------------------------------------------------------- DataParallel
-
-
 def replicate_module_tree(module) -> int:
     """Build one DataParallel replica's module objects the way ``replicate`` does (its Python part:
     ``Module._replicate_for_data_parallel`` on every submodule, torch/nn/parallel/replicate.py);

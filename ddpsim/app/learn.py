@@ -88,6 +88,18 @@ the indigo bar), so every rank waits for the others before its forward starts. I
 buffers' bytes (2.7 KB for the zoo's convnet), but it is a sync point every iteration; turn it
 off with `broadcast_buffers=False` where ranks may keep their own statistics (or use
 SyncBatchNorm, which does something else: it averages statistics inside the forward)."""),
+    "join": Topic("Uneven inputs and Join", """
+**Uneven inputs and Join.** Every DDP iteration ends in collectives that complete only when every
+rank joins them. When one rank's data runs out first it leaves its loop, and the others wait for
+ever in their next allreduce: the most common DDP hang (`record --uneven K` shows it, and names the
+rank). `with model.join():` fixes it (torch's `Join` with DDP's `_DDPJoinHook`): the rank that ran
+out *joins*, and for each iteration the others still run it shadows their collectives with zeros
+(the buffer broadcast, one allreduce per bucket: `_match_all_reduce_for_bwd_pass`), so theirs
+complete. Each forward starts with a tiny allreduce that counts the ranks still training;
+gradients are averaged over the initial world size (`divide_by_initial_world_size=True`, the
+default) or over the ranks still training. When all are out of data, every rank takes the model of
+the last one to finish. `record --uneven K --join` records it, minddp mirrors it step by step
+(`ddpsim/minddp/join.py`), and the simulator plays it (`simulate --uneven K --join`, `docs/join.md`)."""),
     "dataparallel": Topic("Why DDP and not DataParallel", """
 **Why DDP and not DataParallel.** `nn.DataParallel` is one process driving N devices. Every
 iteration it *scatters* the batch from device 0, *replicates* the module (copies every parameter
@@ -128,8 +140,8 @@ fitted allreduce cost; a *GPU* simulation uses published layer sizes (ResNet-50,
 GPT-2) and datasheet GPU and network figures. They are labelled SIMULATED everywhere."""),
 }
 
-ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "no_sync",
-         "bucket_size", "dataparallel", "cpu", "simulated")
+ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "join",
+         "no_sync", "bucket_size", "dataparallel", "cpu", "simulated")
 
 
 # One figure per topic, drawn by ddpsim.viz from a bundled sample: (sample, view, iteration or
@@ -152,6 +164,9 @@ FIGURES = {
     "buffers": ("05_convnet_torch_no_sync3", "timeline", 0,
                 "A real convnet run (BatchNorm): the forward starts with the broadcast of rank 0's "
                 "buffers (indigo), which each rank waits in until all have joined."),
+    "join": ({"arch": "resnet50", "world_size": 4, "iters": 6, "uneven": 1, "join": True}, "simulated", 5,
+             "SIMULATED ResNet-50 on 4 A100s, rank r with r fewer batches, inside model.join(): at step 5 "
+             "ranks 1-3 are out of data and shadow rank 0's allreduces with zeros."),
     "no_sync": ("05_convnet_torch_no_sync3", "timeline", 1,
                 "A real run syncing every 3rd micro-step: this step has no allreduce."),
     "bucket_size": (("20_sim_resnet50_v100-eth25_w64_default", "22_sim_resnet50_v100-eth25_w64_cap100"),
@@ -177,6 +192,12 @@ def figure(name: str):
         return BUNDLED_DIR / f"{stem}.json"
 
     sample, view, iteration, _ = FIGURES[name]
+    if view == "simulated":  # a small simulation drawn live (SimConfig fields; no sample holds it)
+        from ddpsim.sim import SimConfig, simulate  # noqa: PLC0415
+        from ddpsim.sim.archs import synthetic  # noqa: PLC0415
+
+        spec = dict(sample)
+        return plot_timeline(simulate(synthetic(spec.pop("arch")), SimConfig(**spec))[0], iteration)
     if view == "compare":
         return plot_compare([(s.split("_w64_")[-1], load_trace(sample_path(s))) for s in sample])
     trace = load_trace(sample_path(sample))
