@@ -1,51 +1,21 @@
 """Uneven inputs with Join: minddp's ``_DDPJoinHook`` against torch's, on real gloo ranks.
 
-Note [Join] in ddpsim/minddp/join.py. Rank r has ``10 - 3 r`` batches; both DDPs train inside
-``model.join()``; torch's shadow allreduces are counted by wrapping its
-``_match_all_reduce_for_bwd_pass`` (torchcompat), minddp's by its recorder-free counter.
+Note [Join] in ddpsim/minddp/join.py. ``ddpsim.experiments.join_equivalence`` trains both DDPs
+inside ``model.join()`` with rank r given ``10 - 3 r`` batches; the recorder's and the simulator's
+Join are checked below.
 """
 import pytest
 import torch
 
 from distutil import run_ranks
 
-STEPS, SKEW = 10, 3  # rank r runs STEPS - SKEW * r batches
-
-
-def _train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
-    """torch's DDP and minddp, each under ``join()``: (parameters and buffers, shadow allreduces)."""
-    from ddpsim import torchcompat
-    from ddpsim.minddp import DistributedDataParallel as MinDDP
-    from ddpsim.models import build_workload, call_batch
-
-    torch.set_num_threads(1)
-    out, shadows = {}, {}
-    for impl in ("torch", "minddp"):
-        torch.manual_seed(7)
-        w = build_workload(model_name)
-        opts = dict(bucket_cap_mb=cap_mb, find_unused_parameters=find_unused)
-        ddp = torchcompat.torch_ddp(w.model, True, **opts) if impl == "torch" else MinDDP(w.model, **opts)
-        count = torchcompat.count_join_shadows(ddp)
-        opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
-        with ddp.join(divide_by_initial_world_size=divide_initial):
-            for step in range(STEPS - SKEW * rank):
-                inputs, target = call_batch(w, step, rank, world, 8)
-                opt.zero_grad()
-                w.loss(ddp(*inputs), target).backward()
-                opt.step()
-        out[impl] = [t.detach().clone().double() for t in (*w.model.parameters(), *w.model.buffers())]
-        shadows[impl] = count()
-    diff = max((a - b).abs().max().item() for a, b in zip(out["torch"], out["minddp"]))
-    return diff, shadows
+from ddpsim.experiments.join_equivalence import CASES, SKEW, STEPS, run_case
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_name,divide_initial,cap_mb,find_unused", [
-    ("mlp", True, 0.05, False), ("mlp", False, 0.05, False), ("convnet", True, None, False),
-    ("branchy", True, 0.01, True)])
-def test_minddp_joins_like_torch(model_name, divide_initial, cap_mb, find_unused):
-    world = 3
-    results = run_ranks(_train_joined, world, args=(model_name, divide_initial, cap_mb, find_unused), timeout=300)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-divide{c[1]}-cap{c[2]}-unused{c[3]}")
+def test_minddp_joins_like_torch(case):
+    results = run_case(case)
     for rank, (diff, shadows) in enumerate(results):
         assert diff <= 1e-6, f"rank {rank}: minddp differs from torch's DDP by {diff:.2e}"
         assert shadows["torch"] == shadows["minddp"], f"rank {rank}: shadow allreduces {shadows}"
