@@ -162,9 +162,12 @@ def _draw_shadow(ax, rank: RankTrace, shadow, rows, ms, minlabel):
     others' complete (Note [Join] in ddpsim/minddp/join.py)."""
     ax.text(ms(shadow.start_ns), rows["compute"] + 0.5, "  joined (out of data): no compute; Join shadows "
             "the others' allreduces with zeros", va="center", fontsize=8.5, style="italic", color=pal.TEXT)
+    previous_end = None  # one process group runs its collectives in order: each bar from the previous one's end
     for k, c in enumerate(shadow.allreduces):
-        _bar(ax, ms(c.launch_ns), ms(c.complete_ns), rows["comm"] + (1 - BAR) / 2, pal.bucket_color(k),
+        start = c.launch_ns if previous_end is None else max(c.launch_ns, previous_end)
+        _bar(ax, ms(start), ms(c.complete_ns), rows["comm"] + (1 - BAR) / 2, pal.bucket_color(k),
              f"b{k} zeros", minlabel, gid=f"shadow:r{rank.rank}:b{k}", text_y=rows["comm"] + 0.5)
+        previous_end = c.complete_ns
 
 
 def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, minlabel):
