@@ -30,6 +30,8 @@ SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a b
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
 NCCL_ALGOS = (None, "ring", "tree", "nvls", "nvls_tree")  # a GPU model's NCCL_ALGO (None: NCCL's choice)
 SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
+HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
+POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
 
 
@@ -90,7 +92,7 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
-               trace: Trace | None = None, algo=None, broadcast_buffers=None) -> SimConfig:
+               trace: Trace | None = None, algo=None, broadcast_buffers=None, comm_hook=None) -> SimConfig:
     """A SimConfig for the what-if choices.
 
     A recorded trace (``work`` learnt from ``trace``): its replay with the changes
@@ -103,6 +105,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
                "trace_ranks": trace_ranks, "time_limit_s": TIME_LIMIT_S}
     if broadcast_buffers is not None:  # None: as recorded
         changes["broadcast_buffers"] = bool(broadcast_buffers)
+    if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
+        changes.update(comm_hook=comm_hook, powersgd_start_iter=POWERSGD_START)
     if base.kind == "trace" and work is not None and trace is not None:
         if network not in (AS_RECORDED, None, ""):
             prof = networks()[network]
@@ -124,7 +128,6 @@ def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
 def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
                find_unused=(False, True)) -> tuple[list[dict], list[str]]:
     """Iteration time and exposed comm per bucket cap x ordering x find_unused (best marked).
-
     Rows with ``bucket_cap_mb`` None are torch's default (25 MiB, first bucket 1 MiB).
 
     Returns (rows, notes); a combination the simulator refuses (e.g. a model with unused
@@ -152,8 +155,6 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
             f"Across bucket sizes with torch's ordering the iteration time ranges "
             f"{min(times):.1f}–{max(times):.1f} ms.")
 
-
-# --- What a what-if shows: the change against the unchanged configuration, simulated alike ----
 
 def choices(base: Base) -> dict:
     """The widget defaults that reproduce the run as recorded (nothing changed)."""

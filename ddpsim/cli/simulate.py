@@ -48,6 +48,10 @@ def add_arguments(p) -> None:
                    help="DDP's broadcast of rank 0's buffers before each forward (default: as recorded)")
     d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
     d.add_argument("--uneven", type=int, metavar="K", help="rank r has K x r fewer batches (needs --join)")
+    d.add_argument("--comm-hook", metavar="HOOK", help="register_comm_hook what-if: allreduce, fp16, bf16, noop, "
+                   "powersgd or round-robin:N (what each sends: ddpsim/sim/comm_hooks.py; its compute is not modelled)")
+    d.add_argument("--powersgd-rank", type=int, help="powersgd: matrix_approximation_rank (torch default 1)")
+    d.add_argument("--powersgd-start-iter", type=int, help="powersgd: start_powerSGD_iter (torch default 1000)")
     d.add_argument("--join", action=argparse.BooleanOptionalAction, default=None,
                    help="train inside model.join(): a rank out of data shadows the others' collectives")
     d.add_argument("--no-sync-every", type=int, help="sync every n micro-steps (no_sync in between)")
@@ -201,7 +205,8 @@ def parse_stragglers(values) -> dict:
 FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "broadcast_buffers": "broadcast_buffers", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
-          "uneven": "uneven", "join": "join",
+          "uneven": "uneven", "join": "join", "comm_hook": "comm_hook", "powersgd_rank": "powersgd_rank",
+          "powersgd_start_iter": "powersgd_start_iter",
           "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}

@@ -55,6 +55,9 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     model = Model(env, w, link, cfg.world_size, layouts, plans, actors,
                   platform and platform(env, link, cfg.world_size, actors))
     model.join, model.final_sync_buffers = cfg.join, cfg.broadcast_buffers
+    model.hook = cfg.hook()
+    if model.hook is not None and model.hook.groups > 1:  # round-robin: each group its own collectives
+        model.platform.slots = simpy.Resource(env, capacity=link.concurrency * model.hook.groups)
     for a in model.actors:
         env.process(model_rank(env, model, a))
     run_bounded(env, max(RUN_EVENTS_PER_ESTIMATED * estimate, 10_000), cfg.time_limit_s)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ddpsim.sim import network, stragglers
 from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
+from ddpsim.sim.comm_hooks import CommHook
 from ddpsim.sim.workload import ORDERS, caps_bytes
 
 
@@ -24,6 +25,9 @@ class SimConfig:
     no_sync_every: int = 1
     uneven: int = 0  # rank r has uneven * r fewer micro-steps of data (record --uneven; not in torch)
     join: bool = False  # train inside model.join() (torch's Join; sim/join.py); torch default: no Join
+    comm_hook: str | None = None  # register_comm_hook what-if (sim/comm_hooks.py); None: DDP's own allreduce
+    powersgd_rank: int = 1  # comm_hook powersgd: matrix_approximation_rank; torch default 1
+    powersgd_start_iter: int = 1_000  # comm_hook powersgd: start_powerSGD_iter (synced steps); torch default 1000
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
     overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
     seed: int = 0
@@ -56,6 +60,9 @@ class SimConfig:
         integer(self.no_sync_every, "no_sync_every", 1)
         integer(self.max_explicit_ranks, "max_explicit_ranks", 1)
         integer(self.uneven, "uneven", 0)
+        integer(self.powersgd_rank, "powersgd_rank", 1)
+        integer(self.powersgd_start_iter, "powersgd_start_iter", 0)
+        self.hook()
         if self.uneven and not self.join:
             raise ValueError("uneven inputs without join hang (the rank out of data stops joining the "
                              "allreduces): add join, as with model.join()")
@@ -86,6 +93,14 @@ class SimConfig:
                 if fct > STRAGGLER_MAX:
                     raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
         check_ranges(self)
+
+
+    def hook(self):
+        """The comm hook what-if (``sim/comm_hooks.py``), or None for DDP's own allreduce."""
+        if self.comm_hook is None:
+            return None
+        return CommHook.parse(self.comm_hook, powersgd_rank=self.powersgd_rank,
+                              powersgd_start_iter=self.powersgd_start_iter)
 
 
 RECORDED_KEYS = ("forward", "backward", "gap_s")

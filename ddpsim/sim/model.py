@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from ddpsim.sim import join
+from ddpsim.sim import hooked, join
 from ddpsim.sim.actor import Actor
 from ddpsim.sim.network import Link
 from ddpsim.sim.platform import Devices, platform_for
@@ -83,6 +83,7 @@ class Model:
         self.bitmap_bytes = 4 * len(sizes)
         self.broadcast_s = w.broadcast_cost(link, world_size)
         self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
+        self.hook, self.synced_step = None, hooked.synced_steps(plans)  # SimConfig.hook() (api.py)
 
     def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
                seconds: float | None = None) -> Work:
@@ -151,7 +152,9 @@ class Reducer:
         """
         if self.brec is not None:
             self.brec.setdefault(b, [now, None, None])[1] = now
-        self.works.append(self.model.launch(self.actor, (self.plan.iteration, b), self.nbytes[b]))
+        m = self.model
+        self.works.append(m.launch(self.actor, (self.plan.iteration, b), self.nbytes[b]) if m.hook is None
+                          else hooked.launch_bucket(m, self.actor, self.plan, b, self.nbytes[b], Work))
         return self.works[-1]
 
     def launch_returned(self, b: int, now: float) -> None:

@@ -49,6 +49,11 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
+hook = c2.selectbox("Communication hook", whatif.HOOKS, key=k + "hook",
+                    format_func=lambda h: h or "none (DDP's own allreduce)",
+                    help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
+                         f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
+                         "over two process groups. Only what each sends is simulated, not its compute.")
 fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
 bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
                  help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
@@ -88,7 +93,7 @@ try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
                             work=work if base.kind == "trace" else None, trace=trace, algo=algo,
-                            broadcast_buffers=bufs)
+                            broadcast_buffers=bufs, comm_hook=hook)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")

@@ -1,0 +1,87 @@
+"""What a DDP communication hook sends for one bucket: the collectives, their bytes and order.
+
+``DistributedDataParallel.register_comm_hook`` replaces the bucket's fp32 allreduce with the
+hook's own collectives (torch/distributed/algorithms/ddp_comm_hooks). For the simulator a hook
+is a list of *stages*: the collectives of a stage are launched together, and a stage starts when
+the one before it has completed (PowerSGD's second allreduce needs the first one's result):
+
+- ``allreduce`` (``default_hooks.allreduce_hook``): one allreduce of the bucket, as without a hook;
+- ``fp16`` / ``bf16`` (``fp16_compress_hook``, ``bf16_compress_hook``): one allreduce of the
+  bucket cast to 2-byte floats: half the bytes of an fp32 bucket;
+- ``noop`` (``debugging_hooks.noop_hook``): nothing is sent (the compute-only bound);
+- ``round-robin:N``: bucket i's allreduce on process group i mod N (several in flight);
+- ``powersgd`` (``powerSGD_hook``): before ``start_powerSGD_iter`` the plain allreduce; then three
+  stages: the tensors not worth compressing (1-D ones among them) in one allreduce, every
+  compressed gradient's P (n x r) in one, then every Q (m x r) in one, where a gradient is viewed
+  as an (shape[0], rest) matrix and compressed when ``(n + m) r * min_compression_rate < n m``
+  (``_should_compress``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+HOOKS = ("allreduce", "fp16", "bf16", "noop", "powersgd", "round-robin:N")
+HALF_BYTES = 2  # bytes per element after fp16/bf16 compression
+
+
+@dataclass(frozen=True)
+class CommHook:
+    """A hook by name with its settings (each default is torch's)."""
+
+    name: str = "allreduce"
+    groups: int = 1  # round-robin:N: process groups used in turn (1: one group, as DDP's own)
+    powersgd_rank: int = 1  # PowerSGDState.matrix_approximation_rank; torch default 1
+    powersgd_start_iter: int = 1_000  # PowerSGDState.start_powerSGD_iter (synced steps); torch default 1000
+    min_compression_rate: float = 2.0  # PowerSGDState.min_compression_rate; torch default 2
+
+    @staticmethod
+    def parse(spec: str | None, **settings) -> "CommHook":
+        """``allreduce``, ``fp16``, ``bf16``, ``noop``, ``powersgd`` or ``round-robin:N``."""
+        name, _, n = (spec or "allreduce").partition(":")
+        if name == "round-robin":
+            if not n.isdigit() or int(n) < 1:
+                raise ValueError(f"round-robin needs a number of process groups, as round-robin:2, not {spec!r}")
+            return CommHook(name, groups=int(n), **settings)
+        if name not in HOOKS or n:
+            raise ValueError(f"comm hook must be one of {', '.join(HOOKS)}, not {spec!r}")
+        return CommHook(name, **settings)
+
+
+def should_compress(n: int, m: int, rank: int, min_rate: float) -> bool:
+    """Mirrors powerSGD_hook's ``_should_compress``: worth it when the compressed size, times the
+    minimum rate, is below the uncompressed size."""
+    return (n + m) * rank * min_rate < n * m
+
+
+def powersgd_sizes(shapes: list[tuple[int, ...]], rank: int, min_rate: float) -> tuple[int, int, int]:
+    """(uncompressed elements, P elements, Q elements) of one bucket's gradients under PowerSGD."""
+    plain = ps = qs = 0
+    for shape in shapes:
+        n = shape[0] if shape else 1
+        m = prod(shape[1:]) if len(shape) > 1 else 1
+        r = min(n, m, rank)
+        if should_compress(n, m, r, min_rate):
+            ps, qs = ps + n * r, qs + m * r
+        else:
+            plain += n * m
+    return plain, ps, qs
+
+
+def stages(hook: CommHook, shapes: list[tuple[int, ...]], element_bytes: int, step: int) -> list[list[int]]:
+    """The bytes of each collective ``hook`` issues for a bucket of gradients ``shapes`` (elements of
+    ``element_bytes``) in synced step ``step``, stage by stage."""
+    total = sum(prod(s) for s in shapes) * element_bytes
+    if hook.name == "noop":
+        return []
+    if hook.name in ("fp16", "bf16"):
+        return [[total * HALF_BYTES // element_bytes]]
+    if hook.name != "powersgd" or step < hook.powersgd_start_iter:
+        return [[total]]
+    plain, ps, qs = powersgd_sizes(shapes, hook.powersgd_rank, hook.min_compression_rate)
+    return [[plain * element_bytes], [ps * element_bytes], [qs * element_bytes]]
+
+
+def group_of(hook: CommHook, bucket: int) -> int:
+    """The process group bucket ``bucket``'s collectives run on (round-robin: i mod N)."""
+    return bucket % hook.groups

@@ -1,0 +1,108 @@
+"""The simulator's model of what a comm hook sends (ddpsim/sim/comm_hooks.py), against torch's
+own hooks run on a real one-rank gloo DDP (torch is the oracle for PowerSGD's P and Q sizes)."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddpsim.sim.comm_hooks import CommHook, powersgd_sizes, stages
+
+
+def test_names_are_parsed_and_bad_ones_refused_in_one_line():
+    assert CommHook.parse("round-robin:3").groups == 3 and CommHook.parse(None).name == "allreduce"
+    for bad in ("fp8", "round-robin", "round-robin:x", "fp16:2"):
+        with pytest.raises(ValueError) as err:
+            CommHook.parse(bad)
+        assert "\n" not in str(err.value)
+
+
+def test_compression_halves_and_noop_sends_nothing():
+    shapes = [(64, 32), (64,)]
+    fp32 = (64 * 32 + 64) * 4
+    assert stages(CommHook("allreduce"), shapes, 4, 0) == [[fp32]]
+    assert stages(CommHook("fp16"), shapes, 4, 0) == stages(CommHook("bf16"), shapes, 4, 0) == [[fp32 // 2]]
+    assert stages(CommHook("noop"), shapes, 4, 0) == []
+    warm = CommHook("powersgd", powersgd_start_iter=2)
+    assert stages(warm, shapes, 4, 1) == [[fp32]]  # before start_powerSGD_iter: the plain allreduce
+
+
+class _Net(torch.nn.Module):
+    """A conv (4-D weight), two linears (2-D) and their biases (1-D): every PowerSGD case."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.lin, self.out = torch.nn.Conv2d(1, 4, 3), torch.nn.Linear(72, 32), torch.nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.out(self.lin(self.conv(x.view(-1, 1, 5, 8)).relu().flatten(1)).relu())
+
+
+def _torch_powersgd_sizes(rank, world, r):
+    """torch's powerSGD_hook on a one-rank DDP: the parameter shapes and the P and Q elements it
+    allocated for its one bucket."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    torch.manual_seed(0)
+    model = _Net()
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = psgd.PowerSGDState(None, matrix_approximation_rank=r, start_powerSGD_iter=2, random_seed=0)
+    ddp.register_comm_hook(state, psgd.powerSGD_hook)
+    for _ in range(4):
+        ddp(torch.randn(5, 40)).sum().backward()
+    assert len(state.p_memory_dict) == 1  # one bucket
+    return shapes, state.p_memory_dict[0].numel(), state.q_memory_dict[0].numel()
+
+
+@pytest.mark.parametrize("r", [1, 4])
+def test_powersgd_p_and_q_sizes_equal_torchs(r):
+    from distutil import run_ranks
+
+    shapes, p, q = run_ranks(_torch_powersgd_sizes, 1, args=(r,), timeout=120)[0]
+    plain, ps, qs = powersgd_sizes(shapes, r, 2.0)
+    assert (ps, qs) == (p, q) and plain > 0  # the biases (1-D) go uncompressed
+
+
+def _sim(hook, **cfg):
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    return simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=64, iters=4, comm_hook=hook, **cfg))[1]
+
+
+def test_a_hook_changes_what_is_sent_and_the_exposed_communication_follows():
+    plain, same = _sim(None), _sim("allreduce")
+    assert same["iteration_time_s"] == plain["iteration_time_s"]  # allreduce_hook is DDP's own allreduce
+    fp16, noop = _sim("fp16"), _sim("noop")
+    assert noop["exposed_comm_s"] == 0 < fp16["exposed_comm_s"] < plain["exposed_comm_s"]
+    assert noop["iteration_time_s"] < fp16["iteration_time_s"] < plain["iteration_time_s"]
+    warm = _sim("powersgd", powersgd_start_iter=100)  # every simulated step is before PowerSGD starts
+    assert warm["iteration_time_s"] == plain["iteration_time_s"]
+    assert _sim("powersgd", powersgd_start_iter=1, powersgd_rank=4)["exposed_comm_s"] < plain["exposed_comm_s"]
+
+
+def test_simulate_takes_a_comm_hook_and_refuses_a_bad_one_in_one_line(capsys):
+    from ddpsim.cli import main as cli
+
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "fp16", "--iters", "3"]) == 0
+    assert cli(["simulate", "--arch", "resnet50", "--comm-hook", "fp8"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "comm hook must be one of" in err[-1]
+
+
+def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iteration(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from ddpsim import samples
+
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120).run()
+    at.selectbox(key="ddpsim_source").set_value("20_sim_resnet50_v100-eth25_w64_default").run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    hook = next(s for s in at.selectbox if s.label == "Communication hook")
+    assert set(hook.options) >= {"none (DDP's own allreduce)", "fp16", "powersgd", "noop", "round-robin:2"}
+    hook.set_value("fp16").run()
+    assert not at.exception and not at.error
+    text = "\n".join(m.value for m in at.markdown)
+    change = float(text.split("Iteration time ")[1].split("%")[0])
+    assert change < 0, text  # half the bytes on 25 GbE: less exposed communication
