@@ -106,3 +106,18 @@ def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iterati
     text = "\n".join(m.value for m in at.markdown)
     change = float(text.split("Iteration time ")[1].split("%")[0])
     assert change < 0, text  # half the bytes on 25 GbE: less exposed communication
+
+
+def test_the_hooks_compute_at_measured_rates_is_paid_where_torch_pays_it():
+    from ddpsim.sim.comm_hooks import compute_s
+
+    shapes, rates = [(256, 128), (256,)], {"cast_s_per_byte": 1e-9, "matmul_s_per_flop": 1e-10}
+    nbytes = (256 * 128 + 256) * 4
+    assert compute_s(CommHook("fp16"), shapes, 4, 0, rates) == (nbytes * 1e-9, [], nbytes * 1e-9)
+    assert compute_s(CommHook("noop"), shapes, 4, 0, rates) == (0.0, [], 0.0)
+    before, between, after = compute_s(CommHook("powersgd", powersgd_start_iter=0), shapes, 4, 0, rates)
+    assert len(between) == 2 and min(before, after, *between) > 0  # three stages, compute around each
+    free, priced = _sim("fp16"), _sim("fp16", hook_rates=rates)
+    assert priced["iteration_time_s"] > free["iteration_time_s"]
+    with pytest.raises(ValueError, match="hook_rates"):
+        _sim("fp16", hook_rates={"cast": 1.0})

@@ -15,6 +15,10 @@ the one before it has completed (PowerSGD's second allreduce needs the first one
   compressed gradient's P (n x r) in one, then every Q (m x r) in one, where a gradient is viewed
   as an (shape[0], rest) matrix and compressed when ``(n + m) r * min_compression_rate < n m``
   (``_should_compress``).
+
+The hook's own compute (``compute_s``) is priced at measured rates (``SimConfig.hook_rates``:
+seconds per byte cast or copied, seconds per matmul flop; ``ddpsim.experiments.hook_rates``
+measures them on this machine); without rates it is free.
 """
 from __future__ import annotations
 
@@ -85,3 +89,29 @@ def stages(hook: CommHook, shapes: list[tuple[int, ...]], element_bytes: int, st
 def group_of(hook: CommHook, bucket: int) -> int:
     """The process group bucket ``bucket``'s collectives run on (round-robin: i mod N)."""
     return bucket % hook.groups
+
+
+def compute_s(hook: CommHook, shapes: list[tuple[int, ...]], element_bytes: int, step: int,
+              rates: dict) -> tuple[float, list[float], float]:
+    """The hook's own compute for one bucket at ``rates``: (seconds in the hook call before its
+    first collective, seconds after each stage but the last, seconds after the last stage).
+
+    fp16/bf16: the cast of the bucket (and its division by the world size) before, the cast back
+    into the bucket after. PowerSGD (torch's order): M Q and the copies in the hook call; unpacking
+    the uncompressed tensors after the first stage; orthogonalizing P and M^T P after the second;
+    P Q^T and the error feedback after the last.
+    """
+    per_byte, per_flop = rates.get("cast_s_per_byte", 0.0), rates.get("matmul_s_per_flop", 0.0)
+    n_stages = len(stages(hook, shapes, element_bytes, step))
+    total = sum(prod(s) for s in shapes) * element_bytes
+    if hook.name in ("fp16", "bf16"):
+        return per_byte * total, [], per_byte * total
+    if hook.name != "powersgd" or n_stages < 3:
+        return 0.0, [0.0] * max(0, n_stages - 1), 0.0
+    plain, ps, qs = powersgd_sizes(shapes, hook.powersgd_rank, hook.min_compression_rate)
+    compressed = total // element_bytes - plain  # elements of the matrices PowerSGD compresses
+    r = hook.powersgd_rank
+    matmul = 2 * compressed * r * per_flop  # one of M Q, M^T P, P Q^T
+    orthogonalize = 2 * ps * r * per_flop
+    return (matmul + per_byte * total, [per_byte * plain * element_bytes, orthogonalize + matmul],
+            matmul + per_byte * compressed * element_bytes)

@@ -28,6 +28,8 @@ class SimConfig:
     comm_hook: str | None = None  # register_comm_hook what-if (sim/comm_hooks.py); None: DDP's own allreduce
     powersgd_rank: int = 1  # comm_hook powersgd: matrix_approximation_rank; torch default 1
     powersgd_start_iter: int = 1_000  # comm_hook powersgd: start_powerSGD_iter (synced steps); torch default 1000
+    # the hooks' compute rates: "cast_s_per_byte" (s/byte), "matmul_s_per_flop" (s/flop); {}: free (not in torch)
+    hook_rates: dict = field(default_factory=dict)
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
     overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
     seed: int = 0
@@ -63,6 +65,10 @@ class SimConfig:
         integer(self.powersgd_rank, "powersgd_rank", 1)
         integer(self.powersgd_start_iter, "powersgd_start_iter", 0)
         self.hook()
+        for key, rate in self.hook_rates.items():
+            if key not in ("cast_s_per_byte", "matmul_s_per_flop") or not (
+                    isinstance(rate, (int, float)) and math.isfinite(rate) and rate >= 0):
+                raise ValueError(f"hook_rates: {key!r} must be cast_s_per_byte or matmul_s_per_flop, a number >= 0")
         if self.uneven and not self.join:
             raise ValueError("uneven inputs without join hang (the rank out of data stops joining the "
                              "allreduces): add join, as with model.join()")

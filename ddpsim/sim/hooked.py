@@ -4,7 +4,9 @@ With a hook registered, ``Reducer::run_comm_hook`` hands the bucket to the hook 
 own allreduce, and the bucket is done when the hook's future is. Here that future is a ``Work``
 that no rank launches: a process issues the hook's collectives stage by stage (each one still
 starts only when every rank has launched it) and completes the bucket after the last stage.
-Not modelled: the hook's own compute (casting to fp16, PowerSGD's matmuls and orthogonalization).
+The hook's own compute (``comm_hooks.compute_s``, at ``SimConfig.hook_rates``): what it does in
+the hook call holds the rank's autograd thread (``launch_s``, like DDP's own launch), what it does
+in its future's callbacks delays the bucket's completion.
 """
 from __future__ import annotations
 
@@ -15,23 +17,42 @@ from ddpsim.sim import comm_hooks
 ELEMENT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}  # bytes per gradient element
 
 
-def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
-    """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
+def bucket(model, plan, b: int) -> tuple[list[tuple[int, ...]], int, int]:
+    """(gradient shapes, bytes per element, synced step) of bucket ``b`` in ``plan``."""
     params = [model.w.params[i] for i in model.layouts[plan.layout_id][b]]
     shapes = [tuple(p.shape) if p.shape else (max(1, p.bytes // ELEMENT_BYTES.get(p.dtype, 4)),) for p in params]
     element = ELEMENT_BYTES.get(params[0].dtype, 4) if params else 4
-    stages = comm_hooks.stages(model.hook, shapes, element, model.synced_step[plan.iteration])
+    return shapes, element, model.synced_step[plan.iteration]
+
+
+def launch_s(model, plan, b: int) -> float:
+    """Seconds the hook call itself computes before its first collective (0 without a hook or rates)."""
+    if model.hook is None or not model.hook_rates:
+        return 0.0
+    return comm_hooks.compute_s(model.hook, *bucket(model, plan, b), model.hook_rates)[0]
+
+
+def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
+    """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
+    shapes, element, step = bucket(model, plan, b)
+    stages = comm_hooks.stages(model.hook, shapes, element, step)
+    _, between, after = comm_hooks.compute_s(model.hook, shapes, element, step, model.hook_rates)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
-    model.env.process(_stages(model, actor, work, stages))
+    model.env.process(_stages(model, actor, work, stages, [*between, after]))
     return work
 
 
-def _stages(model, actor, work, stages):
+def _stages(model, actor, work, stages, compute):
+    """The hook's future: each stage's collectives, then the callback's compute after it."""
     env = model.env
     work.start = env.now
     for k, stage in enumerate(stages):
         subs = [model.launch(actor, (*work.key, "hook", k, j), n) for j, n in enumerate(stage)]
         yield simpy.AllOf(env, [s.done for s in subs])
+        if k < len(compute) and compute[k] > 0:
+            yield env.timeout(compute[k])
+    if not stages and compute and compute[-1] > 0:
+        yield env.timeout(compute[-1])
     work.end = env.now
     work.done.succeed()
 

@@ -83,7 +83,7 @@ class Model:
         self.bitmap_bytes = 4 * len(sizes)
         self.broadcast_s = w.broadcast_cost(link, world_size)
         self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
-        self.hook, self.synced_step = None, hooked.synced_steps(plans)  # SimConfig.hook() (api.py)
+        self.hook, self.hook_rates, self.synced_step = None, {}, hooked.synced_steps(plans)  # api.py
 
     def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
                seconds: float | None = None) -> Work:
@@ -226,7 +226,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
     w, platform = model.w, model.platform
     grads = rec["grads"] if rec is not None else None
     reducer = Reducer(model, actor, plan, rec["buckets"] if rec is not None else None) if plan.sync else None
-    lazy = not (platform.coupled or w.launch_s or w.launch_s_per_byte)
+    lazy = not (platform.coupled or w.launch_s or w.launch_s_per_byte or model.hook_rates)
     t0, done, waited = env.now, 0.0, 0.0  # lazy: compute done / waited for since t0
     unused = list(w.unused) if plan.mark_unused else []
     for p, c in zip(w.ready_order, w.grad_compute_s):
@@ -252,7 +252,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
                 yield env.timeout(done - waited)
                 waited = done
             reducer.all_reduce_bucket(b, now if lazy else env.now)  # env.now: after earlier launches' costs
-            cost = w.launch_cost(reducer.nbytes[b])  # Note [Launching costs the autograd thread]
+            cost = w.launch_cost(reducer.nbytes[b]) + hooked.launch_s(model, plan, b)  # Note [Launching costs ...]
             if cost > 0:
                 yield platform.compute(actor, cost)
                 reducer.launch_returned(b, env.now)
