@@ -1,0 +1,106 @@
+"""Comm hooks predicted from a plain run: ``python -m ddpsim.experiments.hooks``.
+
+For each zoo model and bucket cap, one recording holds DDP with torch's ``allreduce_hook`` and
+with each other hook, interleaved iteration by iteration in the same ranks (``record_many``), so a
+slow spell of the machine hits every hook alike. The simulator learns from the allreduce run only
+(``ddpsim.learn.learn``) and predicts each hook's run by what the hook sends
+(``ddpsim/sim/comm_hooks.py``), its compute priced at rates measured here
+(``ddpsim.experiments.hook_rates``), and the error is taken against the recorded run with that
+hook. PowerSGD runs only where DDP has one bucket: torch's ``powerSGD_hook`` aborts gloo runs with
+several (docs/comm-hooks.md), and after the rebuild every zoo model over 1 MiB has two (the first
+bucket's 1 MiB cap), so PowerSGD is recorded on the convnet (0.3 MiB) alone. Prints one row per prediction and the median and largest absolute error;
+``--out X`` writes X.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+MODELS = ("mlp", "transformer", "shuffled")
+CAPS = (0.25, None)  # MiB; None: torch's default (25 MiB, a 1 MiB first bucket)
+HOOKS = ("fp16", "bf16", "powersgd", "noop", "round-robin:2")  # predicted from "allreduce"
+POWERSGD = {"powersgd_rank": 1, "powersgd_start_iter": 2}  # PowerSGD from the third synced step
+ITERS = 12  # micro-steps per run
+
+
+CASES = tuple((m, c) for m in MODELS for c in CAPS) + (("convnet", None),)  # (model, cap)
+ONE_BUCKET = ("convnet",)  # zoo models under 1 MiB: one bucket at the default cap, where PowerSGD runs on gloo
+
+
+def hooks_for(model: str, cap) -> tuple[str, ...]:
+    """The hooks recorded for ``model`` at ``cap``: PowerSGD only where DDP keeps one bucket."""
+    return tuple(h for h in HOOKS if h != "powersgd" or (model in ONE_BUCKET and cap is None))
+
+
+def record_case(model: str, cap, folder: Path) -> dict[str, Path]:
+    """``model`` at ``cap`` with allreduce and every hook of ``hooks_for(cap)``, interleaved."""
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record_many
+
+    names = ("allreduce", *hooks_for(model, cap))
+    paths = {h: folder / f"{model}_cap{cap}_{h.replace(':', '')}.json" for h in names}
+    cfgs = [RecordConfig(model=model, iters=ITERS, bucket_cap_mb=cap, comm_hook=h, profile_internals=False,
+                         **(POWERSGD if h == "powersgd" else {})) for h in names]
+    record_many(cfgs, list(paths.values()))
+    return paths
+
+
+def predict(paths: dict[str, Path], model: str, cap, rates: dict) -> list[dict]:
+    """Each hook's recorded run against the prediction learnt from the allreduce run."""
+    from ddpsim.analysis import steady_summary
+    from ddpsim.learn import learn, replay_config, simulate
+    from ddpsim.trace import load_trace
+
+    plain = load_trace(paths["allreduce"])
+    w = learn(plain)
+    rows = []
+    for hook, path in paths.items():
+        if hook == "allreduce":
+            continue
+        measured = steady_summary(load_trace(path))["iteration_time_s"]
+        extra = POWERSGD if hook == "powersgd" else {}
+        _, summary = simulate(w, replay_config(w, plain, comm_hook=hook, hook_rates=rates, **extra))
+        predicted = summary["iteration_time_s"]
+        rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": steady_summary(plain)["iteration_time_s"] * 1e3,
+                     "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| model | cap MiB | hook | allreduce run ms | hook run ms | predicted ms | error |\n"
+            "|---|---|---|---|---|---|---|")
+    lines = [f"| {r['model']} | {r['cap'] or 'default'} | {r['hook']} | {r['plain_ms']:.1f} | {r['measured_ms']:.1f} | "
+             f"{r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |" for r in rows]
+    errs = [abs(r["error"]) * 100 for r in rows]
+    return "\n".join([head, *lines, "", f"median |error| {statistics.median(errs):.1f}%, max {max(errs):.1f}% "
+                      f"over {len(errs)} predictions"])
+
+
+def main(argv=None) -> int:
+    from ddpsim.experiments.hook_rates import measure
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", default=None, help="keep the recordings here (default: a temporary folder)")
+    p.add_argument("--out", default=None, help="also write OUT.json")
+    args = p.parse_args(argv)
+    rates = measure()
+    print(f"hook compute rates measured here: {json.dumps(rates)}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="ddpsim-hooks-") as tmp:
+        folder = Path(args.workdir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for n, (model, cap) in enumerate(CASES, 1):
+            print(f"[{n}/{len(CASES)}] {model}, cap {cap or 'default'}", file=sys.stderr, flush=True)
+            rows += predict(record_case(model, cap, folder), model, cap, rates)
+    print(table(rows))
+    if args.out:
+        Path(f"{args.out}.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
