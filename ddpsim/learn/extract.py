@@ -47,6 +47,7 @@ from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backw
                                      unmix_interference, warm_gaps)
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
 from ddpsim.learn.noise import recorded_ranks
+from ddpsim.sim.comm_hooks import CommHook
 from ddpsim.sim.replay import recorded_layouts
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
@@ -73,10 +74,22 @@ def config_from_trace(trace: Trace) -> dict:
             out[k] = bool(opts[k])
     if opts.get("no_sync_every"):
         out["no_sync_every"] = max(1, int(opts["no_sync_every"]))
+    if known_hook(opts.get("comm_hook")):  # record --comm-hook: what the run's hook sent (sim/comm_hooks.py)
+        out["comm_hook"] = opts["comm_hook"]
+        out.update({k: int(opts[k]) for k in ("powersgd_rank", "powersgd_start_iter") if opts.get(k) is not None})
     if opts.get("join"):  # the recorded uneven inputs need every recorded micro-step (sim/join.py)
         out.update(join=True, uneven=int(opts.get("uneven") or 0),
                    iters=max(1, int(opts["iters"]) // out.get("no_sync_every", 1)))
     return out
+
+
+def known_hook(name) -> bool:
+    """A recorded comm hook the simulator models (a user's own ``path.py:factory`` is not: replayed
+    as DDP's own allreduce)."""
+    try:
+        return isinstance(name, str) and CommHook.parse(name) is not None
+    except ValueError:
+        return False
 
 
 def synced_steps(trace: Trace) -> int:
