@@ -142,3 +142,13 @@ def test_the_timeline_draws_a_joined_ranks_zero_filled_allreduces():
     n = len(trace.ranks[0].layouts[-1].buckets)
     assert {f"shadow:r{r}:b{b}" for r in (1, 2, 3) for b in range(n)} <= gids
     assert not any(g and g.startswith("shadow:r0") for g in gids)  # rank 0 still has data at step 5
+
+
+def test_simulate_says_who_joined_in_one_line(capsys):
+    from ddpsim.cli import main as cli
+
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "3", "--uneven", "2", "--join", "--iters", "6"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Join:"))
+    assert line.startswith("Join: rank 1 after micro-step 3, rank 2 after micro-step 1 ran out of data; "), line
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "3", "--uneven", "2"]) != 0  # hangs: refused
+    assert "add join" in capsys.readouterr().err

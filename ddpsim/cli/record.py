@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ddpsim import torchcompat
 from ddpsim.analysis import summarize
+from ddpsim.analysis.join import join_line
 from ddpsim.errors import CLIError, PartialTraceError
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
@@ -66,6 +67,8 @@ def main(args) -> int:
         return 0
     print(f"{head}; iteration {summary['iteration_time_s'] * 1e3:.1f} ms, "
           f"exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, overlap {summary['overlap_fraction']:.0%}")
+    if (joined := join_line(trace)) is not None:
+        print(joined)
     return 0
 
 

@@ -252,17 +252,8 @@ def config_for(workload, trace, values: dict):
     return cfg
 
 
-def join_line(trace) -> str:
-    """Join in one line: which ranks ran out of data when, the shadow allreduces, the end."""
-    joined = [f"rank {r.rank} after micro-step {r.join.shadows[0].iteration - 1}"
-              for r in trace.ranks if r.join and r.join.shadows]
-    shadows = sum(len(s.allreduces) for r in trace.ranks if r.join for s in r.join.shadows)
-    end_ms = max(r.join.end_ns for r in trace.ranks if r.join) / 1e6
-    return (f"Join: {', '.join(joined) or 'no rank'} ran out of data; {shadows} zero-filled allreduces "
-            f"shadowed the others'; every rank done at {end_ms:.1f} ms")
-
-
 def main(args) -> int:
+    from ddpsim.analysis.join import join_line
     from ddpsim.sim.api import simulate
 
     workload, recorded = load_source(args)
@@ -277,8 +268,8 @@ def main(args) -> int:
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
           f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.2f}")
-    if cfg.join:
-        print(join_line(trace))
+    if (joined := join_line(trace)) is not None:
+        print(joined)
     print(f"simulated in {summary.pop('sim_wall_s'):.2f} s", file=sys.stderr)  # wall time: stdout stays deterministic
     print(json.dumps(summary, separators=(",", ":"), default=str))
     return 0
