@@ -121,3 +121,20 @@ def test_the_hooks_compute_at_measured_rates_is_paid_where_torch_pays_it():
     assert priced["iteration_time_s"] > free["iteration_time_s"]
     with pytest.raises(ValueError, match="hook_rates"):
         _sim("fp16", hook_rates={"cast": 1.0})
+
+
+def test_the_break_even_bandwidth_is_where_a_hook_stops_beating_the_allreduce():
+    from ddpsim.experiments.compression import break_even_gbps, iteration_vs_bandwidth
+    from ddpsim.viz import plot_compression
+
+    rows = [{"hook": h, "bandwidth_gbps": b, "iteration_time_s": t} for h, b, t in [
+        ("allreduce", 10, 4.0), ("allreduce", 100, 2.0), ("allreduce", 1000, 1.0),
+        ("x", 10, 2.0), ("x", 100, 2.0), ("x", 1000, 1.5)]]
+    assert break_even_gbps(rows, "x") == pytest.approx(100.0)  # gain 2 at 10, none left at 100
+    rows[4]["iteration_time_s"] = 1.0  # gain 1 at 100, -0.5 at 1000: two thirds of the way in log scale
+    assert break_even_gbps(rows, "x") == pytest.approx(10 ** (2 + 2 / 3))
+    real = iteration_vs_bandwidth("resnet50", "v100-eth25", world_size=16, bandwidths=(1, 10, 100))
+    plain = [r["iteration_time_s"] for r in real if r["hook"] == "allreduce"]
+    assert plain == sorted(plain, reverse=True)  # more bandwidth, shorter iterations
+    fig = plot_compression(real, {"powersgd": break_even_gbps(real, "powersgd")}, "ResNet-50")
+    assert {line.get_gid() for line in fig.axes[0].lines} >= {"compression:allreduce", "compression:fp16"}

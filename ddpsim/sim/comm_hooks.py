@@ -115,3 +115,12 @@ def compute_s(hook: CommHook, shapes: list[tuple[int, ...]], element_bytes: int,
     orthogonalize = 2 * ps * r * per_flop
     return (matmul + per_byte * total, [per_byte * plain * element_bytes, orthogonalize + matmul],
             matmul + per_byte * compressed * element_bytes)
+
+
+def device_rates(mem_GBps: float, tflops: float, rank: int = 1) -> dict:
+    """``SimConfig.hook_rates`` for a GPU from its profile (``hardware/gpus.json``): a cast reads 4
+    bytes and writes 2 per fp32 element (1.5 bytes of memory traffic per bucket byte); PowerSGD's
+    tall-and-thin matmuls read the whole gradient matrix for 2 r flops per element, so they run
+    at memory speed unless the rank makes them compute-bound."""
+    mem = mem_GBps * 1e9
+    return {"cast_s_per_byte": 1.5 / mem, "matmul_s_per_flop": max(1 / (tflops * 1e12), 2 / (rank * mem))}
