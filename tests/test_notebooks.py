@@ -62,7 +62,7 @@ def test_notebooks_exist_and_open_with_outputs():
     """A student opens each notebook with its outputs in place (built with --execute)."""
     names = [p.stem for p in NOTEBOOKS]
     assert names == ["01_ddp_from_the_outside", "02_inside_the_reducer", "03_bucket_size_and_ordering",
-                     "04_unused_parameters_and_no_sync", "05_scaling_up"]
+                     "04_unused_parameters_and_no_sync", "05_scaling_up", "06_comm_hooks"]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
