@@ -12,9 +12,11 @@ from distutil import run_ranks
 STEPS, SKEW = 10, 3  # rank r runs STEPS - SKEW * r batches
 
 
-def _train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
-    """torch's DDP and minddp, each under ``join()``: (parameters and buffers, shadow allreduces)."""
+def _train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused, hook=None):
+    """torch's DDP and minddp, each under ``join()``, with torch's comm hook ``hook`` (a name of
+    ddpsim.experiments.hook_equivalence) if given: (parameters and buffers, shadow allreduces)."""
     from ddpsim import torchcompat
+    from ddpsim.experiments.hook_equivalence import make_hook
     from ddpsim.minddp import DistributedDataParallel as MinDDP
     from ddpsim.models import build_workload, call_batch
 
@@ -25,6 +27,8 @@ def _train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
         w = build_workload(model_name)
         opts = dict(bucket_cap_mb=cap_mb, find_unused_parameters=find_unused)
         ddp = torchcompat.torch_ddp(w.model, True, **opts) if impl == "torch" else MinDDP(w.model, **opts)
+        if hook:  # a joined rank shadows through the hook too (``_run_comm_hook`` on zeros)
+            ddp.register_comm_hook(*make_hook(hook))
         count = torchcompat.count_join_shadows(ddp)
         opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
         with ddp.join(divide_by_initial_world_size=divide_initial):
@@ -40,12 +44,13 @@ def _train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_name,divide_initial,cap_mb,find_unused", [
-    ("mlp", True, 0.05, False), ("mlp", False, 0.05, False), ("convnet", True, None, False),
-    ("branchy", True, 0.01, True)])
-def test_minddp_joins_like_torch(model_name, divide_initial, cap_mb, find_unused):
+@pytest.mark.parametrize("model_name,divide_initial,cap_mb,find_unused,hook", [
+    ("mlp", True, 0.05, False, None), ("mlp", False, 0.05, False, None), ("convnet", True, None, False, None),
+    ("branchy", True, 0.01, True, None), ("mlp", False, 0.05, False, "fp16"), ("transformer", True, 0.05, False, "allreduce")])
+def test_minddp_joins_like_torch(model_name, divide_initial, cap_mb, find_unused, hook):
     world = 3
-    results = run_ranks(_train_joined, world, args=(model_name, divide_initial, cap_mb, find_unused), timeout=300)
+    results = run_ranks(_train_joined, world, args=(model_name, divide_initial, cap_mb, find_unused, hook),
+                        timeout=300)
     for rank, (diff, shadows) in enumerate(results):
         assert diff <= 1e-6, f"rank {rank}: minddp differs from torch's DDP by {diff:.2e}"
         assert shadows["torch"] == shadows["minddp"], f"rank {rank}: shadow allreduces {shadows}"
