@@ -102,12 +102,13 @@ def run(cases, world: int = 2, timeout: float = 900) -> list[list[dict]]:
 def format_table(per_rank: list[list[dict]]) -> str:
     """``| model | cap | hook | buckets | max |param difference| rank 0 | rank 1 | ...``."""
     ranks = range(len(per_rank))
-    head = "| model | cap (MiB) | hook | buckets | " + " | ".join(f"rank {r}" for r in ranks) + " |"
+    head = ("| model | cap (MiB) | hook | buckets | "
+            + " | ".join(f"max \\|param difference\\| rank {r}" for r in ranks) + " |")
     lines = [head, "|" + "---|" * (4 + len(per_rank))]
     for rows in zip(*per_rank):
         first = rows[0]
         if "refused" in first:
-            cells = ["refused in one line (torch's run aborts in gloo)"] * len(rows)
+            cells = ["refused in one line (torch aborts)"] * len(rows)
         else:
             cells = ["0 (bitwise)" if r["diff"] == 0 else f"{r['diff']:.1e}" for r in rows]
         lines.append(f"| {first['model']} | {first['cap']:g} | {first['hook']} | {first['buckets']} | "

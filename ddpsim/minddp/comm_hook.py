@@ -21,18 +21,18 @@ hook registered the reducer copies gradients into the bucket *undivided*
 [DDP Communication Hook]); torch's ``allreduce_hook`` divides by the group size itself.
 
 Note [PowerSGD on gloo with several buckets]: torch's ``powerSGD_hook`` issues the bucket's
-first allreduce (the uncompressed rank-1 tensors) from the hook, i.e. from the autograd thread,
-but the allreduces of P and Q from ``Future.then`` callbacks. On gloo those callbacks run on
-gloo's own thread when the previous allreduce completes, while the autograd thread goes on
-launching the next bucket's hook. The two threads race, so rank 0 may issue "bucket 1, first
-allreduce" before "bucket 0, P" while rank 1 issues them the other way round: the collectives
-pair up wrongly and gloo aborts the process (``gloo::EnforceNotMet ... Received data size
-doesn't match expected size``). Seen here (2 gloo ranks, 5-layer MLP, bucket_cap_mb=0.05, 4
-buckets): rank 0 issued 522, 1024, 522 elements while rank 1 issued 522, 522; a wrapper that
-waits for bucket i-1's future before running the hook on bucket i trains to the end. With one
-bucket nothing can interleave. (On NCCL a collective's future completes when the kernel is
-enqueued, so the callbacks run inline on the autograd thread, in the same order on every rank.)
-minddp refuses the combination with one line instead of the abort (``powersgd_gloo_problem``).
+first allreduce (the uncompressed rank-1 tensors) from the hook, on the autograd thread, but the
+allreduces of P and Q from ``Future.then`` callbacks. A callback runs at once on the calling
+thread if its future is already complete, else later on gloo's thread, while the autograd thread
+goes on launching the next bucket's hook. Timing decides the order, differently on each rank, and
+gloo pairs collectives by order: the sizes mismatch and gloo aborts the process
+(``gloo::EnforceNotMet ... Received data size doesn't match expected size``). Seen here (2 gloo
+ranks, 5-layer MLP, bucket_cap_mb=0.05, 4 buckets): at the first compressed iteration rank 0
+issued 522, 1024, 522 elements (the last from gloo's thread) while rank 1 issued 522, 522; a
+wrapper that waits for bucket i-1's future before running the hook on bucket i trains to the end.
+With one bucket nothing can interleave. (On NCCL a collective's future completes when the kernel
+is enqueued, so the callbacks run inline on the autograd thread, in the same order on every
+rank.) minddp refuses the combination with one line instead of the abort (``powersgd_gloo_problem``).
 """
 from __future__ import annotations
 
