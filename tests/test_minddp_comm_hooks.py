@@ -110,6 +110,15 @@ def _late_and_bad_hooks(rank, world):
             bad[name] = None
         except (CommHookError, TypeError) as e:
             bad[name] = str(e)
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+    two_layers = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
+    ddp = MinDDP(two_layers, bucket_cap_mb=0.01, find_unused_parameters=True)  # several buckets at once
+    try:
+        ddp.register_comm_hook(powersgd.PowerSGDState(None), powersgd.powerSGD_hook)
+        bad["powersgd at registration"] = None
+    except CommHookError as e:
+        bad["powersgd at registration"] = f"{len(ddp.reducer.buckets)}: {e}"
     return late, bad
 
 
@@ -138,6 +147,8 @@ def test_late_registration_like_torch_and_bad_hooks_in_one_line():
             assert message is not None and "\n" not in message, name
         assert "torch.futures.Future" in bad["not a future"]
         assert "1 elements" in bad["wrong size"] and "'bucket'" in bad["no bucket parameter"]
+        n, message = bad["powersgd at registration"].split(": ", 1)
+        assert int(n) > 1 and message.startswith(f"powerSGD_hook on gloo with {n} buckets")
 
 
 def test_grad_bucket_has_torchs_methods():
