@@ -170,3 +170,43 @@ def test_grad_bucket_has_torchs_methods():
     gb.set_buffer(torch.ones(10))
     assert gb.gradients()[1].sum() == 6 and bucket.gradients[4:].sum() == sum(range(4, 10))
     assert not make_grad_bucket(0, 2, bucket, params).is_last()
+
+
+def _what_hooks_see(rank, world):
+    """Each GradBucket a hook is given, per iteration, by torch's DDP and by minddp."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from ddpsim import torchcompat
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+    from ddpsim.models import build_workload, call_batch
+
+    torch.set_num_threads(1)
+    out = {}
+    for impl, opts in [(i, o) for i in ("torch", "minddp") for o in (
+            dict(static_graph=True, find_unused_parameters=True), dict(find_unused_parameters=True), {})]:
+        seen = []
+
+        def hook(state, bucket):
+            seen.append((bucket.index(), bucket.is_last(), [tuple(g.shape) for g in bucket.gradients()],
+                         [tuple(p.shape) for p in bucket.parameters()], bucket.buffer().numel()))
+            return default_hooks.allreduce_hook(state, bucket)
+        torch.manual_seed(0)
+        w = build_workload("mlp")
+        ddp = torchcompat.torch_ddp(w.model, True, bucket_cap_mb=0.05, **opts) if impl == "torch" \
+            else MinDDP(w.model, bucket_cap_mb=0.05, **opts)
+        ddp.register_comm_hook(None, hook)
+        for step in range(3):
+            inputs, target = call_batch(w, step, rank, world, 8)
+            w.loss(ddp(*inputs), target).backward()
+            seen.append("end of backward")
+        out[impl, tuple(opts)] = seen
+    return out
+
+
+@pytest.mark.slow
+def test_hooks_see_the_buckets_torch_gives_them():
+    for out in run_ranks(_what_hooks_see, 2, timeout=120):
+        for (impl, opts), seen in out.items():
+            if impl == "minddp":
+                assert seen == out["torch", opts], opts
+                assert sum(1 for s in seen if s != "end of backward" and s[1]) == 3  # one last bucket each
