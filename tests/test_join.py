@@ -13,7 +13,7 @@ from ddpsim.experiments.join_equivalence import CASES, SKEW, STEPS, run_case
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-divide{c[1]}-cap{c[2]}-unused{c[3]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-divide{c[1]}-cap{c[2]}-unused{c[3]}-hook{c[4]}")
 def test_minddp_joins_like_torch(case):
     results = run_case(case)
     for rank, (diff, shadows) in enumerate(results):

@@ -11,15 +11,19 @@ from __future__ import annotations
 import sys
 
 STEPS, SKEW, WORLD = 10, 3, 3  # rank r runs STEPS - SKEW * r batches
-CASES = (("mlp", True, 0.05, False), ("mlp", False, 0.05, False), ("convnet", True, None, False),
-         ("branchy", True, 0.01, True))  # model, divide_by_initial_world_size, bucket_cap_mb, find_unused
+CASES = (("mlp", True, 0.05, False, None), ("mlp", False, 0.05, False, None), ("convnet", True, None, False, None),
+         ("branchy", True, 0.01, True, None), ("mlp", False, 0.05, False, "fp16"),
+         ("transformer", True, 0.05, False, "allreduce"))
+# model, divide_by_initial_world_size, bucket_cap_mb, find_unused, comm hook (hook_equivalence's names; None: none)
 
 
-def train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
-    """torch's DDP and minddp, each under ``join()``: (max |difference|, {impl: shadow allreduces})."""
+def train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused, hook=None):
+    """torch's DDP and minddp, each under ``join()``, with torch's comm hook ``hook`` if given:
+    (max |difference|, {impl: shadow allreduces})."""
     import torch
 
     from ddpsim import torchcompat
+    from ddpsim.experiments.hook_equivalence import make_hook
     from ddpsim.minddp import DistributedDataParallel as MinDDP
     from ddpsim.models import build_workload, call_batch
 
@@ -30,6 +34,8 @@ def train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused):
         w = build_workload(model_name)
         opts = dict(bucket_cap_mb=cap_mb, find_unused_parameters=find_unused)
         ddp = torchcompat.torch_ddp(w.model, True, **opts) if impl == "torch" else MinDDP(w.model, **opts)
+        if hook:  # a joined rank shadows through the hook too (``_run_comm_hook`` on zeros)
+            ddp.register_comm_hook(*make_hook(hook))
         count = torchcompat.count_join_shadows(ddp)
         opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
         with ddp.join(divide_by_initial_world_size=divide_initial):
@@ -52,13 +58,13 @@ def run_case(case) -> list[tuple[float, dict]]:
 
 
 def main() -> int:
-    print("| model | divide_by_initial_world_size | bucket cap MiB | find_unused | rank | batches | "
-          "max abs difference | shadow allreduces torch / minddp |\n|---|---|---|---|---|---|---|---|")
+    print("| model | divide_by_initial_world_size | bucket cap MiB | find_unused | comm hook | rank | batches | "
+          "max abs difference | shadow allreduces torch / minddp |\n|---|---|---|---|---|---|---|---|---|")
     for case in CASES:
         for rank, (diff, shadows) in enumerate(run_case(case)):
-            model, divide, cap, unused = case
-            print(f"| {model} | {divide} | {cap or 'default'} | {unused} | {rank} | {STEPS - SKEW * rank} | "
-                  f"{diff:.1e} | {shadows['torch']} / {shadows['minddp']} |")
+            model, divide, cap, unused, hook = case
+            print(f"| {model} | {divide} | {cap or 'default'} | {unused} | {hook or '-'} | {rank} | "
+                  f"{STEPS - SKEW * rank} | {diff:.1e} | {shadows['torch']} / {shadows['minddp']} |")
     return 0
 
 

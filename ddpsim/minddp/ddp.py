@@ -5,7 +5,8 @@ Construction: ``_build_params_for_reducer`` -> broadcast parameters and buffers 
 rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
 then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
 rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
-(prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``.
+(prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``. Communication hooks
+(``register_comm_hook``): ``ddpsim.minddp.comm_hook``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
+from ddpsim.minddp import comm_hook
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
@@ -155,6 +157,16 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         if self.static_graph:
             reducer.static_graph = True
         return reducer
+
+    def register_comm_hook(self, state: object, hook) -> None:
+        """Mirrors ``DistributedDataParallel.register_comm_hook``: ``hook(state, bucket)`` replaces
+        each bucket's allreduce; it gets a ``GradBucket`` whose gradients are *not* divided by the
+        world size (Note [A hook owns the division]) and returns a ``torch.futures.Future`` of the
+        bucket's new value. Once only, checked like torch (``_check_comm_hook``); torch's own hooks
+        (``torch.distributed.algorithms.ddp_comm_hooks``) run unchanged. See ddpsim/minddp/comm_hook.py.
+        """
+        comm_hook.check_comm_hook(hook)
+        comm_hook.register_comm_hook(self.reducer, state, hook)
 
     @contextmanager
     def no_sync(self):

@@ -102,10 +102,11 @@ class JoinableDDP(Joinable):
         order (the reducer's, so a rebuilt layout is matched too), through ``run_comm_hook``."""
         rec = self.recorder if self.recorder is not None and self.recorder.iteration is not None else None
         works = []
-        for bucket, zeros in self.reducer.get_zeros_like_grad_buckets():
+        for grad_bucket in self.reducer.get_zeros_like_grad_buckets():
             launch = now_ns()
-            future = self.reducer.run_comm_hook(zeros)
+            future = self.reducer.run_comm_hook(grad_bucket)  # the user's hook too, if registered
             if rec is not None:
+                bucket = self.reducer.buckets[grad_bucket.index()]
                 ev = rec.bucket_launch(bucket.index, bucket.variable_indices, bucket.nbytes, launch)
                 future = future.then(lambda fut, ev=ev: RankRecorder.bucket_complete(ev, now_ns()))
             works.append(future)

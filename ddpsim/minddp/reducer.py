@@ -26,7 +26,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ddpsim.minddp import messages
+from ddpsim.minddp import comm_hook, messages
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
 from ddpsim.events import RankRecorder, now_ns
@@ -62,6 +62,7 @@ class Reducer:
         self.delay_all_reduce_queued = False
         self.div_factor = None  # kUnsetDivFactor: set at the first gradient of each backward
         self.forward_pass_work, self.use_static_world_size = None, True  # Join's notice (join.py)
+        self.comm_hook = None  # comm_hook_: a PythonCommHook once registered (minddp/comm_hook.py)
         self.initialize_buckets(bucket_indices, per_bucket_size_limits)
         self.record_layout("construction")
         me = weakref.ref(self)  # the hooks must not keep the reducer alive
@@ -255,15 +256,20 @@ class Reducer:
         Note [Divide while copying]: the gradient is multiplied by 1/world_size
         while it is copied into the bucket (``at::mul_out``), saving a pass over
         the data; the allreduce then sums, giving the mean. A parameter with no
-        gradient (unused) contributes zeros.
+        gradient (unused) contributes zeros. With a comm hook the gradient is
+        copied undivided (Note [A hook owns the division] in minddp/comm_hook.py).
         """
         p = self.params[index]
         if p.grad is None:
             view.zero_()
         elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
-            view.div_(self.div_factor)
+            if self.comm_hook is None:
+                view.div_(self.div_factor)
         else:
-            torch.mul(p.grad, 1.0 / self.div_factor, out=view)
+            if self.comm_hook is None:
+                torch.mul(p.grad, 1.0 / self.div_factor, out=view)
+            else:  # copy_grad_to_bucket
+                view.copy_(p.grad)
             if self.gradient_as_bucket_view:
                 p.grad = view
 
@@ -283,21 +289,23 @@ class Reducer:
             self.next_bucket += 1
 
     def all_reduce_bucket(self, bucket):
-        """Mirrors ``Reducer::all_reduce_bucket``."""
+        """Mirrors ``Reducer::all_reduce_bucket``: a ``GradBucket`` indexed ``next_bucket_`` (as in
+        torch, also in ``delay_all_reduce``, where it stays 0) through ``run_comm_hook``."""
         start = now_ns()
-        bucket.future = self.run_comm_hook(bucket.gradients)
+        grad_bucket = comm_hook.make_grad_bucket(self.next_bucket, len(self.buckets), bucket, self.params)
+        bucket.future = self.run_comm_hook(grad_bucket)
         rec = self.recorder
         if rec is not None and rec.iteration is not None:
             ev = rec.bucket_launch(bucket.index, bucket.variable_indices, bucket.nbytes, start)
-            # Runs on a gloo thread at the real completion time; we wait on the chain.
+            # Runs on a gloo thread at the real completion time; we wait on the chain, which
+            # passes the hook's value on to finalize_backward.
             bucket.future = bucket.future.then(
-                lambda fut, ev=ev: RankRecorder.bucket_complete(ev, now_ns()))
+                lambda fut, ev=ev: (RankRecorder.bucket_complete(ev, now_ns()), fut.value())[1])
             rec.launch_end(ev, now_ns())
 
-    def run_comm_hook(self, tensor):
-        """Mirrors ``Reducer::run_comm_hook`` with no hook registered: the default
-        ``_AllReduceBySumCommHook`` (sum; the mean comes from the divide while copying)."""
-        return dist.all_reduce(tensor, group=self.process_group, async_op=True).get_future()
+    def run_comm_hook(self, grad_bucket):
+        """Mirrors ``Reducer::run_comm_hook`` (``ddpsim.minddp.comm_hook.run_comm_hook``)."""
+        return comm_hook.run_comm_hook(self, grad_bucket)
 
     def all_reduce_local_used_map(self):
         """Mirrors ``Reducer::all_reduce_local_used_map``.
@@ -339,8 +347,9 @@ class Reducer:
         self.div_factor = None
         if self.static_graph and self.num_bwd_calls > 1 and self.should_rebuild_buckets():
             self.rebuilt_param_indices += self.unused_parameters
-        for bucket in self.buckets:
-            bucket.future.wait()
+        for bucket in self.buckets:  # Note [DDP Communication Hook] in reducer.cpp
+            result = comm_hook.bucket_result(self, bucket.future.wait())
+            comm_hook.populate_bucket_views_out(bucket, result)
             self.finalize_bucket_dense(bucket)
         if self.dynamic_graph_find_unused() or self.static_graph_first_iteration():
             if not self.local_used_map_reduced:
@@ -392,8 +401,10 @@ class Reducer:
         self.forward_pass_work, self.use_static_world_size = work, use_static_world_size
 
     def get_zeros_like_grad_buckets(self):
-        """Mirrors ``Reducer::get_grad_buckets(return_zero_tensors=true)``: (bucket, zeros)."""
-        return [(bucket, torch.zeros_like(bucket.gradients)) for bucket in self.buckets]
+        """Mirrors ``Reducer::get_grad_buckets(return_zero_tensors=true)``: ``GradBucket``s of zeros."""
+        return [comm_hook.make_grad_bucket(i, len(self.buckets), bucket, self.params,
+                                           torch.zeros_like(bucket.gradients))
+                for i, bucket in enumerate(self.buckets)]
 
     def push_rebuilt_params_for_all_indices(self):
         """Mirrors ``Reducer::push_rebuilt_params_for_all_indices``: a rank that joined before
