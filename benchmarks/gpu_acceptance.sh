@@ -6,7 +6,8 @@
 #    against torch's profiler on ResNet-50), beside it the record/minddp/sim tests with CUDA hidden;
 # 3. recording overhead, interleaved (benchmarks/bench_gpu_overhead.py): ResNet-50 at batch 32 and 64,
 #    and the transformer;
-# 4. the record/minddp/sim tests with CUDA visible.
+# 4. minddp against torch's DDP with comm hooks on NCCL (benchmarks/gpu_hook_equivalence.py);
+# 5. the record/minddp/sim tests with CUDA visible.
 # Each step has a time limit (seconds, below) so that the whole run ends in about 8 minutes;
 # a step stopped at its limit says so and the counts it reached are kept.
 set -u
@@ -36,6 +37,9 @@ echo "== recording overhead, interleaved"
 for m in "ddpsim.models.resnet:resnet50" "ddpsim.models.resnet:resnet50 --batch-size 64" transformer; do
   timeout 45 $PY benchmarks/bench_gpu_overhead.py --model $m --pairs 40 2>&1 | quiet | tail -n 3
 done | tee "$OUT/overhead.txt"
+
+echo "== minddp against torch's DDP with comm hooks on NCCL"
+timeout 90 $PY benchmarks/gpu_hook_equivalence.py 2>&1 | quiet | grep "^|" | tee "$OUT/hook_equivalence.txt"
 
 echo "== the tests with CUDA visible"
 timeout -s INT 130 $PY -m pytest -q -n 14 $TESTS > "$OUT/tests_cuda_visible.txt" 2>&1

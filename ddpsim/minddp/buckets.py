@@ -29,18 +29,19 @@ def compute_bucket_assignment_by_size(tensors, bucket_size_limits, expect_sparse
         tensor_indices)
 
 
-def broadcast_layout(indices, limits, group):
+def broadcast_layout(indices, limits, group, device=None):
     """The two broadcasts of ``Reducer::sync_bucket_indices``: rank 0's layout wins.
 
     First the flat parameter indices + the bucket count (same length on every
     rank: each parameter once), then the bucket sizes (and, for the recorder, the
-    caps), whose count is now known from rank 0.
+    caps), whose count is now known from rank 0. ``device``: the parameters' (NCCL
+    broadcasts device tensors only; reducer.cpp uses ``params_[0].device()``).
     """
-    flat = torch.tensor(sum(indices, []) + [len(indices)], dtype=torch.int64)
+    flat = torch.tensor(sum(indices, []) + [len(indices)], dtype=torch.int64, device=device)
     dist.broadcast(flat, 0, group=group)
     n = int(flat[-1])
     sizes = [len(b) for b in indices] + [0] * n
-    meta = torch.tensor(sizes[:n] + (list(limits) + [0] * n)[:n], dtype=torch.int64)
+    meta = torch.tensor(sizes[:n] + (list(limits) + [0] * n)[:n], dtype=torch.int64, device=device)
     dist.broadcast(meta, 0, group=group)
     flat, meta = flat.tolist(), meta.tolist()
     out, start = [], 0

@@ -115,7 +115,8 @@ class JoinableDDP(Joinable):
 
     def match_unused_params_allreduce(self):
         """Mirrors ``_match_unused_params_allreduce``: the used-parameter bitmap, all zeros here."""
-        dist.all_reduce(torch.tensor(self.reducer.local_used_map, dtype=torch.int32), group=self.process_group)
+        dist.all_reduce(torch.tensor(self.reducer.local_used_map, dtype=torch.int32, device=self.join_device),
+                        group=self.process_group)
 
     def sync_final_model(self, is_last_joiner):
         """Mirrors ``_sync_final_model``: every rank takes the model (and buffers) of the last rank

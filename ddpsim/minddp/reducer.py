@@ -138,7 +138,7 @@ class Reducer:
         layout is broadcast (reducer.cpp broadcasts indices + bucket sizes; we
         also send the caps, which only the recorder uses).
         """
-        return broadcast_layout(indices, limits, self.process_group)
+        return broadcast_layout(indices, limits, self.process_group, self.params[0].device)
 
     def ensure_prior_reduction_finished(self):
         """Mirrors ``Reducer::ensure_prior_reduction_finished``."""
@@ -316,7 +316,7 @@ class Reducer:
         summed so ``finalize_backward`` can leave the ``.grad`` of a parameter that
         is unused on *every* rank untouched instead of writing zeros into it.
         """
-        self.local_used_tensor = torch.tensor(self.local_used_map, dtype=torch.int32)
+        self.local_used_tensor = torch.tensor(self.local_used_map, dtype=torch.int32, device=self.params[0].device)
         launch = now_ns()
         work = dist.all_reduce(self.local_used_tensor, group=self.process_group, async_op=True)
         self.local_used_work = work.get_future()
