@@ -109,6 +109,18 @@ def test_powersgd_sends_plain_allreduce_then_uncompressed_p_and_q(record, rank, 
 
 
 @pytest.mark.slow
+def test_a_hook_with_find_unused_parameters_keeps_the_bitmap_apart(record):
+    # the profiler tells the bitmap allreduce from the hook's collectives (instrument.OUR_LAUNCH)
+    trace = record(model="branchy", world_size=2, iters=2, comm_hook="fp16", find_unused_parameters=True)
+    n_params = sum(p.index is not None for p in trace.params)
+    _check_spans(trace)
+    for r in trace.ranks:
+        for it in r.iterations:
+            assert it.bitmap_allreduce is not None and it.bitmap_allreduce.bytes == 4 * n_params
+            assert all(c.dtype == "float16" for b in it.buckets for c in b.collectives)
+
+
+@pytest.mark.slow
 def test_a_users_hook_file_is_recorded_and_the_trace_round_trips(record, tmp_path):
     trace = record(model="mlp", world_size=2, iters=3, bucket_cap_mb=0.25, comm_hook=f"{USER_HOOK}:factory")
     _check_spans(trace)
@@ -187,3 +199,16 @@ def test_a_bad_collective_in_a_trace_is_one_line():
         with pytest.raises(TraceFormatError, match=words) as e:
             from_dict(base)
         assert "\n" not in str(e.value)
+
+
+def test_an_old_trace_loads_and_writes_back_without_hook_fields(tmp_path):
+    import ddpsim.samples
+    sample = Path(ddpsim.samples.__file__).parent / "02_mlp_torch_cap0.25.json"
+    trace = load_trace(sample)
+    assert all(b.collectives is None for _r, _it, b in _hooked(trace))
+    written = trace.to_dict()
+    keys = {k for r in written["ranks"] for it in r["iterations"] for b in it["buckets"] for k in b}
+    assert keys == {"bucket", "bytes", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
+                    "cpu_launch_ns", "cpu_complete_ns"}  # what it wrote before hooks were recorded
+    save_trace(trace, tmp_path / "copy.json")
+    assert load_trace(tmp_path / "copy.json") == trace

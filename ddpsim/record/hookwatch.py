@@ -11,11 +11,14 @@ Note [Watching a hook's collectives]: a hook's collectives are plain ``torch.dis
 made while the hook runs on the autograd thread, and also later, from its future's ``then``
 callbacks on a gloo thread (PowerSGD allreduces P in one and Q in the next). So ``CollectiveWatch``
 replaces the collectives in ``torch.distributed`` (and ``distributed_c10d``) and
-``torch._C.Future.then`` for the whole recording, and each replacement records only when the
-thread it runs on is inside a hook: ``watched_hook`` marks its thread, and a callback the hook
-chains with ``then`` is wrapped to mark whichever thread runs it with the same bucket. Outside a
-hook (DDP's own broadcasts, Join's allreduces, other code) they pass straight through. They are
-installed only when ``--comm-hook`` is given, so a recording without one runs exactly as before.
+``torch._C.Future.then`` from the start of each recorded step to its end (by then DDP has waited
+for every hook's future), and each replacement records only when the thread it runs on is inside
+a hook: ``watched_hook`` marks its thread, and a callback the hook chains with ``then`` is wrapped
+to mark whichever thread runs it with the same bucket. Outside a hook (DDP's own broadcasts, the
+optimizer, other code) they pass straight through. They are installed only with ``--comm-hook``,
+so a recording without one runs exactly as before. A collective is timed from its call to its
+work's future completing (a ``then`` callback of the recorder's own, added before the hook adds
+any); a call with ``async_op=False`` to its return.
 """
 from __future__ import annotations
 
@@ -72,13 +75,14 @@ class CollectiveWatch:
 
     def _collective(self, op, original, tensor_at, group_at):
         def collective(*args, **kwargs):
-            event = self.current()
-            if event is None:  # not inside a hook (or already inside a watched collective)
+            event, tensor = self.current(), _arg(args, kwargs, tensor_at)
+            if event is None or not isinstance(tensor, torch.Tensor):  # not in a hook (or a call torch refuses)
                 return original(*args, **kwargs)
-            tensor, group = _arg(args, kwargs, tensor_at), _arg(args, kwargs, group_at) or dist.group.WORLD
+            group = _arg(args, kwargs, group_at) or dist.group.WORLD
             row = {"op": op, "bytes": tensor.numel() * tensor.element_size(),
-                   "dtype": str(tensor.dtype).replace("torch.", ""), "group": str(group.group_name),
-                   "group_size": group.size(), "launch_ns": now_ns(), "complete_ns": None}
+                   "dtype": str(tensor.dtype).replace("torch.", ""),
+                   "group": str(getattr(group, "group_name", group)),
+                   "group_size": dist.get_world_size(group), "launch_ns": now_ns(), "complete_ns": None}
             event["collectives"].append(row)
             self.local.bucket = None  # a collective that calls another is one collective
             try:
