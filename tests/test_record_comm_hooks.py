@@ -170,7 +170,9 @@ def test_the_watch_puts_torch_back_and_passes_through_outside_a_hook():
     import torch
     import torch.distributed as dist
     from ddpsim.record.hookwatch import WATCHED, CollectiveWatch
+    from ddpsim.trace.types import HOOK_OPS
 
+    assert set(WATCHED) == set(HOOK_OPS)  # every collective the recorder watches, the reader accepts
     before = {name: getattr(dist, name) for name in WATCHED}
     then = torch._C.Future.then
     watch = CollectiveWatch().install()

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpsim.events import RankRecorder, now_ns
+from ddpsim.record.instrument import OUR_LAUNCH
 
 # collective -> (position, name) of the tensor this rank contributes, and of ``group``
 WATCHED = {
@@ -46,7 +47,8 @@ def _arg(args, kwargs, where):
 
 
 class CollectiveWatch:
-    """The replacements of Note [Watching a hook's collectives]; ``install`` once, ``remove`` at the end."""
+    """The replacements of Note [Watching a hook's collectives]: ``install`` before a recorded step,
+    ``remove`` after it (``worker.TorchProbes.before`` and ``after``)."""
 
     def __init__(self, profiled: bool = False):
         self.local = threading.local()  # .bucket: the bucket event whose hook this thread runs
@@ -58,6 +60,8 @@ class CollectiveWatch:
         return getattr(self.local, "bucket", None)
 
     def install(self) -> "CollectiveWatch":
+        if self.saved:  # already installed
+            return self
         for name, (tensor_at, group_at) in WATCHED.items():
             original = getattr(c10d, name)
             watched = self._collective(name, original, tensor_at, group_at)
@@ -100,7 +104,6 @@ class CollectiveWatch:
     def _marked(self, original, args, kwargs):
         if not self.profiled:
             return original(*args, **kwargs)
-        from ddpsim.record.instrument import OUR_LAUNCH
         with torch.profiler.record_function(OUR_LAUNCH):
             return original(*args, **kwargs)
 
