@@ -152,6 +152,8 @@ class RankRecorder:
                 ev["ready_ns"] = max(times) if times else ev["launch_ns"]
             if ev["complete_ns"] is None:  # cannot happen after a clean backward
                 ev["complete_ns"] = ev["launch_ns"]
+            if "collectives" in ev:
+                _hook_compute(ev)
         self._write({"kind": "iteration", **it})
         self.iteration = None
 
@@ -187,6 +189,24 @@ class RankRecorder:
 
     def _write(self, obj: dict) -> None:
         self._file.write(json.dumps(obj, separators=(",", ":"), default=_jsonable) + "\n")
+
+
+def _hook_compute(ev: dict) -> None:
+    """A comm hook's bucket (record/hookwatch.py): its compute before the first collective and after
+    the last (``compress_ns``, ``decompress_ns``; docs/trace-format.md).
+
+    Note [A collective's completion may be seen late]: a hook that waits on a collective's future
+    (PowerSGD's callbacks) can go on before the callback that notes the completion has run on the
+    gloo thread (c10's Future wakes its waiters first, then runs its callbacks), so a completion
+    seen after the hook's own, or not yet, is taken as the hook's completion. (Copies: such a late
+    callback still writes into its own row.)
+    """
+    end = ev["complete_ns"]
+    cols = ev["collectives"] = [{**c, "complete_ns": min(end, end if c["complete_ns"] is None else c["complete_ns"])}
+                                for c in ev["collectives"]]
+    first = min((c["launch_ns"] for c in cols), default=end)
+    last = max((c["complete_ns"] for c in cols), default=end)
+    ev["compress_ns"], ev["decompress_ns"] = first - ev["launch_ns"], end - last
 
 
 def _shape(buckets: list[dict]) -> list:

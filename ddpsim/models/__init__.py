@@ -60,10 +60,16 @@ def resolve_factory(spec: str) -> Callable[[], Training]:
             f"unknown model {spec!r}: choose one of {', '.join(sorted(models))}, "
             "or give path/to/file.py:factory or package.module:factory")
     where, _, attr = spec.rpartition(":")
+    return load_callable(where, attr)
+
+
+def load_callable(where: str, attr: str, noun: str = "model") -> Callable:
+    """The function ``attr`` of the file ``where`` (``path/to/file.py``) or of the module ``where``
+    (``package.module``), or ModelSpecError in one line. ``noun`` names what it is for."""
     if where.endswith(".py"):
         path = Path(where)
         if not path.is_file():
-            raise ModelSpecError(f"model file {where} does not exist")
+            raise ModelSpecError(f"{noun} file {where} does not exist")
         name = "ddpsim_user_" + path.stem
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)

@@ -45,6 +45,13 @@ class RecordConfig:
     order: str | None = None  # minddp only: bucket_order torch|reverse|definition (not in torch); None: torch
     probe_allreduce_bytes: list[int] | None = None  # bytes; time one allreduce of each size after every
     # round of iterations, in these ranks (validate --grid's calibration); None: no probe (not in torch)
+    comm_hook: str | None = None  # register_comm_hook: allreduce|fp16|bf16|powersgd|noop|round-robin:N|
+    # path.py:factory (record/hooks.py); None: the recorder's own allreduce hook (torch default: no hook)
+    powersgd_rank: int | None = None  # PowerSGD matrix_approximation_rank; None: torch's default 1
+    powersgd_start_iter: int | None = None  # PowerSGD start_powerSGD_iter (iterations of plain allreduce
+    # first); None: torch's default 1000
+
+    HOOK_FIELDS = ("comm_hook", "powersgd_rank", "powersgd_start_iter")  # left out of meta.config when unset
 
     def validate(self) -> "RecordConfig":
         """Raise CLIError naming the first bad value; nothing has started yet."""
@@ -84,15 +91,34 @@ class RecordConfig:
             (self.order is None or self.impl == "minddp",
              f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
         ]
-        for ok, message in checks:
+        for ok, message in checks + self._hook_checks():
             if not ok:
                 raise CLIError(message)
+        if self.comm_hook is not None:
+            from ddpsim.record.hooks import check_comm_hook
+            check_comm_hook(self.comm_hook)
         try:
             check_spec(self.model)
         except ModelSpecError as e:
             raise CLIError(str(e)) from None
         self.placement()  # a backend or device this node cannot run is an error now, not in a rank
         return self
+
+    def _hook_checks(self) -> list[tuple[bool, str]]:
+        """``--comm-hook`` and PowerSGD's options (the name itself: ``hooks.check_comm_hook``)."""
+        powersgd = self.comm_hook == "powersgd"
+        return [
+            (self.comm_hook is None or self.impl == "torch",
+             f"--comm-hook needs --impl torch (got --impl {self.impl})"),
+            (self.comm_hook is None or not self.join, "--comm-hook cannot be recorded with --join yet"),
+            (powersgd or (self.powersgd_rank is None and self.powersgd_start_iter is None),
+             "--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd"),
+            (self.powersgd_rank is None or 1 <= self.powersgd_rank <= MAX_ITERS,
+             f"--powersgd-rank must be between 1 and {MAX_ITERS}, not {self.powersgd_rank}"),
+            (self.powersgd_start_iter is None or 2 <= self.powersgd_start_iter <= MAX_ITERS,
+             f"--powersgd-start-iter must be between 2 (torch's PowerSGDState needs > 1 with error "
+             f"feedback) and {MAX_ITERS}, not {self.powersgd_start_iter}"),
+        ]
 
     def placement(self) -> "Placement":
         """The backend and device this node will use (see ``choose_backend``)."""
@@ -230,6 +256,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-profile-internals", dest="profile_internals", action="store_false",
                    help="with --impl torch and --find-unused-parameters or --static-graph, do not run torch's profiler to "
                         "record the graph search and bitmap allreduce (it slows those iterations ~10%%)")
+    p.add_argument("--comm-hook", default=None, metavar="NAME",
+                   help="register a comm hook on torch's DDP and record it: allreduce, fp16, bf16, powersgd, "
+                        "noop, round-robin:N or path/to/file.py:factory (returns (state, hook))")
+    p.add_argument("--powersgd-rank", type=int, default=None, metavar="R",
+                   help="PowerSGD's matrix_approximation_rank (default: torch's 1)")
+    p.add_argument("--powersgd-start-iter", type=int, default=None, metavar="K",
+                   help="PowerSGD's start_powerSGD_iter: plain allreduce before it (default: torch's 1000)")
     p.add_argument("--no-pin-cpus", dest="pin_cpus", action="store_false",
                    help="do not pin rank r to CPU r %% ncpus")
 

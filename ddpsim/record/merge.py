@@ -19,6 +19,7 @@ from ddpsim.trace import VERSION
 from ddpsim.trace.writer import write_trace_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
+# times on a rank's clock, shifted onto rank 0's; durations (a hook's compress_ns, decompress_ns) are not
 TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
              "cpu_t_ns", "cpu_launch_ns", "cpu_complete_ns")
 

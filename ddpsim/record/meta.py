@@ -21,6 +21,16 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
     options = {k: v for k, v in asdict(cfg).items() if k in OPTION_KEYS}
     if cfg.join:  # written only where used, so that other runs' options stay as they were
         options.update(join=True, divide_by_initial_world_size=cfg.divide_by_initial_world_size)
+    config = asdict(cfg)
+    if cfg.comm_hook is None:  # likewise: a run without a hook writes the config it always wrote
+        config = {k: v for k, v in config.items() if k not in cfg.HOOK_FIELDS}
+    else:
+        options["comm_hook"] = cfg.comm_hook
+    if cfg.comm_hook == "powersgd":  # the values the run used (torch's defaults where not given)
+        from ddpsim.record.hooks import POWERSGD_RANK, POWERSGD_START_ITER
+        options.update(powersgd_rank=cfg.powersgd_rank or POWERSGD_RANK,
+                       powersgd_start_iter=POWERSGD_START_ITER if cfg.powersgd_start_iter is None
+                       else cfg.powersgd_start_iter)
     return {
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
@@ -29,7 +39,7 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
         "impl": cfg.impl,
         "model": cfg.model,
         "options": options,
-        "config": asdict(cfg),
+        "config": config,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": portable_command(sys.argv),
         **(extra or {}),

@@ -22,7 +22,7 @@ from ddpsim import heartbeat, torchcompat
 from ddpsim.buckets import tensor_bytes
 from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
-from ddpsim.record import instrument
+from ddpsim.record import hookwatch, instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.gpuclock import GpuTimer, timebase
@@ -60,9 +60,12 @@ class TorchProbes:
         # the graph search and the used-parameter bitmap, read from torch's profiler wherever they can be
         self.profiler = (instrument.InternalsProfiler(len(params)) if cfg.profile_internals
                          and (cfg.find_unused_parameters or cfg.static_graph) else None)
-        state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None, timer=timer)
-        ddp.register_comm_hook(state, instrument.bucket_hook)
-        self.comm_state = state
+        # the user's hook, timed from the outside (hookwatch.py), or the recorder's own
+        self.watch = hookwatch.register(cfg, ddp, params, recorder, self.profiler is not None)
+        if self.watch is None:
+            state = instrument.CommHookState(params, recorder, profiled=self.profiler is not None, timer=timer)
+            ddp.register_comm_hook(state, instrument.bucket_hook)
+            self.comm_state = state
         self.layout_caps = instrument.torch_layout_caps(ddp, params)
         self.find_unused = cfg.find_unused_parameters
         self.ddp, self.rebuilt_seen = ddp, False
@@ -77,10 +80,14 @@ class TorchProbes:
 
     def before(self, sync: bool) -> None:
         self.grads.reset()
+        if self.watch:  # only around a recorded step: DDP has waited for every hook's future by its end
+            self.watch.install()
         if self.profiler and sync:
             self.profiler.start()
 
     def after(self, sync: bool, recorder: RankRecorder) -> None:
+        if self.watch:
+            self.watch.remove()
         if self.profiler and sync:
             self.profiler.collect(recorder)
         if self.find_unused and sync:
@@ -89,7 +96,7 @@ class TorchProbes:
 
 def gpu_timed(device, cfg: RecordConfig) -> bool:
     """Whether a run is timed with CUDA events: torch's DDP on CUDA tensors."""
-    return device.type == "cuda" and cfg.impl == "torch"
+    return device.type == "cuda" and cfg.impl == "torch" and not cfg.comm_hook  # a hook: host times (usage.md)
 
 
 class Run:

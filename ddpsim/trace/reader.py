@@ -12,6 +12,7 @@ from typing import Any
 from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace.jsontext import MAX_DEPTH, json_depth, loads_limited
 from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_meta
+from ddpsim.trace.hookfields import hook_fields
 from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
 
@@ -188,7 +189,8 @@ class _Reader:
         if launch_end is not None and launch_end < launch:
             self.fail(f"{p}.launch_end_ns", f"the launch returns ({launch_end}) before it starts ({launch})")
         cpu_launch, cpu_complete = (self.value(b, k, int, p, True) for k in ("cpu_launch_ns", "cpu_complete_ns"))
-        return BucketEvent(bucket, nbytes, ready, launch, complete, launch_end, cpu_launch, cpu_complete)
+        return BucketEvent(bucket, nbytes, ready, launch, complete, launch_end, cpu_launch, cpu_complete,
+                           *hook_fields(self, b, p, launch, complete))
 
     def iteration(self, d, path):
         grads = []

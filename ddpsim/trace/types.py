@@ -69,6 +69,26 @@ class GradReady:
     cpu_t_ns: int | None = None  # when t_ns is the GPU's (meta.timebase): the host time the hook ran
 
 
+HOOK_OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
+            "reduce_scatter_tensor", "all_to_all_single")  # the collectives a recorded comm hook may issue
+
+
+@dataclass
+class HookCollective:
+    """One collective a comm hook issued for a bucket (``record --comm-hook``)."""
+
+    op: str  # the torch.distributed function: one of HOOK_OPS
+    bytes: int  # the tensor this rank contributes (all_reduce: the reduced tensor)
+    dtype: str  # its dtype, e.g. "float16"
+    group: str  # the process group's name (torch's group_name; "0" is the default group)
+    group_size: int  # ranks in that group
+    launch_ns: int
+    complete_ns: int
+
+
+HOOK_FIELDS = ("collectives", "compress_ns", "decompress_ns")  # BucketEvent's, written only when present
+
+
 @dataclass
 class BucketEvent:
     """One bucket's reduction in one iteration: ready, launched, complete."""
@@ -81,6 +101,10 @@ class BucketEvent:
     launch_end_ns: int | None = None  # the launch call returned: its cost on the autograd thread ends
     cpu_launch_ns: int | None = None  # when times are the GPU's (meta.timebase): the host launch time
     cpu_complete_ns: int | None = None  # ... and the host time the completion callback ran
+    # with a comm hook (record --comm-hook): launch_ns is the hook's call, complete_ns its future's end
+    collectives: list[HookCollective] | None = None  # every collective the hook issued, in launch order
+    compress_ns: int | None = None  # the hook's start to its first collective's launch (all of it: none)
+    decompress_ns: int | None = None  # the last collective's completion to the hook's future's completion
 
 
 @dataclass
@@ -211,5 +235,9 @@ class Trace:
             for it in r["iterations"]:
                 if it["buffer_broadcast"] is None:  # written only where there is one: older traces stay as they were
                     del it["buffer_broadcast"]
+                for b in it["buckets"]:  # the comm hook's fields, likewise
+                    for key in HOOK_FIELDS:
+                        if b[key] is None:
+                            del b[key]
         d = {"format": FORMAT, **d}
         return d
