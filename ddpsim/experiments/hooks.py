@@ -6,10 +6,14 @@ slow spell of the machine hits every hook alike. The simulator learns from the a
 (``ddpsim.learn.learn``) and predicts each hook's run by what the hook sends
 (``ddpsim/sim/comm_hooks.py``), its compute priced at rates measured here
 (``ddpsim.experiments.hook_rates``), and the error is taken against the recorded run with that
-hook. PowerSGD runs only where DDP has one bucket: torch's ``powerSGD_hook`` aborts gloo runs with
+hook. The iteration time compared is each rank's own (its forward's start to its step's end,
+median over ranks and steady iterations): a run without any collective (noop) never makes its
+ranks wait for each other, so the span across ranks would measure how far they drift apart in the
+gaps that the other hooks' interleaved steps leave, not the iteration.
+PowerSGD runs only where DDP has one bucket: torch's ``powerSGD_hook`` aborts gloo runs with
 several (docs/comm-hooks.md), and after the rebuild every zoo model over 1 MiB has two (the first
-bucket's 1 MiB cap), so PowerSGD is recorded on the convnet (0.3 MiB) alone. Prints one row per prediction and the median and largest absolute error;
-``--out X`` writes X.json.
+bucket's 1 MiB cap), so PowerSGD is recorded on the convnet (0.3 MiB) alone. Prints one row per
+prediction and the median and largest absolute error; ``--out X`` writes X.json.
 """
 from __future__ import annotations
 
@@ -49,9 +53,17 @@ def record_case(model: str, cap, folder: Path) -> dict[str, Path]:
     return paths
 
 
+def rank_iteration_s(trace) -> float:
+    """Each rank's own iteration (forward start to step end), median over ranks and steady iterations."""
+    from ddpsim.analysis import steady_summary
+
+    steady = set(steady_summary(trace)["steady_iterations"])
+    return statistics.median((it.end_ns - it.forward.start_ns) * 1e-9 for r in trace.ranks
+                             for it in r.iterations if it.iteration in steady)
+
+
 def predict(paths: dict[str, Path], model: str, cap, rates: dict) -> list[dict]:
     """Each hook's recorded run against the prediction learnt from the allreduce run."""
-    from ddpsim.analysis import steady_summary
     from ddpsim.learn import learn, replay_config, simulate
     from ddpsim.trace import load_trace
 
@@ -61,11 +73,11 @@ def predict(paths: dict[str, Path], model: str, cap, rates: dict) -> list[dict]:
     for hook, path in paths.items():
         if hook == "allreduce":
             continue
-        measured = steady_summary(load_trace(path))["iteration_time_s"]
+        measured = rank_iteration_s(load_trace(path))
         extra = POWERSGD if hook == "powersgd" else {}
-        _, summary = simulate(w, replay_config(w, plain, comm_hook=hook, hook_rates=rates, **extra))
-        predicted = summary["iteration_time_s"]
-        rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": steady_summary(plain)["iteration_time_s"] * 1e3,
+        sim, _ = simulate(w, replay_config(w, plain, comm_hook=hook, hook_rates=rates, **extra))
+        predicted = rank_iteration_s(sim)
+        rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": rank_iteration_s(plain) * 1e3,
                      "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1})
     return rows
 
