@@ -307,3 +307,9 @@ def replicate_module_tree(module) -> int:
     copies = [m._replicate_for_data_parallel() for m in module.modules()
               if hasattr(m, "_replicate_for_data_parallel")]
     return len(copies)
+
+
+def future_class():
+    """The class of c10d's futures (``torch._C.Future``, 2.4 - 2.14), whose ``then`` the hook
+    recorder wraps while a comm hook runs (``ddpsim/record/hookwatch.py``)."""
+    return torch._C.Future

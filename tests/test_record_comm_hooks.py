@@ -169,12 +169,13 @@ def test_a_factory_that_returns_no_pair_is_refused_in_one_line():
 def test_the_watch_puts_torch_back_and_passes_through_outside_a_hook():
     import torch
     import torch.distributed as dist
+    from ddpsim import torchcompat
     from ddpsim.record.hookwatch import WATCHED, CollectiveWatch
     from ddpsim.trace.types import HOOK_OPS
 
     assert set(WATCHED) == set(HOOK_OPS)  # every collective the recorder watches, the reader accepts
     before = {name: getattr(dist, name) for name in WATCHED}
-    then = torch._C.Future.then
+    then = torchcompat.future_class().then
     watch = CollectiveWatch().install()
     try:
         assert all(getattr(dist, name) is not before[name] for name in WATCHED)
@@ -183,7 +184,7 @@ def test_the_watch_puts_torch_back_and_passes_through_outside_a_hook():
         assert fut.then(lambda f: f.value() + 1).wait() == 4  # not in a hook: torch's own then
     finally:
         watch.remove()
-    assert {name: getattr(dist, name) for name in WATCHED} == before and torch._C.Future.then is then
+    assert {name: getattr(dist, name) for name in WATCHED} == before and torchcompat.future_class().then is then
 
 
 def test_a_bad_collective_in_a_trace_is_one_line():

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ddpsim import torchcompat
 from ddpsim.events import RankRecorder, now_ns
 from ddpsim.record.instrument import OUR_LAUNCH
 
@@ -54,7 +55,7 @@ class CollectiveWatch:
         self.local = threading.local()  # .bucket: the bucket event whose hook this thread runs
         self.profiled = profiled  # wrap each in the recorder's profiler marker (instrument.OUR_LAUNCH)
         self.saved: list[tuple[object, str, object]] = []
-        self.torch_then = torch._C.Future.then  # torch's own, for the recorder's callbacks
+        self.torch_then = torchcompat.future_class().then  # torch's own, for the recorder's callbacks
 
     def current(self):
         return getattr(self.local, "bucket", None)
@@ -68,8 +69,8 @@ class CollectiveWatch:
             for module in (dist, c10d):
                 self.saved.append((module, name, getattr(module, name)))
                 setattr(module, name, watched)
-        self.saved.append((torch._C.Future, "then", self.torch_then))
-        torch._C.Future.then = self._then(self.torch_then)
+        self.saved.append((torchcompat.future_class(), "then", self.torch_then))
+        torchcompat.future_class().then = self._then(self.torch_then)
         return self
 
     def remove(self) -> None:
