@@ -14,11 +14,11 @@ median recorded broadcast span) and the median and largest absolute error, and w
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+from ddpsim.experiments.table import add_run_arguments, error_summary, finish, recordings_folder
 
 MODEL = "convnet"  # the zoo's model with BatchNorm buffers
 
@@ -67,9 +67,7 @@ def table(rows: list[dict]) -> str:
              f"{r['error'] * 100:+.1f}% | "
              f"{'-' if r['recorded_broadcast_ms'] is None else format(r['recorded_broadcast_ms'], '.2f')} |"
              for r in rows]
-    errs = [abs(r["error"]) * 100 for r in rows]
-    return "\n".join([head, *lines, "", f"median |error| {statistics.median(errs):.1f}%, max {max(errs):.1f}% "
-                      f"over {len(errs)} predictions"])
+    return "\n".join([head, *lines, "", error_summary([r["error"] for r in rows])])
 
 
 def main(argv=None) -> int:
@@ -77,22 +75,16 @@ def main(argv=None) -> int:
     p.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
     p.add_argument("--repeats", type=int, default=2, help="recorded pairs per world size (default 2)")
     p.add_argument("--iters", type=int, default=10, help="micro-steps per recording (default 10)")
-    p.add_argument("--workdir", default=None, help="keep the recordings here (default: a temporary folder)")
-    p.add_argument("--out", default=None, help="also write OUT.json")
+    add_run_arguments(p)
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.world_sizes.split(",") if x]
-    with tempfile.TemporaryDirectory(prefix="ddpsim-buffers-") as tmp:
-        folder = Path(args.workdir or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+    with recordings_folder(args.workdir, "ddpsim-buffers-") as folder:
         rows = []
         for ws in sizes:
             for repeat in range(1, args.repeats + 1):
                 print(f"recording {MODEL} at {ws} ranks, pair {repeat} of {args.repeats}", file=sys.stderr, flush=True)
                 rows += predictions(record_pair(ws, args.iters, folder, repeat), ws, repeat)
-    print(table(rows))
-    if args.out:
-        Path(f"{args.out}.json").write_text(json.dumps(rows, indent=1))
-    return 0
+    return finish(table(rows), rows, args.out)
 
 
 if __name__ == "__main__":

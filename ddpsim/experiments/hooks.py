@@ -21,8 +21,9 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+from ddpsim.experiments.table import add_run_arguments, error_summary, finish, recordings_folder
 
 MODELS = ("mlp", "transformer", "shuffled")
 CAPS = (0.25, None)  # MiB; None: torch's default (25 MiB, a 1 MiB first bucket)
@@ -87,31 +88,23 @@ def table(rows: list[dict]) -> str:
             "|---|---|---|---|---|---|---|")
     lines = [f"| {r['model']} | {r['cap'] or 'default'} | {r['hook']} | {r['plain_ms']:.1f} | {r['measured_ms']:.1f} | "
              f"{r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |" for r in rows]
-    errs = [abs(r["error"]) * 100 for r in rows]
-    return "\n".join([head, *lines, "", f"median |error| {statistics.median(errs):.1f}%, max {max(errs):.1f}% "
-                      f"over {len(errs)} predictions"])
+    return "\n".join([head, *lines, "", error_summary([r["error"] for r in rows])])
 
 
 def main(argv=None) -> int:
     from ddpsim.experiments.hook_rates import measure
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", default=None, help="keep the recordings here (default: a temporary folder)")
-    p.add_argument("--out", default=None, help="also write OUT.json")
+    add_run_arguments(p)
     args = p.parse_args(argv)
     rates = measure()
     print(f"hook compute rates measured here: {json.dumps(rates)}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="ddpsim-hooks-") as tmp:
-        folder = Path(args.workdir or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+    with recordings_folder(args.workdir, "ddpsim-hooks-") as folder:
         rows = []
         for n, (model, cap) in enumerate(CASES, 1):
             print(f"[{n}/{len(CASES)}] {model}, cap {cap or 'default'}", file=sys.stderr, flush=True)
             rows += predict(record_case(model, cap, folder), model, cap, rates)
-    print(table(rows))
-    if args.out:
-        Path(f"{args.out}.json").write_text(json.dumps(rows, indent=1))
-    return 0
+    return finish(table(rows), rows, args.out)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ X.json. Results: ``docs/join.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+from ddpsim.experiments.table import add_run_arguments, error_summary, finish, recordings_folder
 
 CASES = (("mlp", 2, 8), ("convnet", 2, 8), ("transformer", 2, 8), ("mlp", 3, 4))  # model, ranks, K
 ITERS = 20  # micro-steps of rank 0
@@ -87,31 +87,24 @@ def table(rows: list[dict]) -> str:
     out = [head, *lines, ""]
     for source in sorted({r["learnt_from"] for r in rows}):
         for key in ("run", "joined_phase"):
-            errs = [abs(r[f"{key}_error"]) * 100 for r in rows if r["learnt_from"] == source]
-            out.append(f"learnt from {source}, {key.replace('_', ' ')}: median |error| {statistics.median(errs):.1f}%, "
-                       f"max {max(errs):.1f}% over {len(errs)} predictions")
+            errs = [r[f"{key}_error"] for r in rows if r["learnt_from"] == source]
+            out.append(f"learnt from {source}, {key.replace('_', ' ')}: {error_summary(errs)}")
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=2, help="recorded pairs per case (default 2)")
-    p.add_argument("--workdir", default=None, help="keep the recordings here (default: a temporary folder)")
-    p.add_argument("--out", default=None, help="also write OUT.json")
+    add_run_arguments(p)
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="ddpsim-join-") as tmp:
-        folder = Path(args.workdir or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+    with recordings_folder(args.workdir, "ddpsim-join-") as folder:
         rows = []
         for n, case in enumerate(CASES, 1):
             for repeat in range(1, args.repeats + 1):
                 print(f"[{n}/{len(CASES)}] {case[0]} at {case[1]} ranks, K={case[2]}, pair {repeat} of "
                       f"{args.repeats}", file=sys.stderr, flush=True)
                 rows += predict(case, folder, repeat)
-    print(table(rows))
-    if args.out:
-        Path(f"{args.out}.json").write_text(json.dumps(rows, indent=1))
-    return 0
+    return finish(table(rows), rows, args.out)
 
 
 if __name__ == "__main__":

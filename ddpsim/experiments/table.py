@@ -1,11 +1,14 @@
 """The validation table of ``validate --grid`` / ``--extrapolate``: one row per predicted run,
-the median and max |error|, to stdout and OUT.csv / OUT.json."""
+the median and max |error|, to stdout and OUT.csv / OUT.json; and what the recorded-vs-predicted
+experiments share (``error_summary``, ``recordings_folder``, ``add_run_arguments``, ``finish``)."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import statistics
+import tempfile
 from pathlib import Path
 
 COLUMNS = ("model", "world_size", "bucket_cap_mb", "order", "find_unused", "impl", "predicted_ms",
@@ -65,3 +68,32 @@ def report(res: dict, out: str | None) -> None:
         paths = write_table(res, out)
         print("wrote " + ", ".join(map(str, paths)))
     print(json.dumps({"stats": s, "load": res["load"]}, separators=(",", ":")).replace("NaN", "null"))
+
+
+def error_summary(errors: list[float]) -> str:
+    """``median |error| X%, max Y% over N predictions`` of relative errors (0.05: 5%)."""
+    pct = [abs(e) * 100 for e in errors]
+    return f"median |error| {statistics.median(pct):.1f}%, max {max(pct):.1f}% over {len(pct)} predictions"
+
+
+def add_run_arguments(p) -> None:
+    """``--workdir`` and ``--out``, as every recorded-vs-predicted experiment takes them."""
+    p.add_argument("--workdir", default=None, help="keep the recordings here (default: a temporary folder)")
+    p.add_argument("--out", default=None, help="also write OUT.json")
+
+
+@contextlib.contextmanager
+def recordings_folder(workdir: str | None, prefix: str):
+    """``workdir`` (made if missing), else a temporary folder removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        folder = Path(workdir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+
+
+def finish(text: str, rows: list[dict], out: str | None) -> int:
+    """Print an experiment's table; write its rows to OUT.json when asked."""
+    print(text)
+    if out:
+        Path(f"{out}.json").write_text(json.dumps(rows, indent=1))
+    return 0
