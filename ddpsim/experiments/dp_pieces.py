@@ -35,16 +35,21 @@ WARMUP = 2  # untimed repetitions first (allocator, lazy init)
 COPY_BYTES = 32 * 2**20  # bytes of the copy and add measurements (32 MiB)
 
 
-def _fastest_s(fn, reps: int = REPS) -> float:
-    """The fastest of ``reps`` timed calls: on a shared machine the one least slowed by others."""
-    for _ in range(WARMUP):
+def timings(fn, reps: int = REPS, warmup: int = WARMUP) -> list[float]:
+    """Seconds of each of ``reps`` calls of ``fn``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
+
+
+def _fastest_s(fn, reps: int = REPS) -> float:
+    """The fastest of ``reps`` timed calls: on a shared machine the one least slowed by others."""
+    return min(timings(fn, reps))
 
 
 def _batch(training, samples: int):

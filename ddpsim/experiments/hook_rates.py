@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
+
+from ddpsim.experiments.dp_pieces import timings
 
 REPEATS = 15  # timings per rate (the median is kept)
 CAST_BYTES = 64 * 2**20  # bytes of the fp32 tensor cast to fp16 and back (past the caches, as a bucket is)
@@ -19,13 +20,7 @@ MATRIX, RANK = 1024, 4  # PowerSGD-like matmul: (MATRIX x MATRIX) @ (MATRIX x RA
 
 
 def _median_s(fn) -> float:
-    fn()
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(timings(fn, REPEATS, warmup=1))
 
 
 def measure() -> dict:
