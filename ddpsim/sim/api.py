@@ -55,7 +55,7 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     model = Model(env, w, link, cfg.world_size, layouts, plans, actors,
                   platform and platform(env, link, cfg.world_size, actors))
     model.join, model.final_sync_buffers = cfg.join, cfg.broadcast_buffers
-    model.hook, model.hook_rates = cfg.hook(), dict(cfg.hook_rates)
+    model.hook, model.hook_rates, model.hook_plans = cfg.hook(), dict(cfg.hook_rates), {}
     if model.hook is not None and model.hook.groups > 1:  # round-robin: each group its own collectives
         model.platform.slots = simpy.Resource(env, capacity=link.concurrency * model.hook.groups)
     for a in model.actors:

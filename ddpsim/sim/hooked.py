@@ -25,18 +25,27 @@ def bucket(model, plan, b: int) -> tuple[list[tuple[int, ...]], int, int]:
     return shapes, element, model.synced_step[plan.iteration]
 
 
+def hook_plan(model, plan, b: int) -> tuple[list[list[int]], tuple]:
+    """(the stages' bytes, ``compute_s``) of bucket ``b`` in ``plan``, worked out once per layout,
+    bucket and synced step (every rank and both calls below ask for the same)."""
+    shapes, element, step = bucket(model, plan, b)
+    key = (plan.layout_id, b, step)
+    if key not in model.hook_plans:
+        model.hook_plans[key] = (comm_hooks.stages(model.hook, shapes, element, step),
+                                 comm_hooks.compute_s(model.hook, shapes, element, step, model.hook_rates))
+    return model.hook_plans[key]
+
+
 def launch_s(model, plan, b: int) -> float:
     """Seconds the hook call itself computes before its first collective (0 without a hook or rates)."""
     if model.hook is None or not model.hook_rates:
         return 0.0
-    return comm_hooks.compute_s(model.hook, *bucket(model, plan, b), model.hook_rates)[0]
+    return hook_plan(model, plan, b)[1][0]
 
 
 def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
     """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
-    shapes, element, step = bucket(model, plan, b)
-    stages = comm_hooks.stages(model.hook, shapes, element, step)
-    _, between, after = comm_hooks.compute_s(model.hook, shapes, element, step, model.hook_rates)
+    stages, (_, between, after) = hook_plan(model, plan, b)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
     model.env.process(_stages(model, actor, work, stages, [*between, after]))
     return work
