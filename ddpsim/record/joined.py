@@ -13,6 +13,8 @@ Join's allreduce of ones counts: the same mean as torch's DDP without a hook.
 """
 from __future__ import annotations
 
+import itertools
+
 from ddpsim import heartbeat, torchcompat
 from ddpsim.events import now_ns
 
@@ -33,7 +35,7 @@ def train_joined(run, n: int) -> None:
 
 def _shadowed(main_hook, run, first: int):
     """``_DDPJoinHook.main_hook``, recorded: the k-th call shadows the others' iteration first + k."""
-    iterations = iter(range(first, 2**62))
+    iterations = itertools.count(first)
 
     def shadow():
         it = next(iterations)
