@@ -13,6 +13,7 @@ import simpy
 from ddpsim.analysis import summarize
 from ddpsim.sim.budget import RUN_EVENTS_PER_ESTIMATED, SimulationTooLarge, count_actors, estimate_events, run_bounded
 from ddpsim.sim.config import SimConfig
+from ddpsim.sim.hooktrace import hook_fields
 from ddpsim.sim.model import Model
 from ddpsim.sim.model import rank as model_rank
 from ddpsim.sim.plan import plan_actors, plan_layouts, resolve_link
@@ -116,7 +117,8 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 else:
                     ready, launch, end = rec["buckets"][c.key[1]]
                     buckets.append(BucketEvent(c.key[1], c.nbytes, _ns(ready), _ns(launch), _ns(c.end),
-                                               None if end is None else _ns(end)))
+                                               None if end is None else _ns(end),
+                                               **hook_fields(model, plan, c.key[1], launch, c.end)))
             opt = rec["opt"]
             iters.append(Iteration(
                 plan.iteration, plan.sync, Span(_ns(rec["start"]), _ns(rec["fwd_end"])),
