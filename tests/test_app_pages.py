@@ -79,6 +79,7 @@ def test_compare_real_and_simulated_with_differences():
     ok(at)
     df = at.dataframe[0].value
     assert list(df["kind"]) == ["real", "simulated"]
+    assert list(df["comm hook"]) == ["none", "none"]  # DDP's own allreduce in both
     assert df["Δ iteration (ms)"].iloc[0] == 0 and df["Δ iteration (ms)"].iloc[1] > 0
     assert {"iteration (ms, median)", "iteration range (ms)", "exposed range (ms)"} <= set(df.columns)
     assert "Single iterations vary" in markdown(at) and "most typical" in markdown(at)

@@ -4,7 +4,7 @@ Every function returns a ``matplotlib.figure.Figure`` built without pyplot, so
 figures never leak into global state; show one with ``st.pyplot(fig)`` in the
 app, or ``fig.savefig(...)`` anywhere else (``figure_bytes`` gives PNG/SVG bytes).
 
-- ``plot_timeline``: one iteration, rank by rank (timeline.py)
+- ``plot_timeline``: one iteration, rank by rank (timeline.py; a comm hook inside each bucket: hookspan.py)
 - ``plot_buckets``: arrival order and bucket layouts (buckets.py)
 - ``plot_compare``: several runs on one time axis; ``compare_rows`` (compare.py)
 - ``plot_sweep``: iteration time / exposed comm against bucket size (sweep.py)

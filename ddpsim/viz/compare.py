@@ -102,10 +102,29 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
     return fig
 
 
+def comm_hook_name(trace: Trace) -> str:
+    """The run's comm hook as ``--comm-hook`` named it (``meta.options.comm_hook``, written by the
+    recorder and the simulator alike), or ``"none"``: DDP's own fp32 allreduce of each bucket."""
+    options = trace.meta.get("options")
+    name = options.get("comm_hook") if isinstance(options, dict) else None
+    return name if isinstance(name, str) and name else "none"
+
+
+def sent_bytes(trace: Trace) -> int:
+    """Bytes rank ``trace.ranks[0]`` sent for its gradients per synced step: the hook's
+    collectives where it had one (``BucketEvent.collectives``), else each bucket's allreduce;
+    the median over the steady synced iterations (PowerSGD sends less once it starts)."""
+    r = trace.ranks[0]
+    per = [sum(sum(c.bytes for c in b.collectives) if b.collectives is not None else b.bytes for b in it.buckets)
+           for cycle in steady_cycles(trace) if (it := r.iteration(cycle[-1])) is not None and it.sync]
+    return int(statistics.median(per)) if per else 0
+
+
 def compare_rows(runs: list[Run]) -> list[dict]:
     """Steady-state numbers per run, with differences against the first run.
 
-    Keys: run, kind, model, world_size, buckets, iteration_ms, exposed_comm_ms,
+    Keys: run, kind, model, world_size, buckets, comm_hook (``comm_hook_name``), sent_bytes
+    (``sent_bytes``: what the gradients' collectives sent per synced step), iteration_ms, exposed_comm_ms,
     overlap_pct (medians over steady iterations), iteration_min_ms, iteration_max_ms,
     exposed_min_ms, exposed_max_ms, spread_pct (how much single iterations vary, +-%),
     n_iterations, and d_iteration_ms, d_exposed_comm_ms, d_overlap_pts, speedup (first / this).
@@ -117,6 +136,7 @@ def compare_rows(runs: list[Run]) -> list[dict]:
         t, e = s["iteration_time_s"], s["exposed_comm_s"]
         rows.append({"run": label, "kind": trace.source, "model": describe_run(trace),
                      "world_size": trace.world_size, "buckets": len(layout.buckets) if layout else 0,
+                     "comm_hook": comm_hook_name(trace), "sent_bytes": sent_bytes(trace),
                      "iteration_ms": t["median"] * 1e3, "exposed_comm_ms": e["median"] * 1e3,
                      "overlap_pct": s["overlap_fraction"]["median"] * 100,
                      "iteration_min_ms": t["min"] * 1e3, "iteration_max_ms": t["max"] * 1e3,

@@ -7,7 +7,8 @@ For each rank, from top to bottom:
                    for lower-indexed buckets to launch first
   allreduce        one bar per bucket from launch to completion, in as many lanes as
                    allreduces overlap (gloo runs two at once); the bitmap allreduce
-                   of find_unused_parameters too
+                   of find_unused_parameters too; with a comm hook, its compute and
+                   collectives inside each bucket's bar (``hookspan.py``)
 The exposed communication (from the last gradient ready to the last allreduce
 completion, ``ddpsim.analysis.exposed_comm_ns``) is hatched.
 """
@@ -23,26 +24,12 @@ from ddpsim.analysis import comm_end_ns, exposed_comm_ns
 from ddpsim.trace import Iteration, RankTrace, Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_iteration, describe_run
+from ddpsim.viz.hookspan import assign_lanes, draw_hooked_bucket
+from ddpsim.viz.hookspan import legend_handles as hook_legend
 
 MS = 1e-6  # milliseconds per nanosecond
 BAR = 0.72  # bar height, in row units
 HEADER, GAP = 0.9, pal.TRACK_GAP  # rank header row height, gap after each rank
-
-
-def assign_lanes(spans: list[tuple[int, int]]) -> list[int]:
-    """Greedy interval colouring: the lane of each (start, end) so that lanes never overlap."""
-    lane_end: list[int] = []
-    lanes = [0] * len(spans)
-    for i in sorted(range(len(spans)), key=lambda i: spans[i]):
-        start, end = spans[i]
-        for k, last in enumerate(lane_end):
-            if last <= start:
-                lanes[i], lane_end[k] = k, end
-                break
-        else:
-            lanes[i] = len(lane_end)
-            lane_end.append(end)
-    return lanes
 
 
 def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
@@ -182,6 +169,9 @@ def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, min
         ax.plot(ms(b.ready_ns), yr + 0.5, marker="v", ms=8.5, color=color, mec=pal.TEXT, mew=0.6,
                 ls="none", zorder=4, gid=f"bucket_ready:r{rank.rank}:b{b.bucket}")
         lane = lanes[("b", b.bucket)]
+        if b.collectives is not None:  # a comm hook: its compute and collectives inside the bar (hookspan.py)
+            draw_hooked_bucket(ax, rank.rank, b, ym + lane + pad, BAR, ms, minlabel)
+            continue
         _bar(ax, ms(b.launch_ns), ms(b.complete_ns), ym + lane + pad, color, f"b{b.bucket}",
              minlabel, gid=f"allreduce:r{rank.rank}:b{b.bucket}", text_y=ym + lane + 0.5)
     if it.bitmap_allreduce:
@@ -276,6 +266,7 @@ def _legend_handles(trace: Trace, chosen, present: list[Iteration]) -> list:
                        label=f"allreduce b{k}"))
     if len(buckets) > 7:
         h.append(Patch(facecolor="white", edgecolor="white", label=f"... {len(buckets)} buckets"))
+    h += hook_legend(present)
     if any(it.bitmap_allreduce for it in present):
         h.append(Patch(facecolor=pal.BITMAP, edgecolor=pal.TEXT, label="used-param bitmap allreduce"))
     if any(it.buffer_broadcast for it in present):

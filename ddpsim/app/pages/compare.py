@@ -32,8 +32,9 @@ if len(runs) < 1:
     st.stop()
 
 rows = compare_rows(runs)
-st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "world size": r["world_size"],
-               "buckets": r["buckets"], "iteration (ms, median)": round(r["iteration_ms"], 2),
+st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "comm hook": r["comm_hook"], "world size": r["world_size"],
+               "buckets": r["buckets"], "sent per step (MB)": round(r["sent_bytes"] / 1e6, 3),
+               "iteration (ms, median)": round(r["iteration_ms"], 2),
                "iteration range (ms)": f"{r['iteration_min_ms']:.1f}–{r['iteration_max_ms']:.1f}",
                "Δ iteration (ms)": round(r["d_iteration_ms"], 2),
                "speed-up vs first": round(r["speedup"], 2) if r["speedup"] else None,
@@ -43,7 +44,9 @@ st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "world size": r["worl
                "overlap (%)": round(r["overlap_pct"], 1), "Δ overlap (pts)": round(r["d_overlap_pts"], 1)}
               for r in rows], hide_index=True, width="stretch")
 st.caption("Medians over each run's steady-state iterations (after the rebuild); Δ is against the first "
-           "run. **Single iterations vary**: " + ", ".join(
+           "run. **Comm hook**: what each run registered with `register_comm_hook` (none: DDP's own fp32 "
+           "allreduce); **sent per step**: the bytes its gradient collectives sent in a synced step (rank 0). "
+           "**Single iterations vary**: " + ", ".join(
                f"{pretty(r['run'])} ±{r['spread_pct']:.0f}% over {r['n_iterations']} iterations" for r in rows)
            + ". A Δ smaller than the ranges is within run-to-run noise. The figure draws one iteration "
            "per run (the most typical: closest to its medians) with its own time in its header, so it "
