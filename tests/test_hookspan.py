@@ -125,6 +125,7 @@ def test_compare_puts_hooks_side_by_side(runs):
     assert 0 < rows["powersgd"]["sent_bytes"] < total // 10 and rows["noop"]["sent_bytes"] == 0
     fig = plot_compare(picked)
     assert patches(fig, "hook:r0:") and any(g.endswith(":c2") for g in patches(fig, "hook:r0:"))
+    assert "hook's collective" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_the_compare_page_has_a_comm_hook_column(runs):
@@ -140,3 +141,24 @@ def test_the_compare_page_has_a_comm_hook_column(runs):
     df = at.dataframe[0].value
     assert list(df["comm hook"]) == ["none", "fp16"]
     assert df["sent per step (MB)"].iloc[1] == pytest.approx(df["sent per step (MB)"].iloc[0] / 2, rel=1e-3)
+
+
+def test_a_recorded_hooks_compute_and_overlapping_collectives_are_drawn_apart():
+    """A bucket as ``record --comm-hook`` writes it: a cast before, a cast back after, two collectives
+    in flight together on two process groups."""
+    from matplotlib.figure import Figure
+
+    from ddpsim.trace import BucketEvent, HookCollective
+    from ddpsim.viz.hookspan import draw_hooked_bucket
+
+    cols = [HookCollective("all_reduce", 2_000_000, "float16", "0", 2, 200, 700),
+            HookCollective("all_reduce", 1_000_000, "float16", "1", 2, 300, 800)]
+    b = BucketEvent(3, 6_000_000, 0, 0, 1000, 250, collectives=cols, compress_ns=200, decompress_ns=200)
+    ax = Figure().add_subplot()
+    draw_hooked_bucket(ax, 0, b, 0.0, 1.0, lambda t: t / 1000, 0.0)
+    got = patches(ax.figure, "hook:r0:b3:")
+    assert (got["hook:r0:b3:compress"].get_x(), got["hook:r0:b3:compress"].get_width()) == (0.0, 0.2)
+    assert got["hook:r0:b3:decompress"].get_x() == pytest.approx(0.8)
+    c0, c1 = got["hook:r0:b3:c0"], got["hook:r0:b3:c1"]
+    assert c0.get_y() != c1.get_y() and c0.get_height() == c1.get_height() < 0.5  # one sub-lane each
+    assert {t.get_text() for t in ax.texts} == {"b3 fp16 2.0 MB", "g1 fp16 1.0 MB"}
