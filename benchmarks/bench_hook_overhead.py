@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ddpsim.events import RankRecorder  # noqa: E402
+from ddpsim.experiments.hook_equivalence import bf16_hook  # noqa: E402
 from ddpsim.models import build_workload, call_batch  # noqa: E402
 from ddpsim.record.config import RecordConfig  # noqa: E402
 from ddpsim.record.hooks import build_hook  # noqa: E402
@@ -66,7 +67,8 @@ def rank_main(rank, world, store_path, cfg_json, pairs, shard_dir, results):
     torch.manual_seed(cfg.seed)
     workload = build_workload(cfg.model)
     plain = torch.nn.parallel.DistributedDataParallel(workload.model, bucket_cap_mb=cfg.bucket_cap_mb)
-    plain.register_comm_hook(*build_hook(cfg.comm_hook, cfg.powersgd_rank, cfg.powersgd_start_iter))
+    state, hook = build_hook(cfg.comm_hook, cfg.powersgd_rank, cfg.powersgd_start_iter)
+    plain.register_comm_hook(state, bf16_hook if cfg.comm_hook == "bf16" else hook)  # torch refuses the name on CPU
     opt = torch.optim.SGD(workload.model.parameters(), lr=cfg.lr)
     times = []
     for k in range(pairs + WARMUP):

@@ -1,6 +1,7 @@
 """Seeing a comm hook: the simulated trace carries the hook's collectives and compute as a recording
 does (sim/hooktrace.py), the Timeline draws them inside the bucket's span (viz/hookspan.py), and
 the Compare figure, table and page put hooks side by side."""
+import re
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_the_timeline_draws_each_collective_inside_its_buckets_span(runs, name):
     for b in it.buckets:
         span = spans[f"allreduce:r0:b{b.bucket}"]
         lo, hi = span.get_x(), span.get_x() + span.get_width()
-        mine = {g: p for g, p in hooks.items() if g.startswith(f"hook:r0:b{b.bucket}:c")}
+        mine = {g: p for g, p in hooks.items() if re.fullmatch(rf"hook:r0:b{b.bucket}:c\d+", g)}
         assert len(mine) == len(b.collectives)
         for p in mine.values():
             assert lo - 1e-9 <= p.get_x() <= p.get_x() + p.get_width() <= hi + 1e-9

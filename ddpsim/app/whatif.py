@@ -18,7 +18,7 @@ from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import waiting
 from ddpsim.learn import learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
-from ddpsim.sim import SimConfig, synthetic
+from ddpsim.sim import SimConfig, comm_hooks, synthetic
 from ddpsim.sim.network import gpus, networks
 from ddpsim.trace import Trace
 
@@ -93,12 +93,10 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
                trace: Trace | None = None, algo=None, broadcast_buffers=None, comm_hook=None) -> SimConfig:
-    """A SimConfig for the what-if choices.
-
-    A recorded trace (``work`` learnt from ``trace``): its replay with the changes
-    (``replay_config``: at its world size its ranks as recorded); a network other than
-    the recorded one overrides the link. A GPU model: SimConfig with the choices.
-    """
+    """A SimConfig for the what-if choices. A recorded trace (``work`` learnt from ``trace``): its
+    replay with the changes (``replay_config``: at its world size its ranks as recorded, a hook's
+    cost as its ranks measured it); a network other than the recorded one overrides the link.
+    A GPU model: SimConfig with the choices, a hook's compute at the GPU's rates."""
     ws = int(world_size or base.config.get("world_size", 2))
     changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
                "find_unused_parameters": bool(find_unused_parameters), "no_sync_every": int(no_sync_every),
@@ -117,7 +115,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     noise, _ = waiting.rank_noise(base.kind, base.gpu, work, ws)  # Note [Waiting for the slowest rank]
     if noise > 0:
         changes.update(jitter=noise, jitter_mode="expected")
-    return SimConfig(iters=SIM_ITERS, algo=algo, **changes)  # algo: NCCL_ALGO on a GPU model (None: auto)
+    rates = comm_hooks.gpu_rates(base.gpu) if comm_hook else {}  # a hook's compute at the GPU's rates
+    return SimConfig(iters=SIM_ITERS, algo=algo, hook_rates=rates, **changes)  # algo: NCCL_ALGO (None: auto)
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:

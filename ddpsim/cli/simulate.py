@@ -49,7 +49,8 @@ def add_arguments(p) -> None:
     d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
     d.add_argument("--uneven", type=int, metavar="K", help="rank r has K x r fewer batches (needs --join)")
     d.add_argument("--comm-hook", metavar="HOOK", help="register_comm_hook what-if: allreduce, fp16, bf16, noop, "
-                   "powersgd or round-robin:N (what each sends: ddpsim/sim/comm_hooks.py; its compute is not modelled)")
+                   "powersgd or round-robin:N (what each sends: ddpsim/sim/comm_hooks.py; its compute at the "
+                   "rates the recording's ranks measured, or the GPU profile's)")
     d.add_argument("--powersgd-rank", type=int, help="powersgd: matrix_approximation_rank (torch default 1)")
     d.add_argument("--powersgd-start-iter", type=int, help="powersgd: start_powerSGD_iter (torch default 1000)")
     d.add_argument("--join", action=argparse.BooleanOptionalAction, default=None,
@@ -234,8 +235,12 @@ def overrides_from_args(args) -> dict:
 
 def arch_defaults(workload) -> dict:
     """A GPU model's rank noise: its profile's spread, every rank waiting for the expected slowest
-    (Note [Waiting for the slowest rank])."""
-    return {"jitter": workload.meta["rank_spread"], "jitter_mode": "expected"} if "rank_spread" in workload.meta else {}
+    (Note [Waiting for the slowest rank]); a comm hook's compute at the GPU's rates."""
+    from ddpsim.sim.comm_hooks import gpu_rates
+
+    rates = {"hook_rates": gpu_rates(str(workload.meta.get("hardware", "")).partition("-")[0])}
+    noise = {"jitter": workload.meta["rank_spread"], "jitter_mode": "expected"} if "rank_spread" in workload.meta else {}
+    return {**rates, **noise}
 
 
 def config_for(workload, trace, values: dict):

@@ -22,15 +22,13 @@ def iteration_vs_bandwidth(arch: str, hardware: str, world_size: int = 64, hooks
                            bandwidths=BANDWIDTHS_GBPS, iters: int = 3) -> list[dict]:
     """One row per (hook, bandwidth): the steady iteration time and exposed communication (s)."""
     from ddpsim.sim import SimConfig, simulate, synthetic
-    from ddpsim.sim.comm_hooks import device_rates
-    from ddpsim.sim.network import parse_hardware
+    from ddpsim.sim.comm_hooks import gpu_rates
 
-    gpu, _ = parse_hardware(hardware)
     w = synthetic(arch, hardware)
     rows = []
     for hook in hooks:
         extra = POWERSGD if hook == "powersgd" else {}
-        rates = device_rates(gpu["mem_GBps"], gpu["effective_tflops"], extra.get("powersgd_rank", 1)) if hook else {}
+        rates = gpu_rates(hardware.lower().partition("-")[0], extra.get("powersgd_rank", 1)) if hook else {}
         for gbps in bandwidths:
             cfg = SimConfig(world_size=world_size, iters=iters, comm_hook=hook, hook_rates=rates,
                             bandwidth_gbps=float(gbps), trace_ranks=1, **extra)

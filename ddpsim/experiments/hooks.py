@@ -4,9 +4,9 @@ For each zoo model and bucket cap, one recording holds DDP with torch's ``allred
 with each other hook, interleaved iteration by iteration in the same ranks (``record_many``), so a
 slow spell of the machine hits every hook alike. The simulator learns from the allreduce run only
 (``ddpsim.learn.learn``) and predicts each hook's run by what the hook sends
-(``ddpsim/sim/comm_hooks.py``), its compute priced at rates measured here
-(``ddpsim.experiments.hook_rates``), and the error is taken against the recorded run with that
-hook. The iteration time compared is each rank's own (its forward's start to its step's end,
+(``ddpsim/sim/comm_hooks.py``) and what its pieces cost in the allreduce run's own ranks
+(``meta.hook_rates``, measured at the end of every recording: ``ddpsim/record/hookprobe.py``), and
+the error is taken against the recorded run with that hook. The iteration time compared is each rank's own (its forward's start to its step's end,
 median over ranks and steady iterations): a run without any collective (noop) never makes its
 ranks wait for each other, so the span across ranks would measure how far they drift apart in the
 gaps that the other hooks' interleaved steps leave, not the iteration.
@@ -18,7 +18,6 @@ prediction and the median and largest absolute error; ``--out X`` writes X.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ MODELS = ("mlp", "transformer", "shuffled")
 CAPS = (0.25, None)  # MiB; None: torch's default (25 MiB, a 1 MiB first bucket)
 HOOKS = ("fp16", "bf16", "powersgd", "noop", "round-robin:2")  # predicted from "allreduce"
 POWERSGD = {"powersgd_rank": 1, "powersgd_start_iter": 2}  # PowerSGD from the third synced step
-ITERS = 12  # micro-steps per run
+ITERS = 24  # micro-steps per run
 
 
 CASES = tuple((m, c) for m in MODELS for c in CAPS) + (("convnet", None),)  # (model, cap)
@@ -63,8 +62,9 @@ def rank_iteration_s(trace) -> float:
                              for it in r.iterations if it.iteration in steady)
 
 
-def predict(paths: dict[str, Path], model: str, cap, rates: dict) -> list[dict]:
-    """Each hook's recorded run against the prediction learnt from the allreduce run."""
+def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
+    """Each hook's recorded run against the prediction learnt from the allreduce run (its buckets
+    and its ``meta.hook_rates``, which ``replay_config`` carries)."""
     from ddpsim.learn import learn, replay_config, simulate
     from ddpsim.trace import load_trace
 
@@ -76,7 +76,7 @@ def predict(paths: dict[str, Path], model: str, cap, rates: dict) -> list[dict]:
             continue
         measured = rank_iteration_s(load_trace(path))
         extra = POWERSGD if hook == "powersgd" else {}
-        sim, _ = simulate(w, replay_config(w, plain, comm_hook=hook, hook_rates=rates, **extra))
+        sim, _ = simulate(w, replay_config(w, plain, comm_hook=hook, **extra))
         predicted = rank_iteration_s(sim)
         rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": rank_iteration_s(plain) * 1e3,
                      "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1})
@@ -92,18 +92,14 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    from ddpsim.experiments.hook_rates import measure
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(p)
     args = p.parse_args(argv)
-    rates = measure()
-    print(f"hook compute rates measured here: {json.dumps(rates)}", file=sys.stderr)
     with recordings_folder(args.workdir, "ddpsim-hooks-") as folder:
         rows = []
         for n, (model, cap) in enumerate(CASES, 1):
             print(f"[{n}/{len(CASES)}] {model}, cap {cap or 'default'}", file=sys.stderr, flush=True)
-            rows += predict(record_case(model, cap, folder), model, cap, rates)
+            rows += predict(record_case(model, cap, folder), model, cap)
     return finish(table(rows), rows, args.out)
 
 

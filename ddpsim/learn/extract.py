@@ -41,7 +41,7 @@ import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.errors import PartialTraceError
-from ddpsim.learn import contention
+from ddpsim.learn import contention, hookrates
 from ddpsim.learn.buffers import broadcast_seconds, buffer_bytes
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
@@ -77,6 +77,7 @@ def config_from_trace(trace: Trace) -> dict:
     if known_hook(opts.get("comm_hook")):  # record --comm-hook: what the run's hook sent (sim/comm_hooks.py)
         out["comm_hook"] = opts["comm_hook"]
         out.update({k: int(opts[k]) for k in ("powersgd_rank", "powersgd_start_iter") if opts.get(k) is not None})
+    out.update(hookrates.recorded(trace))  # what a hook would cost in the recorded ranks
     if opts.get("join"):  # the recorded uneven inputs need every recorded micro-step (sim/join.py)
         out.update(join=True, uneven=int(opts.get("uneven") or 0),
                    iters=max(1, int(opts["iters"]) // out.get("no_sync_every", 1)))
@@ -112,7 +113,7 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
 
     if noise not in ("recorded", "drawn"):
         raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
-    cfg = {**config_from_trace(trace), **fields}
+    cfg = hookrates.in_replay(w, {**config_from_trace(trace), **fields})
     recorded = w.meta.get("recorded_ranks") or {}
     if (noise == "recorded" and recorded and len(recorded) == cfg["world_size"] == w.meta.get("recorded_world_size")
             and "jitter" not in fields and not w.link.cpus):

@@ -144,6 +144,15 @@ def register(cfg, ddp, params, recorder: RankRecorder, profiled: bool) -> Collec
     return watch
 
 
+# Note [A noop step leaves the ranks apart]: ``noop_hook`` sends nothing, so after its step the
+# ranks are as far apart as their speeds took them, where a synced step leaves them together (its
+# last allreduce). When several runs take turns in the ranks (``record_many``), the next run's
+# first allreduce would wait that gap out and look slow (round-robin:2 on one bucket, the same
+# collectives as allreduce, measured up to 50% slower after a noop step). So ``worker.train``
+# puts a barrier after a noop step there, outside every recorded span; each rank's own noop
+# iteration, the compute-only bound, is unchanged by it. A single noop run has none.
+
+
 def watched_hook(state, bucket):
     """The user's comm hook, called as DDP would call it, timed (Note [Watching a hook's collectives]).
 

@@ -22,7 +22,7 @@ from ddpsim import heartbeat, torchcompat
 from ddpsim.buckets import tensor_bytes
 from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
-from ddpsim.record import hookwatch, instrument
+from ddpsim.record import hookprobe, hookwatch, instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.gpuclock import GpuTimer, timebase
@@ -164,8 +164,7 @@ class Run:
                 rec.span("optimizer", b1, now_ns())
         if probes:
             probes.after(sync, rec)
-        rec.end_iteration(probes.layout_caps if probes else None,
-                          rebuilt=probes.just_rebuilt() if probes else False)
+        rec.end_iteration(probes.layout_caps if probes else None, rebuilt=probes.just_rebuilt() if probes else False)
         heartbeat.beat(phase="done")
 
     def _step_timed(self, sync: bool, inputs, target) -> None:
@@ -229,6 +228,8 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         for run, n in zip(runs, mine):
             if it < n:
                 run.step(it)
+                if len(runs) > 1 and run.cfg.comm_hook == "noop":  # Note [A noop step leaves the ranks apart]
+                    dist.barrier()  # ... in hookwatch.py: the next run's step starts with the ranks together
         for probe, _ in probes:  # Note [Calibrate in the recording's ranks]
             probe.time_each()
         if turns:
@@ -240,9 +241,11 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         for r in recorders:
             r.header_update({"turns": {"world_sizes": turns.world_sizes, "group": turns.group,
                                        "spans_ns": turns.spans}})
+    rates = hookprobe.measure(device, world, list(runs[0].model.parameters()))  # Note [What a plain run cannot show]
     for probe, run in probes:
         run.recorder.header_update({"allreduce_probe": probe.rows()})
     for run in runs:
+        run.recorder.header_update({"hook_rates": rates})
         run.recorder.finish(run.logging_data())
     if max(mine) < max(c.iters for c in cfgs):  # Note [A rank out of data] in heartbeat.py
         heartbeat.beat(stage="out of data", iteration=max(mine) - 1)
@@ -255,8 +258,7 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     die_with_parent()
     rank, world, local = env_rank()
     cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
-    placement = cfg.placement()
-    backend = placement.backend
+    placement, backend = cfg.placement(), cfg.placement().backend
     torch.set_num_threads(1)
     header = {**(header or {}), "placement": {"device": placement.device, "reason": placement.reason}}
     if placement.device == "cuda":  # nccl: GPU local_rank; gloo --device cuda: GPUs shared round-robin

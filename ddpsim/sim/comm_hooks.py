@@ -27,6 +27,14 @@ from math import prod
 
 HOOKS = ("allreduce", "fp16", "bf16", "noop", "powersgd", "round-robin:N")
 HALF_BYTES = 2  # bytes per element after fp16/bf16 compression
+HALF_COST = 0.5  # a 2-byte allreduce's time over an fp32 one's of as many elements: half the bytes (NCCL)
+RATES = {  # SimConfig.hook_rates (ddpsim/record/hookprobe.py measures them in a recording's ranks)
+    "cast_s_per_byte": "seconds per bucket byte of a cast to 2-byte floats and back",
+    "matmul_s_per_flop": "seconds per flop of PowerSGD's tall-and-thin matmuls",
+    "float16_allreduce_cost": "an fp16 allreduce's time over an fp32 one's of as many elements (default 0.5)",
+    "bfloat16_allreduce_cost": "a bf16 allreduce's time over an fp32 one's of as many elements (default 0.5)",
+    "allreduce_latency_s": "seconds of the smallest allreduce: a hook's collective costs at least this (default 0)",
+}
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,16 @@ def stages(hook: CommHook, shapes: list[tuple[int, ...]], element_bytes: int, st
     return [[plain * element_bytes], [ps * element_bytes], [qs * element_bytes]]
 
 
+def priced_bytes(hook: CommHook, nbytes: int, rates: dict) -> float:
+    """The fp32 bytes whose allreduce costs what ``hook``'s collective of ``nbytes`` does: a 2-byte
+    allreduce costs ``<dtype>_allreduce_cost`` times the fp32 one of as many elements (gloo sums
+    fp16 slower per element than fp32: Note [What a plain run cannot show] in record/hookprobe.py)."""
+    if hook.name not in ("fp16", "bf16"):
+        return nbytes
+    dtype = "float16" if hook.name == "fp16" else "bfloat16"
+    return nbytes / HALF_BYTES * 4 * rates.get(f"{dtype}_allreduce_cost", HALF_COST)
+
+
 def group_of(hook: CommHook, bucket: int) -> int:
     """The process group bucket ``bucket``'s collectives run on (round-robin: i mod N)."""
     return bucket % hook.groups
@@ -124,3 +142,11 @@ def device_rates(mem_GBps: float, tflops: float, rank: int = 1) -> dict:
     at memory speed unless the rank makes them compute-bound."""
     mem = mem_GBps * 1e9
     return {"cast_s_per_byte": 1.5 / mem, "matmul_s_per_flop": max(1 / (tflops * 1e12), 2 / (rank * mem))}
+
+
+def gpu_rates(gpu: str, rank: int = 1) -> dict:
+    """``device_rates`` of GPU profile ``gpu`` (``hardware/gpus.json``); {} for an unknown name."""
+    from ddpsim.sim.network import gpus
+
+    p = gpus().get(gpu)
+    return device_rates(p["mem_GBps"], p["effective_tflops"], rank) if p else {}

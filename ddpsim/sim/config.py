@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ddpsim.sim import network, stragglers
 from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
-from ddpsim.sim.comm_hooks import CommHook
+from ddpsim.sim.comm_hooks import RATES, CommHook
 from ddpsim.sim.workload import ORDERS, caps_bytes
 
 
@@ -28,7 +28,8 @@ class SimConfig:
     comm_hook: str | None = None  # register_comm_hook what-if (sim/comm_hooks.py); None: DDP's own allreduce
     powersgd_rank: int = 1  # comm_hook powersgd: matrix_approximation_rank; torch default 1
     powersgd_start_iter: int = 1_000  # comm_hook powersgd: start_powerSGD_iter (synced steps); torch default 1000
-    # the hooks' compute rates: "cast_s_per_byte" (s/byte), "matmul_s_per_flop" (s/flop); {}: free (not in torch)
+    # what a hook's pieces cost (comm_hooks.RATES: casts s/byte, matmuls s/flop, 2-byte allreduces,
+    # latency; a recording's meta.hook_rates); {}: its compute free, 2-byte allreduces half (not in torch)
     hook_rates: dict = field(default_factory=dict)
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
     overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
@@ -66,9 +67,8 @@ class SimConfig:
         integer(self.powersgd_start_iter, "powersgd_start_iter", 0)
         self.hook()
         for key, rate in self.hook_rates.items():
-            if key not in ("cast_s_per_byte", "matmul_s_per_flop") or not (
-                    isinstance(rate, (int, float)) and math.isfinite(rate) and rate >= 0):
-                raise ValueError(f"hook_rates: {key!r} must be cast_s_per_byte or matmul_s_per_flop, a number >= 0")
+            if key not in RATES or not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate >= 0):
+                raise ValueError(f"hook_rates: {key!r} must be one of {', '.join(RATES)}, a number >= 0")
         if self.uneven and not self.join:
             raise ValueError("uneven inputs without join hang (the rank out of data stops joining the "
                              "allreduces): add join, as with model.join()")

@@ -43,20 +43,36 @@ def launch_s(model, plan, b: int) -> float:
     return hook_plan(model, plan, b)[1][0]
 
 
+def launch_cost(model, plan, b: int, nbytes: int) -> float:
+    """Seconds bucket ``b``'s launch holds the autograd thread (Note [Launching costs the autograd
+    thread] in model.py). DDP's own allreduce (and allreduce_hook, round-robin) divides the fp32
+    bucket by the world size and enqueues it: the learnt ``launch_cost``. A hook that divides its
+    own compressed tensor (fp16, bf16, PowerSGD) or sends nothing (noop) keeps the per-launch part
+    and adds its own compute instead of the division."""
+    w = model.w
+    if model.hook is None or model.hook.name in ("allreduce", "round-robin"):
+        return w.launch_cost(nbytes)
+    return w.launch_s + launch_s(model, plan, b)
+
+
 def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
     """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
-    stages, (_, between, after) = hook_plan(model, plan, b)
+    stages, (first, between, after) = hook_plan(model, plan, b)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
-    model.env.process(_stages(model, actor, work, stages, [*between, after]))
+    model.env.process(_stages(model, actor, work, stages, first, [*between, after]))
     return work
 
 
-def _stages(model, actor, work, stages, compute):
-    """The hook's future: each stage's collectives, then the callback's compute after it."""
+def _stages(model, actor, work, stages, first, compute):
+    """The hook's future: its first collectives once the hook call's own compute (``first``: the
+    cast, PowerSGD's M Q) is done, each next stage after the one before and its callback's compute."""
     env = model.env
     work.start = env.now
+    if stages and first > 0:
+        yield env.timeout(first)
     for k, stage in enumerate(stages):
-        subs = [model.launch(actor, (*work.key, "hook", k, j), n) for j, n in enumerate(stage)]
+        subs = [model.launch(actor, (*work.key, "hook", k, j), n, seconds=_seconds(model, n))
+                for j, n in enumerate(stage)]
         yield simpy.AllOf(env, [s.done for s in subs])
         if k < len(compute) and compute[k] > 0:
             yield env.timeout(compute[k])
@@ -64,6 +80,13 @@ def _stages(model, actor, work, stages, compute):
         yield env.timeout(compute[-1])
     work.end = env.now
     work.done.succeed()
+
+
+def _seconds(model, nbytes: int) -> float:
+    """A hook collective's time: the link's for what its dtype costs, at least a collective's latency."""
+    rates = model.hook_rates
+    seconds = model.link.allreduce_s(comm_hooks.priced_bytes(model.hook, nbytes, rates), model.world_size)
+    return max(seconds, rates.get("allreduce_latency_s", 0.0))
 
 
 def synced_steps(plans) -> dict[int, int]:

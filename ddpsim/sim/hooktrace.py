@@ -4,7 +4,7 @@ A recording with a comm hook notes, per bucket, every collective the hook issued
 compute before the first and after the last (``collectives``, ``compress_ns``, ``decompress_ns``;
 docs/trace-format.md). A simulated run with a hook writes the same fields from what the simpy
 model did (``sim/hooked.py``): each stage's collectives, issued on this rank when the stage starts
-(the first with the hook's call, the next ones when the stage before has completed and its
+(the first after the hook call's own compute, the next ones when the stage before has completed and its
 callback's compute is done), each complete when its ``Work`` is. So both kinds of trace can be
 drawn, read and compared alike.
 """
@@ -25,15 +25,16 @@ def hook_fields(model, plan, b: int, launch: float, complete: float) -> dict:
     ``{}`` without a hook, so a plain run writes what it always wrote.
 
     ``launch``: the hook's call on this rank (s); ``complete``: its future's completion (s).
-    Mirrors ``hooked._stages``: stage 0 is issued with the call, stage k when stage k-1's
-    collectives have all completed and the compute after it (``between[k-1]``) is done."""
+    Mirrors ``hooked._stages``: stage 0 is issued once the hook call's compute (``first``) is done,
+    stage k when stage k-1's collectives have all completed and the compute after it
+    (``between[k-1]``) is done."""
     if model.hook is None:
         return {}
-    stages, (_, between, _) = hooked.hook_plan(model, plan, b)
+    stages, (first, between, _) = hooked.hook_plan(model, plan, b)
     params = [model.w.params[i] for i in model.layouts[plan.layout_id][b]]
     dtype = SENT_DTYPE.get(model.hook.name, params[0].dtype if params else "float32")
     group = str(comm_hooks.group_of(model.hook, b))  # "0": the default group; round-robin: i mod N
-    out, issued = [], launch
+    out, issued = [], launch + first
     for k, stage in enumerate(stages):
         works = [model.collectives[(plan.iteration, b, "hook", k, j)] for j in range(len(stage))]
         out += [HookCollective("all_reduce", w.nbytes, dtype, group, model.world_size, _ns(issued), _ns(w.end))

@@ -252,7 +252,7 @@ def backward(env, model: Model, actor: Actor, plan: Plan, f: float, rec):
                 yield env.timeout(done - waited)
                 waited = done
             reducer.all_reduce_bucket(b, now if lazy else env.now)  # env.now: after earlier launches' costs
-            cost = w.launch_cost(reducer.nbytes[b]) + hooked.launch_s(model, plan, b)  # Note [Launching costs ...]
+            cost = hooked.launch_cost(model, plan, b, reducer.nbytes[b])  # Note [Launching costs ...]
             if cost > 0:
                 yield platform.compute(actor, cost)
                 reducer.launch_returned(b, env.now)

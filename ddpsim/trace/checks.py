@@ -16,7 +16,7 @@ META_FIELDS = {
     "options": (dict, None), "config": (dict, None), "link": (dict, None), "pinning": (dict, None),
     "calibration": (dict, None), "workload": (dict, None), "allreduce_probe": (list, None),
     "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
-    "placement": (dict, None), "timebase": (dict, None),
+    "placement": (dict, None), "timebase": (dict, None), "hook_rates": (dict, None),
 }
 NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
     ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
@@ -35,6 +35,9 @@ NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read
     ("workload", "hardware"): (str, None), ("workload", "batch"): (int, 1),
     ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, 1e-6),
     ("config", "find_unused_parameters"): (bool, None), ("config", "no_sync_every"): (int, 1),
+    ("hook_rates", "cast_s_per_byte"): (float, 0), ("hook_rates", "matmul_s_per_flop"): (float, 0),
+    ("hook_rates", "float16_allreduce_cost"): (float, 0), ("hook_rates", "bfloat16_allreduce_cost"): (float, 0),
+    ("hook_rates", "allreduce_latency_s"): (float, 0),
 }
 
 

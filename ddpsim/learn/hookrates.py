@@ -1,0 +1,37 @@
+"""What a comm hook would cost in a recorded run's ranks, for the simulator's ``hook_rates``.
+
+A recording measures the pieces of a hook at its end, in its own ranks (``meta.hook_rates``,
+``ddpsim/record/hookprobe.py``: casts, matmuls, 2-byte allreduces, a collective's latency); a
+replay's what-if carries them (``extract.config_from_trace``, ``extract.replay_config``).
+
+Note [A cast costs what the division did]: DDP's own launch divides the fp32 bucket by the world
+size on the autograd thread, one pass over the bucket's memory; fp16_compress_hook's cast (with
+its division of the half tensor) is one such pass too, as is the copy back. In a recording the
+division's seconds per byte (``Workload.launch_s_per_byte``) are measured where the cast would
+run, on a bucket the backward has just written, beside the other ranks' work: 1.0e-10 s/B on the
+2-core machine, where the probe's cast in a quiet loop took 3e-11 and the recorded fp16 hook's
+cast 1.1e-10. So a replay prices casts at the larger of the two.
+"""
+from __future__ import annotations
+
+from ddpsim.sim.comm_hooks import RATES
+from ddpsim.sim.workload import Workload
+from ddpsim.trace import Trace
+
+
+def recorded(trace: Trace) -> dict:
+    """``{"hook_rates": ...}`` from the trace's ``meta.hook_rates`` (the names the simulator knows),
+    or {} for a trace without them (older recordings, imports, simulated runs)."""
+    rates = trace.meta.get("hook_rates")
+    if not isinstance(rates, dict):
+        return {}
+    return {"hook_rates": {k: float(v) for k, v in rates.items() if k in RATES}}
+
+
+def in_replay(w: Workload, cfg: dict) -> dict:
+    """``cfg`` (SimConfig fields) with its casts priced at the larger of the probe's rate and the
+    learnt division's (Note [A cast costs what the division did])."""
+    rates = cfg.get("hook_rates")
+    if rates is None or w.launch_s_per_byte <= rates.get("cast_s_per_byte", 0.0):
+        return cfg
+    return {**cfg, "hook_rates": {**rates, "cast_s_per_byte": w.launch_s_per_byte}}

@@ -1,0 +1,104 @@
+"""What a comm hook would cost in these ranks, measured at the end of every recording.
+
+A plain recording shows DDP's own fp32 allreduces, and from them alone the simulator cannot tell
+what a comm hook would cost on the same machine (Note [What a plain run cannot show]). So each
+rank, after its last iteration and on its own device and process group, times the pieces a hook
+is made of; ``meta.hook_rates`` carries them (docs/trace-format.md) and the simulator prices a
+``--comm-hook`` what-if with them (``SimConfig.hook_rates``, ``ddpsim/sim/comm_hooks.py``).
+
+Note [What a plain run cannot show]: on this 2-core machine, fp16_compress_hook made training
+slower and bf16_compress_hook faster than DDP's fp32 allreduce, though both send half the bytes:
+gloo sums float16 element by element through float conversions, which costs more per element
+than its float32 sum, and bfloat16 less (2 gloo ranks, 1M elements: fp16 1.1-1.4x and bf16
+0.6-0.9x the fp32 allreduce's time). NCCL on a GPU reduces 2-byte floats at memory speed, half
+the fp32 time. A bucket's cast costs what a cast of a bucket-sized tensor costs (one of 64 MiB
+is slower per byte: its allocation faults in fresh pages, which DDP's buckets do not). And the
+small P and Q allreduces of PowerSGD cost a collective's latency, which a run whose buckets all
+have one size cannot separate from its bandwidth.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+CAST_ELEMENTS = 2 ** 20  # fp32 elements cast like a bucket (4 MiB: between DDP's 1 MiB first bucket and 25 MiB)
+ALLREDUCE_ELEMENTS = 2 ** 20  # elements of the fp32/fp16/bf16 allreduces compared (4 MiB in fp32)
+SMALL_ELEMENTS = 1024  # elements of the allreduce whose time is a collective's latency (4 KiB)
+CHAIN = 10  # small allreduces one after another, each after the last completed (as PowerSGD's stages)
+ROUNDS = 9  # timed rounds after one warm-up; medians are kept
+FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model has no compressible one
+
+
+def measure(device, world: int, params: list) -> dict:
+    """``SimConfig.hook_rates`` measured in this rank on ``device`` for a model of ``params``;
+    every rank must call it: it runs collectives."""
+    import torch
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rates = {"cast_s_per_byte": _cast_rate(device, sync), "matmul_s_per_flop": _matmul_rate(device, sync, params)}
+    if world > 1:
+        rates.update(_allreduce_costs(device, sync))
+    return rates
+
+
+def _median_s(fn, sync) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _cast_rate(device, sync) -> float:
+    """Seconds per bucket byte of fp16_compress_hook's casts: the bucket to fp16 divided by the world
+    size (in the hook call), then the reduced fp16 back into the fp32 bucket (its callback)."""
+    import torch
+
+    bucket = torch.randn(CAST_ELEMENTS, device=device)
+    half = bucket.to(torch.float16)
+    compress = _median_s(lambda: bucket.to(torch.float16).div_(2), sync)
+    decompress = _median_s(lambda: bucket.copy_(half), sync)
+    return (compress + decompress) / 2 / (CAST_ELEMENTS * 4)
+
+
+def _matmul_rate(device, sync, params: list) -> float:
+    """Seconds per flop of PowerSGD's ``M @ Q`` (rank 1) over this model's gradients viewed as
+    matrices, where PowerSGD would compress them (else one square matrix)."""
+    import torch
+
+    shapes = [(p.shape[0], p.numel() // p.shape[0]) for p in params if p.dim() >= 2]
+    shapes = [(n, m) for n, m in shapes if (n + m) * 2 < n * m] or [(FALLBACK_MATRIX, FALLBACK_MATRIX)]
+    pairs = [(torch.randn(n, m, device=device), torch.randn(m, 1, device=device)) for n, m in shapes]
+    seconds = _median_s(lambda: [torch.matmul(a, q) for a, q in pairs], sync)
+    return seconds / sum(2 * n * m for n, m in shapes)
+
+
+def _allreduce_costs(device, sync) -> dict:
+    """A 2-byte allreduce's time over the fp32 one's of as many elements (interleaved rounds, each
+    after a barrier), and a small allreduce's time in a chain of them (a collective's latency: a
+    lone one timed after a barrier waits for the slowest rank to leave it, 0.1 to 3 ms here)."""
+    import torch
+    import torch.distributed as dist
+
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    tensors = {name: torch.ones(ALLREDUCE_ELEMENTS, dtype=dt, device=device) for name, dt in dtypes.items()}
+    times: dict[str, list[float]] = {name: [] for name in tensors}
+    for round_ in range(ROUNDS + 1):
+        for name, x in tensors.items():
+            dist.barrier()
+            sync()
+            t0 = time.perf_counter()
+            dist.all_reduce(x.zero_())
+            sync()
+            if round_:  # the first round warms up
+                times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    small = torch.ones(SMALL_ELEMENTS, device=device)
+    dist.barrier()
+    chain = _median_s(lambda: [dist.all_reduce(small) for _ in range(CHAIN)], sync) / CHAIN
+    return {"float16_allreduce_cost": med["float16"] / med["float32"],
+            "bfloat16_allreduce_cost": med["bfloat16"] / med["float32"], "allreduce_latency_s": chain}

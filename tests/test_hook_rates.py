@@ -1,0 +1,91 @@
+"""What a comm hook costs: measured in a recording's own ranks (record/hookprobe.py, meta.hook_rates),
+carried into a replay's what-if (learn.replay_config), priced by the simulator (sim/comm_hooks.py,
+sim/hooked.py), and taken from the GPU profile for a GPU model."""
+import json
+import math
+
+import pytest
+
+from ddpsim.sim.comm_hooks import RATES, CommHook, gpu_rates, priced_bytes
+
+
+def _sim(hook, **cfg):
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    return simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=64, iters=4, comm_hook=hook, **cfg))[1]
+
+
+def test_a_2_byte_allreduce_is_priced_at_its_measured_cost_per_element():
+    half = 1000  # bytes of an fp16 bucket of 500 elements, 2000 bytes in fp32
+    assert priced_bytes(CommHook("fp16"), half, {}) == 1000  # default: half the fp32 bytes (NCCL)
+    assert priced_bytes(CommHook("fp16"), half, {"float16_allreduce_cost": 1.25}) == 2500
+    assert priced_bytes(CommHook("bf16"), half, {"float16_allreduce_cost": 9, "bfloat16_allreduce_cost": 0.75}) == 1500
+    assert priced_bytes(CommHook("powersgd"), half, {"float16_allreduce_cost": 9}) == half  # fp32 P and Q
+
+
+def test_the_simulator_pays_the_measured_dtype_cost_and_latency():
+    cheap, dear = _sim("fp16"), _sim("fp16", hook_rates={"float16_allreduce_cost": 1.0})
+    assert dear["iteration_time_s"] > cheap["iteration_time_s"]  # fp16 as dear as fp32: no gain on 25 GbE
+    plain = _sim(None)
+    assert dear["iteration_time_s"] == pytest.approx(plain["iteration_time_s"], rel=0.02)
+    slow = _sim("powersgd", powersgd_start_iter=0, hook_rates={"allreduce_latency_s": 0.05})
+    fast = _sim("powersgd", powersgd_start_iter=0)
+    assert slow["iteration_time_s"] > fast["iteration_time_s"] + 0.05  # three stages, each >= 50 ms
+    with pytest.raises(ValueError, match="hook_rates"):
+        _sim("fp16", hook_rates={"allreduce_latency_s": -1.0})
+
+
+def test_a_gpu_model_prices_a_hooks_compute_at_the_profiles_rates():
+    from ddpsim.app.whatif import Base, sim_config
+    from ddpsim.cli.simulate import arch_defaults
+    from ddpsim.sim.archs import synthetic
+
+    rates = gpu_rates("v100")
+    assert rates["cast_s_per_byte"] > 0 and gpu_rates("no-such-gpu") == {}
+    cfg = sim_config(Base("synthetic", "resnet50", "v100", "eth25"), world_size=8, comm_hook="fp16")
+    assert cfg.hook_rates == rates
+    assert sim_config(Base("synthetic", "resnet50", "v100", "eth25"), world_size=8).hook_rates == {}
+    assert arch_defaults(synthetic("resnet50", "v100-eth25"))["hook_rates"] == rates
+
+
+def test_a_recording_measures_what_a_hook_would_cost_in_its_ranks(tmp_path):
+    """Two real gloo ranks; the plain run's meta carries every rate, a replay's hook what-if uses
+    them, and the trace refuses a negative one."""
+    from ddpsim.learn import learn, replay_config
+    from ddpsim.learn.extract import config_from_trace
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record_many
+    from ddpsim.trace import TraceFormatError, load_trace
+
+    out = tmp_path / "plain.json"
+    record_many([RecordConfig(model="mlp", iters=3, profile_internals=False)], [out])
+    trace = load_trace(out)
+    rates = trace.meta["hook_rates"]
+    assert set(rates) == set(RATES)
+    assert all(math.isfinite(v) and v > 0 for v in rates.values()), rates
+    assert config_from_trace(trace)["hook_rates"] == rates
+    w = learn(trace)
+    cfg = replay_config(w, trace, comm_hook="fp16")
+    assert cfg.hook_rates["cast_s_per_byte"] == max(rates["cast_s_per_byte"], w.launch_s_per_byte)
+    bad = json.loads(out.read_text())
+    bad["meta"]["hook_rates"]["cast_s_per_byte"] = -1.0
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(TraceFormatError, match="hook_rates"):
+        load_trace(tmp_path / "bad.json")
+
+
+def test_interleaved_runs_after_a_noop_step_start_together(tmp_path):
+    """Note [A noop step leaves the ranks apart]: record_many with a noop run beside an allreduce
+    one completes, and both traces hold every iteration of both ranks."""
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record_many
+    from ddpsim.trace import load_trace
+
+    outs = [tmp_path / "allreduce.json", tmp_path / "noop.json"]
+    record_many([RecordConfig(model="mlp", iters=4, comm_hook=h, profile_internals=False)
+                 for h in ("allreduce", "noop")], outs)
+    for path in outs:
+        trace = load_trace(path)
+        assert [len(r.iterations) for r in trace.ranks] == [4, 4]
+    assert all(not b.collectives for r in load_trace(outs[1]).ranks for it in r.iterations for b in it.buckets)
