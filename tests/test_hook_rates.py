@@ -89,3 +89,16 @@ def test_interleaved_runs_after_a_noop_step_start_together(tmp_path):
         trace = load_trace(path)
         assert [len(r.iterations) for r in trace.ranks] == [4, 4]
     assert all(not b.collectives for r in load_trace(outs[1]).ranks for it in r.iterations for b in it.buckets)
+
+
+def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
+    from ddpsim.learn.hookrates import caution
+    from ddpsim.samples import sample_path
+    from ddpsim.trace import load_trace
+
+    old = load_trace(sample_path("01_mlp_torch_default"))
+    assert "meta.hook_rates" in caution(old, "fp16") and "\n" not in caution(old, "fp16")
+    assert caution(old, None) is None and caution(old, "allreduce") is None and caution(None, "fp16") is None
+    old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10}
+    assert caution(old, "fp16") is None
+    assert "least certain" in caution(old, "noop")  # a CPU recording: gloo's share of the cores

@@ -35,3 +35,23 @@ def in_replay(w: Workload, cfg: dict) -> dict:
     if rates is None or w.launch_s_per_byte <= rates.get("cast_s_per_byte", 0.0):
         return cfg
     return {**cfg, "hook_rates": {**rates, "cast_s_per_byte": w.launch_s_per_byte}}
+
+
+NOOP_ON_CPU = ("noop on a CPU recording: without collectives gloo's threads leave the cores to the "
+               "backward, and how much of the recorded backward they took is the least certain part of the "
+               "CPU model: noop was predicted up to 37% fast at small bucket caps here (docs/comm-hooks.md).")
+
+
+def caution(trace: Trace | None, comm_hook: str | None) -> str | None:
+    """One sentence when a hook what-if starts from a trace without ``meta.hook_rates``, or asks
+    for noop on a CPU recording."""
+    if trace is None or comm_hook in (None, "allreduce"):
+        return None
+    cpu = trace.source == "real" and trace.meta.get("backend") == "gloo" and (
+        trace.meta.get("placement") or {}).get("device") != "cuda"
+    if recorded(trace):
+        return NOOP_ON_CPU if comm_hook == "noop" and cpu else None
+    return ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "
+            "before ddpsim measured them, imported profiles): the hook's casts and matmuls are free here "
+            "and a 16-bit allreduce costs half an fp32 one, as with NCCL on a GPU. Record the run again "
+            "with this ddpsim for what they cost on its machine.")

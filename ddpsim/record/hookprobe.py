@@ -24,8 +24,8 @@ import time
 CAST_ELEMENTS = 2 ** 20  # fp32 elements cast like a bucket (4 MiB: between DDP's 1 MiB first bucket and 25 MiB)
 ALLREDUCE_ELEMENTS = 2 ** 20  # elements of the fp32/fp16/bf16 allreduces compared (4 MiB in fp32)
 SMALL_ELEMENTS = 1024  # elements of the allreduce whose time is a collective's latency (4 KiB)
-CHAIN = 10  # small allreduces one after another, each after the last completed (as PowerSGD's stages)
-ROUNDS = 9  # timed rounds after one warm-up; medians are kept
+CHAIN = 10  # small allreduces one after another, each launched when the last completed (as PowerSGD's stages)
+ROUNDS = 15  # timed rounds after one warm-up; medians are kept
 FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model has no compressible one
 
 
@@ -78,27 +78,28 @@ def _matmul_rate(device, sync, params: list) -> float:
 
 
 def _allreduce_costs(device, sync) -> dict:
-    """A 2-byte allreduce's time over the fp32 one's of as many elements (interleaved rounds, each
-    after a barrier), and a small allreduce's time in a chain of them (a collective's latency: a
-    lone one timed after a barrier waits for the slowest rank to leave it, 0.1 to 3 ms here)."""
+    """A 2-byte allreduce's time over the fp32 one's of as many elements (the three in turn, each
+    after a barrier; the median of each round's ratio), and a small allreduce's time in a chain of
+    them, each launched when the one before completed (a collective's latency: a lone one timed
+    after a barrier also waits for the slowest rank to leave it, 0.1 to 3 ms here)."""
     import torch
     import torch.distributed as dist
 
     dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    tensors = {name: torch.ones(ALLREDUCE_ELEMENTS, dtype=dt, device=device) for name, dt in dtypes.items()}
+    tensors = {name: torch.zeros(ALLREDUCE_ELEMENTS, dtype=dt, device=device) for name, dt in dtypes.items()}
     times: dict[str, list[float]] = {name: [] for name in tensors}
     for round_ in range(ROUNDS + 1):
         for name, x in tensors.items():
             dist.barrier()
             sync()
             t0 = time.perf_counter()
-            dist.all_reduce(x.zero_())
+            dist.all_reduce(x)
             sync()
             if round_:  # the first round warms up
                 times[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(v) for name, v in times.items()}
-    small = torch.ones(SMALL_ELEMENTS, device=device)
+    small = torch.zeros(SMALL_ELEMENTS, device=device)
     dist.barrier()
     chain = _median_s(lambda: [dist.all_reduce(small) for _ in range(CHAIN)], sync) / CHAIN
-    return {"float16_allreduce_cost": med["float16"] / med["float32"],
-            "bfloat16_allreduce_cost": med["bfloat16"] / med["float32"], "allreduce_latency_s": chain}
+    costs = {f"{name}_allreduce_cost": statistics.median(t / t32 for t, t32 in zip(times[name], times["float32"]))
+             for name in ("float16", "bfloat16")}
+    return {**costs, "allreduce_latency_s": chain}

@@ -16,9 +16,10 @@ the one before it has completed (PowerSGD's second allreduce needs the first one
   as an (shape[0], rest) matrix and compressed when ``(n + m) r * min_compression_rate < n m``
   (``_should_compress``).
 
-The hook's own compute (``compute_s``) is priced at measured rates (``SimConfig.hook_rates``:
-seconds per byte cast or copied, seconds per matmul flop; ``ddpsim.experiments.hook_rates``
-measures them on this machine); without rates it is free.
+The hook's own compute (``compute_s``) and its collectives' cost are priced at measured rates
+(``SimConfig.hook_rates``, ``RATES``; a recording measures them in its ranks:
+``ddpsim/record/hookprobe.py``); without rates the compute is free and a 16-bit allreduce costs
+half an fp32 one.
 """
 from __future__ import annotations
 
