@@ -6,7 +6,8 @@
 #    against torch's profiler on ResNet-50), beside it the record/minddp/sim tests with CUDA hidden;
 # 3. recording overhead, interleaved (benchmarks/bench_gpu_overhead.py): ResNet-50 at batch 32 and 64,
 #    and the transformer;
-# 4. minddp against torch's DDP with comm hooks on NCCL (benchmarks/gpu_hook_equivalence.py);
+# 4. minddp against torch's DDP with comm hooks on NCCL (benchmarks/gpu_hook_equivalence.py), and what
+#    a recording measured a hook would cost on the GPU (meta.hook_rates of the ResNet-50 run);
 # 5. the record/minddp/sim tests with CUDA visible.
 # Each step has a time limit (seconds, below) so that the whole run ends in about 8 minutes;
 # a step stopped at its limit says so and the counts it reached are kept.
@@ -30,6 +31,9 @@ echo "== selfcheck --gpu, and the tests with CUDA hidden beside it"
 hidden=$!
 timeout 200 $PY -m ddpsim selfcheck --gpu --out /tmp/selfcheck 2>&1 | quiet | tee "$OUT/selfcheck.txt"
 cp /tmp/selfcheck/nccl_resnet50_x*.json /tmp/selfcheck/nccl_transformer_x*.json "$OUT/" 2>/dev/null
+for f in "$OUT"/nccl_resnet50_x*.json; do  # what a comm hook would cost on this GPU (record/hookprobe.py)
+  $PY -c "import json, sys; print(sys.argv[1].split('/')[-1], 'meta.hook_rates', json.load(open(sys.argv[1]))['meta'].get('hook_rates'))" "$f"
+done 2>&1 | tee "$OUT/hook_rates.txt"
 wait $hidden
 tail -n 4 "$OUT/tests_cuda_hidden.txt"
 

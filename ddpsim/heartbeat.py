@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 ENV = "DDPSIM_HEARTBEAT"
 STAGES = ("starting python", "joining the process group", "building the model",
-          "wrapping the model in DDP", "aligning clocks", "training", "finishing", "out of data")
+          "wrapping the model in DDP", "aligning clocks", "training", "measuring hook costs", "finishing",
+          "out of data")  # measuring hook costs: record/hookprobe.py, after the last iteration
 PHASES = ("forward", "backward", "optimizer", "done", "Join's shadow")  # the last: a joined rank (record/joined.py)
 _FORMAT = "<8q"  # seq, stage, iteration, phase, buckets launched, last bucket, beat time (ns), pid
 SIZE = struct.calcsize(_FORMAT)
@@ -105,6 +106,8 @@ class Beat:
             return "the process group's rendezvous"
         if self.stage in (STAGES.index("aligning clocks"), STAGES.index("finishing")):
             return "a barrier"
+        if self.stage == STAGES.index("measuring hook costs"):
+            return "an allreduce of the hook probe (record/hookprobe.py)"
         if self.stage == STAGES.index("wrapping the model in DDP"):
             return "DDP's broadcast of the parameters (its constructor)"
         return None

@@ -2,10 +2,9 @@
 does (sim/hooktrace.py), the Timeline draws them inside the bucket's span (viz/hookspan.py), and
 the Compare figure, table and page put hooks side by side."""
 import re
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from apputil import compare_page
 
 from ddpsim.sim import SimConfig, simulate
 from ddpsim.sim.archs import synthetic
@@ -14,7 +13,6 @@ from ddpsim.trace import load_trace, save_trace
 from ddpsim.viz import compare_rows, plot_compare, plot_timeline
 from ddpsim.viz.hookspan import size_text
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 WORLD, RATES = 4, device_rates(900, 15)  # a V100's memory bandwidth and fp32 rate: the hooks' compute costs
 
 
@@ -130,14 +128,7 @@ def test_compare_puts_hooks_side_by_side(runs):
 
 
 def test_the_compare_page_has_a_comm_hook_column(runs):
-    uploads = {"plain run": runs["none"], "fp16 run": runs["fp16"]}
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.session_state["ddpsim_uploads"] = uploads
-    at.session_state["ddpsim_trace_ids"] = {k: i for i, k in enumerate(uploads)}
-    at.session_state["ddpsim_trace_counter"] = len(uploads)
-    at.run()
-    at.switch_page("ddpsim/app/pages/compare.py").run()
-    at.multiselect(key="ddpsim_compare_runs").set_value(list(uploads)).run()
+    at = compare_page({"plain run": runs["none"], "fp16 run": runs["fp16"]})
     assert not at.exception, [e.message for e in at.exception]
     df = at.dataframe[0].value
     assert list(df["comm hook"]) == ["none", "fp16"]

@@ -21,6 +21,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from ddpsim import heartbeat
+
 CAST_ELEMENTS = 2 ** 20  # fp32 elements cast like a bucket (4 MiB: between DDP's 1 MiB first bucket and 25 MiB)
 ALLREDUCE_ELEMENTS = 2 ** 20  # elements of the fp32/fp16/bf16 allreduces compared (4 MiB in fp32)
 SMALL_ELEMENTS = 1024  # elements of the allreduce whose time is a collective's latency (4 KiB)
@@ -29,14 +31,29 @@ ROUNDS = 15  # timed rounds after one warm-up; medians are kept
 FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model has no compressible one
 
 
+def write_rates(recorders, device, world: int, model) -> None:
+    """``measure`` for ``model`` and add it to every shard's header as ``hook_rates``."""
+    rates = measure(device, world, list(model.parameters()))
+    for recorder in recorders:
+        recorder.header_update({"hook_rates": rates})
+
+
 def measure(device, world: int, params: list) -> dict:
     """``SimConfig.hook_rates`` measured in this rank on ``device`` for a model of ``params``;
-    every rank must call it: it runs collectives."""
+    every rank must call it: it runs collectives (not with gloo on CUDA tensors, where gloo has no
+    16-bit sums to compare). Local parts that fail (out of memory) are left out."""
     import torch
+    import torch.distributed as dist
 
+    heartbeat.beat(stage="measuring hook costs")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    rates = {"cast_s_per_byte": _cast_rate(device, sync), "matmul_s_per_flop": _matmul_rate(device, sync, params)}
-    if world > 1:
+    rates = {}
+    for name, rate in (("cast_s_per_byte", _cast_rate), ("matmul_s_per_flop", _matmul_rate)):
+        try:
+            rates[name] = rate(device, sync, params)
+        except (RuntimeError, MemoryError):  # torch.cuda.OutOfMemoryError is a RuntimeError
+            pass
+    if world > 1 and (device.type == "cpu" or dist.get_backend() == "nccl"):
         rates.update(_allreduce_costs(device, sync))
     return rates
 
@@ -53,7 +70,7 @@ def _median_s(fn, sync) -> float:
     return statistics.median(times)
 
 
-def _cast_rate(device, sync) -> float:
+def _cast_rate(device, sync, _params) -> float:
     """Seconds per bucket byte of fp16_compress_hook's casts: the bucket to fp16 divided by the world
     size (in the hook call), then the reduced fp16 back into the fp32 bucket (its callback)."""
     import torch

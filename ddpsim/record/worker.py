@@ -241,13 +241,13 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         for r in recorders:
             r.header_update({"turns": {"world_sizes": turns.world_sizes, "group": turns.group,
                                        "spans_ns": turns.spans}})
-    rates = hookprobe.measure(device, world, list(runs[0].model.parameters()))  # Note [What a plain run cannot show]
+    if done := max(mine) >= max(c.iters for c in cfgs):  # not out of data (--uneven): every rank gets here
+        hookprobe.write_rates(recorders, device, world, runs[0].model)  # Note [What a plain run cannot show]
     for probe, run in probes:
         run.recorder.header_update({"allreduce_probe": probe.rows()})
     for run in runs:
-        run.recorder.header_update({"hook_rates": rates})
         run.recorder.finish(run.logging_data())
-    if max(mine) < max(c.iters for c in cfgs):  # Note [A rank out of data] in heartbeat.py
+    if not done:  # Note [A rank out of data] in heartbeat.py
         heartbeat.beat(stage="out of data", iteration=max(mine) - 1)
         return False
     return True
