@@ -9,8 +9,8 @@ is made of; ``meta.hook_rates`` carries them (docs/trace-format.md) and the simu
 Note [What a plain run cannot show]: on this 2-core machine, fp16_compress_hook made training
 slower and bf16_compress_hook faster than DDP's fp32 allreduce, though both send half the bytes:
 gloo sums float16 element by element through float conversions, which costs more per element
-than its float32 sum, and bfloat16 less (2 gloo ranks, 1M elements: fp16 1.1-1.4x and bf16
-0.6-0.9x the fp32 allreduce's time). NCCL on a GPU reduces 2-byte floats at memory speed, half
+than its float32 sum, and bfloat16 less (2 gloo ranks, 1M elements: fp16 0.9-1.6x and bf16
+0.6-1.0x the fp32 allreduce's time, varying between runs and with size). NCCL on a GPU reduces 2-byte floats at memory speed, half
 the fp32 time. A bucket's cast costs what a cast of a bucket-sized tensor costs (one of 64 MiB
 is slower per byte: its allocation faults in fresh pages, which DDP's buckets do not). And the
 small P and Q allreduces of PowerSGD cost a collective's latency, which a run whose buckets all
@@ -40,8 +40,8 @@ def write_rates(recorders, device, world: int, model) -> None:
 
 def measure(device, world: int, params: list) -> dict:
     """``SimConfig.hook_rates`` measured in this rank on ``device`` for a model of ``params``;
-    every rank must call it: it runs collectives (not with gloo on CUDA tensors, where gloo has no
-    16-bit sums to compare). Local parts that fail (out of memory) are left out."""
+    every rank must call it: it runs collectives (on CPU tensors or NCCL; gloo with CUDA tensors is
+    left out, untried). Local parts that fail (out of memory) are left out."""
     import torch
     import torch.distributed as dist
 
