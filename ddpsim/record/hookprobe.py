@@ -29,6 +29,7 @@ SMALL_ELEMENTS = 1024  # elements of the allreduce whose time is a collective's 
 CHAIN = 10  # small allreduces one after another, each launched when the last completed (as PowerSGD's stages)
 ROUNDS = 15  # timed rounds after one warm-up; medians are kept
 FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model has no compressible one
+MATMUL_BYTES = 64 * 2 ** 20  # at most this much of the model's gradient matrices is copied for the matmuls
 
 
 def write_rates(recorders, device, world: int, model) -> None:
@@ -89,6 +90,8 @@ def _matmul_rate(device, sync, params: list) -> float:
 
     shapes = [(p.shape[0], p.numel() // p.shape[0]) for p in params if p.dim() >= 2]
     shapes = [(n, m) for n, m in shapes if (n + m) * 2 < n * m] or [(FALLBACK_MATRIX, FALLBACK_MATRIX)]
+    budget = [sum(n * m for n, m in shapes[:k + 1]) * 4 <= MATMUL_BYTES for k in range(len(shapes))]
+    shapes = shapes[:max(1, sum(budget))]  # the first gradients, up to MATMUL_BYTES of them
     pairs = [(torch.randn(n, m, device=device), torch.randn(m, 1, device=device)) for n, m in shapes]
     seconds = _median_s(lambda: [torch.matmul(a, q) for a, q in pairs], sync)
     return seconds / sum(2 * n * m for n, m in shapes)
