@@ -835,15 +835,16 @@ for name, value in rates.items():
     M("""The two `*_allreduce_cost` lines are the surprise a GPU user does not expect: they are an fp16
 (bf16) allreduce's time over an fp32 one's *of as many elements*. NCCL on a GPU reduces 2-byte
 floats at memory speed, so the ratio is 0.5 there: half the bytes, half the time. gloo on a CPU
-sums float16 through float conversions, element by element, and the ratio is near 1 or above:
-the bytes halve, the time does not. Below, the simulator learns this run from the `allreduce`
+sums float16 through float conversions, element by element, and its ratio is near 1 or above (the
+bytes halve, the time does not); bfloat16's is lower, 0.6-1.0 on the machine these notebooks
+were built on. Below, the simulator learns this run from the `allreduce`
 recording alone (its buckets, its backward, these rates) and predicts each hook's run; the last
 columns compare with the run that really used the hook (each rank's own iteration, median over
 the steady steps):"""),
     C('''rows = hook_runs.predict(paths, "mlp", 0.25)
 print(hook_runs.table(rows))'''),
-    M("""So on this machine compression gains little or nothing: fp16 and bf16 send half the bytes, but
-gloo's 16-bit sum and the casts cost about what the bytes saved, and `noop` (nothing sent at all)
+    M("""So on this machine compression gains little: fp16 and bf16 send half the bytes, but gloo's
+16-bit sums and the casts cost about what the bytes saved (bf16 a little less), and `noop` (nothing sent at all)
 is the bound no hook can beat: the compute alone. (`docs/comm-hooks.md` has the same prediction
 for three models, two caps and every hook.) The Timeline draws a hook inside each bucket's span: the cast before
 its collective (hatched), the collective with what it sent, the cast back after it:"""),

@@ -1,6 +1,7 @@
 """What a comm hook costs: measured in a recording's own ranks (record/hookprobe.py, meta.hook_rates),
 carried into a replay's what-if (learn.replay_config), priced by the simulator (sim/comm_hooks.py,
 sim/hooked.py), and taken from the GPU profile for a GPU model."""
+import dataclasses
 import json
 import math
 
@@ -46,7 +47,9 @@ def test_a_gpu_model_prices_a_hooks_compute_at_the_profiles_rates():
     cfg = sim_config(Base("synthetic", "resnet50", "v100", "eth25"), world_size=8, comm_hook="fp16")
     assert cfg.hook_rates == rates
     assert sim_config(Base("synthetic", "resnet50", "v100", "eth25"), world_size=8).hook_rates == {}
-    assert arch_defaults(synthetic("resnet50", "v100-eth25"))["hook_rates"] == rates
+    gpu_model = synthetic("resnet50", "v100-eth25")
+    assert arch_defaults(gpu_model, "fp16")["hook_rates"] == rates and "hook_rates" not in arch_defaults(gpu_model)
+    assert arch_defaults(gpu_model, "powersgd", 4)["hook_rates"] == gpu_rates("v100", 4)
 
 
 def test_a_recording_measures_what_a_hook_would_cost_in_its_ranks(tmp_path):
@@ -99,6 +102,38 @@ def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
     old = load_trace(sample_path("01_mlp_torch_default"))
     assert "meta.hook_rates" in caution(old, "fp16") and "\n" not in caution(old, "fp16")
     assert caution(old, None) is None and caution(old, "allreduce") is None and caution(None, "fp16") is None
-    old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10}
+    old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 1.0}
     assert caution(old, "fp16") is None
     assert "least certain" in caution(old, "noop")  # a CPU recording: gloo's share of the cores
+
+
+def test_hooks_that_send_ddps_own_allreduce_cost_what_it_costs():
+    """allreduce_hook, and PowerSGD before start_powerSGD_iter (torch's _allreduce_fut: the division
+    and one fp32 allreduce), replay as DDP without a hook; the latency floor is for a hook's own."""
+    from ddpsim.learn import learn, replay_config, simulate
+    from ddpsim.samples import sample_path
+    from ddpsim.trace import load_trace
+
+    trace = load_trace(sample_path("01_mlp_torch_default"))
+    w = dataclasses.replace(learn(trace), launch_s_per_byte=3e-10)  # a division of the bucket, priced per byte
+    rates = {"allreduce_latency_s": 0.05, "cast_s_per_byte": 1e-10}
+
+    def iteration(**fields):
+        return simulate(w, replay_config(w, trace, **fields))[1]["iteration_time_s"]
+    plain = iteration()
+    assert iteration(comm_hook="allreduce", hook_rates=rates) == pytest.approx(plain, rel=1e-9)
+    assert iteration(comm_hook="powersgd", hook_rates=rates) == pytest.approx(plain, rel=1e-9)  # start 1000
+    assert iteration(comm_hook="powersgd", powersgd_start_iter=0, hook_rates=rates) > plain + 0.05
+
+
+def test_a_one_rank_gloo_recording_says_its_16_bit_allreduce_is_unmeasured():
+    from ddpsim.learn.hookrates import caution
+    from ddpsim.samples import sample_path
+    from ddpsim.trace import load_trace
+
+    trace = load_trace(sample_path("01_mlp_torch_default"))
+    trace.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "matmul_s_per_flop": 1e-10}
+    assert "no 16-bit allreduce" in caution(trace, "fp16")
+    assert caution(trace, "powersgd") is None
+    trace.meta["hook_rates"] = {}
+    assert "meta.hook_rates" in caution(trace, "fp16")  # an empty dict measured nothing

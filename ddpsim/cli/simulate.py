@@ -233,12 +233,13 @@ def overrides_from_args(args) -> dict:
     return values
 
 
-def arch_defaults(workload) -> dict:
+def arch_defaults(workload, comm_hook=None, powersgd_rank: int | None = None) -> dict:
     """A GPU model's rank noise: its profile's spread, every rank waiting for the expected slowest
-    (Note [Waiting for the slowest rank]); a comm hook's compute at the GPU's rates."""
+    (Note [Waiting for the slowest rank]); with a comm hook, its compute at the GPU's rates."""
     from ddpsim.sim.comm_hooks import gpu_rates
 
-    rates = {"hook_rates": gpu_rates(str(workload.meta.get("hardware", "")).partition("-")[0])}
+    gpu = str(workload.meta.get("hardware", "")).partition("-")[0]
+    rates = {"hook_rates": gpu_rates(gpu, powersgd_rank or 1)} if comm_hook else {}
     noise = {"jitter": workload.meta["rank_spread"], "jitter_mode": "expected"} if "rank_spread" in workload.meta else {}
     return {**rates, **noise}
 
@@ -249,7 +250,7 @@ def config_for(workload, trace, values: dict):
     from ddpsim.sim.api import SimConfig
 
     if trace is None:
-        cfg = SimConfig(**{**arch_defaults(workload), **values})
+        cfg = SimConfig(**{**arch_defaults(workload, values.get("comm_hook"), values.get("powersgd_rank")), **values})
     else:
         learnt = workload.meta.get("learnt_interference")
         cfg = replay_config(workload, trace, **({"interference": learnt} if learnt else {}), **values)

@@ -90,7 +90,8 @@ def main(args) -> int:
     if trace is not None:
         rows = learn_sweep(workload, grid, base, metric=args.metric, trace=trace)
     else:
-        cfg = SimConfig(**{"iters": 4, **arch_defaults(workload), **base})
+        hook = base.get("comm_hook") or grid.get("comm_hook")  # a GPU model prices a hook at its rates
+        cfg = SimConfig(**{"iters": 4, **arch_defaults(workload, hook, base.get("powersgd_rank")), **base})
         if "world_size" not in grid:
             cfg.validate()
         rows = sweep(workload, grid, cfg, metric=args.metric)

@@ -23,7 +23,7 @@ def recorded(trace: Trace) -> dict:
     """``{"hook_rates": ...}`` from the trace's ``meta.hook_rates`` (the names the simulator knows),
     or {} for a trace without them (older recordings, imports, simulated runs)."""
     rates = trace.meta.get("hook_rates")
-    if not isinstance(rates, dict):
+    if not isinstance(rates, dict) or not rates:
         return {}
     return {"hook_rates": {k: float(v) for k, v in rates.items() if k in RATES}}
 
@@ -47,10 +47,16 @@ def caution(trace: Trace | None, comm_hook: str | None) -> str | None:
     for noop on a CPU recording."""
     if trace is None or comm_hook in (None, "allreduce"):
         return None
-    cpu = trace.source == "real" and trace.meta.get("backend") == "gloo" and (
-        trace.meta.get("placement") or {}).get("device") != "cuda"
-    if recorded(trace):
-        return NOOP_ON_CPU if comm_hook == "noop" and cpu else None
+    gloo = trace.source == "real" and trace.meta.get("backend") == "gloo"
+    cpu = gloo and (trace.meta.get("placement") or {}).get("device") != "cuda"
+    rates = recorded(trace).get("hook_rates", {})
+    if rates and comm_hook == "noop":
+        return NOOP_ON_CPU if cpu else None
+    if rates and (comm_hook not in ("fp16", "bf16") or not gloo or "float16_allreduce_cost" in rates):
+        return None
+    if rates:  # a one-rank gloo recording (or gloo on CUDA tensors): no 16-bit allreduce was timed
+        return ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
+                "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 0.9-1.6x here.")
     return ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "
             "before ddpsim measured them, imported profiles): the hook's casts and matmuls are free here "
             "and a 16-bit allreduce costs half an fp32 one, as with NCCL on a GPU. Record the run again "

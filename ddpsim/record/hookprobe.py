@@ -32,6 +32,14 @@ FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model h
 MATMUL_BYTES = 64 * 2 ** 20  # at most this much of the model's gradient matrices is copied for the matmuls
 
 
+def every_rank_here(cfgs, turns) -> bool:
+    """Whether every rank calls the probe now, the same answer on each (it runs collectives): not
+    with uneven inputs outside Join, where a rank out of data goes on to its final barrier while
+    the others still train; not when world sizes take turns (Note [Take turns across world sizes]
+    in record/turns.py), where the probe would run beside another group's recorded rounds."""
+    return turns is None and (cfgs[0].join or all(c.uneven == 0 for c in cfgs))
+
+
 def write_rates(recorders, device, world: int, model) -> None:
     """``measure`` for ``model`` and add it to every shard's header as ``hook_rates``."""
     rates = measure(device, world, list(model.parameters()))
@@ -42,7 +50,8 @@ def write_rates(recorders, device, world: int, model) -> None:
 def measure(device, world: int, params: list) -> dict:
     """``SimConfig.hook_rates`` measured in this rank on ``device`` for a model of ``params``;
     every rank must call it: it runs collectives (on CPU tensors or NCCL; gloo with CUDA tensors is
-    left out, untried). Local parts that fail (out of memory) are left out."""
+    left out, untried). Local parts that fail (out of memory) are left out; a collective that fails
+    fails the recording, as a failing collective in training would."""
     import torch
     import torch.distributed as dist
 
@@ -88,10 +97,14 @@ def _matmul_rate(device, sync, params: list) -> float:
     matrices, where PowerSGD would compress them (else one square matrix)."""
     import torch
 
-    shapes = [(p.shape[0], p.numel() // p.shape[0]) for p in params if p.dim() >= 2]
-    shapes = [(n, m) for n, m in shapes if (n + m) * 2 < n * m] or [(FALLBACK_MATRIX, FALLBACK_MATRIX)]
-    budget = [sum(n * m for n, m in shapes[:k + 1]) * 4 <= MATMUL_BYTES for k in range(len(shapes))]
-    shapes = shapes[:max(1, sum(budget))]  # the first gradients, up to MATMUL_BYTES of them
+    shapes = [(p.shape[0], p.numel() // p.shape[0]) for p in params if p.dim() >= 2 and p.numel() > 0]
+    shapes = [(n, m) for n, m in shapes if (n + m) * 2 < n * m]
+    kept, size = [], 0
+    for n, m in shapes:  # the model's gradient matrices in order, up to MATMUL_BYTES of them
+        if size + n * m * 4 <= MATMUL_BYTES:
+            kept.append((n, m))
+            size += n * m * 4
+    shapes = kept or [(FALLBACK_MATRIX, FALLBACK_MATRIX)]
     pairs = [(torch.randn(n, m, device=device), torch.randn(m, 1, device=device)) for n, m in shapes]
     seconds = _median_s(lambda: [torch.matmul(a, q) for a, q in pairs], sync)
     return seconds / sum(2 * n * m for n, m in shapes)

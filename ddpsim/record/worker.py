@@ -228,8 +228,8 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         for run, n in zip(runs, mine):
             if it < n:
                 run.step(it)
-                if len(runs) > 1 and run.cfg.comm_hook == "noop":  # Note [A noop step leaves the ranks apart]
-                    dist.barrier()  # ... in hookwatch.py: the next run's step starts with the ranks together
+            if len(runs) > 1 and run.cfg.comm_hook == "noop":  # Note [A noop step leaves the ranks apart]
+                dist.barrier()  # ... in hookwatch.py: the next run's step starts with the ranks together
         for probe, _ in probes:  # Note [Calibrate in the recording's ranks]
             probe.time_each()
         if turns:
@@ -239,15 +239,14 @@ def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: li
         if rank == 0:
             turns.end()
         for r in recorders:
-            r.header_update({"turns": {"world_sizes": turns.world_sizes, "group": turns.group,
-                                       "spans_ns": turns.spans}})
-    if done := max(mine) >= max(c.iters for c in cfgs):  # not out of data (--uneven): every rank gets here
-        hookprobe.write_rates(recorders, device, world, runs[0].model)  # Note [What a plain run cannot show]
+            r.header_update({"turns": {"world_sizes": turns.world_sizes, "group": turns.group, "spans_ns": turns.spans}})
+    if hookprobe.every_rank_here(cfgs, turns):  # Note [What a plain run cannot show]
+        hookprobe.write_rates(recorders, device, world, runs[0].model)
     for probe, run in probes:
         run.recorder.header_update({"allreduce_probe": probe.rows()})
     for run in runs:
         run.recorder.finish(run.logging_data())
-    if not done:  # Note [A rank out of data] in heartbeat.py
+    if max(mine) < max(c.iters for c in cfgs):  # Note [A rank out of data] in heartbeat.py
         heartbeat.beat(stage="out of data", iteration=max(mine) - 1)
         return False
     return True
@@ -258,7 +257,8 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     die_with_parent()
     rank, world, local = env_rank()
     cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
-    placement, backend = cfg.placement(), cfg.placement().backend
+    placement = cfg.placement()
+    backend = placement.backend
     torch.set_num_threads(1)
     header = {**(header or {}), "placement": {"device": placement.device, "reason": placement.reason}}
     if placement.device == "cuda":  # nccl: GPU local_rank; gloo --device cuda: GPUs shared round-robin

@@ -47,31 +47,43 @@ def launch_cost(model, plan, b: int, nbytes: int) -> float:
     """Seconds bucket ``b``'s launch holds the autograd thread (Note [Launching costs the autograd
     thread] in model.py). DDP's own allreduce (and allreduce_hook, round-robin) divides the fp32
     bucket by the world size and enqueues it: the learnt ``launch_cost``. A hook that divides its
-    own compressed tensor (fp16, bf16, PowerSGD) or sends nothing (noop) keeps the per-launch part
-    and adds its own compute instead of the division."""
+    own compressed tensor (fp16, bf16, PowerSGD once it compresses) or sends nothing (noop) keeps
+    the per-launch part and adds its own compute instead of the division."""
     w = model.w
-    if model.hook is None or model.hook.name in ("allreduce", "round-robin"):
+    if not compresses(model, plan, b):
         return w.launch_cost(nbytes)
     return w.launch_s + launch_s(model, plan, b)
+
+
+def compresses(model, plan, b: int) -> bool:
+    """Whether bucket ``b``'s hook does something else than DDP's own fp32 allreduce: not without a
+    hook, nor allreduce or round-robin, nor PowerSGD before ``start_powerSGD_iter`` (its vanilla
+    steps run ``_allreduce_fut``: the division and one allreduce)."""
+    hook = model.hook
+    if hook is None or hook.name in ("allreduce", "round-robin"):
+        return False
+    return hook.name != "powersgd" or len(hook_plan(model, plan, b)[0]) == 3
 
 
 def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
     """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
     stages, (first, between, after) = hook_plan(model, plan, b)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
-    model.env.process(_stages(model, actor, work, stages, first, [*between, after]))
+    floor = model.hook_rates.get("allreduce_latency_s", 0.0) if compresses(model, plan, b) else 0.0
+    model.env.process(_stages(model, actor, work, stages, first, [*between, after], floor))
     return work
 
 
-def _stages(model, actor, work, stages, first, compute):
+def _stages(model, actor, work, stages, first, compute, floor):
     """The hook's future: its first collectives once the hook call's own compute (``first``: the
-    cast, PowerSGD's M Q) is done, each next stage after the one before and its callback's compute."""
+    cast, PowerSGD's M Q) is done, each next stage after the one before and its callback's compute;
+    each collective at least ``floor`` seconds (a hook's own; DDP's allreduce as the link prices it)."""
     env = model.env
     work.start = env.now
     if stages and first > 0:
         yield env.timeout(first)
     for k, stage in enumerate(stages):
-        subs = [model.launch(actor, (*work.key, "hook", k, j), n, seconds=_seconds(model, n))
+        subs = [model.launch(actor, (*work.key, "hook", k, j), n, seconds=_seconds(model, n, floor))
                 for j, n in enumerate(stage)]
         yield simpy.AllOf(env, [s.done for s in subs])
         if k < len(compute) and compute[k] > 0:
@@ -82,11 +94,10 @@ def _stages(model, actor, work, stages, first, compute):
     work.done.succeed()
 
 
-def _seconds(model, nbytes: int) -> float:
-    """A hook collective's time: the link's for what its dtype costs, at least a collective's latency."""
-    rates = model.hook_rates
-    seconds = model.link.allreduce_s(comm_hooks.priced_bytes(model.hook, nbytes, rates), model.world_size)
-    return max(seconds, rates.get("allreduce_latency_s", 0.0))
+def _seconds(model, nbytes: int, floor: float) -> float:
+    """A hook collective's time: the link's for what its dtype costs, at least ``floor``."""
+    seconds = model.link.allreduce_s(comm_hooks.priced_bytes(model.hook, nbytes, model.hook_rates), model.world_size)
+    return max(seconds, floor)
 
 
 def synced_steps(plans) -> dict[int, int]:
