@@ -39,7 +39,7 @@ def in_replay(w: Workload, cfg: dict) -> dict:
 
 NOOP_ON_CPU = ("noop on a CPU recording: without collectives gloo's threads leave the cores to the "
                "backward, and how much of the recorded backward they took is the least certain part of the "
-               "CPU model: noop was predicted up to 37% fast at small bucket caps here (docs/comm-hooks.md).")
+               "CPU model: noop was predicted up to 33% fast at small bucket caps here (docs/comm-hooks.md).")
 
 
 def caution(trace: Trace | None, comm_hook: str | None) -> str | None:

@@ -69,7 +69,8 @@ def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
     """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
     stages, (first, between, after) = hook_plan(model, plan, b)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
-    floor = model.hook_rates.get("allreduce_latency_s", 0.0) if compresses(model, plan, b) else 0.0
+    small = model.hook.name == "powersgd" and compresses(model, plan, b)  # P and Q: far below any bucket
+    floor = model.hook_rates.get("allreduce_latency_s", 0.0) if small else 0.0
     model.env.process(_stages(model, actor, work, stages, first, [*between, after], floor))
     return work
 
@@ -77,7 +78,8 @@ def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
 def _stages(model, actor, work, stages, first, compute, floor):
     """The hook's future: its first collectives once the hook call's own compute (``first``: the
     cast, PowerSGD's M Q) is done, each next stage after the one before and its callback's compute;
-    each collective at least ``floor`` seconds (a hook's own; DDP's allreduce as the link prices it)."""
+    each collective at least ``floor`` seconds: PowerSGD's, whose P and Q are far smaller than the
+    buckets the link was learnt from, so the learnt line cannot tell their latency."""
     env = model.env
     work.start = env.now
     if stages and first > 0:
