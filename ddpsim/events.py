@@ -202,7 +202,7 @@ def _hook_compute(ev: dict) -> None:
     callback still writes into its own row.)
     """
     end = ev["complete_ns"]
-    cols = ev["collectives"] = [{**c, "complete_ns": min(end, end if c["complete_ns"] is None else c["complete_ns"])}
+    cols = ev["collectives"] = [{**c, "complete_ns": end if c["complete_ns"] is None else min(end, c["complete_ns"])}
                                 for c in ev["collectives"]]
     first = min((c["launch_ns"] for c in cols), default=end)
     last = max((c["complete_ns"] for c in cols), default=end)

@@ -30,26 +30,16 @@ import statistics
 import sys
 import time
 
+from ddpsim.record.probe import timings
+
 REPS = 7  # timed repetitions per measurement, after WARMUP; the fastest is kept (see _fastest_s)
 WARMUP = 2  # untimed repetitions first (allocator, lazy init)
 COPY_BYTES = 32 * 2**20  # bytes of the copy and add measurements (32 MiB)
 
 
-def timings(fn, reps: int = REPS, warmup: int = WARMUP) -> list[float]:
-    """Seconds of each of ``reps`` calls of ``fn``, after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def _fastest_s(fn, reps: int = REPS) -> float:
     """The fastest of ``reps`` timed calls: on a shared machine the one least slowed by others."""
-    return min(timings(fn, reps))
+    return min(timings(fn, reps, WARMUP))
 
 
 def _batch(training, samples: int):

@@ -14,7 +14,7 @@ cast 1.1e-10. So a replay prices casts at the larger of the two.
 """
 from __future__ import annotations
 
-from ddpsim.sim.comm_hooks import RATES
+from ddpsim.sim.comm_hooks import RATES, SENT_DTYPE
 from ddpsim.sim.workload import Workload
 from ddpsim.trace import Trace
 
@@ -40,24 +40,26 @@ def in_replay(w: Workload, cfg: dict) -> dict:
 NOOP_ON_CPU = ("noop on a CPU recording: without collectives gloo's threads leave the cores to the "
                "backward, and how much of the recorded backward they took is the least certain part of the "
                "CPU model: noop was predicted up to 33% fast at small bucket caps here (docs/comm-hooks.md).")
-
-
-def caution(trace: Trace | None, comm_hook: str | None) -> str | None:
-    """One sentence when a hook what-if starts from a trace without ``meta.hook_rates``, or asks
-    for noop on a CPU recording."""
-    if trace is None or comm_hook in (None, "allreduce"):
-        return None
-    gloo = trace.source == "real" and trace.meta.get("backend") == "gloo"
-    cpu = gloo and (trace.meta.get("placement") or {}).get("device") != "cuda"
-    rates = recorded(trace).get("hook_rates", {})
-    if rates and comm_hook == "noop":
-        return NOOP_ON_CPU if cpu else None
-    if rates and (comm_hook not in ("fp16", "bf16") or not gloo or "float16_allreduce_cost" in rates):
-        return None
-    if rates:  # a one-rank gloo recording (or gloo on CUDA tensors): no 16-bit allreduce was timed
-        return ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
-                "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 0.9-1.6x here.")
-    return ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "
+NO_16_BIT = ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
+             "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 0.9-1.6x here.")
+NO_RATES = ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "
             "before ddpsim measured them, imported profiles): the hook's casts and matmuls are free here "
             "and a 16-bit allreduce costs half an fp32 one, as with NCCL on a GPU. Record the run again "
             "with this ddpsim for what they cost on its machine.")
+
+
+def caution(trace: Trace | None, comm_hook: str | None) -> str | None:
+    """One sentence when a hook what-if starts from a trace without ``meta.hook_rates``, from a gloo
+    trace that timed no 16-bit allreduce, or asks for noop on a CPU recording."""
+    if trace is None or comm_hook in (None, "allreduce"):
+        return None
+    rates = recorded(trace).get("hook_rates")
+    if not rates:
+        return NO_RATES
+    gloo = trace.source == "real" and trace.meta.get("backend") == "gloo"
+    if comm_hook == "noop":
+        cpu = gloo and (trace.meta.get("placement") or {}).get("device") != "cuda"
+        return NOOP_ON_CPU if cpu else None
+    if comm_hook in SENT_DTYPE and gloo and "float16_allreduce_cost" not in rates:
+        return NO_16_BIT
+    return None

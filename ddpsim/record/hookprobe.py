@@ -22,6 +22,7 @@ import statistics
 import time
 
 from ddpsim import heartbeat
+from ddpsim.record.probe import timings
 
 CAST_ELEMENTS = 2 ** 20  # fp32 elements cast like a bucket (4 MiB: between DDP's 1 MiB first bucket and 25 MiB)
 ALLREDUCE_ELEMENTS = 2 ** 20  # elements of the fp32/fp16/bf16 allreduces compared (4 MiB in fp32)
@@ -69,15 +70,7 @@ def measure(device, world: int, params: list) -> dict:
 
 
 def _median_s(fn, sync) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(ROUNDS):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(timings(fn, ROUNDS, 1, sync))
 
 
 def _cast_rate(device, sync, _params) -> float:

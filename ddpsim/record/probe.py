@@ -3,11 +3,29 @@
 ``ddpsim calibrate`` uses it in ranks of its own; a recording uses it in its own
 ranks between rounds of iterations (``RecordConfig.probe_allreduce_bytes``), so
 that the line is measured at the same moments as the runs it is used to predict.
+``timings`` is the timing loop the other micro-benchmarks share (hookprobe.py,
+experiments/dp_pieces.py).
 """
 from __future__ import annotations
 
 import statistics
 import time
+
+
+def timings(fn, reps: int, warmup: int, sync=None) -> list[float]:
+    """Seconds of each of ``reps`` calls of ``fn``, after ``warmup`` untimed ones; ``sync`` (e.g.
+    ``torch.cuda.synchronize``) after each call, so that a GPU's queued work is timed too."""
+    sync = sync or (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 class AllreduceProbe:

@@ -118,7 +118,7 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                     ready, launch, end = rec["buckets"][c.key[1]]
                     buckets.append(BucketEvent(c.key[1], c.nbytes, _ns(ready), _ns(launch), _ns(c.end),
                                                None if end is None else _ns(end),
-                                               **hook_fields(model, plan, c.key[1], launch, c.end)))
+                                               **hook_fields(model, plan, c.key[1], launch, c)))
             opt = rec["opt"]
             iters.append(Iteration(
                 plan.iteration, plan.sync, Span(_ns(rec["start"]), _ns(rec["fwd_end"])),

@@ -28,6 +28,7 @@ from math import prod
 
 HOOKS = ("allreduce", "fp16", "bf16", "noop", "powersgd", "round-robin:N")
 HALF_BYTES = 2  # bytes per element after fp16/bf16 compression
+SENT_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}  # what the compress hooks cast the bucket to
 HALF_COST = 0.5  # a 2-byte allreduce's time over an fp32 one's of as many elements: half the bytes (NCCL)
 RATES = {  # SimConfig.hook_rates (ddpsim/record/hookprobe.py measures them in a recording's ranks)
     "cast_s_per_byte": "seconds per bucket byte of a cast to 2-byte floats and back",
@@ -99,10 +100,9 @@ def priced_bytes(hook: CommHook, nbytes: int, rates: dict) -> float:
     """The fp32 bytes whose allreduce costs what ``hook``'s collective of ``nbytes`` does: a 2-byte
     allreduce costs ``<dtype>_allreduce_cost`` times the fp32 one of as many elements (gloo sums
     fp16 slower per element than fp32: Note [What a plain run cannot show] in record/hookprobe.py)."""
-    if hook.name not in ("fp16", "bf16"):
+    if hook.name not in SENT_DTYPE:
         return nbytes
-    dtype = "float16" if hook.name == "fp16" else "bfloat16"
-    return nbytes / HALF_BYTES * 4 * rates.get(f"{dtype}_allreduce_cost", HALF_COST)
+    return nbytes / HALF_BYTES * 4 * rates.get(f"{SENT_DTYPE[hook.name]}_allreduce_cost", HALF_COST)
 
 
 def group_of(hook: CommHook, bucket: int) -> int:

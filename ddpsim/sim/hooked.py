@@ -85,6 +85,7 @@ def _stages(model, actor, work, stages, first, compute, floor):
     if stages and first > 0:
         yield env.timeout(first)
     for k, stage in enumerate(stages):
+        work.issued.append(env.now)
         subs = [model.launch(actor, (*work.key, "hook", k, j), n, seconds=_seconds(model, n, floor))
                 for j, n in enumerate(stage)]
         yield simpy.AllOf(env, [s.done for s in subs])

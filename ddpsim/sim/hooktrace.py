@@ -3,44 +3,39 @@
 A recording with a comm hook notes, per bucket, every collective the hook issued and the hook's
 compute before the first and after the last (``collectives``, ``compress_ns``, ``decompress_ns``;
 docs/trace-format.md). A simulated run with a hook writes the same fields from what the simpy
-model did (``sim/hooked.py``): each stage's collectives, issued on this rank when the stage starts
-(the first after the hook call's own compute, the next ones when the stage before has completed and its
-callback's compute is done), each complete when its ``Work`` is. So both kinds of trace can be
-drawn, read and compared alike.
+model did (``sim/hooked.py``): each stage's collectives, issued on this rank when ``_stages`` issued
+them (the first after the hook call's own compute, the next ones when the stage before has
+completed and its callback's compute is done), each complete when its ``Work`` is. So both kinds
+of trace can be drawn, read and compared alike.
 """
 from __future__ import annotations
 
 from ddpsim.sim import comm_hooks, hooked
 from ddpsim.trace import HookCollective
 
-SENT_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}  # what the compress hooks cast the bucket to
-
 
 def _ns(t: float) -> int:
     return int(round(t * 1e9))
 
 
-def hook_fields(model, plan, b: int, launch: float, complete: float) -> dict:
+def hook_fields(model, plan, b: int, launch: float, work) -> dict:
     """``BucketEvent``'s hook fields for bucket ``b`` of ``plan`` on one rank, as keyword arguments;
     ``{}`` without a hook, so a plain run writes what it always wrote.
 
-    ``launch``: the hook's call on this rank (s); ``complete``: its future's completion (s).
-    Mirrors ``hooked._stages``: stage 0 is issued once the hook call's compute (``first``) is done,
-    stage k when stage k-1's collectives have all completed and the compute after it
-    (``between[k-1]``) is done."""
+    ``launch``: the hook's call on this rank (s); ``work``: the bucket's ``Work`` on this rank (the
+    hook's future), which notes when ``hooked._stages`` issued each stage (``Work.issued``)."""
     if model.hook is None:
         return {}
-    stages, (first, between, _) = hooked.hook_plan(model, plan, b)
+    stages = hooked.hook_plan(model, plan, b)[0]
     params = [model.w.params[i] for i in model.layouts[plan.layout_id][b]]
-    dtype = SENT_DTYPE.get(model.hook.name, params[0].dtype if params else "float32")
+    dtype = comm_hooks.SENT_DTYPE.get(model.hook.name, params[0].dtype if params else "float32")
     group = str(comm_hooks.group_of(model.hook, b))  # "0": the default group; round-robin: i mod N
-    out, issued = [], launch + first
-    for k, stage in enumerate(stages):
+    out = []
+    for k, (stage, issued) in enumerate(zip(stages, work.issued)):
         works = [model.collectives[(plan.iteration, b, "hook", k, j)] for j in range(len(stage))]
         out += [HookCollective("all_reduce", w.nbytes, dtype, group, model.world_size, _ns(issued), _ns(w.end))
                 for w in works]
-        issued = max(w.end for w in works) + (between[k] if k < len(between) else 0.0)
-    start, end = _ns(launch), _ns(complete)
+    start, end = _ns(launch), _ns(work.end)
     compress = (out[0].launch_ns if out else end) - start
     decompress = end - out[-1].complete_ns if out else 0
     return {"collectives": out, "compress_ns": compress, "decompress_ns": decompress}

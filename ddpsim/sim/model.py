@@ -20,7 +20,7 @@ trace builder (api.py) turns them into integer ns.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -58,6 +58,7 @@ class Work:
     end: float = 0.0
     kind: str = "allreduce"  # or "broadcast" (the buffers)
     seconds: float | None = None  # its cost where known (a learnt broadcast); None: the link's
+    issued: list = field(default_factory=list)  # a hooked bucket's: when this rank issued each stage (hooked.py)
 
 
 class Model:
