@@ -62,3 +62,5 @@ def test_multi_node_ddp_scaling_tables():
         assert all(b["straggler"] >= a["straggler"] for a, b in zip(mine, mine[1:]))  # more ranks, more waiting
     bert = [r for r in rows if r["source"].startswith("NVIDIA DLE BERT") and r["role"] == "prediction"]
     assert len(bert) == 12 and max(abs(r["rel_error"]) for r in bert) <= 0.05
+    ray = [r for r in rows if r["source"].startswith("RaySGD ResNet-50 b128 FP32") and r["role"] == "prediction"]
+    assert len(ray) == 4 and max(abs(r["rel_error"]) for r in ray) <= 0.05  # data on the GPU, 1 to 8 p3dn nodes

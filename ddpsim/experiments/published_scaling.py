@@ -23,6 +23,18 @@ NERSC = ("sparticlesteve/pytorch-benchmarks (NERSC, commit 2c305b6), notebooks/S
          "https://github.com/sparticlesteve/pytorch-benchmarks")
 NERSC_RATES = {1: 328.158709, 2: 575.827460, 4: 1073.126200, 8: 2172.150641, 16: 3933.572199, 32: 7791.371154,
                64: 14935.142678}
+DLPERF = ("Oneflow-Inc/DLPerf (commit c89430b), PyTorch/resnet50v1.5/README.md (pytorch/examples imagenet main.py: torch "
+          "DDP, default buckets; torch 1.6.0, NCCL 2.7.3; 8 V100-SXM2-16GB per node, one EDR NIC per node: "
+          "reports/dlperf_benchmark_test_report_v1.md), table 'FP32 & W/O XLA & Use DALI', 'ResNet50 v1.5 batch_size = "
+          "128, worker=48' (ImageNet JPEGs decoded on the CPU by DALI), row {row}: https://github.com/Oneflow-Inc/DLPerf")
+DLPERF_RATES = {(1, 1): 350.66, (1, 4): 1306.49, (1, 8): 2707.42, (2, 8): 5193.09, (4, 8): 10032.72}
+RAY = ("ray-project/ray (commit 0767154), python/ray/util/sgd/torch/examples/benchmarks/README.rst (RaySGD wrapping torch "
+       "DDP, torch 1.4.0; ResNet-50, batch 128 per GPU, synthetic data on the GPU; AWS p3dn.24xlarge: 8 V100-SXM2 "
+       "per node, 100 Gb/s Ethernet), {where}: https://github.com/ray-project/ray")
+RAY_1 = "table 'Single Node Results', row 'Number of GPUs 1', column '{col}'"
+RAY_N = "table 'Multi Node Results', row '{n} * 8', column '{col}'"
+RAY_RATES = {"Ray (PyTorch)": (356.0, {1: 2962.7, 2: 5886.1, 4: 11705.9, 8: 23317.9}),
+             "Ray (PyTorch) + Apex": (770.0, {1: 6172.0, 2: 10052.8, 4: 20319.5, 8: 38642.0})}
 ITERS = 3  # synced steps: the first (one bucket), the rebuild, a steady one; deterministic (expected noise)
 GPU_MEMORY_MB = 81920  # DDP(bucket_cap_mb=torch.cuda.get_device_properties(device).total_memory) on an 80 GB A100: one bucket
 
@@ -48,6 +60,30 @@ SOURCES = [
      "baseline": (1, NERSC_RATES[1], 1, NERSC.format(n=1)),
      "targets": [(n, r, 1, NERSC.format(n=n)) for n, r in NERSC_RATES.items() if n > 1]},
 ]
+
+
+def _resnet(name: str, net: str, cite: str, baseline: tuple, targets: list) -> dict:
+    return {"name": name, "arch": "resnet50", "gpu": "v100", "net": net, "batch": 128, "unit": "img/s",
+            "bucket_cap_mb": None, "cite": cite, "baseline": baseline, "targets": targets}
+
+
+def _dlperf() -> dict:
+    row = "node_num {} gpu_num_per_node {}"
+    rows = [(n * g, r, 1, DLPERF.format(row=row.format(n, g))) for (n, g), r in DLPERF_RATES.items()]
+    return _resnet("DLPerf ResNet-50 b128 FP32, torch 1.6, DALI", "ib100x1", DLPERF.format(row="1..4 nodes"),
+                   rows[0], rows[1:])
+
+
+def _ray(col: str) -> dict:
+    one, rates = RAY_RATES[col]
+    prec = "Apex O1" if "Apex" in col else "FP32"
+    return _resnet(f"RaySGD ResNet-50 b128 {prec}, torch 1.4, p3dn", "eth100",
+                   RAY.format(where=f"{RAY_1.format(col=col)} and {RAY_N.format(n='1..8', col=col)}"),
+                   (1, one, 1, RAY.format(where=RAY_1.format(col=col))),
+                   [(8 * n, r, 1, RAY.format(where=RAY_N.format(n=n, col=col))) for n, r in rates.items()])
+
+
+SOURCES += [_dlperf(), _ray("Ray (PyTorch)"), _ray("Ray (PyTorch) + Apex")]
 
 
 def config(src: dict, accumulation: int, jitter: float) -> dict:
