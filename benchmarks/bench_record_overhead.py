@@ -30,7 +30,8 @@ from ddpsim.models import build_workload, call_batch  # noqa: E402
 from ddpsim.record.config import RecordConfig  # noqa: E402
 from ddpsim.events import RankRecorder  # noqa: E402
 from ddpsim.record.launcher import pick_port  # noqa: E402
-from ddpsim.record.worker import TorchProbes, pin_to_cpu  # noqa: E402
+from ddpsim.record.worker import pin_to_cpu  # noqa: E402
+from ddpsim.record.wrap import TorchProbes  # noqa: E402
 
 
 def step(ddp, opt, workload, it, rank, world, recorder=None, probes=None):

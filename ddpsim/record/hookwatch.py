@@ -49,7 +49,7 @@ def _arg(args, kwargs, where):
 
 class CollectiveWatch:
     """The replacements of Note [Watching a hook's collectives]: ``install`` before a recorded step,
-    ``remove`` after it (``worker.TorchProbes.before`` and ``after``)."""
+    ``remove`` after it (``wrap.TorchProbes.before`` and ``after``)."""
 
     def __init__(self, profiled: bool = False):
         self.local = threading.local()  # .bucket: the bucket event whose hook this thread runs
