@@ -85,7 +85,8 @@ def world_sizes(folder: Path, iters: int, rounds: int) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="folder for replay.json and worldsize.json")
+    p.add_argument("--out", default="runs/user_path",
+                   help="folder for replay.json and worldsize.json (default runs/user_path; docs/data: the README's rows)")
     p.add_argument("--iters", type=int, default=20, help="iterations per recording (default 20)")
     p.add_argument("--rounds", type=int, default=3, help="recordings of each model at 2 and 4 ranks (default 3)")
     args = p.parse_args(argv)

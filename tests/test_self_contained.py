@@ -104,3 +104,5 @@ def test_record_from_another_folder_writes_run_json_there_naming_no_folder(tmp_p
     text = (tmp_path / "run.json").read_text()
     assert str(tmp_path) not in text and str(ROOT) not in text
     assert json.loads(text)["meta"]["command"].startswith("python -m ddpsim.record.worker ")
+    # the README's tour: it prints the iteration time, the exposed communication and the overlap
+    assert re.search(r"iteration [\d.]+ ms, exposed comm [\d.]+ ms, overlap \d+%", result.stdout), result.stdout
