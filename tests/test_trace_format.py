@@ -24,6 +24,17 @@ def test_round_trip_is_lossless(tmp_path):
     assert load_trace(tmp_path / "copy.json") == trace
 
 
+def test_host_times_are_written_only_where_the_times_are_the_gpus(tmp_path):
+    trace = load_trace(FIXTURE)  # a CPU recording: no host times beside its own
+    save_trace(trace, tmp_path / "copy.json")
+    it = json.loads((tmp_path / "copy.json").read_text())["ranks"][0]["iterations"][0]
+    assert not any(k in b for b in it["buckets"] for k in ("cpu_launch_ns", "cpu_complete_ns"))
+    assert not any("cpu_t_ns" in g for g in it["grad_ready"])
+    gpu = load_trace(ROOT / "ddpsim" / "samples" / "10_h100_resnet18_gloo_2ranks.json")  # GPU times: host ones too
+    assert any(g.cpu_t_ns is not None for g in gpu.ranks[0].iterations[0].grad_ready)
+    assert any("cpu_t_ns" in g for g in gpu.to_dict()["ranks"][0]["iterations"][0]["grad_ready"])
+
+
 @pytest.mark.parametrize("mangle, expected", [
     (lambda s: s[: len(s) // 2], "truncated"),
     (lambda s: s.replace('"ranks"', '"ranks" oops', 1), "not valid JSON"),

@@ -87,6 +87,7 @@ class HookCollective:
 
 
 HOOK_FIELDS = ("collectives", "compress_ns", "decompress_ns")  # BucketEvent's, written only when present
+HOST_FIELDS = ("launch_end_ns", "cpu_launch_ns", "cpu_complete_ns")  # BucketEvent's, written only when present
 
 
 @dataclass
@@ -235,9 +236,12 @@ class Trace:
             for it in r["iterations"]:
                 if it["buffer_broadcast"] is None:  # written only where there is one: older traces stay as they were
                     del it["buffer_broadcast"]
-                for b in it["buckets"]:  # the comm hook's fields, likewise
-                    for key in HOOK_FIELDS:
+                for b in it["buckets"]:  # the comm hook's and the host times, likewise
+                    for key in HOOK_FIELDS + HOST_FIELDS:
                         if b[key] is None:
                             del b[key]
+                for g in it["grad_ready"]:
+                    if g["cpu_t_ns"] is None:  # a host time only where the times are the GPU's
+                        del g["cpu_t_ns"]
         d = {"format": FORMAT, **d}
         return d
