@@ -11,6 +11,7 @@ not modelled, only their time.
 from __future__ import annotations
 
 import math
+import argparse
 import sys
 
 BANDWIDTHS_GBPS = (1, 2, 5, 10, 25, 50, 100, 200, 400, 800)  # Gbit/s per rank, the x axis
@@ -52,7 +53,9 @@ def break_even_gbps(rows: list[dict], hook: str) -> float | None:
     return None
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ddpsim.experiments.compression", description=__doc__.splitlines()[0])
+    ap.parse_args(argv)  # no options: --help, and a clear error on anything else
     for arch, hardware in (("resnet50", "v100-eth25"), ("bert-large", "a100-eth100")):
         rows = iteration_vs_bandwidth(arch, hardware)
         print(f"{arch} on {hardware} x 64 ranks (SIMULATED), iteration ms by network Gbit/s:")

@@ -8,6 +8,7 @@ as a joined rank (torch's counted by wrapping ``_match_all_reduce_for_bwd_pass``
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 STEPS, SKEW, WORLD = 10, 3, 3  # rank r runs STEPS - SKEW * r batches
@@ -57,7 +58,9 @@ def run_case(case) -> list[tuple[float, dict]]:
     return run_ranks(train_joined, WORLD, args=case, timeout=300)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ddpsim.experiments.join_equivalence", description=__doc__.splitlines()[0])
+    ap.parse_args(argv)  # no options: --help, and a clear error on anything else
     print("| model | divide_by_initial_world_size | bucket cap MiB | find_unused | comm hook | rank | batches | "
           "max abs difference | shadow allreduces torch / minddp |\n|---|---|---|---|---|---|---|---|---|")
     for case in CASES:
