@@ -98,3 +98,19 @@ def test_compare_rows_give_spread_and_figure_draws_the_typical_iteration():
             <= best + 0.15
     heads = [x.get_text() for x in plot_compare(runs).axes[0].texts if "most typical" in x.get_text()]
     assert len(heads) == 2
+
+
+def test_construction_panel_keeps_the_bucket_scale_under_torchs_no_cap():
+    """Iteration 0's one bucket is built under torch's "no cap" (2^63-1 bytes): drawn as a cap line it
+    stretched the axis to 1.4e13 MiB and the 12 MiB bucket vanished; now the panel is on the bucket's scale."""
+    from ddpsim.samples import BUNDLED_DIR
+
+    trace = load_trace(BUNDLED_DIR / "01_mlp_torch_default.json")
+    construction = trace.ranks[0].layouts[0]
+    assert construction.kind == "construction" and construction.buckets[0].cap_bytes == 2**63 - 1
+    fig = plot_buckets(trace)
+    panel = fig.axes[1]
+    biggest = max(b.bytes for b in construction.buckets) / 2**20
+    assert panel.get_xlim()[1] <= 2 * biggest
+    assert not [c for c in panel.collections if c.get_segments()]  # no cap line: there is no cap
+    assert any(c.get_segments() for c in fig.axes[2].collections)  # the rebuilt layout's caps are drawn
