@@ -119,6 +119,21 @@ def test_the_share_spent_waiting_for_stragglers_is_shown():
     assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
 
 
+def test_one_rank_waits_for_nobody():
+    """At world size 1 a recording's rank-to-rank spread is not simulated (it made the page claim 0.15 ms of
+    "waiting for the slowest of 1"), and a GPU model's sentence says that one rank waits for nobody."""
+    trace, base, work = setup(REAL)
+    one = config(base, work, world_size=1)
+    assert work.meta["jitter_estimated"] > 0 and one.jitter == 0.0
+    out = whatif.evaluate(work, base, trace, one)
+    assert out.waits[0] == 0.0 and whatif.describe_stragglers(out) is None
+    assert config(base, work, world_size=4).jitter == pytest.approx(work.meta["jitter_estimated"])
+    gpu = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
+    gwork = whatif.workload(gpu, None)
+    text = whatif.describe_stragglers(whatif.evaluate(gwork, gpu, None, config(gpu, gwork, world_size=1)))
+    assert "one rank waits for nobody" in text and "slowest of 1 " not in text and "at 64 ranks" in text
+
+
 def test_a_gpu_model_picks_nccls_algorithm():
     base = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
     work = whatif.workload(base, None)
