@@ -160,6 +160,25 @@ def open_whatif(world_size: int) -> AppTest:
     return at
 
 
+def test_page_kept_runs_with_different_choices_are_both_kept(monkeypatch):
+    """The kept run's name has every choice: a what-if with fp16 and one without, or on two GPUs, used to share
+    a name, so keeping the second silently replaced the first."""
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    at = AppTest.from_file(APP, default_timeout=90).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    hook = next(s for s in at.selectbox if s.label == "Communication hook")
+    for choice in ("fp16", None):
+        hook.set_value(choice).run()
+        next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
+    at.selectbox(key="ddpsim_wi_gpu").set_value("a100").run()
+    next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
+    assert not at.exception and not at.error
+    kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
+    assert len(kept) == 3, kept
+    assert any("hook=fp16" in k and "on v100" in k for k in kept) and any("on a100" in k for k in kept)
+
+
 def test_page_another_world_size_offers_a_measurement_here(tmp_path, monkeypatch):
     samples_from(tmp_path, monkeypatch, socket.gethostname())  # a CPU run recorded on this machine
     at = open_whatif(1024)

@@ -111,8 +111,10 @@ ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
                lambda: plot_compare([("unchanged (SIMULATED)", out.unchanged), ("what-if (SIMULATED)", out.sim)]),
                "whatif_timeline", alt="The unchanged configuration and the what-if, both simulated, on one time axis")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
-    name = (f"{SIMULATED_PREFIX}{base.arch or pretty(label or '')} cap={cap or 'default'} {order} "
-            f"fu={int(fu)} n={n_sync} w={world} {network}")
+    who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
+    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
+    name = " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
+                     f"{network}", *filter(None, extra)])  # every choice: two different runs never share a name
     add_trace(name, out.sim, select=False)
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
