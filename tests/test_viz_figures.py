@@ -64,7 +64,8 @@ def test_sweep_best_marked_and_series():
             for c in (1, 10, 100) for o in ("torch", "definition") for fu in (False, True)]
     rows.append({"bucket_cap_mb": None, "order": "torch", "find_unused_parameters": False,
                  "iteration_time_s": 0.0052, "exposed_comm_s": 0.001})
-    fig = plot_sweep(rows, current={"bucket_cap_mb": 100, "iteration_time_s": 0.095, "exposed_comm_s": 0.01})
+    current = {"bucket_cap_mb": 100, "iteration_time_s": 0.095, "exposed_comm_s": 0.01}
+    fig = plot_sweep(rows, current=current)
     ax_t, ax_e = fig.axes
     assert ax_t.get_xscale() == "log" and "MiB" in ax_t.get_xlabel() and "(ms)" in ax_t.get_ylabel()
     assert len(gids(fig, "series:")) == 8  # 2 orders x 2 find_unused x 2 panels
@@ -72,6 +73,8 @@ def test_sweep_best_marked_and_series():
     best = gids(fig, "best")[0]
     assert list(best.get_xdata()) == [10] and list(best.get_ydata()) == pytest.approx([5.0])
     assert len(gids(fig, "current")) == 2
+    for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):  # the top markers are not cut
+        assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 1.05 * max(r[key] for r in rows + [current]) * 1e3
     assert any(s.get_linestyle() == "--" for s in gids(fig, "series:torch:fu"))
     assert figure_bytes(fig, "svg")[:5] in (b"<?xml", b"<svg ")
     with pytest.raises(ValueError):
