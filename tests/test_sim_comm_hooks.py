@@ -88,6 +88,12 @@ def test_simulate_takes_a_comm_hook_and_refuses_a_bad_one_in_one_line(capsys):
     assert cli(["simulate", "--arch", "resnet50", "--comm-hook", "fp8"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert "comm hook must be one of" in err[-1]
+    # torch's start_powerSGD_iter (1000) is past every simulated step: said, not silently the no-hook numbers
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3"]) == 0
+    assert "PowerSGD starts at synced step 1000" in capsys.readouterr().err
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3",
+                "--powersgd-start-iter", "1"]) == 0
+    assert "PowerSGD starts" not in capsys.readouterr().err
 
 
 def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iteration(monkeypatch):
