@@ -65,6 +65,23 @@ def test_replay_error_and_noise_come_from_the_recorded_run():
     assert gpu.noise is None and gpu.replay_error is None and gpu.change["iteration_time_s"] != 0
 
 
+def test_one_steady_iteration_has_no_spread_to_compare_with():
+    """A 2-iteration recording (the Record page's least) has one steady iteration: the page said its
+    iterations "vary by ±0% (over 1 steady iterations)" and called every change larger than that."""
+    import copy
+
+    trace = copy.deepcopy(load_trace(samples.BUNDLED_DIR / f"{REAL}.json"))
+    for r in trace.ranks:
+        r.iterations = r.iterations[:2]
+    base = whatif.base_for(trace)
+    work = whatif.workload(base, trace)
+    trace_of[id(base)] = trace
+    out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=0.25))
+    text = whatif.describe_change(out)
+    assert out.noise is None and not out.within_noise
+    assert "±0%" not in text and "one steady iteration" in text
+
+
 def test_far_extrapolation_is_cautioned():
     trace, base, work = setup(REAL)
     out = whatif.evaluate(work, base, trace, config(base, work, world_size=1024))
