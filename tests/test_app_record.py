@@ -81,6 +81,7 @@ def test_failing_recording_shows_reason_on_page():
     assert message.startswith("The recording failed:")
     assert "find_unused_parameters" in message
     assert not at.image
+    assert not [b for b in at.button if b.label == "Stop the recording"]  # nothing left to stop: no dead button
 
 
 def test_no_recording_process_outlives_a_killed_app(tmp_path):

@@ -39,13 +39,15 @@ if started and "ddpsim_job" not in st.session_state:
 job = st.session_state.get("ddpsim_job")
 if job is not None:
     bar = st.progress(0.0, text="Starting the ranks (importing torch takes a few seconds)...")
-    if st.button("Stop the recording", key="ddpsim_rec_stop"):
+    stop = st.empty()  # emptied once the job has ended: a dead Stop button stayed under a failed recording
+    if stop.button("Stop the recording", key="ddpsim_rec_stop"):
         jobs.stop(job)
     # the page waits here; a rerun elsewhere leaves the job running in the background
     status = jobs.wait(job, lambda done, total: bar.progress(min(done / total, 1.0),
                                                              text=f"Recording: {done}/{total} iterations"))
     total = max(1, status.get("total") or job.cfg["iters"])
     del st.session_state["ddpsim_job"]
+    stop.empty()
     if status["state"] == "done":
         bar.progress(1.0, text=f"Done: {total}/{total} iterations")
         try:
