@@ -79,6 +79,9 @@ def test_a_hang_shows_the_launchers_diagnosis_not_only_the_peers_crash():
     note = next(w.value for w in at.warning if w.value.startswith("Partial trace"))
     assert "rank 1 (hung: ran out of data after iteration 1" in note and "Connection closed by peer" in note
     assert "At:" not in note and "instrument.py" not in note
+    at.switch_page(PAGES + "whatif.py").run()  # the What-if replays a partial run: it says so too
+    no_exception(at)
+    assert any(w.value.startswith("Partial trace") and "ran out of data" in w.value for w in at.warning)
 
 
 def test_an_upload_past_the_time_limit_is_given_up_in_one_line(monkeypatch):

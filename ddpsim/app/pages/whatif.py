@@ -39,6 +39,8 @@ if trace is not None and not ui.has_iterations(trace):
 if trace is not None and (why := unknown_sizes(trace)) is not None and source == "the open trace":
     st.error(why)
     st.stop()
+if trace is not None:
+    ui.partial_note(trace)  # a run that stopped (a hang): the replay is of what was recorded
 now = whatif.choices(base)  # the widgets start at the run as recorded: nothing changed
 
 c1, c2, c3 = st.columns(3)
