@@ -51,7 +51,9 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
-hook = c2.selectbox("Communication hook", whatif.HOOKS, key=k + "hook",
+rec_hook = base.config.get("comm_hook") if base.kind == "trace" else None  # the hook the run recorded
+hooks = list(whatif.HOOKS) + ([rec_hook] if rec_hook and rec_hook not in whatif.HOOKS else [])
+hook = c2.selectbox("Communication hook", hooks, index=hooks.index(rec_hook), key=k + "hook",
                     format_func=lambda h: h or "none (DDP's own allreduce)",
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
@@ -91,11 +93,13 @@ if plan is not None and plan.action == "measure":
 elif plan is not None:
     st.caption(f"World size {world}: {plan.message}.")
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
+# the recorded hook as recorded (None); "none" on a hooked run is DDP's own allreduce, not the recorded hook
+sim_hook = None if hook == rec_hook else (hook or "allreduce")
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
                             work=work if base.kind == "trace" else None, trace=trace, algo=algo,
-                            broadcast_buffers=bufs, comm_hook=hook)
+                            broadcast_buffers=bufs, comm_hook=sim_hook)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
@@ -123,8 +127,8 @@ if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,
-                              work=work if base.kind == "trace" else None, trace=trace, algo=algo)
+sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook chosen above
+                              work=work if base.kind == "trace" else None, trace=trace, algo=algo, comm_hook=sim_hook)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
 if (verdict := whatif.describe_sweep(rows, out.summary, world)):
     st.success(verdict)
