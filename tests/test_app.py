@@ -79,6 +79,13 @@ def test_malformed_upload_shows_error_and_keeps_previous_trace(fixture_samples):
     assert not at.error
     assert at.selectbox(key="ddpsim_source").value == "upload: mine.json"
     assert len(at.image) == 1
+    # Another file of the same name (run.json from another folder) is kept beside the first, not over it.
+    first = at.session_state["ddpsim_uploads"]["upload: mine.json"]
+    at.file_uploader[0].set_value(("mine.json", (FIXTURES / "tiny_trace.json").read_bytes()[:-1] + b" }",
+                                   "application/json")).run()
+    assert not at.error and at.selectbox(key="ddpsim_source").value == "upload: mine.json (2)"
+    assert at.session_state["ddpsim_uploads"]["upload: mine.json"] is first
+    assert {"upload: mine.json", "upload: mine.json (2)"} <= set(at.selectbox(key="ddpsim_source").options)
 
 
 def test_accept_upload_takes_bytes():

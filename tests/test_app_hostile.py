@@ -66,6 +66,24 @@ def test_partial_trace_shows_a_plain_note_on_every_page():
     assert any("left out" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
+def test_a_hang_shows_the_launchers_diagnosis_not_only_the_peers_crash():
+    """A rank that ran out of data finishes (complete) with the launcher's diagnosis as its error; the rank left
+    waiting dies of gloo's "Connection closed by peer". The page showed only the latter, stack and all."""
+    raw = json.loads((FIXTURES / "tiny_trace.json").read_text())
+    raw["ranks"][0].update(complete=False, error="RuntimeError: Connection closed by peer [127.0.0.1]:25318. "
+                           "GLHF!\n\nAt:\n  ddpsim/record/instrument.py(139): done")
+    raw["ranks"][1].update(complete=True, error="hung: ran out of data after iteration 1 while rank(s) 0 went on")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    upload(at, "uneven.json", json.dumps(raw).encode())
+    no_exception(at)
+    note = next(w.value for w in at.warning if w.value.startswith("Partial trace"))
+    assert "rank 1 (hung: ran out of data after iteration 1" in note and "Connection closed by peer" in note
+    assert "At:" not in note and "instrument.py" not in note
+    at.switch_page(PAGES + "whatif.py").run()  # the What-if replays a partial run: it says so too
+    no_exception(at)
+    assert any(w.value.startswith("Partial trace") and "ran out of data" in w.value for w in at.warning)
+
+
 def test_an_upload_past_the_time_limit_is_given_up_in_one_line(monkeypatch):
     """The upload is read in a child process stopped at UPLOAD_PARSE_S (60 s; here set tiny)."""
     from ddpsim.app import state

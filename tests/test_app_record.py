@@ -64,6 +64,12 @@ def test_recording_world_size_2_finishes_and_shows_timeline():
     # The new trace opens on the Timeline page too.
     at.switch_page("ddpsim/app/pages/timeline.py").run()
     assert not at.exception and len(at.image) == 1
+    # The same options recorded again: a second run, kept beside the first (it used to replace it).
+    at.switch_page("ddpsim/app/pages/record.py").run()
+    at = submit(at, model="mlp", world=2, iters=3)
+    assert not at.exception and not at.error
+    assert at.session_state["ddpsim_source"] == "recorded: mlp_torch_w2 (2)"
+    assert at.session_state["ddpsim_uploads"]["recorded: mlp_torch_w2"] is trace
 
 
 @pytest.mark.slow  # a real recording from the page
@@ -75,6 +81,7 @@ def test_failing_recording_shows_reason_on_page():
     assert message.startswith("The recording failed:")
     assert "find_unused_parameters" in message
     assert not at.image
+    assert not [b for b in at.button if b.label == "Stop the recording"]  # nothing left to stop: no dead button
 
 
 def test_no_recording_process_outlives_a_killed_app(tmp_path):

@@ -88,6 +88,12 @@ def test_simulate_takes_a_comm_hook_and_refuses_a_bad_one_in_one_line(capsys):
     assert cli(["simulate", "--arch", "resnet50", "--comm-hook", "fp8"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert "comm hook must be one of" in err[-1]
+    # torch's start_powerSGD_iter (1000) is past every simulated step: said, not silently the no-hook numbers
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3"]) == 0
+    assert "PowerSGD starts at synced step 1000" in capsys.readouterr().err
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3",
+                "--powersgd-start-iter", "1"]) == 0
+    assert "PowerSGD starts" not in capsys.readouterr().err
 
 
 def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iteration(monkeypatch):
@@ -138,3 +144,31 @@ def test_the_break_even_bandwidth_is_where_a_hook_stops_beating_the_allreduce():
     assert plain == sorted(plain, reverse=True)  # more bandwidth, shorter iterations
     fig = plot_compression(real, {"powersgd": break_even_gbps(real, "powersgd")}, "ResNet-50")
     assert {line.get_gid() for line in fig.axes[0].lines} >= {"compression:allreduce", "compression:fp16"}
+
+
+@pytest.mark.slow  # a real recording with a hook
+def test_the_whatif_page_starts_from_the_recorded_hook_and_none_drops_it(record, monkeypatch):
+    """On a run recorded with fp16 the selector said "none (DDP's own allreduce)" while the simulation
+    replayed fp16, and no choice dropped the hook: now it opens on fp16 (nothing changed: 0%) and none is
+    DDP's own allreduce, and the sweep follows the hook chosen."""
+    from streamlit.testing.v1 import AppTest
+
+    from ddpsim import samples
+
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    trace = record(model="mlp", world_size=2, iters=4, comm_hook="fp16")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at.session_state["ddpsim_uploads"] = {"upload: fp16.json": trace}
+    at.session_state["ddpsim_trace_ids"] = {"upload: fp16.json": 0}
+    at.session_state["ddpsim_source"] = "upload: fp16.json"
+    at.run().switch_page("ddpsim/app/pages/whatif.py").run()
+    hook = next(s for s in at.selectbox if s.label == "Communication hook")
+    assert hook.value == "fp16" and not at.exception and not at.error
+    assert "+0.0% against the same configuration unchanged" in "\n".join(m.value for m in at.markdown)
+    sweep = next(s.value for s in at.success if "Best simulated" in s.value)
+    hook.select_index(0).run()  # "none (DDP's own allreduce)" (AppTest's set_value ignores None)
+    assert not at.exception and not at.error
+    assert next(s for s in at.selectbox if s.label == "Communication hook").value is None
+    text = "\n".join(m.value for m in at.markdown)
+    assert "+0.0%" not in text.split("Iteration time ")[1][:8], text
+    assert next(s.value for s in at.success if "Best simulated" in s.value) != sweep  # the sweep without the hook

@@ -2,10 +2,13 @@
 import pytest
 import simpy
 
-from ddpsim.learn import simulate, workload_from_trace
-from ddpsim.sim import Link, ParamSpec, SimConfig, Workload
+from ddpsim.learn import learn, replay_config, simulate, workload_from_trace
 from ddpsim.learn.contention import shared_work as _shared_work
+from ddpsim.samples import BUNDLED_DIR
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload
+from ddpsim.sim import simulate as simulate_workload
 from ddpsim.sim.core import Core
+from ddpsim.trace import load_trace
 
 MIB = 1024 * 1024
 
@@ -45,6 +48,22 @@ def test_core_job_arriving_later_and_zero_work():
     env.process(job("z", 0.0, 0.5))
     env.run()
     assert ends == pytest.approx({"a": 3.0, "b": 3.0, "z": 0.5})
+
+
+def test_a_job_closer_to_its_end_than_the_clock_can_step_finishes():
+    """Late in a long simulation (a 2-rank CPU trace asked for 100,000 ranks: 1,200 s iterations) a job's
+    last 1.5e-12 s is below the clock's resolution at t = 2e4 s: the core woke at the same instant for ever,
+    and the What-if page said "the simulation stopped after 24,576 events, past its estimate"."""
+    from ddpsim.sim.budget import run_bounded
+
+    env = simpy.Environment(initial_time=2e4)
+    done = Core(env).run(1.5e-12)
+    run_bounded(env, 10_000, None)
+    assert done.triggered and env.now == 2e4
+    trace = load_trace(BUNDLED_DIR / "01_mlp_torch_default.json")
+    w = learn(trace)
+    _, summary = simulate_workload(w, replay_config(w, trace, world_size=100_000, bucket_cap_mb=0.25))
+    assert summary["iteration_time_s"] > 100 and summary["simpy_events"] < 4 * summary["estimated_events"]
 
 
 def tiny_shared(concurrency=2):

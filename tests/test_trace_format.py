@@ -41,6 +41,8 @@ def test_host_times_are_written_only_where_the_times_are_the_gpus(tmp_path):
     (lambda s: "", "empty"),
     (lambda s: json.dumps({"format": "ddpsim-trace", "version": 99}), "version 99"),
     (lambda s: json.dumps({"hello": "world"}), "not a ddpsim trace"),
+    (lambda s: json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm"}]}), "ddpsim import"),  # torch.profiler's
+    (lambda s: json.dumps([{"ph": "X", "name": "ProfilerStep#1"}]), "looks like a Chrome trace"),
     (lambda s: s.replace('"forward"', '"forwards"', 1), "missing field ranks[0].iterations[0].forward"),
     (lambda s: s.replace('"source":"real"', '"source":"guess"').replace('"source": "real"', '"source": "guess"'),
      "source must be"),

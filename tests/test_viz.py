@@ -135,3 +135,15 @@ def test_assign_lanes_and_describe(trace):
         "iteration 1: rebuilt layout, 3 buckets, first iteration after the rebuild")
     assert describe_iteration(trace, 3) == (
         "iteration 3: rebuilt layout, 3 buckets; reduces grads accumulated over 2 micro-steps")
+
+
+def test_a_ranks_error_is_one_short_line_in_its_header(trace):
+    """A stopped rank's error (gloo's "Connection closed by peer ... GLHF!" and a Python stack) was drawn whole:
+    it ran off the figure and its lines covered the plot; the rank with the launcher's diagnosis said nothing."""
+    t = copy.deepcopy(trace)
+    t.ranks[0].complete, t.ranks[0].error = False, "RuntimeError: Connection closed by peer " + "x" * 200 + "\n\nAt:\n  f.py(1)"
+    t.ranks[1].error = "hung: ran out of data after iteration 1"
+    heads = [x.get_text() for x in plot_timeline(t, 1).axes[0].texts if x.get_text().startswith("rank ")]
+    assert heads[0].startswith("rank 0  (incomplete: RuntimeError: Connection closed") and heads[0].endswith("…)")
+    assert "\n" not in heads[0] and len(heads[0]) < 100
+    assert heads[1] == "rank 1  (hung: ran out of data after iteration 1)"

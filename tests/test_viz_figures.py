@@ -64,7 +64,8 @@ def test_sweep_best_marked_and_series():
             for c in (1, 10, 100) for o in ("torch", "definition") for fu in (False, True)]
     rows.append({"bucket_cap_mb": None, "order": "torch", "find_unused_parameters": False,
                  "iteration_time_s": 0.0052, "exposed_comm_s": 0.001})
-    fig = plot_sweep(rows, current={"bucket_cap_mb": 100, "iteration_time_s": 0.095, "exposed_comm_s": 0.01})
+    current = {"bucket_cap_mb": 100, "iteration_time_s": 0.095, "exposed_comm_s": 0.01}
+    fig = plot_sweep(rows, current=current)
     ax_t, ax_e = fig.axes
     assert ax_t.get_xscale() == "log" and "MiB" in ax_t.get_xlabel() and "(ms)" in ax_t.get_ylabel()
     assert len(gids(fig, "series:")) == 8  # 2 orders x 2 find_unused x 2 panels
@@ -72,6 +73,8 @@ def test_sweep_best_marked_and_series():
     best = gids(fig, "best")[0]
     assert list(best.get_xdata()) == [10] and list(best.get_ydata()) == pytest.approx([5.0])
     assert len(gids(fig, "current")) == 2
+    for ax, key in ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s")):  # the top markers are not cut
+        assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 1.05 * max(r[key] for r in rows + [current]) * 1e3
     assert any(s.get_linestyle() == "--" for s in gids(fig, "series:torch:fu"))
     assert figure_bytes(fig, "svg")[:5] in (b"<?xml", b"<svg ")
     with pytest.raises(ValueError):
@@ -98,3 +101,19 @@ def test_compare_rows_give_spread_and_figure_draws_the_typical_iteration():
             <= best + 0.15
     heads = [x.get_text() for x in plot_compare(runs).axes[0].texts if "most typical" in x.get_text()]
     assert len(heads) == 2
+
+
+def test_construction_panel_keeps_the_bucket_scale_under_torchs_no_cap():
+    """Iteration 0's one bucket is built under torch's "no cap" (2^63-1 bytes): drawn as a cap line it
+    stretched the axis to 1.4e13 MiB and the 12 MiB bucket vanished; now the panel is on the bucket's scale."""
+    from ddpsim.samples import BUNDLED_DIR
+
+    trace = load_trace(BUNDLED_DIR / "01_mlp_torch_default.json")
+    construction = trace.ranks[0].layouts[0]
+    assert construction.kind == "construction" and construction.buckets[0].cap_bytes == 2**63 - 1
+    fig = plot_buckets(trace)
+    panel = fig.axes[1]
+    biggest = max(b.bytes for b in construction.buckets) / 2**20
+    assert panel.get_xlim()[1] <= 2 * biggest
+    assert not [c for c in panel.collections if c.get_segments()]  # no cap line: there is no cap
+    assert any(c.get_segments() for c in fig.axes[2].collections)  # the rebuilt layout's caps are drawn

@@ -65,6 +65,23 @@ def test_replay_error_and_noise_come_from_the_recorded_run():
     assert gpu.noise is None and gpu.replay_error is None and gpu.change["iteration_time_s"] != 0
 
 
+def test_one_steady_iteration_has_no_spread_to_compare_with():
+    """A 2-iteration recording (the Record page's least) has one steady iteration: the page said its
+    iterations "vary by ±0% (over 1 steady iterations)" and called every change larger than that."""
+    import copy
+
+    trace = copy.deepcopy(load_trace(samples.BUNDLED_DIR / f"{REAL}.json"))
+    for r in trace.ranks:
+        r.iterations = r.iterations[:2]
+    base = whatif.base_for(trace)
+    work = whatif.workload(base, trace)
+    trace_of[id(base)] = trace
+    out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=0.25))
+    text = whatif.describe_change(out)
+    assert out.noise is None and not out.within_noise
+    assert "±0%" not in text and "one steady iteration" in text
+
+
 def test_far_extrapolation_is_cautioned():
     trace, base, work = setup(REAL)
     out = whatif.evaluate(work, base, trace, config(base, work, world_size=1024))
@@ -119,6 +136,21 @@ def test_the_share_spent_waiting_for_stragglers_is_shown():
     assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
 
 
+def test_one_rank_waits_for_nobody():
+    """At world size 1 a recording's rank-to-rank spread is not simulated (it made the page claim 0.15 ms of
+    "waiting for the slowest of 1"), and a GPU model's sentence says that one rank waits for nobody."""
+    trace, base, work = setup(REAL)
+    one = config(base, work, world_size=1)
+    assert work.meta["jitter_estimated"] > 0 and one.jitter == 0.0
+    out = whatif.evaluate(work, base, trace, one)
+    assert out.waits[0] == 0.0 and whatif.describe_stragglers(out) is None
+    assert config(base, work, world_size=4).jitter == pytest.approx(work.meta["jitter_estimated"])
+    gpu = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
+    gwork = whatif.workload(gpu, None)
+    text = whatif.describe_stragglers(whatif.evaluate(gwork, gpu, None, config(gpu, gwork, world_size=1)))
+    assert "one rank waits for nobody" in text and "slowest of 1 " not in text and "at 64 ranks" in text
+
+
 def test_a_gpu_model_picks_nccls_algorithm():
     base = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
     work = whatif.workload(base, None)
@@ -143,6 +175,25 @@ def open_whatif(world_size: int) -> AppTest:
     at.switch_page("ddpsim/app/pages/whatif.py").run()
     next(s for s in at.select_slider if s.label.startswith("World size")).set_value(world_size).run()
     return at
+
+
+def test_page_kept_runs_with_different_choices_are_both_kept(monkeypatch):
+    """The kept run's name has every choice: a what-if with fp16 and one without, or on two GPUs, used to share
+    a name, so keeping the second silently replaced the first."""
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    at = AppTest.from_file(APP, default_timeout=90).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    hook = next(s for s in at.selectbox if s.label == "Communication hook")
+    for choice in ("fp16", None):
+        hook.set_value(choice).run()
+        next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
+    at.selectbox(key="ddpsim_wi_gpu").set_value("a100").run()
+    next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
+    assert not at.exception and not at.error
+    kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
+    assert len(kept) == 3, kept
+    assert any("hook=fp16" in k and "on v100" in k for k in kept) and any("on a100" in k for k in kept)
 
 
 def test_page_another_world_size_offers_a_measurement_here(tmp_path, monkeypatch):

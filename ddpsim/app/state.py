@@ -45,6 +45,17 @@ def add_trace(label: str, trace: Trace, select: bool = True) -> str:
     return label
 
 
+def free_label(label: str) -> str:
+    """``label``, or ``label (2)``, ``(3)``... when a trace of this session or a sample already has it:
+    a second recording of the same options, or a second file called run.json, is kept beside the first."""
+    taken = set(all_labels())
+    k = 2
+    free = label
+    while free in taken:
+        free, k = f"{label} ({k})", k + 1
+    return free
+
+
 def accept_upload(name: str, data: bytes) -> str | None:
     """Parse an uploaded trace and select it; on failure show one st.error line.
 
@@ -60,7 +71,7 @@ def accept_upload(name: str, data: bytes) -> str | None:
         message = f"Could not open the upload: {str(e).splitlines()[0]}. Still showing the previous trace."
         st.error(message, icon="⚠️")
         return message
-    add_trace(UPLOAD_PREFIX + name, trace)
+    add_trace(free_label(UPLOAD_PREFIX + name), trace)
     return None
 
 

@@ -96,14 +96,17 @@ def partial_note(trace: Trace) -> None:
         st.warning(f"Sizes unknown, shown as 0 bytes. {why[0].upper()}{why[1:]}.", icon=":material/warning:")
     stopped = [r for r in trace.ranks if not r.complete]
     if not has_iterations(trace):
-        why = next((r.error for r in stopped if r.error), "the run stopped before its first iteration")
+        why = next((r.error.strip().splitlines()[0] for r in stopped if r.error and r.error.strip()),
+                   "the run stopped before its first iteration")
         st.warning(f"This trace has no iteration to show: no rank recorded one ({why}). "
                    "Open another trace in the sidebar, or record the run again.", icon=":material/warning:")
-    elif stopped:
-        st.warning("Partial trace: " + "; ".join(f"rank {r.rank} stopped after "
-                   f"{len(r.iterations)} iteration{'s' if len(r.iterations) != 1 else ''}"
-                   + (f" ({r.error})" if r.error else "") for r in stopped)
-                   + ". The figures show what was recorded.", icon=":material/warning:")
+    elif stopped:  # every rank with an error: the launcher's diagnosis may be on a rank that finished
+        said = [r for r in trace.ranks if not r.complete or r.error]
+        st.warning("Partial trace: " + "; ".join(
+            (f"rank {r.rank}" if r.complete else f"rank {r.rank} stopped after {len(r.iterations)} "
+             f"iteration{'s' if len(r.iterations) != 1 else ''}")
+            + (f" ({r.error.strip().splitlines()[0]})" if r.error and r.error.strip() else "") for r in said)
+            + ". The figures show what was recorded.", icon=":material/warning:")
 
 
 METRIC_HELP = {"overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "

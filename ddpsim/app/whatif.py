@@ -255,7 +255,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     noise, n = None, 0
     if recorded is not None:
         s = spread(trace)["iteration_time_s"]
-        noise, n = s["rel"], s["n"]
+        noise, n = (s["rel"], s["n"]) if s["n"] >= 2 else (None, s["n"])  # one iteration has no spread
     waits = (waiting.wait_s(sim_fn, work, cfg, summary), waiting.wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
     source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)[1]
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
@@ -269,8 +269,8 @@ def describe_change(out: Outcome) -> str:
     text = (f"Iteration time {ch:+.1f}% against the same configuration unchanged, both simulated "
             f"({out.unchanged_summary['iteration_time_s'] * 1e3:.1f} → {out.summary['iteration_time_s'] * 1e3:.1f} ms).")
     if out.noise is None:
-        return text + (" No recorded run (a simulated sample or a GPU model) to measure the "
-                       "iteration-to-iteration spread from: treat small changes with care.")
+        return text + (" No recorded spread to compare with (a simulated sample, a GPU model, or a run with "
+                       "one steady iteration): treat small changes with care.")
     band = f"±{out.noise * 100:.0f}%"
     verdict = ("within" if out.within_noise else "larger than")
     return (text + f" The recorded run's single iterations vary by {band} (over {out.noise_iterations} "

@@ -265,6 +265,10 @@ def main(args) -> int:
     workload, recorded = load_source(args)
     cfg = config_for(workload, recorded, overrides_from_args(args))
     trace, summary = simulate(workload, cfg)
+    if cfg.comm_hook == "powersgd" and cfg.powersgd_start_iter >= cfg.iters:  # else the same numbers as no hook
+        print(f"note: PowerSGD starts at synced step {cfg.powersgd_start_iter} (start_powerSGD_iter; torch's default "
+              f"1000) and the {cfg.iters} simulated steps are all before it, so they are plain allreduces: give "
+              "--powersgd-start-iter 1 to see PowerSGD itself", file=sys.stderr)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         from ddpsim.trace import save_trace

@@ -121,7 +121,8 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
         cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))
         return SimConfig(**cfg)
     cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
-    cfg.setdefault("jitter", float(w.meta.get("jitter_estimated", 0.0)))
+    # one rank waits for nobody: rank-to-rank noise only delays a collective it shares
+    cfg.setdefault("jitter", float(w.meta.get("jitter_estimated", 0.0)) if cfg["world_size"] > 1 else 0.0)
     cfg.setdefault("iters", DRAWN_ITERS)
     return SimConfig(**cfg)
 

@@ -9,6 +9,8 @@ workload from a recording.
 """
 from __future__ import annotations
 
+import math
+
 import simpy
 
 
@@ -172,8 +174,12 @@ class Core:
             return
         self._advance()
         tol = self.EPS * max(1.0, max(j[0] for j in self.jobs))
-        finished = [j for j in self.jobs if j[0] <= tol]
-        self.jobs = [j for j in self.jobs if j[0] > tol]
+        # a job closer to its end than the clock can step (its ulp, late in a long run) is done: waiting
+        # for it would not move env.now, and the core would wake at the same instant for ever
+        tick = 2 * math.ulp(self.env.now)
+        done = [j[0] <= tol or (r > 0 and j[0] / r <= tick) for j, r in zip(self.jobs, self.rates)]
+        finished = [j for j, d in zip(self.jobs, done) if d]
+        self.jobs = [j for j, d in zip(self.jobs, done) if not d]
         for j in finished:
             j[1].succeed()
         self._reschedule()

@@ -69,7 +69,11 @@ def parse_trace(text: str | bytes, name: str = "trace", max_bytes: int = MAX_TRA
 def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Trace:
     """A Trace from parsed JSON, checked value by value (Note [A strict reader])."""
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise TraceFormatError(f"{name} is not a ddpsim trace (no \"format\": \"{FORMAT}\")")
+        chrome = (isinstance(raw, dict) and "traceEvents" in raw) or (
+            isinstance(raw, list) and bool(raw) and all(isinstance(e, dict) and "ph" in e for e in raw[:5]))
+        hint = ("; it looks like a Chrome trace (what torch.profiler writes): turn one per rank into a ddpsim "
+                "trace with `ddpsim import RANK0.json RANK1.json ... --out run.json`") if chrome else ""
+        raise TraceFormatError(f"{name} is not a ddpsim trace (no \"format\": \"{FORMAT}\"){hint}")
     version = raw.get("version")
     if type(version) is not int or version != VERSION:
         raise TraceFormatError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ddpsim.buckets import MAXSIZE
 from ddpsim.trace import Layout, Trace
 from ddpsim.viz import palette as pal
 
@@ -66,10 +67,16 @@ def _ordinal(k: int) -> str:
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
+def drawn_cap(cap_bytes: int | None) -> int | None:
+    """The cap a layout panel draws: None for none, and for torch's "no cap" (2^63-1 bytes, the single
+    bucket of iteration 0), which as a line would stretch the axis to 8.8e12 MiB and hide the bucket."""
+    return cap_bytes if cap_bytes and cap_bytes < MAXSIZE else None
+
+
 def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int]):
     n = len(lay.buckets)
     # each panel its own scale: a 100 MiB construction bucket would hide 0.25 MiB rebuilt ones
-    xmax = max((max(b.bytes, b.cap_bytes or 0) for b in lay.buckets), default=1) / MIB or 1.0
+    xmax = max((max(b.bytes, drawn_cap(b.cap_bytes) or 0) for b in lay.buckets), default=1) / MIB or 1.0
     step = label_step(n)
     lw = 0.4 if n <= LABEL_ALL else 0.15  # thin segment edges, or many buckets turn grey
     for b in lay.buckets:
@@ -83,7 +90,7 @@ def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int]):
             text = f"b{b.index}: {b.bytes / MIB:.2f} MiB" + (f", {len(b.params)} params" if step == 1 else "")
             ax.text(left + xmax * 0.01, b.index, text, va="center", fontsize=8.5 if step == 1 else 7.5,
                     color=pal.TEXT)
-        if b.cap_bytes:
+        if drawn_cap(b.cap_bytes):
             ax.vlines(b.cap_bytes / MIB, b.index - 0.42, b.index + 0.42, colors=pal.TEXT, lw=1, ls="--")
     ax.set_ylim(n - 0.5, -0.5)  # bucket 0 (launched first) on top
     ticks = range(0, n, step)

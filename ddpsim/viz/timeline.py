@@ -77,6 +77,19 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
     return fig
 
 
+NOTE_CHARS = 70  # a rank's error in its header: one line this long (a stack or gloo's essay ran off the figure)
+
+
+def rank_note(rank) -> str:
+    """``  (incomplete: why)`` for a rank that stopped, ``  (why)`` for one that finished with a diagnosis
+    (the rank that ran out of data in a hang); the error's first line, cut to NOTE_CHARS."""
+    why = ((rank.error or "").strip().splitlines() or [""])[0]
+    why = why if len(why) <= NOTE_CHARS else why[:NOTE_CHARS - 1].rstrip() + "…"
+    if rank.complete:
+        return f"  ({why})" if why else ""
+    return f"  (incomplete: {why or 'stopped'})"
+
+
 def _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel, xlim):
     """Each chosen rank's header and rows, top to bottom: (the bottom y, tick positions, tick labels)."""
     yticks, ylabels, y = [], [], 0.0
@@ -88,7 +101,7 @@ def _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel,
         bottom = rows["comm"] + n_lanes
         ax.axhspan(y - GAP / 2, bottom + GAP / 2, color="#F6F6F6" if rank.rank % 2 else "white",
                    zorder=0, lw=0)
-        head = f"rank {rank.rank}" + ("" if rank.complete else "  (incomplete: " + (rank.error or "stopped") + ")")
+        head = f"rank {rank.rank}" + rank_note(rank)
         ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=10.5,
                 fontweight="bold", va="center", color=pal.TEXT)
         for name, label in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):

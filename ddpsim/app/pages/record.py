@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import jobs, ui
-from ddpsim.app.state import RECORDED_PREFIX, add_trace
+from ddpsim.app.state import RECORDED_PREFIX, add_trace, free_label
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
@@ -39,13 +39,15 @@ if started and "ddpsim_job" not in st.session_state:
 job = st.session_state.get("ddpsim_job")
 if job is not None:
     bar = st.progress(0.0, text="Starting the ranks (importing torch takes a few seconds)...")
-    if st.button("Stop the recording", key="ddpsim_rec_stop"):
+    stop = st.empty()  # emptied once the job has ended: a dead Stop button stayed under a failed recording
+    if stop.button("Stop the recording", key="ddpsim_rec_stop"):
         jobs.stop(job)
     # the page waits here; a rerun elsewhere leaves the job running in the background
     status = jobs.wait(job, lambda done, total: bar.progress(min(done / total, 1.0),
                                                              text=f"Recording: {done}/{total} iterations"))
     total = max(1, status.get("total") or job.cfg["iters"])
     del st.session_state["ddpsim_job"]
+    stop.empty()
     if status["state"] == "done":
         bar.progress(1.0, text=f"Done: {total}/{total} iterations")
         try:
@@ -53,7 +55,7 @@ if job is not None:
         except TraceFormatError as e:
             st.session_state["ddpsim_rec_result"] = ("failed", str(e))
         else:
-            label = add_trace(f"{RECORDED_PREFIX}{job.out.stem}", trace)
+            label = add_trace(free_label(f"{RECORDED_PREFIX}{job.out.stem}"), trace)
             st.session_state["ddpsim_rec_result"] = ("done", label)
             st.rerun()  # so the sidebar shows the new trace as the open one
     else:

@@ -39,6 +39,8 @@ if trace is not None and not ui.has_iterations(trace):
 if trace is not None and (why := unknown_sizes(trace)) is not None and source == "the open trace":
     st.error(why)
     st.stop()
+if trace is not None:
+    ui.partial_note(trace)  # a run that stopped (a hang): the replay is of what was recorded
 now = whatif.choices(base)  # the widgets start at the run as recorded: nothing changed
 
 c1, c2, c3 = st.columns(3)
@@ -49,7 +51,9 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
-hook = c2.selectbox("Communication hook", whatif.HOOKS, key=k + "hook",
+rec_hook = base.config.get("comm_hook") if base.kind == "trace" else None  # the hook the run recorded
+hooks = list(whatif.HOOKS) + ([rec_hook] if rec_hook and rec_hook not in whatif.HOOKS else [])
+hook = c2.selectbox("Communication hook", hooks, index=hooks.index(rec_hook), key=k + "hook",
                     format_func=lambda h: h or "none (DDP's own allreduce)",
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
@@ -89,11 +93,13 @@ if plan is not None and plan.action == "measure":
 elif plan is not None:
     st.caption(f"World size {world}: {plan.message}.")
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
+# the recorded hook as recorded (None); "none" on a hooked run is DDP's own allreduce, not the recorded hook
+sim_hook = None if hook == rec_hook else (hook or "allreduce")
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
                             work=work if base.kind == "trace" else None, trace=trace, algo=algo,
-                            broadcast_buffers=bufs, comm_hook=hook)
+                            broadcast_buffers=bufs, comm_hook=sim_hook)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
@@ -111,16 +117,18 @@ ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
                lambda: plot_compare([("unchanged (SIMULATED)", out.unchanged), ("what-if (SIMULATED)", out.sim)]),
                "whatif_timeline", alt="The unchanged configuration and the what-if, both simulated, on one time axis")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
-    name = (f"{SIMULATED_PREFIX}{base.arch or pretty(label or '')} cap={cap or 'default'} {order} "
-            f"fu={int(fu)} n={n_sync} w={world} {network}")
+    who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
+    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
+    name = " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
+                     f"{network}", *filter(None, extra)])  # every choice: two different runs never share a name
     add_trace(name, out.sim, select=False)
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,
-                              work=work if base.kind == "trace" else None, trace=trace, algo=algo)
+sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook chosen above
+                              work=work if base.kind == "trace" else None, trace=trace, algo=algo, comm_hook=sim_hook)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
 if (verdict := whatif.describe_sweep(rows, out.summary, world)):
     st.success(verdict)
