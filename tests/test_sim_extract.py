@@ -76,6 +76,17 @@ def test_trace_without_gradient_events_is_valueerror(recorded):
         simulate(from_dict(d))
 
 
+def test_trace_without_its_parameter_table_is_one_line(recorded, tmp_path, capsys):
+    _, trace, _ = recorded
+    d = trace.to_dict()
+    d["params"] = []  # the reader takes it (a trace may not know its parameters); their bytes are unknown
+    with pytest.raises(ValueError, match="no parameter table"):
+        simulate(from_dict(d))
+    (tmp_path / "noparams.json").write_text(json.dumps(d))
+    rc, _, err = run_cli(["simulate", "--trace", str(tmp_path / "noparams.json")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "no parameter table" in err
+
+
 def run_cli(argv, capsys):
     from ddpsim import __main__ as cli
 

@@ -192,9 +192,9 @@ def _samples(trace: Trace) -> tuple[list, set[int], list]:
         its = [it for r in trace.ranks for it in r.iterations]
     if not any(not g.unused for it in its for g in it.grad_ready):
         raise PartialTraceError("the trace has no gradient events (grad_ready): nothing to simulate from")
-    if not params:
-        seen = sorted({g.param for it in its for g in it.grad_ready})
-        params = [_Fake(i) for i in range(max(seen) + 1)]
+    if not params:  # each bucket's bytes are its parameters' bytes: without the table none is known
+        raise PartialTraceError("the trace has no parameter table (params, with each parameter's index and "
+                                "bytes): the buckets' sizes are unknown, nothing to simulate from")
     return params, steady, its
 
 
@@ -286,8 +286,3 @@ def _jitter(clean) -> float:
     within = [statistics.variance(v) for v in by_iteration.values() if len(v) >= 2]
     spread = statistics.mean(within) ** 0.5 if len(within) >= 3 else statistics.pstdev(computes)
     return spread / mean
-
-
-class _Fake:
-    def __init__(self, i):
-        self.index, self.name, self.bytes, self.dtype, self.shape = i, f"param{i}", 4, "float32", []
