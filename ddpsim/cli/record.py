@@ -58,7 +58,7 @@ def main(args) -> int:
     print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
     show = progress_bar if sys.stderr.isatty() else None
     trace = record(cfg, out, progress=show, master_port=args.master_port)
-    head = f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} ranks, {cfg.iters} iterations"
+    head = f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} rank{'s' if cfg.world_size != 1 else ''}, {cfg.iters} iterations"
     try:
         summary = summarize(trace)
     except PartialTraceError:  # e.g. --iters 2 --no-sync-every 4: every step accumulated under no_sync

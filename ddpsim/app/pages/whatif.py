@@ -84,9 +84,10 @@ if plan is not None and plan.action == "refuse":
     st.error(f"{plan.message[0].upper()}{plan.message[1:]}. Pick a network above.")
     st.stop()
 if plan is not None and plan.action == "measure":
-    st.info(f"Nothing was measured at {world} ranks yet: the allreduce cost there is the ring model fitted at "
+    at = f"{world} rank{'s' if world != 1 else ''}"
+    st.info(f"Nothing was measured at {at} yet: the allreduce cost there is the ring model fitted at "
             f"{trace.world_size} ranks. This is a CPU run recorded on this machine, so it can be measured.")
-    if st.button(f"Measure the allreduce at {world} ranks (about 10-40 s)", key=k + "measure", type="primary"):
+    if st.button(f"Measure the allreduce at {at} (about 10-40 s)", key=k + "measure", type="primary"):
         with st.spinner(f"Measuring gloo allreduces at {trace.world_size} and {world} ranks..."):
             measured[source_key] = network_plan.measure_network(trace, world)
         st.rerun()
