@@ -74,6 +74,9 @@ def _registration_errors(rank, world):
 def test_registration_errors_are_torchs():
     out = run_ranks(_registration_errors, 1, timeout=120)[0]
     for case, (theirs, mine) in out.items():
+        if case == "bf16 without CUDA" and theirs is None:  # a CUDA build of torch (run on a CPU) takes it
+            assert mine is None, f"{case}: torch accepts it, minddp {mine}"
+            continue
         assert theirs is not None and mine == theirs, f"{case}: torch {theirs}, minddp {mine}"
         assert "\n" not in mine[1]
     assert out["twice"][1] == ("RuntimeError", "register_comm_hook or register_builtin_comm_hook can only be called once.")

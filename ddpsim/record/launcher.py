@@ -29,7 +29,7 @@ from ddpsim.errors import CLIError
 from ddpsim import heartbeat
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
-from ddpsim.record.merge import first_forward_ns, merge, merge_files, read_shard
+from ddpsim.record.merge import empty_shard, first_forward_ns, merge, merge_files, read_shard
 from ddpsim.record.turns import Turns
 from ddpsim.trace.writer import write_trace_dict
 
@@ -283,8 +283,7 @@ def _read_or_stub(path: Path, rank: int) -> dict:
             return read_shard(path)
     except CLIError:  # killed while writing its header line
         pass
-    return {"header": {"rank": rank}, "layouts": [], "iterations": [], "end": None, "error": None,
-            "path": str(path)}
+    return empty_shard(path, rank)
 
 
 def _exit_reason(code: int, log: Path) -> str:

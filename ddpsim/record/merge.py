@@ -24,10 +24,15 @@ TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns
              "cpu_t_ns", "cpu_launch_ns", "cpu_complete_ns")
 
 
+def empty_shard(path: str | Path, rank: int | None = None) -> dict:
+    """A shard with nothing in it: what ``read_shard`` fills, or all there is of a rank that wrote nothing."""
+    return {"header": {} if rank is None else {"rank": rank}, "layouts": [], "iterations": [], "shadows": [],
+            "join": None, "end": None, "error": None, "path": str(path)}
+
+
 def read_shard(path: str | Path) -> dict:
     """A shard's lines gathered by kind. A truncated last line (a crash mid-write) is dropped."""
-    shard = {"header": {}, "layouts": [], "iterations": [], "shadows": [], "join": None, "end": None,
-             "error": None, "path": str(path)}
+    shard = empty_shard(path)
     lines = Path(path).read_text().splitlines()
     for n, line in enumerate(lines):
         try:
