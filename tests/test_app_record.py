@@ -82,6 +82,10 @@ def test_failing_recording_shows_reason_on_page():
     assert "find_unused_parameters" in message
     assert not at.image
     assert not [b for b in at.button if b.label == "Stop the recording"]  # nothing left to stop: no dead button
+    # what the ranks recorded before the failure is kept and opened, not lost in the runs folder
+    label = "recorded (partial): branchy_torch_w2"
+    assert at.session_state["ddpsim_source"] == label and not at.session_state["ddpsim_uploads"][label].complete
+    assert any(label in c.value for c in at.caption)
 
 
 def test_no_recording_process_outlives_a_killed_app(tmp_path):

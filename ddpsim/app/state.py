@@ -11,6 +11,8 @@ Session keys (all prefixed ``ddpsim_``):
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
@@ -54,6 +56,18 @@ def free_label(label: str) -> str:
     while free in taken:
         free, k = f"{label} ({k})", k + 1
     return free
+
+
+def open_partial(path: Path) -> str | None:
+    """The partial trace a failed or stopped recording kept at ``path``, opened as
+    'recorded (partial): NAME'; None when there is none or it holds no iteration."""
+    try:
+        trace = load_trace(path) if Path(path).is_file() else None
+    except (TraceFormatError, OSError):
+        return None
+    if trace is None or not any(r.iterations for r in trace.ranks):
+        return None
+    return add_trace(free_label(f"recorded (partial): {Path(path).stem}"), trace)
 
 
 def accept_upload(name: str, data: bytes) -> str | None:

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import jobs, ui
-from ddpsim.app.state import RECORDED_PREFIX, add_trace, free_label
+from ddpsim.app.state import RECORDED_PREFIX, add_trace, free_label, open_partial
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
@@ -60,12 +60,17 @@ if job is not None:
             st.rerun()  # so the sidebar shows the new trace as the open one
     else:
         bar.empty()
-        st.session_state["ddpsim_rec_result"] = ("failed", status.get("error") or "the recording failed")
+        partial = open_partial(job.out)  # what the ranks recorded before it failed, if anything: nothing is lost
+        st.session_state["ddpsim_rec_result"] = ("failed", status.get("error") or "the recording failed", partial)
+        if partial:
+            st.rerun()  # so the sidebar shows the partial trace as the open one
 
 result = st.session_state.get("ddpsim_rec_result")
 if result and result[0] == "failed":
     st.error(f"The recording failed: {result[1]}", icon=":material/error:")
-    st.caption("Nothing is left running: the launcher stops every rank when one fails.")
+    st.caption("Nothing is left running: the launcher stops every rank when one fails."
+               + (f" What was recorded before it is now the open trace, '{result[2]}' (marked incomplete)."
+                  if result[2] else ""))
 elif result and result[0] == "done":
     label = result[1]
     trace = st.session_state.get("ddpsim_uploads", {}).get(label)
