@@ -100,6 +100,19 @@ def test_recommendation_is_a_value_the_widgets_offer():
     assert set(whatif.SWEEP_CAPS) <= set(whatif.CAPS)
 
 
+def test_a_best_with_find_unused_says_why():
+    """ResNet-50 on 64 V100s over 25 GbE: find_unused_parameters wins, because torch keeps iteration 0's
+    layout then (reverse definition order, its last bucket the 1 MiB first-cap one) instead of rebuilding."""
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    rows, _ = whatif.sweep_rows(work, config(base, work))
+    best = whatif.recommend(rows)
+    text = whatif.describe_sweep(rows, best, 64)
+    assert best["find_unused_parameters"] is True and "never rebuilds its buckets" in text
+    plain = [r for r in rows if not r["find_unused_parameters"]]
+    assert "never rebuilds" not in whatif.describe_sweep([{**r, "best": r is plain[0]} for r in plain], best, 64)
+
+
 @pytest.mark.parametrize("name", [REAL, GPU])
 def test_page_nothing_changed_shows_zero(name, monkeypatch):
     monkeypatch.delenv(samples.ENV_VAR, raising=False)

@@ -7,8 +7,7 @@ A what-if simulates a *workload* under a changed SimConfig:
   ``ddpsim.experiments.worldsize`` (the trace's calibration, one measured here, or a refusal);
 - for a simulated GPU trace (a bundled sample), it is the synthetic workload the
   trace was made from (``meta.workload``: arch, hardware, batch);
-- or a synthetic GPU workload picked by hand (arch x GPU x network).
-These are thin calls into ``ddpsim.sim`` so that API changes there are fixed here.
+- or a synthetic GPU workload picked by hand (arch x GPU x network). Thin calls: ``ddpsim.sim``'s changes are met here.
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the re
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
+FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
 
 
 def gpu_names() -> list[str]:
@@ -148,7 +148,7 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
     cap = "None (the slider's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
     times = [r["iteration_time_s"] * 1e3 for r in default_rows]
     return (f"Best simulated: **bucket_cap_mb={cap}**, ordering **{best['order']}**, "
-            f"find_unused_parameters **{best['find_unused_parameters']}**: "
+            f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world_size} ranks "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
