@@ -11,3 +11,8 @@ class PartialTraceError(ValueError):
     Partial traces are normal: a run stopped before its first iteration, or one that
     only accumulated under no_sync. The message says, in one line, what the trace holds.
     """
+
+
+def first_line(error: str | None) -> str:
+    """An error's first line ("" for none): a rank's gloo message without the Python stack under it."""
+    return ((error or "").strip().splitlines() or [""])[0]

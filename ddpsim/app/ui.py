@@ -14,6 +14,7 @@ import streamlit as st
 from matplotlib.figure import Figure
 
 from ddpsim.app import learn
+from ddpsim.errors import first_line
 from ddpsim.trace.export import to_chrome
 from ddpsim.trace import Trace
 from ddpsim.trace.profile_sizes import unknown_sizes
@@ -96,7 +97,7 @@ def partial_note(trace: Trace) -> None:
         st.warning(f"Sizes unknown, shown as 0 bytes. {why[0].upper()}{why[1:]}.", icon=":material/warning:")
     stopped = [r for r in trace.ranks if not r.complete]
     if not has_iterations(trace):
-        why = next((r.error.strip().splitlines()[0] for r in stopped if r.error and r.error.strip()),
+        why = next((first_line(r.error) for r in stopped if first_line(r.error)),
                    "the run stopped before its first iteration")
         st.warning(f"This trace has no iteration to show: no rank recorded one ({why}). "
                    "Open another trace in the sidebar, or record the run again.", icon=":material/warning:")
@@ -105,7 +106,7 @@ def partial_note(trace: Trace) -> None:
         st.warning("Partial trace: " + "; ".join(
             (f"rank {r.rank}" if r.complete else f"rank {r.rank} stopped after {len(r.iterations)} "
              f"iteration{'s' if len(r.iterations) != 1 else ''}")
-            + (f" ({r.error.strip().splitlines()[0]})" if r.error and r.error.strip() else "") for r in said)
+            + (f" ({first_line(r.error)})" if first_line(r.error) else "") for r in said)
             + ". The figures show what was recorded.", icon=":material/warning:")
 
 

@@ -10,8 +10,8 @@ not modelled, only their time.
 """
 from __future__ import annotations
 
-import math
 import argparse
+import math
 import sys
 
 BANDWIDTHS_GBPS = (1, 2, 5, 10, 25, 50, 100, 200, 400, 800)  # Gbit/s per rank, the x axis

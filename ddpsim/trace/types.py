@@ -1,6 +1,6 @@
 """The ddpsim trace's data classes; import them from ``ddpsim.trace`` (with the reader).
 
-The format, its units and its clock are described in ``ddpsim/trace.py`` and,
+The format, its units and its clock are described in ``ddpsim/trace/__init__.py`` and,
 field by field, in ``docs/trace-format.md``.
 """
 from __future__ import annotations

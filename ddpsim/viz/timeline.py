@@ -21,6 +21,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
 from ddpsim.analysis import comm_end_ns, exposed_comm_ns
+from ddpsim.errors import first_line
 from ddpsim.trace import Iteration, RankTrace, Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_iteration, describe_run
@@ -83,7 +84,7 @@ NOTE_CHARS = 70  # a rank's error in its header: one line this long (a stack or 
 def rank_note(rank) -> str:
     """``  (incomplete: why)`` for a rank that stopped, ``  (why)`` for one that finished with a diagnosis
     (the rank that ran out of data in a hang); the error's first line, cut to NOTE_CHARS."""
-    why = ((rank.error or "").strip().splitlines() or [""])[0]
+    why = first_line(rank.error)
     why = why if len(why) <= NOTE_CHARS else why[:NOTE_CHARS - 1].rstrip() + "…"
     if rank.complete:
         return f"  ({why})" if why else ""
