@@ -2,10 +2,11 @@
 import streamlit as st
 
 from ddpsim.app import cache, ui, whatif
+from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
-from ddpsim.app.state import SIMULATED_PREFIX, add_trace, current_trace, pretty, trace_key
+from ddpsim.app.state import add_trace, current_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
@@ -51,9 +52,8 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
-rec_hook = base.config.get("comm_hook") if base.kind == "trace" else None  # the hook the run recorded
-hooks = list(whatif.HOOKS) + ([rec_hook] if rec_hook and rec_hook not in whatif.HOOKS else [])
-hook = c2.selectbox("Communication hook", hooks, index=hooks.index(rec_hook), key=k + "hook",
+hooks = widgets.hook_options(base)
+hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recorded_hook(base)), key=k + "hook",
                     format_func=lambda h: h or "none (DDP's own allreduce)",
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
@@ -94,8 +94,7 @@ if plan is not None and plan.action == "measure":
 elif plan is not None:
     st.caption(f"World size {world}: {plan.message}.")
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
-# the recorded hook as recorded (None); "none" on a hooked run is DDP's own allreduce, not the recorded hook
-sim_hook = None if hook == rec_hook else (hook or "allreduce")
+sim_hook = widgets.simulated_hook(hook, base)
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
@@ -119,9 +118,7 @@ ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
                "whatif_timeline", alt="The unchanged configuration and the what-if, both simulated, on one time axis")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
-    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
-    name = " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
-                     f"{network}", *filter(None, extra)])  # every choice: two different runs never share a name
+    name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo)
     add_trace(name, out.sim, select=False)
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):

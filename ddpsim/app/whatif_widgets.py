@@ -1,0 +1,30 @@
+"""The What-if page's widget values, in and out: the comm hooks offered, the one a recorded run starts on,
+what a choice simulates, and the name a kept what-if gets (no Streamlit here, so the page stays thin)."""
+from __future__ import annotations
+
+from ddpsim.app.state import SIMULATED_PREFIX
+from ddpsim.app.whatif import HOOKS, Base
+
+
+def recorded_hook(base: Base) -> str | None:
+    """The hook the run was recorded with (None: DDP's own allreduce, or not a recorded run)."""
+    return base.config.get("comm_hook") if base.kind == "trace" else None
+
+
+def hook_options(base: Base) -> list:
+    """The selector's hooks: the usual what-ifs, and the recorded one if it is another (a user's hook)."""
+    rec = recorded_hook(base)
+    return list(HOOKS) + ([rec] if rec and rec not in HOOKS else [])
+
+
+def simulated_hook(hook: str | None, base: Base) -> str | None:
+    """What the simulator plays for the selector's ``hook``: None replays the run as recorded, and "none"
+    on a hooked run is DDP's own allreduce, not the recorded hook."""
+    return None if hook == recorded_hook(base) else (hook or "allreduce")
+
+
+def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, network: str, hook, bufs, algo) -> str:
+    """A kept what-if's name with every choice in it: two different runs never share a name."""
+    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
+    return " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
+                     f"{network}", *filter(None, extra)])
