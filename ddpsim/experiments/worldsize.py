@@ -45,7 +45,8 @@ class Plan:
     """What asking ``trace`` for ``world_size`` ranks will do (module docstring)."""
 
     action: str  # "recorded", "calibrated", "measure", "uncalibrated" or "refuse"
-    message: str  # one line for the user
+    message: str  # one line for the user of the command line
+    short: str = ""  # a refusal's reason without the command line's options (the What-if page offers networks)
 
 
 def is_local_cpu_run(trace: Trace) -> bool:
@@ -66,7 +67,8 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
     if world_size == k:
         return Plan("recorded", f"{k} ranks, as recorded")
     if k < 2:  # Note [No network from one rank]
-        return Plan("refuse", NO_NETWORK.format(ranks=k).format(world_size=world_size))
+        return Plan("refuse", NO_NETWORK.format(ranks=k).format(world_size=world_size),
+                    f"the trace has {k} rank and no collective to learn a network from")
     cal = trace.meta.get("calibration")
     local = is_local_cpu_run(trace)
     measured = _sizes(cal) if isinstance(cal, dict) else set()
@@ -84,9 +86,9 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
                                     f"model fitted at {k} ranks (leave out --no-calibrate to measure it)")
     where = "a GPU trace" if str(trace.meta.get("backend")) == "nccl" or "source_format" in trace.meta \
         else f"recorded on another host ({', '.join(sorted(set(trace.meta.get('hosts') or [])) or 'unknown')})"
-    return Plan("refuse", f"the trace is {where} and has no calibration at {world_size} ranks: give a network "
-                          "(--hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G [--latency-us L], or "
-                          "--calibration FILE from `ddpsim calibrate --world-sizes ...`)")
+    why = f"the trace is {where} and has no calibration at {world_size} ranks"
+    return Plan("refuse", f"{why}: give a network (--hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G "
+                          "[--latency-us L], or --calibration FILE from `ddpsim calibrate --world-sizes ...`)", why)
 
 
 def _sizes(cal: dict) -> set[int]:

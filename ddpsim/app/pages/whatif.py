@@ -81,7 +81,7 @@ if trace is not None and source_key in measured:
     trace.meta["calibration"] = measured[source_key]
 plan = network_plan.world_plan(base, trace, world, network)  # Note [Another world size on the user's path]
 if plan is not None and plan.action == "refuse":
-    st.error(f"{plan.message[0].upper()}{plan.message[1:]}. Pick a network above.")
+    st.error(f"{plan.short[0].upper()}{plan.short[1:]}: pick a network above.")
     st.stop()
 if plan is not None and plan.action == "measure":
     at = f"{world} rank{'s' if world != 1 else ''}"
