@@ -211,7 +211,7 @@ def test_an_old_trace_loads_and_writes_back_without_hook_fields(tmp_path):
     assert all(b.collectives is None for _r, _it, b in _hooked(trace))
     written = trace.to_dict()
     keys = {k for r in written["ranks"] for it in r["iterations"] for b in it["buckets"] for k in b}
-    assert keys == {"bucket", "bytes", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
-                    "cpu_launch_ns", "cpu_complete_ns"}  # what it wrote before hooks were recorded
+    # what it has: no hook fields, and no host times (null in this older recording: written only where they are)
+    assert keys == {"bucket", "bytes", "ready_ns", "launch_ns", "complete_ns"}
     save_trace(trace, tmp_path / "copy.json")
     assert load_trace(tmp_path / "copy.json") == trace
