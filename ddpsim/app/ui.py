@@ -97,16 +97,14 @@ def partial_note(trace: Trace) -> None:
         st.warning(f"Sizes unknown, shown as 0 bytes. {why[0].upper()}{why[1:]}.", icon=":material/warning:")
     stopped = [r for r in trace.ranks if not r.complete]
     if not has_iterations(trace):
-        why = next((first_line(r.error) for r in stopped if first_line(r.error)),
-                   "the run stopped before its first iteration")
+        why = next(filter(None, (first_line(r.error) for r in stopped)), "the run stopped before its first iteration")
         st.warning(f"This trace has no iteration to show: no rank recorded one ({why}). "
                    "Open another trace in the sidebar, or record the run again.", icon=":material/warning:")
     elif stopped:  # every rank with an error: the launcher's diagnosis may be on a rank that finished
-        said = [r for r in trace.ranks if not r.complete or r.error]
+        said = [(r, first_line(r.error)) for r in trace.ranks if not r.complete or r.error]
         st.warning("Partial trace: " + "; ".join(
             (f"rank {r.rank}" if r.complete else f"rank {r.rank} stopped after {len(r.iterations)} "
-             f"iteration{'s' if len(r.iterations) != 1 else ''}")
-            + (f" ({first_line(r.error)})" if first_line(r.error) else "") for r in said)
+             f"iteration{'s' if len(r.iterations) != 1 else ''}") + (f" ({why})" if why else "") for r, why in said)
             + ". The figures show what was recorded.", icon=":material/warning:")
 
 

@@ -28,9 +28,9 @@ def bucket(model, plan, b: int) -> tuple[list[tuple[int, ...]], int, int]:
 def hook_plan(model, plan, b: int) -> tuple[list[list[int]], tuple]:
     """(the stages' bytes, ``compute_s``) of bucket ``b`` in ``plan``, worked out once per layout,
     bucket and synced step (every rank and both calls below ask for the same)."""
-    shapes, element, step = bucket(model, plan, b)
-    key = (plan.layout_id, b, step)
-    if key not in model.hook_plans:
+    key = (plan.layout_id, b, model.synced_step[plan.iteration])
+    if key not in model.hook_plans:  # the bucket's shapes only on a miss: this is asked per launch and rank
+        shapes, element, step = bucket(model, plan, b)
         model.hook_plans[key] = (comm_hooks.stages(model.hook, shapes, element, step),
                                  comm_hooks.compute_s(model.hook, shapes, element, step, model.hook_rates))
     return model.hook_plans[key]

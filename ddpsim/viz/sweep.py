@@ -59,7 +59,7 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
         ax.set_xlabel("bucket cap (MiB, log scale)")
         ax.grid(color=pal.GRID, which="both")
         ax.set_axisbelow(True)
-        top = max([best[key], *(r[key] for r in rows), *([current[key]] if current else [])]) * 1e3
+        top = max([*(r[key] for r in rows), *([current[key]] if current else [])]) * 1e3  # best is a row
         ax.set_ylim(0, top * 1.08 or 1.0)  # headroom: the highest markers are not cut by the frame
     ax_t.set_ylabel("iteration time (ms)")
     ax_e.set_ylabel("exposed communication (ms)")
