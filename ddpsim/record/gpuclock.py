@@ -20,8 +20,10 @@ Note [Events on the right stream]:
 
 Note [Host clock alignment]: at a sync point (the stream idle), ``anchor`` records an event
 between two host readings and waits for it; with the narrowest of a few tries the event's host
-time is the midpoint, good to a few microseconds. Every other event is placed at
-``anchor_ns + anchor.elapsed_time(event)``. One anchor per iteration keeps clock drift out.
+time is the midpoint, good to half that window (a few microseconds on a GPU of its own; more where
+processes share one, as the other's work can hold the event up). Every other event is placed at
+``anchor_ns + anchor.elapsed_time(event)``. One anchor per iteration keeps clock drift out; each
+iteration of a recording keeps its anchor's window (``anchor_window_ns``, docs/trace-format.md).
 
 Note [An NCCL collective's end]: any event the host records after launching a collective
 completes no earlier than the host recorded it. Where the kernel ends before that (one rank, a
@@ -76,6 +78,7 @@ class GpuTimer:
         self.pending: list[tuple] = []  # (event, target dict, key for the GPU time, key for the CPU time)
         self.ref_event = None
         self.ref_ns = 0
+        self.window_ns = 0  # the last anchor's host window: GPU times are good to half of it
         self.pool: list = []  # events made once, reused each iteration (Note [Few host calls per event])
         self.used = 0  # events of the pool recorded since the last resolve
         self.side = None  # the stream NCCL completion events are recorded on (made on first use)
@@ -95,6 +98,7 @@ class GpuTimer:
             if best is None or after - before < best[2] - best[1]:
                 best = (ev, before, after)
         self.ref_event, self.ref_ns = best[0], (best[1] + best[2]) // 2
+        self.window_ns = best[2] - best[1]
         self.stream = current_stream(self.device)
 
     def mark(self, stream=None):

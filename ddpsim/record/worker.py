@@ -137,6 +137,7 @@ class Run:
                                       "backward": {"start_ns": cpu["f1"], "end_ns": cpu["b1"]},
                                       **({"optimizer": {"start_ns": cpu["b1"], "end_ns": cpu["o1"]}}
                                          if sync else {})}
+        rec.iteration["anchor_window_ns"] = timer.window_ns  # Note [Host clock alignment] in gpuclock.py
 
     def logging_data(self) -> dict | None:
         return torchcompat.ddp_logging_data(self.ddp) if self.cfg.impl == "torch" else None
