@@ -3,7 +3,8 @@
     results = run_ranks(fn, world_size=2, args=(...,), timeout=120)
 
 ``fn(rank, world_size, *args)`` must be a picklable top-level function; it runs after
-``init_process_group("gloo")`` on 127.0.0.1 with a free port and ``torch.set_num_threads(1)``
+``init_process_group("gloo")`` on 127.0.0.1 with a free port and ``torch.set_num_threads(1)``,
+on the CPU with the GPUs hidden
 (``setup(rank)``, if given, runs before that: pinning to a core, environment). Its return
 value (picklable) is rank ``rank``'s result. If a rank raises, dies or the timeout passes,
 every rank is stopped and ``RankFailure`` names the rank and why, with its traceback
@@ -23,10 +24,17 @@ import traceback
 class RankFailure(RuntimeError):
     """A rank raised, died or timed out; ``.rank`` and ``.error`` say which and why."""
 
-    def __init__(self, rank: int, error: str, not_implemented: str | None = None):
+    def __init__(self, rank: int, error: str, not_implemented: str | None = None, summary: str | None = None):
         last = error.strip().splitlines()[-1] if error.strip() else error
-        super().__init__(f"rank {rank} failed: {last}")
+        super().__init__(f"rank {rank} failed: {summary or last}")
         self.rank, self.error, self.not_implemented = rank, error, not_implemented
+
+
+def _one_line(e: BaseException) -> str:
+    """The exception's type and the first line of its message (torch's messages can run on for
+    lines, with C++ or TorchScript frames after the reason)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def free_port() -> int:
@@ -36,6 +44,7 @@ def free_port() -> int:
 
 
 def _entry(fn, rank, world_size, port, args, setup, results):
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU ranks (Note [CPU ranks see no GPU] in record/config.py)
     try:
         if setup is not None:
             setup(rank)
@@ -47,11 +56,11 @@ def _entry(fn, rank, world_size, port, args, setup, results):
                                 world_size=world_size)
         out = fn(rank, world_size, *args)
         dist.barrier()
-        results.put((rank, True, out, None))
+        results.put((rank, True, out, None, None))
     except NotImplementedError as e:
-        results.put((rank, False, traceback.format_exc(), str(e) or "a TODO is left"))
-    except BaseException:  # noqa: BLE001 - report everything, including KeyboardInterrupt
-        results.put((rank, False, traceback.format_exc(), None))
+        results.put((rank, False, traceback.format_exc(), str(e) or "a TODO is left", _one_line(e)))
+    except BaseException as e:  # noqa: BLE001 - report everything, including KeyboardInterrupt
+        results.put((rank, False, traceback.format_exc(), None, _one_line(e)))
     finally:
         results.close()
         results.join_thread()  # the result is flushed to the parent
@@ -71,12 +80,12 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     try:
         while len(outs) < world_size:
             try:
-                rank, ok, value, ni = results.get(timeout=0.2)
+                rank, ok, value, ni, summary = results.get(timeout=0.2)
             except queue.Empty:
                 _check_alive(procs, outs, results, deadline, timeout)
                 continue
             if not ok:
-                raise RankFailure(rank, value, ni)
+                raise RankFailure(rank, value, ni, summary)
             outs[rank] = value
         return [outs[r] for r in range(world_size)]
     finally:
@@ -89,11 +98,11 @@ def _check_alive(procs, outs, results, deadline, timeout) -> None:
     for rank, p in enumerate(procs):
         if rank not in outs and p.exitcode is not None:
             try:  # its message may still be in flight
-                rank2, ok, value, ni = results.get(timeout=1.0)
+                rank2, ok, value, ni, summary = results.get(timeout=1.0)
             except queue.Empty:
                 raise RankFailure(rank, f"process exited with code {p.exitcode} without a result") from None
             if not ok:
-                raise RankFailure(rank2, value, ni)
+                raise RankFailure(rank2, value, ni, summary)
             outs[rank2] = value
             return
     if time.monotonic() > deadline:

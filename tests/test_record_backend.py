@@ -104,3 +104,16 @@ def test_record_says_which_backend_and_why(tmp_path):
     from ddpsim import load_trace
     meta = load_trace(out).meta
     assert meta["backend"] == "gloo" and meta["placement"]["device"] == "cpu"
+
+
+def test_cpu_ranks_get_the_launchers_placement_and_no_gpu(monkeypatch):
+    """Note [CPU ranks see no GPU]: torch's PowerSGD hook failed on CPU tensors where CUDA was visible
+    (an H200 box, torch 2.11); the launcher hides the GPUs from CPU ranks and hands over its placement."""
+    from ddpsim.record.config import Placement
+
+    cpu, cuda = Placement("gloo", "cpu", "requested, 2 local ranks and 1 visible GPU"), Placement("nccl", "cuda", "x")
+    assert cpu.rank_env()["CUDA_VISIBLE_DEVICES"] == "" and "CUDA_VISIBLE_DEVICES" not in cuda.rank_env()
+    monkeypatch.setenv(Placement.ENV, cpu.rank_env()[Placement.ENV])
+    assert Placement.for_rank(RecordConfig(world_size=2)) == cpu
+    monkeypatch.delenv(Placement.ENV)
+    assert Placement.for_rank(RecordConfig(world_size=2)) == RecordConfig(world_size=2).placement()

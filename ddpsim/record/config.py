@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 
 from ddpsim.buckets import LEGACY_ORDERS
@@ -158,11 +159,26 @@ class Placement:
     def line(self) -> str:
         return f"backend {self.backend} on {self.device}: {self.reason}"
 
+    ENV = "DDPSIM_PLACEMENT"  # the launcher's placement, handed to its ranks (JSON)
+
+    def rank_env(self) -> dict[str, str]:
+        """What ddpsim's launcher puts in each rank's environment: this placement, and on the CPU no
+        GPU. Note [CPU ranks see no GPU]: a rank that keeps its tensors on the CPU has no use for
+        CUDA, and torch's PowerSGD hook fails there wherever CUDA is visible (its ``decompress``
+        calls ``torch.cuda.synchronize`` on the bucket's device, the CPU); hidden GPUs also spare
+        each rank a CUDA context."""
+        env = {self.ENV: json.dumps(asdict(self))}
+        return {**env, "CUDA_VISIBLE_DEVICES": ""} if self.device == "cpu" else env
+
+    @classmethod
+    def for_rank(cls, cfg: "RecordConfig") -> "Placement":
+        """In a rank: the launcher's placement, or (under torchrun) this node's own."""
+        handed = os.environ.get(cls.ENV)
+        return cls(**json.loads(handed)) if handed else cfg.placement()
+
 
 def local_ranks(world_size: int) -> int:
     """Ranks on this node: torchrun's LOCAL_WORLD_SIZE, else every rank (ddpsim's own launcher)."""
-    import os
-
     under_torchrun = "RANK" in os.environ and "DDPSIM_LAUNCHED" not in os.environ
     return int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if under_torchrun else world_size
 

@@ -218,10 +218,11 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     watched = max(cfgs, key=lambda c: c.iters)
     private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
     beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
+    env = {**cfg.placement().rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
     try:
         for r in range(cfg.world_size):
             procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log",
-                                private / "store", beats[r], turns.env() if turns else {}))
+                                private / "store", beats[r], env))
         watch = Watch(procs, beats, cfg.timeout_s)
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:

@@ -24,7 +24,7 @@ from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
 from ddpsim.record import hookprobe, instrument
 from ddpsim.record.clock import estimate_offsets
-from ddpsim.record.config import RecordConfig
+from ddpsim.record.config import Placement, RecordConfig
 from ddpsim.record.gpuclock import GpuTimer, timebase
 from ddpsim.record.joined import train_joined
 from ddpsim.record.probe import AllreduceProbe
@@ -197,7 +197,7 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     die_with_parent()
     rank, world, local = env_rank()
     cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
-    placement = cfg.placement()
+    placement = Placement.for_rank(cfg)  # the launcher's (Note [CPU ranks see no GPU] in config.py)
     backend = placement.backend
     torch.set_num_threads(1)
     header = {**(header or {}), "placement": {"device": placement.device, "reason": placement.reason}}
