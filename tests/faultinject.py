@@ -105,6 +105,11 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
                 if r is not None:
                     ranks[r] = pid
             time.sleep(0.01)
+        if len(ranks) < world_size:  # seen on an H200 box (docs/gpu.md): say what the launcher did
+            launcher.kill()
+            out_, err_ = launcher.communicate(timeout=30)
+            raise AssertionError(f"found rank processes {sorted(ranks)} of {world_size} in 60 s; launcher "
+                                 f"exit {launcher.returncode}: {(err_ or out_).strip()[-500:]!r}")
         victim = rng.randrange(world_size)
         if when == "start-up":
             time.sleep(rng.uniform(0.0, 2.5))  # mostly while importing torch; `really` says where it landed

@@ -94,10 +94,14 @@ def test_simulate_takes_a_comm_hook_and_refuses_a_bad_one_in_one_line(capsys):
     assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3",
                 "--powersgd-start-iter", "1"]) == 0
     assert "PowerSGD starts" not in capsys.readouterr().err
+    # PowerSGD's options without PowerSGD are refused, as record refuses them (not silently ignored)
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--powersgd-rank", "4", "--iters", "3"]) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd (this simulation's hook is none)")
 
 
 def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iteration(monkeypatch):
-    from streamlit.testing.v1 import AppTest
+    AppTest = pytest.importorskip("streamlit.testing.v1").AppTest  # the app (a GPU box may lack it)
 
     from ddpsim import samples
 
@@ -151,7 +155,7 @@ def test_the_whatif_page_starts_from_the_recorded_hook_and_none_drops_it(record,
     """On a run recorded with fp16 the selector said "none (DDP's own allreduce)" while the simulation
     replayed fp16, and no choice dropped the hook: now it opens on fp16 (nothing changed: 0%) and none is
     DDP's own allreduce, and the sweep follows the hook chosen."""
-    from streamlit.testing.v1 import AppTest
+    AppTest = pytest.importorskip("streamlit.testing.v1").AppTest  # the app (a GPU box may lack it)
 
     from ddpsim import samples
 

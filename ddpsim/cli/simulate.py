@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from ddpsim.errors import CLIError
+
 DEFAULT_HARDWARE = "a100-nvlink"  # --arch's GPU and network when --hardware is left out
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
 
@@ -264,6 +266,9 @@ def main(args) -> int:
 
     workload, recorded = load_source(args)
     cfg = config_for(workload, recorded, overrides_from_args(args))
+    if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
+        raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
+                       f"(this simulation's hook is {cfg.comm_hook or 'none'})")
     trace, summary = simulate(workload, cfg)
     if cfg.comm_hook == "powersgd" and cfg.powersgd_start_iter >= cfg.iters:  # else the same numbers as no hook
         print(f"note: PowerSGD starts at synced step {cfg.powersgd_start_iter} (start_powerSGD_iter; torch's default "
