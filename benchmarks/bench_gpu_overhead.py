@@ -13,7 +13,11 @@ would otherwise count as the recorder's overhead).
     python benchmarks/bench_gpu_overhead.py --model path/to/resnet.py:make   # e.g. torchvision
 
 Goal (issue 13): recorded / plain <= 1.05 (median of the per-pair ratios, with the spread).
-Not run on the machine this was written on (no GPU there): run it on a GPU box and report.
+
+``--parts`` adds two more wrappers to the rotation, to tell where the recorder's cost lies: plain
+DDP with an empty Python post-accumulate-grad hook on every parameter (what calling Python from
+the autograd thread costs), and plain DDP with torch's own Python allreduce comm hook in place of
+the built-in C++ one (``default_hooks.allreduce_hook``). Each is reported against plain.
 """
 from __future__ import annotations
 
@@ -59,7 +63,26 @@ def recorded_step(run: Run, it: int):
     return time.perf_counter() - t0
 
 
-def rank_main(rank, world, port, model, pairs, batch, shard_dir, results):
+def part_wrappers(model, device, rank, group, lr) -> dict:
+    """``--parts``: plain DDP with empty Python grad hooks, and with torch's Python allreduce hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    out = {}
+    for name in ("python grad hooks", "python comm hook"):
+        torch.manual_seed(0)
+        w = build_workload(model)
+        ddp = torch.nn.parallel.DistributedDataParallel(w.model.to(device), device_ids=[rank], process_group=group)
+        if name == "python grad hooks":
+            for p in ddp.module.parameters():
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(lambda _p: None)
+        else:
+            ddp.register_comm_hook(group, default_hooks.allreduce_hook)
+        out[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=lr), w)
+    return out
+
+
+def rank_main(rank, world, port, model, pairs, batch, shard_dir, results, parts=False):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
@@ -75,14 +98,18 @@ def rank_main(rank, world, port, model, pairs, batch, shard_dir, results):
     plain = torch.nn.parallel.DistributedDataParallel(workload.model.to(device), device_ids=[rank],
                                                     process_group=plain_group)
     opt = torch.optim.SGD(plain.parameters(), lr=cfg.lr)
-    ratios, times = [], {"plain": [], "recorded": []}
+    extra = part_wrappers(model, device, rank, plain_group, cfg.lr) if parts else {}
+    ratios, times = [], {"plain": [], "recorded": [], **{k: [] for k in extra}}
     for it in range(2 * pairs + 10):
         a = plain_step(plain, opt, workload, it, rank, world, device, batch)
         b = recorded_step(run, it)
+        seen = {k: plain_step(d, o, w, it, rank, world, device, batch) for k, (d, o, w) in extra.items()}
         if it >= 10:  # warm-up: cuDNN autotuning, the bucket rebuild, allocator growth
             times["plain"].append(a)
             times["recorded"].append(b)
             ratios.append(b / a)
+            for k, t in seen.items():
+                times[k].append(t)
     results.put((rank, ratios, times))
     dist.barrier()
     dist.destroy_process_group()
@@ -94,6 +121,8 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=40)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--world-size", type=int, default=None, help="default: every visible GPU")
+    p.add_argument("--parts", action="store_true", help="also time plain DDP with empty Python grad hooks, "
+                   "and with torch's Python allreduce comm hook")
     args = p.parse_args()
     gpus, ok = visible_gpus()
     if not ok:
@@ -108,7 +137,8 @@ def main() -> int:
     port = pick_port()
     with tempfile.TemporaryDirectory() as shards:
         procs = [ctx.Process(target=rank_main, args=(r, world, port, args.model, args.pairs,
-                                                      args.batch_size, shards, results)) for r in range(world)]
+                                                      args.batch_size, shards, results, args.parts))
+                 for r in range(world)]
         for proc in procs:
             proc.start()
         got = [results.get(timeout=1800) for _ in procs]
@@ -122,6 +152,12 @@ def main() -> int:
     print(f"{args.model}, {world} rank(s), NCCL, {torch.cuda.get_device_name(0)}: plain {plain * 1e3:.2f} ms, "
           f"recorded {rec * 1e3:.2f} ms per iteration (+{extra * 1e3:.2f} ms); recorded/plain median {q(0.5):.3f} "
           f"(p10 {q(0.1):.3f}, p90 {q(0.9):.3f}, {len(ratios)} pairs); goal <= 1.05")
+    for k in got[0][2]:
+        if k not in ("plain", "recorded"):
+            r = sorted(b / a for _, _, ts in got for a, b in zip(ts["plain"], ts[k]))
+            print(f"  plain with {k}: {statistics.median(t for _, _, ts in got for t in ts[k]) * 1e3:.2f} ms, "
+                  f"/plain median {r[len(r) // 2]:.3f} (p10 {r[int(0.1 * (len(r) - 1))]:.3f}, "
+                  f"p90 {r[int(0.9 * (len(r) - 1))]:.3f})")
     return 0
 
 
