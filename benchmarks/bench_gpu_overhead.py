@@ -147,7 +147,7 @@ def main() -> int:
     ratios = sorted(r for _, rs, _ in got for r in rs)
     plain = statistics.median(t for _, _, ts in got for t in ts["plain"])
     rec = statistics.median(t for _, _, ts in got for t in ts["recorded"])
-    q = lambda f: ratios[int(f * (len(ratios) - 1))]  # noqa: E731
+    q = lambda f, rs=ratios: rs[int(f * (len(rs) - 1))]  # noqa: E731  (rs sorted)
     extra = statistics.median(b - a for _, _, ts in got for a, b in zip(ts["plain"], ts["recorded"]))
     print(f"{args.model}, {world} rank(s), NCCL, {torch.cuda.get_device_name(0)}: plain {plain * 1e3:.2f} ms, "
           f"recorded {rec * 1e3:.2f} ms per iteration (+{extra * 1e3:.2f} ms); recorded/plain median {q(0.5):.3f} "
@@ -156,8 +156,7 @@ def main() -> int:
         if k not in ("plain", "recorded"):
             r = sorted(b / a for _, _, ts in got for a, b in zip(ts["plain"], ts[k]))
             print(f"  plain with {k}: {statistics.median(t for _, _, ts in got for t in ts[k]) * 1e3:.2f} ms, "
-                  f"/plain median {r[len(r) // 2]:.3f} (p10 {r[int(0.1 * (len(r) - 1))]:.3f}, "
-                  f"p90 {r[int(0.9 * (len(r) - 1))]:.3f})")
+                  f"/plain median {q(0.5, r):.3f} (p10 {q(0.1, r):.3f}, p90 {q(0.9, r):.3f})")
     return 0
 
 

@@ -40,7 +40,7 @@ tail -n 4 "$OUT/tests_cuda_hidden.txt"
 
 echo "== recording overhead, interleaved"
 for m in "ddpsim.models.resnet:resnet50 --parts" "ddpsim.models.resnet:resnet50 --batch-size 64" "transformer --parts"; do
-  timeout 40 $PY benchmarks/bench_gpu_overhead.py --model $m --pairs 30 2>&1 | quiet | grep -e NCCL -e "plain with"
+  timeout 40 $PY benchmarks/bench_gpu_overhead.py --model $m --pairs 30 2>&1 | quiet | grep -e "recorded/plain" -e "plain with"
 done | tee "$OUT/overhead.txt"
 
 echo "== minddp against torch's DDP with comm hooks on NCCL, and the tests with CUDA visible beside it"
