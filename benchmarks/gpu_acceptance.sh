@@ -11,7 +11,8 @@
 # 5. the record/minddp/sim tests with CUDA visible (beside step 4: neither is timed).
 # Each step has a time limit (seconds, below) so that the whole run ends in about 7.5 minutes;
 # a step stopped at its limit says so and the counts it reached are kept. $OUT gets 8 files (the
-# device tool brings back at most 8): 7 logs and recordings.tgz, the selfcheck's recordings.
+# device tool brings back at most 8): 7 logs and recordings.tgz, the selfcheck's recordings (the
+# profiler truth's recording too, without its large profile).
 set -u
 OUT=${OUT:-$PWD/gpu_acceptance}
 mkdir -p "$OUT"
@@ -31,7 +32,7 @@ echo "== selfcheck --gpu, and the tests with CUDA hidden beside it"
     > "$OUT/tests_cuda_hidden.txt" 2>&1; echo "exit $?" >> "$OUT/tests_cuda_hidden.txt" ) &
 hidden=$!
 timeout 180 $PY -m ddpsim selfcheck --gpu --out /tmp/selfcheck 2>&1 | quiet | tee "$OUT/selfcheck.txt"
-tar czf "$OUT/recordings.tgz" --exclude=selfcheck/truth -C /tmp selfcheck 2>/dev/null
+tar czf "$OUT/recordings.tgz" --exclude='selfcheck/truth/profile_rank*' -C /tmp selfcheck 2>/dev/null
 for f in /tmp/selfcheck/nccl_resnet50_x*.json; do  # what a comm hook would cost on this GPU (record/hookprobe.py)
   $PY -c "import json, sys; print(sys.argv[1].split('/')[-1], 'meta.hook_rates', json.load(open(sys.argv[1]))['meta'].get('hook_rates'))" "$f"
 done 2>&1 | tee "$OUT/hook_rates.txt"
@@ -40,7 +41,8 @@ tail -n 4 "$OUT/tests_cuda_hidden.txt"
 
 echo "== recording overhead, interleaved"
 for m in "ddpsim.models.resnet:resnet50 --parts" "ddpsim.models.resnet:resnet50 --batch-size 64" "transformer --parts"; do
-  timeout 40 $PY benchmarks/bench_gpu_overhead.py --model $m --pairs 30 2>&1 | quiet | grep -e "recorded/plain" -e "plain with"
+  timeout 40 $PY benchmarks/bench_gpu_overhead.py --model $m --pairs 30 2>&1 | quiet | grep -e "recorded/plain" -e "plain with" \
+    || echo "$m: no result (failed, or stopped at its 40 s limit)"
 done | tee "$OUT/overhead.txt"
 
 echo "== minddp against torch's DDP with comm hooks on NCCL, and the tests with CUDA visible beside it"

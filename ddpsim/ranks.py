@@ -13,6 +13,7 @@ in one line). Used by the autograder, the tests and the calibration.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -20,21 +21,24 @@ import socket
 import time
 import traceback
 
+from ddpsim.errors import first_line
+
 
 class RankFailure(RuntimeError):
     """A rank raised, died or timed out; ``.rank`` and ``.error`` say which and why."""
 
     def __init__(self, rank: int, error: str, not_implemented: str | None = None, summary: str | None = None):
         last = error.strip().splitlines()[-1] if error.strip() else error
-        super().__init__(f"rank {rank} failed: {summary or last}")
+        self.summary = summary or last  # one line: the exception's type and reason, where the rank sent them
+        super().__init__(f"rank {rank} failed: {self.summary}")
         self.rank, self.error, self.not_implemented = rank, error, not_implemented
 
 
 def _one_line(e: BaseException) -> str:
     """The exception's type and the first line of its message (torch's messages can run on for
     lines, with C++ or TorchScript frames after the reason)."""
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+    reason = first_line(str(e))
+    return f"{type(e).__name__}: {reason}" if reason else type(e).__name__
 
 
 def free_port() -> int:
@@ -44,7 +48,6 @@ def free_port() -> int:
 
 
 def _entry(fn, rank, world_size, port, args, setup, results):
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU ranks (Note [CPU ranks see no GPU] in record/config.py)
     try:
         if setup is not None:
             setup(rank)
@@ -74,8 +77,9 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(fn, r, world_size, port, args, setup, results), daemon=True)
              for r in range(world_size)]
-    for p in procs:
-        p.start()
+    with _gpus_hidden():  # before the child imports fn's module (Note [CPU ranks see no GPU] in record/config.py)
+        for p in procs:
+            p.start()
     outs, deadline = {}, time.monotonic() + timeout
     try:
         while len(outs) < world_size:
@@ -91,6 +95,20 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     finally:
         _stop(procs, grace=5.0 if len(outs) == world_size else 0.0)
         results.close()
+
+
+@contextlib.contextmanager
+def _gpus_hidden():
+    """CUDA_VISIBLE_DEVICES empty while the ranks are spawned (they copy this environment)."""
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = old
 
 
 def _check_alive(procs, outs, results, deadline, timeout) -> None:

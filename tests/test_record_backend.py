@@ -114,6 +114,9 @@ def test_cpu_ranks_get_the_launchers_placement_and_no_gpu(monkeypatch):
     cpu, cuda = Placement("gloo", "cpu", "requested, 2 local ranks and 1 visible GPU"), Placement("nccl", "cuda", "x")
     assert cpu.rank_env()["CUDA_VISIBLE_DEVICES"] == "" and "CUDA_VISIBLE_DEVICES" not in cuda.rank_env()
     monkeypatch.setenv(Placement.ENV, cpu.rank_env()[Placement.ENV])
+    monkeypatch.setenv("DDPSIM_LAUNCHED", "1")
     assert Placement.for_rank(RecordConfig(world_size=2)) == cpu
+    monkeypatch.delenv("DDPSIM_LAUNCHED")  # a variable that leaked into a torchrun rank is not read
+    assert Placement.for_rank(RecordConfig(world_size=2)) == RecordConfig(world_size=2).placement()
     monkeypatch.delenv(Placement.ENV)
     assert Placement.for_rank(RecordConfig(world_size=2)) == RecordConfig(world_size=2).placement()

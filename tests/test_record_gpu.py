@@ -174,6 +174,7 @@ def test_cuda_event_path_runs_end_to_end_on_real_ddp(tmp_path):
     for rank, raw_rank in zip(trace.ranks, raw["ranks"]):
         for it, raw_it in zip(rank.iterations, raw_rank["iterations"]):
             assert {"forward", "backward", "optimizer"} <= set(raw_it["cpu_spans"])
+            assert raw_it["anchor_window_ns"] >= 0  # Note [Host clock alignment]
             assert it.grad_ready and all(0 <= g.t_ns - g.cpu_t_ns < 50_000_000 for g in it.grad_ready)
             for b in it.buckets:
                 assert b.cpu_launch_ns is not None and b.cpu_complete_ns is not None

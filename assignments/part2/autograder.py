@@ -36,8 +36,7 @@ def real_run(ctx):
             if e.not_implemented:
                 raise NotImplementedError(e.not_implemented) from None
             who = f"rank {e.rank}: " if e.rank >= 0 else ""
-            raise AssertionError(f"the 2-rank run failed: {who}"
-                                 f"{e.error.strip().splitlines()[-1]}") from None
+            raise AssertionError(f"the 2-rank run failed: {who}{e.summary}") from None
         trace = merge_files([template.format(rank=r) for r in range(2)], ctx.tmp / "run.json")
         return outs, trace
     return ctx.shared("run", compute)

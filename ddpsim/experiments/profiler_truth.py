@@ -15,8 +15,9 @@ Note [No kernel, no truth]: NCCL with one rank runs no kernel for an allreduce, 
 then places a zero-length collective at the bucket's ready time (``profile_import``). That is no
 measurement of the allreduce: against it, the recorder's launch (an event after DDP has copied the
 bucket and the hook has divided it) is "late" by exactly that copy and divide, 10 to 110 us for
-ResNet-50's buckets on an H200. Such collectives are left out of the comparison and counted
-(``allreduce_no_kernel``); on one GPU the allreduce times go unchecked.
+ResNet-50's buckets on an H200. At one rank such collectives are left out of the comparison and
+counted (``allreduce_no_kernel``): on one GPU the allreduce times go unchecked. With more ranks a
+collective without a kernel is a problem of the profile, and reported.
 
 Note [One clock offset per rank]: the importer moves its times to start at 0, and Kineto's clock
 is not ``perf_counter_ns``. Both traces end each iteration's optimizer span when the GPU has
@@ -142,7 +143,11 @@ def compare(recorded, imported) -> dict:
                                     "has no allreduce in the profile")
                     continue
                 if imp_b[e.bucket].complete_ns == imp_b[e.bucket].launch_ns:  # Note [No kernel, no truth]
-                    no_kernel += 1
+                    if recorded.meta.get("world_size") == 1:
+                        no_kernel += 1
+                    else:  # several ranks always run a kernel: the profile lost it
+                        problems.append(f"rank {rec_rank.rank} iteration {a.iteration}: bucket {e.bucket}'s "
+                                        "allreduce has no GPU kernel in the profile")
                     continue
                 errors["allreduce_start"].append(_ms(e.launch_ns - imp_b[e.bucket].launch_ns - offset))
                 errors["allreduce_end"].append(_ms(e.complete_ns - imp_b[e.bucket].complete_ns - offset))

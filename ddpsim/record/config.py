@@ -166,14 +166,15 @@ class Placement:
         GPU. Note [CPU ranks see no GPU]: a rank that keeps its tensors on the CPU has no use for
         CUDA, and torch's PowerSGD hook fails there wherever CUDA is visible (its ``decompress``
         calls ``torch.cuda.synchronize`` on the bucket's device, the CPU); hidden GPUs also spare
-        each rank a CUDA context."""
+        each rank a CUDA context. Under torchrun nothing hides them: start a CPU run there with
+        ``CUDA_VISIBLE_DEVICES=`` (docs/usage.md)."""
         env = {self.ENV: json.dumps(asdict(self))}
         return {**env, "CUDA_VISIBLE_DEVICES": ""} if self.device == "cpu" else env
 
     @classmethod
     def for_rank(cls, cfg: "RecordConfig") -> "Placement":
         """In a rank: the launcher's placement, or (under torchrun) this node's own."""
-        handed = os.environ.get(cls.ENV)
+        handed = os.environ.get(cls.ENV) if "DDPSIM_LAUNCHED" in os.environ else None  # not one torchrun passed on
         return cls(**json.loads(handed)) if handed else cfg.placement()
 
 

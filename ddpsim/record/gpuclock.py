@@ -20,8 +20,8 @@ Note [Events on the right stream]:
 
 Note [Host clock alignment]: at a sync point (the stream idle), ``anchor`` records an event
 between two host readings and waits for it; with the narrowest of a few tries the event's host
-time is the midpoint, good to half that window (a few microseconds on a GPU of its own; more where
-processes share one, as the other's work can hold the event up). Every other event is placed at
+time is the midpoint, good to half that window (8 to 12 us on an H200 with torch 2.11, whose
+windows were 15 to 24 us; a first iteration's can be ten times that). Every other event is placed at
 ``anchor_ns + anchor.elapsed_time(event)``. One anchor per iteration keeps clock drift out; each
 iteration of a recording keeps its anchor's window (``anchor_window_ns``, docs/trace-format.md).
 
@@ -29,7 +29,8 @@ Note [An NCCL collective's end]: any event the host records after launching a co
 completes no earlier than the host recorded it. Where the kernel ends before that (one rank, a
 small bucket, a host slower than the GPU) such an event is late: at one rank on an H200, where
 NCCL ran no kernel at all, one recorded in the future's ``then`` callback came a median 0.25 ms after
-the bucket's launch, one on a side stream made to wait for the collective (``work.wait()``) 0.2 ms.
+the bucket's gradients were ready, one on a side stream made to wait for the collective
+(``work.wait()``) 0.2 ms.
 So the end comes from ProcessGroupNCCL's own start and end
 events, which it records on its stream around the kernel (on with TORCH_NCCL_ENABLE_TIMING=1, which
 ``record.process.init_process_group`` sets): end = start + their elapsed time, where the start is
