@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ddpsim import samples
+from ddpsim import load_trace, samples
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -88,6 +88,12 @@ def test_compare_real_and_simulated_with_differences():
     at.radio(key="ddpsim_compare_which").set_value("iteration 0 (before the rebuild)").run()
     ok(at)
     assert at.image[0].value != first
+    # "pick a number" goes up to the last iteration recorded, not past it
+    at.radio(key="ddpsim_compare_which").set_value("pick a number").run()
+    number = at.number_input(key="ddpsim_compare_number")
+    last = max(it.iteration for label in ("01_mlp_torch_default", SIM)
+               for r in load_trace(samples.sample_path(label)).ranks for it in r.iterations)
+    assert number.max == last and "the last iteration recorded" in number.help
 
 
 def test_whatif_on_real_trace_changes_with_bucket_cap():

@@ -16,15 +16,19 @@ default = [current] if current in options else []
 default += [o for o in options if o not in default][: 2 - len(default)]
 chosen = st.multiselect("Runs (the first is the reference)", options, default=default, format_func=pretty,
                         key="ddpsim_compare_runs", help="Any mix of real and simulated runs.")
+traces = [(label, t) for label in chosen if (t := get_trace(label)) is not None]
+last = max((it.iteration for _, t in traces for r in t.ranks for it in r.iterations), default=0)
 left, right = st.columns(2)
 which = left.radio("Iteration", ["most typical", "iteration 0 (before the rebuild)", "pick a number"],
                    horizontal=True, key="ddpsim_compare_which",
                    help="Most typical: for each run, the steady-state iteration closest to its medians "
                         "(the numbers in the table).")
-number = right.number_input("Iteration number", 0, 1000, 1, key="ddpsim_compare_number",
-                            disabled=which != "pick a number")
+number = right.number_input("Iteration number", 0, last, min(1, last), key="ddpsim_compare_number",
+                            disabled=which != "pick a number",
+                            help=f"0 to {last}, the last iteration recorded; a run without the one picked "
+                                 "shows its most typical iteration, named in its header.")
 iteration = {"most typical": None, "iteration 0 (before the rebuild)": 0}.get(which, int(number))
-runs, skipped = usable_runs([(label, t) for label in chosen if (t := get_trace(label)) is not None])
+runs, skipped = usable_runs(traces)
 for label in skipped:
     st.warning(f"{pretty(label)} has no complete synced iteration to compare (a partial run): left out.")
 if len(runs) < 1:
