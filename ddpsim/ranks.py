@@ -21,8 +21,6 @@ import socket
 import time
 import traceback
 
-from ddpsim.errors import first_line
-
 
 class RankFailure(RuntimeError):
     """A rank raised, died or timed out; ``.rank`` and ``.error`` say which and why."""
@@ -37,8 +35,8 @@ class RankFailure(RuntimeError):
 def _one_line(e: BaseException) -> str:
     """The exception's type and the first line of its message (torch's messages can run on for
     lines, with C++ or TorchScript frames after the reason)."""
-    reason = first_line(str(e))
-    return f"{type(e).__name__}: {reason}" if reason else type(e).__name__
+    lines = str(e).strip().splitlines()  # (not errors.first_line: shared ideas do not import each other)
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def free_port() -> int:
