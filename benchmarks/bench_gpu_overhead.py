@@ -63,23 +63,24 @@ def recorded_step(run: Run, it: int):
     return time.perf_counter() - t0
 
 
-def part_wrappers(model, device, rank, group, lr) -> dict:
-    """``--parts``: plain DDP with empty Python grad hooks, and with torch's Python allreduce hook."""
+PARTS = ("python grad hooks", "python comm hook")  # --parts: plain DDP with one piece of the recorder's way
+
+
+def plain_wrapper(model, device, rank, group, lr, part=None, seed=0):
+    """(plain DDP, its SGD, its workload); ``part``: with empty Python grad hooks, or with torch's Python
+    allreduce comm hook in place of the built-in one."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    out = {}
-    for name in ("python grad hooks", "python comm hook"):
-        torch.manual_seed(0)
-        w = build_workload(model)
-        ddp = torch.nn.parallel.DistributedDataParallel(w.model.to(device), device_ids=[rank], process_group=group)
-        if name == "python grad hooks":
-            for p in ddp.module.parameters():
-                if p.requires_grad:
-                    p.register_post_accumulate_grad_hook(lambda _p: None)
-        else:
-            ddp.register_comm_hook(group, default_hooks.allreduce_hook)
-        out[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=lr), w)
-    return out
+    torch.manual_seed(seed)
+    w = build_workload(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(w.model.to(device), device_ids=[rank], process_group=group)
+    if part == "python grad hooks":
+        for p in ddp.module.parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(lambda _p: None)
+    elif part == "python comm hook":
+        ddp.register_comm_hook(group, default_hooks.allreduce_hook)
+    return ddp, torch.optim.SGD(ddp.parameters(), lr=lr), w
 
 
 def rank_main(rank, world, port, model, pairs, batch, shard_dir, results, parts=False):
@@ -93,12 +94,8 @@ def rank_main(rank, world, port, model, pairs, batch, shard_dir, results, parts=
     cfg = RecordConfig(model=model, world_size=world, iters=2 * pairs + 10, backend="nccl", batch_size=batch)
     recorder = RankRecorder(Path(shard_dir) / f"rank{rank}.jsonl", rank, {})
     run = Run(cfg, rank, world, device, recorder)
-    torch.manual_seed(cfg.seed)
-    workload = build_workload(model)
-    plain = torch.nn.parallel.DistributedDataParallel(workload.model.to(device), device_ids=[rank],
-                                                    process_group=plain_group)
-    opt = torch.optim.SGD(plain.parameters(), lr=cfg.lr)
-    extra = part_wrappers(model, device, rank, plain_group, cfg.lr) if parts else {}
+    plain, opt, workload = plain_wrapper(model, device, rank, plain_group, cfg.lr, seed=cfg.seed)
+    extra = {k: plain_wrapper(model, device, rank, plain_group, cfg.lr, k, cfg.seed) for k in PARTS} if parts else {}
     ratios, times = [], {"plain": [], "recorded": [], **{k: [] for k in extra}}
     for it in range(2 * pairs + 10):
         a = plain_step(plain, opt, workload, it, rank, world, device, batch)
