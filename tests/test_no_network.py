@@ -1,12 +1,16 @@
 """A 1-rank trace has no network to learn (learn.linkfit Note [No network from one rank]):
 simulating more ranks asks for one, in one line, from simulate and validate --against alike;
---hardware gives it (the GPU profile's NVLink / fabric)."""
+--hardware gives it (the GPU profile's NVLink / fabric). Its replay at one rank keeps the recorded
+collectives' own cost (Note [One rank still pays for its collectives])."""
 import json
+from pathlib import Path
 
 import pytest
 
+from ddpsim import load_trace
+from ddpsim.analysis import summarize
 from ddpsim.cli import main as cli
-from ddpsim.learn import simulate, workload_from_trace
+from ddpsim.learn import learn, replay_config, simulate, workload_from_trace
 from ddpsim.sim import Link, ParamSpec, SimConfig, Workload
 from ddpsim.trace import from_dict
 
@@ -57,3 +61,31 @@ def test_hardware_gives_the_network(tmp_path, capsys):
     assert cli(["simulate", "--trace", str(path), "--hardware", "z9-nvlink", "--world-size", "8"]) == 2
     assert "unknown hardware" in capsys.readouterr().err
     assert cli(["simulate", "--trace", str(path), "--bandwidth-gbps", "100", "--world-size", "8"]) == 0
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "ddpsim" / "samples"
+
+
+def test_a_one_rank_collective_costs_its_recorded_line_at_one_rank_only():
+    link = Link(alpha_s=1e-5, bandwidth_Bps=1e9, one_rank=(2e-4, 1e-10))
+    assert link.allreduce_s(1_000_000, 1) == pytest.approx(2e-4 + 1e-4)
+    assert link.allreduce_s(1_000_000, 2) == pytest.approx(Link(alpha_s=1e-5, bandwidth_Bps=1e9).allreduce_s(1_000_000, 2))
+    assert Link().allreduce_s(1_000_000, 1) == 0.0  # no line: a collective over one rank is free
+    with pytest.raises(ValueError, match="one-rank collective"):
+        Link(one_rank=(float("nan"), 0.0))
+
+
+def test_a_one_rank_replay_keeps_the_recordings_communication():
+    """learn.linkfit Note [One rank still pays for its collectives], on the real 1-rank H200 recording:
+    the replay's exposed communication and overlap are the recording's, not none; any other world
+    size still asks for a network."""
+    trace = load_trace(SAMPLES / "11_h200_resnet50_nccl_1rank.json")
+    w = learn(trace)
+    assert w.link.one_rank is not None and w.meta["comm_fit"]["from"] == "none"
+    _, summary = simulate(w, replay_config(w, trace))
+    real = summarize(trace)
+    assert real["exposed_comm_s"] > 0 and summary["exposed_comm_s"] > 0
+    assert summary["exposed_comm_s"] < 3 * real["exposed_comm_s"]
+    assert abs(summary["overlap_fraction"] - real["overlap_fraction"]) < 0.2, (summary, real)
+    with pytest.raises(ValueError, match="no collective to learn a network from"):
+        simulate(w, replay_config(w, trace, world_size=8))

@@ -52,9 +52,7 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
         compute = (it.backward.start_ns, it.backward_compute_end_ns)
         points += [(nbytes, contention.shared_work(s, e, others, 0, compute) * NS) for s, e, nbytes in spans]
     if k < 2 or not points:  # Note [No network from one rank]
-        link = Link(alpha_s=0.0, bandwidth_Bps=1e15, concurrency=concurrency, shared_core=True, cpus=cpus,
-                    name=NO_NETWORK_NAME)
-        return link, {"from": "none", "no_network": NO_NETWORK.format(ranks=k), "world_size": k}
+        return no_network(k, points, concurrency, shared_core=True, cpus=cpus)
     a, b = fit_medians(points)  # one size: a line through the origin (fit_line)
     link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True, cpus=cpus,
                          name=f"shared-core fit from trace (k={k})")
@@ -136,6 +134,27 @@ NO_NETWORK = ("the trace has {ranks} rank(s) and no collective to learn a networ
               "{{world_size}} ranks give one (--hardware GPU-NETWORK such as h100-nvlink, or "
               "--bandwidth-gbps G [--latency-us L]) or a calibration (python -m ddpsim calibrate)")
 NO_NETWORK_NAME = "none (no collective in the trace)"
+ONE_RANK_NAME = "none (one rank: the recorded collectives' own cost)"
+
+# Note [One rank still pays for its collectives]: at one rank DDP still runs its comm hook on
+# every bucket: it divides the bucket and calls the backend's allreduce, which moves nothing over a
+# network (NCCL runs no kernel) but takes time before its future completes: gloo on a 2-core CPU
+# 0.3-0.6 ms exposed per iteration of 17-38 ms (mlp 0.6 ms, overlap 33%; transformer 0.3 ms, 66%),
+# NCCL on an H200 2-20 us per bucket. A replay at one rank costs each collective the line through
+# the recorded ones (``Link.one_rank``), so its exposed communication and overlap are the
+# recording's; every other world size still needs a network (Note [No network from one rank]).
+
+
+def no_network(k: int, points: list[tuple[int, float]], concurrency: int, **kw) -> tuple[Link, dict]:
+    """The Link of a run with no network to learn: one rank (or no collective). A 1-rank run's
+    collectives keep their own cost (Note [One rank still pays for its collectives])."""
+    one = fit_medians(points) if k == 1 and points else None
+    link = Link(alpha_s=0.0, bandwidth_Bps=1e15, concurrency=concurrency, one_rank=one,
+                name=NO_NETWORK_NAME if one is None else ONE_RANK_NAME, **kw)
+    fit = {"from": "none", "no_network": NO_NETWORK.format(ranks=k), "world_size": k}
+    if one is not None:
+        fit.update(one_rank_intercept_s=one[0], one_rank_s_per_byte=one[1], points=len(points))
+    return link, fit
 
 
 def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
@@ -148,8 +167,7 @@ def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
                     concurrency=concurrency, name="calibration")
         return link, {"from": "meta.calibration", **cal}
     if k < 2 or not points:  # Note [No network from one rank]
-        link = Link(alpha_s=0.0, bandwidth_Bps=1e15, concurrency=concurrency, name=NO_NETWORK_NAME)
-        return link, {"from": "none", "no_network": NO_NETWORK.format(ranks=k), "world_size": k}
+        return no_network(k, points, concurrency)
     link = Link.from_fit(a, b, k, concurrency=concurrency, name=f"fit from trace (k={k})")
     return link, {"from": "trace", "intercept_s": a, "s_per_byte": b, "points": len(points),
                   "world_size": k}

@@ -72,6 +72,8 @@ class Link:
     cpus: int = 0  # shared core: ranks pinned round robin to this many cores (0: a core per rank)
     time_slice_s: float = 0.0  # ranks sharing a core take turns this long (s; 0: equal shares at every instant)
     cluster: nccl.Cluster | None = None  # GPU nodes: NCCL's model prices the allreduce (None: the flat formula)
+    one_rank: tuple[float, float] | None = None  # (s, s/byte) of a collective at one rank, from a 1-rank
+    # recording: the backend's own work, no network (None: 0 s; learn/linkfit.py Note [One rank still pays])
 
     def __post_init__(self):
         check_positive(self.bandwidth_Bps, "bandwidth")
@@ -90,6 +92,8 @@ class Link:
             raise ValueError(f"cpus must be an integer >= 0, not {self.cpus!r}")
         if self.core_bandwidth_Bps is not None:
             check_positive(self.core_bandwidth_Bps, "core bandwidth")
+        if self.one_rank is not None and not all(math.isfinite(v) and v >= 0 for v in self.one_rank):
+            raise ValueError(f"a one-rank collective's cost must be finite numbers >= 0, not {self.one_rank!r}")
         allowed = NCCL_ALGOS if self.cluster is not None else ALGOS + ("auto",)
         if self.algo not in allowed:
             where = "" if self.cluster is not None else " without a GPU cluster profile (--hardware)"
@@ -97,6 +101,8 @@ class Link:
 
     def allreduce_s(self, nbytes: int, world_size: int) -> float:
         """Seconds for one allreduce of ``nbytes`` over ``world_size`` ranks."""
+        if world_size == 1 and self.one_rank is not None:
+            return self.one_rank[0] + self.one_rank[1] * nbytes
         if self.cluster is not None:
             return nccl.allreduce_s(self.cluster, nbytes, world_size, self.algo)
         return _cost(self.algo, self.alpha_s, self.bandwidth_Bps, nbytes, world_size)
