@@ -105,6 +105,10 @@ def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
     old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 1.0}
     assert caution(old, "fp16") is None
     assert "least certain" in caution(old, "noop")  # a CPU recording: gloo's share of the cores
+    for it in (it for r in old.ranks for it in r.iterations):  # one that measured its compute alone
+        it.backward_cpu_ns = 1_000_000
+    assert caution(old, "noop") is None and caution(old, "noop", old.world_size) is None
+    assert "least certain" in caution(old, "noop", 4 * old.world_size)
 
 
 def test_hooks_that_send_ddps_own_allreduce_cost_what_it_costs():

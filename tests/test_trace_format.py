@@ -35,6 +35,25 @@ def test_host_times_are_written_only_where_the_times_are_the_gpus(tmp_path):
     assert any("cpu_t_ns" in g for g in gpu.to_dict()["ranks"][0]["iterations"][0]["grad_ready"])
 
 
+def test_the_backwards_cpu_time_round_trips_and_is_written_only_where_measured(tmp_path):
+    d = json.loads(Path(FIXTURE).read_text())
+    its = d["ranks"][0]["iterations"]
+    its[0]["backward_cpu_ns"] = 1_234_567  # Note [The backward's compute alone]
+    (tmp_path / "cpu.json").write_text(json.dumps(d))
+    trace = load_trace(tmp_path / "cpu.json")
+    assert trace.ranks[0].iterations[0].backward_cpu_ns == 1_234_567
+    assert all(it.backward_cpu_ns is None for it in trace.ranks[0].iterations[1:])
+    save_trace(trace, tmp_path / "copy.json")
+    written = json.loads((tmp_path / "copy.json").read_text())["ranks"][0]["iterations"]
+    assert written[0]["backward_cpu_ns"] == 1_234_567 and not any("backward_cpu_ns" in it for it in written[1:])
+    assert load_trace(tmp_path / "copy.json") == trace
+    its[0]["backward_cpu_ns"] = -5
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(TraceFormatError, match="backward_cpu_ns") as err:
+        load_trace(tmp_path / "bad.json")
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("mangle, expected", [
     (lambda s: s[: len(s) // 2], "truncated"),
     (lambda s: s.replace('"ranks"', '"ranks" oops', 1), "not valid JSON"),

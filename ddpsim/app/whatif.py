@@ -230,7 +230,7 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig) -> list[str]:
             out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
                        f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
                        "a GPU model or a GPU recording.")
-    out += [c for c in [hookrates.caution(trace, cfg.comm_hook)] if c]
+    out += [c for c in [hookrates.caution(trace, cfg.comm_hook, cfg.world_size)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:
         out.append("The network is not the recorded one: the allreduce times come from the chosen "
                    "profile's datasheet figures, the compute from the recording.")

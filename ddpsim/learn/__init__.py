@@ -18,7 +18,7 @@ recorded Trace (whose workload is learnt first with ``workload_from_trace``).
 from __future__ import annotations
 
 from ddpsim.learn.extract import config_from_trace, replay_config, workload_from_trace
-from ddpsim.learn.refine import refine
+from ddpsim.learn.refine import measure_alone, refine
 from ddpsim.sim import api as _api
 from ddpsim.sim.sweep import sweep as _sim_sweep
 from ddpsim.sim.workload import Workload
@@ -28,8 +28,9 @@ def learn(trace) -> Workload:
     """The workload that ``simulate``, ``validate``, ``sweep`` and the What-if page learn from a
     recorded run: extracted (``workload_from_trace``), then self-calibrated against the run's own
     phases with its recorded ranks in place (``refine``, Note [Self-calibration]), so that
-    ``replay_config(w, trace)`` reproduces the run."""
-    return refine(workload_from_trace(trace), trace)
+    ``replay_config(w, trace)`` reproduces the run; with the compute alone measured where the run
+    has it (Note [A run without collectives computes alone] in alone.py)."""
+    return measure_alone(refine(workload_from_trace(trace), trace), trace)
 
 
 def as_workload(source) -> Workload:

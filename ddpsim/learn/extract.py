@@ -41,7 +41,7 @@ import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.errors import PartialTraceError
-from ddpsim.learn import contention, hookrates
+from ddpsim.learn import alone, contention, hookrates
 from ddpsim.learn.buffers import broadcast_seconds, buffer_bytes
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
@@ -114,6 +114,8 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     if noise not in ("recorded", "drawn"):
         raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
     cfg = hookrates.in_replay(w, {**config_from_trace(trace), **fields})
+    if (scale := alone.noop_scale(w, cfg)) is not None:  # Note [A run without collectives computes alone]
+        cfg.setdefault("backward_scale", scale)
     recorded = w.meta.get("recorded_ranks") or {}
     if (noise == "recorded" and recorded and len(recorded) == cfg["world_size"] == w.meta.get("recorded_world_size")
             and "jitter" not in fields and not w.link.cpus):

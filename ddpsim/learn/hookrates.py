@@ -37,9 +37,10 @@ def in_replay(w: Workload, cfg: dict) -> dict:
     return {**cfg, "hook_rates": {**rates, "cast_s_per_byte": w.launch_s_per_byte}}
 
 
-NOOP_ON_CPU = ("noop on a CPU recording: without collectives gloo's threads leave the cores to the "
-               "backward, and how much of the recorded backward they took is the least certain part of the "
-               "CPU model: noop was predicted up to 33% fast at small bucket caps here (docs/comm-hooks.md).")
+NOOP_ON_CPU = ("noop on a CPU recording without its compute alone (recorded before ddpsim measured it, or "
+               "asked at another world size): without collectives gloo's threads leave the cores to the "
+               "backward, and how much of the recorded backward they took is then the least certain part of "
+               "the CPU model: noop was predicted up to 33% fast at small bucket caps that way (docs/comm-hooks.md).")
 NO_16_BIT = ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
              "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 0.9-1.6x here.")
 NO_RATES = ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "
@@ -48,9 +49,10 @@ NO_RATES = ("This trace has no hook costs measured in its ranks (meta.hook_rates
             "with this ddpsim for what they cost on its machine.")
 
 
-def caution(trace: Trace | None, comm_hook: str | None) -> str | None:
+def caution(trace: Trace | None, comm_hook: str | None, world_size: int | None = None) -> str | None:
     """One sentence when a hook what-if starts from a trace without ``meta.hook_rates``, from a gloo
-    trace that timed no 16-bit allreduce, or asks for noop on a CPU recording."""
+    trace that timed no 16-bit allreduce, or asks for noop on a CPU recording whose compute alone
+    is not measured at ``world_size`` (Note [A run without collectives computes alone] in alone.py)."""
     if trace is None or comm_hook in (None, "allreduce"):
         return None
     rates = recorded(trace).get("hook_rates")
@@ -59,7 +61,9 @@ def caution(trace: Trace | None, comm_hook: str | None) -> str | None:
     gloo = trace.source == "real" and trace.meta.get("backend") == "gloo"
     if comm_hook == "noop":
         cpu = gloo and (trace.meta.get("placement") or {}).get("device") != "cuda"
-        return NOOP_ON_CPU if cpu else None
+        alone = (world_size in (None, trace.world_size)
+                 and all(any(it.backward_cpu_ns for it in r.iterations) for r in trace.ranks))
+        return NOOP_ON_CPU if cpu and not alone else None
     if comm_hook in SENT_DTYPE and gloo and "float16_allreduce_cost" not in rates:
         return NO_16_BIT
     return None

@@ -1,4 +1,5 @@
-"""Self-calibration: fit the residual terms a recorded run leaves after extraction.
+"""Self-calibration: fit the residual terms a recorded run leaves after extraction (``refine``),
+and the compute alone where the run measured it (``measure_alone``).
 
 Note [Self-calibration]: ``extract.workload_from_trace`` turns each measured gap
 into a cost *alone* on the core, and the network line comes from ``ddpsim
@@ -25,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from ddpsim.analysis.phases import phase_medians
+from ddpsim.learn import alone
 from ddpsim.learn.extract import replay_config
 from ddpsim.learn.jitter import pick_jitter
 from ddpsim.sim.api import simulate
@@ -32,6 +34,7 @@ from ddpsim.sim.workload import Workload
 from ddpsim.trace import Trace
 
 ROUNDS = 4  # fixed-point rounds (finalize: secant steps)
+ALONE_ROUNDS = 3  # measure_alone's fixed-point rounds: a bucket's launch cost is not scaled, so one ratio is not exact
 
 
 def refine(w: Workload, trace: Trace, sim_iters: int | None = None, jitter: float | None = None,
@@ -74,3 +77,20 @@ def refine(w: Workload, trace: Trace, sim_iters: int | None = None, jitter: floa
     w.meta["refined"] = {"compute_scale": total["compute"], "forward_scale": total["forward"],
                          "optimizer_scale": total["optimizer"], "finalize_shift_s": total["finalize_shift_s"]}
     return w
+
+
+def measure_alone(w: Workload, trace: Trace) -> Workload:
+    """``w`` with ``meta[alone.KEY]``, the factor per rank that makes a noop what-if's backward the
+    compute alone ``trace`` measured, where it measured it on every rank (Note [A run without
+    collectives computes alone] in alone.py): the recording's own noop what-if, simulated."""
+    want = alone.measured_ns(trace, set(w.meta.get("steady_iterations") or ()))
+    if not want or len(want) != trace.world_size:
+        return w
+    scale = {r: 1.0 for r in want}
+    for _ in range(ALONE_ROUNDS):
+        sim, _ = simulate(w, replay_config(w, trace, comm_hook="noop", backward_scale=dict(scale)))
+        got = alone.simulated_ns(sim)
+        if set(got) != set(want) or not all(got.values()):
+            return w
+        scale = {r: scale[r] * want[r] / got[r] for r in want}
+    return dataclasses.replace(w, meta={**w.meta, alone.KEY: {str(r): round(s, 6) for r, s in scale.items()}})

@@ -15,6 +15,8 @@ Three probes, none of which changes what DDP computes:
 """
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -46,13 +48,29 @@ def param_table(module: torch.nn.Module) -> list[dict]:
     return rows
 
 
+# Note [The backward's compute alone]: on a CPU rank the backward's compute shares the rank's core
+# with gloo's threads, so its wall time is the compute plus the waits for those threads. The
+# autograd engine runs a CPU backward, and every gradient hook, on the thread that called
+# ``backward()``; that thread's CPU time (``time.thread_time_ns``) from the backward's start to its
+# last gradient, less the time in the comm hook calls (the division and the collectives' launch,
+# which a hook of the user's replaces), is the compute alone, without the waits. Measured here
+# (``benchmarks/bench_compute_alone.py``: 2 gloo ranks on the 2-core CPU, torch's DDP plain and
+# with ``noop_hook`` taking turns step by step, 2026-11-26), mlp / shuffled / transformer at cap
+# 0.25 MiB: the plain backward took 21.3 / 56.4 / 31.1 ms of wall time and 11.5 / 34.0 / 26.4 ms
+# of that thread's CPU time; the noop backward, with no collective to wait for, 11.2 / 34.1 /
+# 26.4 ms of wall time. ``backward_cpu_ns`` keeps it per iteration (docs/trace-format.md), and a
+# noop what-if runs it (learn/alone.py). A GPU rank's thread only queues kernels: not measured.
+
+
 class GradReadyProbe:
-    """Post-accumulate-grad hooks on every reducer parameter: gradient-ready times."""
+    """Post-accumulate-grad hooks on every reducer parameter: gradient-ready times, and on a CPU
+    rank the autograd thread's CPU time at the last one (Note [The backward's compute alone])."""
 
     def __init__(self, params, recorder: RankRecorder, timer=None):
         self.recorder = recorder
         self.timer = timer  # a gpuclock.GpuTimer on CUDA: the GPU time replaces the hook's CPU time
         self.seen: list[int] = []
+        self.cpu_ns: int | None = None  # CPU ranks: the hook thread's CPU time at the latest gradient
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
         self.n = len(params)
 
@@ -61,6 +79,8 @@ class GradReadyProbe:
             ev = self.recorder.grad_ready(index, now_ns())
             if self.timer is not None:  # Note [Events on the right stream] in gpuclock.py
                 self.timer.later(ev, "t_ns", "cpu_t_ns")
+            else:  # the thread's CPU time so far, less the comm hook calls' (Note [The backward's compute alone])
+                self.cpu_ns = time.thread_time_ns() - self.recorder.hook_cpu_ns
             self.seen.append(index)
         return hook
 
@@ -77,6 +97,7 @@ class GradReadyProbe:
 
     def reset(self) -> None:
         self.seen = []
+        self.cpu_ns = None
 
     def remove(self) -> None:
         for h in self.handles:
@@ -117,7 +138,7 @@ def bucket_hook(state, bucket):
     (No type annotations here: torch checks that a comm hook's annotations are the real
     classes, and ``from __future__ import annotations`` would turn them into strings.)
     """
-    t = now_ns()
+    t, cpu = now_ns(), time.thread_time_ns()
     buffer = bucket.buffer()
     # Not cached: after the rebuild a new bucket's buffer can reuse the old one's address.
     params = [state.index[id(p)] for p in bucket.parameters()]
@@ -143,6 +164,7 @@ def bucket_hook(state, bucket):
     future = work.get_future().then(done)
     if timer is None:  # the launch call's cost on the autograd thread (a CPU quantity)
         state.recorder.launch_end(event, now_ns())
+    state.recorder.hook_cpu_ns += time.thread_time_ns() - cpu
     return future
 
 

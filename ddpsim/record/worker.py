@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -90,11 +91,14 @@ class Run:
                 self.sync_device()
                 f1 = now_ns()
                 heartbeat.beat(phase="backward")
+                c1 = time.thread_time_ns()  # Note [The backward's compute alone] in instrument.py
                 loss.backward()
                 self.sync_device()
                 b1 = now_ns()
             rec.span("forward", f0, f1)
             rec.span("backward", f1, b1)
+            if probes and probes.grads.cpu_ns is not None:
+                rec.iteration["backward_cpu_ns"] = max(0, probes.grads.cpu_ns - c1)
             if sync:
                 heartbeat.beat(phase="optimizer")
                 self.opt.step()

@@ -208,7 +208,7 @@ class _Reader:
         return Iteration(self.count(d, "iteration", path), self.value(d, "sync", bool, path), forward, backward,
                          self.span(d, "optimizer", path, True), grads, buckets,
                          self.span(d, "graph_search", path, True), self.collective(d, "bitmap_allreduce", path),
-                         self.collective(d, "buffer_broadcast", path))
+                         self.collective(d, "buffer_broadcast", path), self.count(d, "backward_cpu_ns", path, True))
 
     def collective(self, d, key, path):
         """An optional collective that is not a bucket (``Collective``), or None."""

@@ -131,6 +131,9 @@ class Iteration:
     graph_search: Span | None = None  # find_unused_parameters' walk of the graph
     bitmap_allreduce: Collective | None = None
     buffer_broadcast: Collective | None = None  # _sync_buffers at the forward's start (broadcast_buffers)
+    # CPU ranks: the autograd thread's CPU time from the backward's start to its last gradient, ns
+    # (Note [The backward's compute alone] in record/instrument.py); None: not measured
+    backward_cpu_ns: int | None = None
 
     @property
     def end_ns(self) -> int:
@@ -234,8 +237,9 @@ class Trace:
             if r["join"] is None:  # written only where there is one, like buffer_broadcast below
                 del r["join"]
             for it in r["iterations"]:
-                if it["buffer_broadcast"] is None:  # written only where there is one: older traces stay as they were
-                    del it["buffer_broadcast"]
+                for key in ("buffer_broadcast", "backward_cpu_ns"):  # written only where there is one:
+                    if it[key] is None:  # older traces stay as they were
+                        del it[key]
                 for b in it["buckets"]:  # the comm hook's and the host times, likewise
                     for key in HOOK_FIELDS + HOST_FIELDS:
                         if b[key] is None:
