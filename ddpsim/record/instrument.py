@@ -56,9 +56,9 @@ def param_table(module: torch.nn.Module) -> list[dict]:
 # which a hook of the user's replaces), is the compute alone, without the waits. Measured here
 # (``benchmarks/bench_compute_alone.py``: 2 gloo ranks on the 2-core CPU, torch's DDP plain and
 # with ``noop_hook`` taking turns step by step, 2026-11-26), mlp / shuffled / transformer at cap
-# 0.25 MiB: the plain backward took 21.3 / 56.4 / 31.1 ms of wall time and 11.5 / 34.0 / 26.4 ms
-# of that thread's CPU time; the noop backward, with no collective to wait for, 11.2 / 34.1 /
-# 26.4 ms of wall time. ``backward_cpu_ns`` keeps it per iteration (docs/trace-format.md), and a
+# 0.25 MiB: the plain backward took 16.4 / 47.2 / 29.6 ms of wall time and 10.6 / 24.5 / 24.6 ms
+# of that thread's CPU time; the noop backward, with no collective to wait for, 10.6 / 23.5 /
+# 24.0 ms of wall time (at torch's default cap the two agree within 2%). ``backward_cpu_ns`` keeps it per iteration (docs/trace-format.md), and a
 # noop what-if runs it (learn/alone.py). A GPU rank's thread only queues kernels: not measured.
 
 

@@ -57,7 +57,8 @@ hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recor
                     format_func=lambda h: h or "none (DDP's own allreduce)",
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
-                         "over two process groups. Only what each sends is simulated, not its compute.")
+                         "over two process groups. Each hook's casts and matmuls cost what the recording measured in "
+                         "its ranks (a GPU model: its profile's rates); noop runs the compute alone.")
 fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
 bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
                  help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
