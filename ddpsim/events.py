@@ -57,7 +57,6 @@ class RankRecorder:
         self.iteration = None  # dict of the iteration being recorded
         self.layout = None  # list of bucket dicts currently in effect
         self._observed = {}  # bucket index -> bucket dict seen this iteration
-        self.hook_cpu_ns = 0  # the comm hook calls' CPU time this iteration (Note [The backward's compute alone])
 
     def header_update(self, fields: dict) -> None:
         """Add run facts learnt after start-up (the parameter table, the clock offset)."""
@@ -79,7 +78,6 @@ class RankRecorder:
                           "buckets": [], "graph_search": None, "bitmap_allreduce": None,
                           "optimizer": None}
         self._observed = {}
-        self.hook_cpu_ns = 0
 
     def span(self, name: str, start_ns: int, end_ns: int) -> None:
         """``name``: forward, backward, optimizer or graph_search."""

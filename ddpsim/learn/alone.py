@@ -2,9 +2,11 @@
 
 Note [A run without collectives computes alone]: with ``noop_hook`` DDP sends nothing, so on a
 CPU rank nothing else runs on the rank's core during the backward and the backward takes the
-compute alone. A plain recording measures that compute directly: the autograd thread's CPU time
-over the backward (``backward_cpu_ns``, Note [The backward's compute alone] in
-record/instrument.py). The learnt workload does not: its per-gradient compute is the recorded
+compute alone. A plain recording measures it directly: the autograd thread's CPU time over the
+backward (``backward_cpu_ns``, Note [The backward's compute alone] in record/instrument.py),
+less the division of every bucket by the world size that DDP's hook does there and a noop hook
+does not (the learnt launch cost per byte, ``Workload.launch_s_per_byte``, times the gradients'
+bytes). The learnt workload does not: its per-gradient compute is the recorded
 wall time with gloo's share taken out by the shared-core model (``learn/contention.py``), then
 scaled until the replay matches the recorded phases (``refine``), and that split is the least
 certain part of the CPU model (docs/comm-hooks.md: noop predicted up to 33% fast with it alone).
@@ -24,20 +26,26 @@ from ddpsim.trace import Trace
 KEY = "alone_backward_scale"  # Workload.meta: {rank: factor} for a noop what-if (this Note)
 
 
-def measured_ns(trace: Trace, steady: set[int]) -> dict[int, float]:
-    """{rank: median backward_cpu_ns over its steady synced iterations} where every one has it."""
+def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
+    """{rank: the backward alone of a noop step, ns}: the median ``backward_cpu_ns`` over the rank's
+    steady synced iterations less the buckets' division (this Note), where every one has it."""
+    steady = set(w.meta.get("steady_iterations") or ())
+    division_ns = w.launch_s_per_byte * sum(p.bytes for p in w.params) * 1e9  # every bucket, unused gradients too
     out = {}
     for r in trace.ranks:
         its = [it for it in r.iterations if it.iteration in steady and it.sync]
         if its and all(it.backward_cpu_ns for it in its):
-            out[r.rank] = statistics.median(it.backward_cpu_ns for it in its)
+            alone = statistics.median(it.backward_cpu_ns for it in its) - division_ns
+            if alone > 0:
+                out[r.rank] = alone
     return out
 
 
 def simulated_ns(sim: Trace) -> dict[int, float]:
-    """{rank: median backward compute (start to last gradient) over the simulation's steady iterations}."""
+    """{rank: median backward (start to end: finalize_backward included) over the simulation's steady
+    iterations}: in a noop what-if, what ``backward_cpu_ns`` measures."""
     steady = {i for c in steady_cycles(sim) for i in c}
-    return {r.rank: statistics.median(it.backward_compute_end_ns - it.backward.start_ns
+    return {r.rank: statistics.median(it.backward.end_ns - it.backward.start_ns
                                       for it in r.iterations if it.iteration in steady)
             for r in sim.ranks}
 

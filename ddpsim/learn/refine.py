@@ -83,7 +83,7 @@ def measure_alone(w: Workload, trace: Trace) -> Workload:
     """``w`` with ``meta[alone.KEY]``, the factor per rank that makes a noop what-if's backward the
     compute alone ``trace`` measured, where it measured it on every rank (Note [A run without
     collectives computes alone] in alone.py): the recording's own noop what-if, simulated."""
-    want = alone.measured_ns(trace, set(w.meta.get("steady_iterations") or ()))
+    want = alone.alone_ns(w, trace)
     if not want or len(want) != trace.world_size:
         return w
     scale = {r: 1.0 for r in want}

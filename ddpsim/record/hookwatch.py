@@ -23,7 +23,6 @@ any); a call with ``async_op=False`` to its return.
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 import torch.distributed as dist
@@ -160,7 +159,7 @@ def watched_hook(state, bucket):
     Mirrors what DDP's reducer does with a registered hook (``Reducer::run_comm_hook``): call it with
     the bucket, return its future. (No annotations: torch checks a comm hook's annotations.)
     """
-    t, cpu = now_ns(), time.thread_time_ns()
+    t = now_ns()
     buffer = bucket.buffer()
     params = [state.index[id(p)] for p in bucket.parameters()]
     event = state.recorder.bucket_launch(bucket.index(), params, buffer.numel() * buffer.element_size(), t)
@@ -172,7 +171,6 @@ def watched_hook(state, bucket):
     finally:
         local.bucket = None
     state.recorder.launch_end(event, now_ns())
-    state.recorder.hook_cpu_ns += time.thread_time_ns() - cpu  # Note [The backward's compute alone]
 
     def done(fut):  # on the thread that completes the hook's future
         event["complete_ns"] = now_ns()

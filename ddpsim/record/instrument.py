@@ -15,8 +15,6 @@ Three probes, none of which changes what DDP computes:
 """
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 
@@ -50,27 +48,28 @@ def param_table(module: torch.nn.Module) -> list[dict]:
 
 # Note [The backward's compute alone]: on a CPU rank the backward's compute shares the rank's core
 # with gloo's threads, so its wall time is the compute plus the waits for those threads. The
-# autograd engine runs a CPU backward, and every gradient hook, on the thread that called
-# ``backward()``; that thread's CPU time (``time.thread_time_ns``) from the backward's start to its
-# last gradient, less the time in the comm hook calls (the division and the collectives' launch,
-# which a hook of the user's replaces), is the compute alone, without the waits. Measured here
-# (``benchmarks/bench_compute_alone.py``: 2 gloo ranks on the 2-core CPU, torch's DDP plain and
-# with ``noop_hook`` taking turns step by step, 2026-11-26), mlp / shuffled / transformer at cap
-# 0.25 MiB: the plain backward took 16.4 / 47.2 / 29.6 ms of wall time and 10.6 / 24.5 / 24.6 ms
-# of that thread's CPU time; the noop backward, with no collective to wait for, 10.6 / 23.5 /
-# 24.0 ms of wall time (at torch's default cap the two agree within 2%). ``backward_cpu_ns`` keeps it per iteration (docs/trace-format.md), and a
-# noop what-if runs it (learn/alone.py). A GPU rank's thread only queues kernels: not measured.
+# autograd engine runs a CPU backward, and every gradient and comm hook, on the thread that called
+# ``backward()``; that thread's CPU time (``time.thread_time_ns``) over the call is the backward's
+# own work alone (the compute, DDP's hook calls, finalize_backward), without the waits. Measured
+# here (``benchmarks/bench_compute_alone.py``: 2 gloo ranks on the 2-core CPU, torch's DDP plain
+# and with ``noop_hook`` taking turns step by step, 2026-11-26), mlp / shuffled / transformer at
+# cap 0.25 MiB: the plain backward took 16.4 / 47.2 / 29.6 ms of wall time and 10.6 / 24.5 /
+# 24.6 ms of that thread's CPU time; the noop backward, with no collective to wait for, 10.6 /
+# 23.5 / 24.0 ms of wall time (at torch's default cap the two agree within 2%). Two reads per
+# iteration, around the call: reading it per gradient and in every comm hook as well (a system
+# call each) made recording fp16 at cap 0.25 MiB 3.5% dearer here, and a hook's host time is no
+# measure of its CPU time where ranks share cores. ``backward_cpu_ns`` keeps it
+# (docs/trace-format.md), and a noop what-if runs it (learn/alone.py). A GPU rank's thread only
+# queues kernels: not measured there.
 
 
 class GradReadyProbe:
-    """Post-accumulate-grad hooks on every reducer parameter: gradient-ready times, and on a CPU
-    rank the autograd thread's CPU time at the last one (Note [The backward's compute alone])."""
+    """Post-accumulate-grad hooks on every reducer parameter: gradient-ready times."""
 
     def __init__(self, params, recorder: RankRecorder, timer=None):
         self.recorder = recorder
         self.timer = timer  # a gpuclock.GpuTimer on CUDA: the GPU time replaces the hook's CPU time
         self.seen: list[int] = []
-        self.cpu_ns: int | None = None  # CPU ranks: the hook thread's CPU time at the latest gradient
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(params)]
         self.n = len(params)
 
@@ -79,8 +78,6 @@ class GradReadyProbe:
             ev = self.recorder.grad_ready(index, now_ns())
             if self.timer is not None:  # Note [Events on the right stream] in gpuclock.py
                 self.timer.later(ev, "t_ns", "cpu_t_ns")
-            else:  # the thread's CPU time so far, less the comm hook calls' (Note [The backward's compute alone])
-                self.cpu_ns = time.thread_time_ns() - self.recorder.hook_cpu_ns
             self.seen.append(index)
         return hook
 
@@ -97,7 +94,6 @@ class GradReadyProbe:
 
     def reset(self) -> None:
         self.seen = []
-        self.cpu_ns = None
 
     def remove(self) -> None:
         for h in self.handles:
@@ -138,7 +134,7 @@ def bucket_hook(state, bucket):
     (No type annotations here: torch checks that a comm hook's annotations are the real
     classes, and ``from __future__ import annotations`` would turn them into strings.)
     """
-    t, cpu = now_ns(), time.thread_time_ns()
+    t = now_ns()
     buffer = bucket.buffer()
     # Not cached: after the rebuild a new bucket's buffer can reuse the old one's address.
     params = [state.index[id(p)] for p in bucket.parameters()]
@@ -164,7 +160,6 @@ def bucket_hook(state, bucket):
     future = work.get_future().then(done)
     if timer is None:  # the launch call's cost on the autograd thread (a CPU quantity)
         state.recorder.launch_end(event, now_ns())
-    state.recorder.hook_cpu_ns += time.thread_time_ns() - cpu
     return future
 
 
