@@ -95,6 +95,7 @@ def test_interleaved_runs_after_a_noop_step_start_together(tmp_path):
 
 
 def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
+    from ddpsim.learn import alone, learn
     from ddpsim.learn.hookrates import caution
     from ddpsim.samples import sample_path
     from ddpsim.trace import load_trace
@@ -105,10 +106,10 @@ def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
     old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 1.0}
     assert caution(old, "fp16") is None
     assert "least certain" in caution(old, "noop")  # a CPU recording: gloo's share of the cores
-    for it in (it for r in old.ranks for it in r.iterations):  # one that measured its compute alone
-        it.backward_cpu_ns = 1_000_000
-    assert caution(old, "noop") is None and caution(old, "noop", old.world_size) is None
-    assert "least certain" in caution(old, "noop", 4 * old.world_size)
+    work = learn(old)  # a recording with its backward alone measured prices noop (learn/alone.py)
+    work.meta[alone.KEY] = {"0": 1.0, "1": 1.0}
+    assert caution(old, "noop", work, old.world_size) is None
+    assert "least certain" in caution(old, "noop", work, 4 * old.world_size)  # not the recorded ranks
 
 
 def test_hooks_that_send_ddps_own_allreduce_cost_what_it_costs():

@@ -1,5 +1,6 @@
-"""A what-if without collectives (noop) computes the backward alone, as the recording measured it
+"""A what-if without collectives (noop) runs the backward alone, as the recording measured it
 (learn/alone.py Note [A run without collectives computes alone]); every other what-if is unchanged."""
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -7,16 +8,18 @@ from pathlib import Path
 import pytest
 
 from ddpsim import load_trace
-from ddpsim.learn import learn, replay_config, simulate
+from ddpsim.learn import learn, replay_config, simulate, workload_from_trace
 from ddpsim.learn.alone import KEY, simulated_ns
+from ddpsim.learn.refine import measure_alone, refine
 
 SAMPLE = Path(__file__).resolve().parents[1] / "ddpsim" / "samples" / "01_mlp_torch_default.json"
-ALONE = {0: 0.8, 1: 0.6}  # each rank's compute alone, as a share of its recorded backward
+ALONE = {0: 0.8, 1: 0.6}  # each rank's backward alone, as a share of its recorded backward
 
 
-def with_cpu_times(tmp_path, ranks=(0, 1)):
-    """The bundled 2-rank CPU recording with ``backward_cpu_ns`` on the synced iterations of ``ranks``."""
+def with_cpu_times(tmp_path, ranks=(0, 1), **meta):
+    """The bundled 2-rank CPU recording with ``backward_cpu_ns`` on every iteration of ``ranks``."""
     d = json.loads(SAMPLE.read_text())
+    d["meta"].update(meta)
     for r in d["ranks"]:
         if r["rank"] not in ranks:
             continue
@@ -27,20 +30,29 @@ def with_cpu_times(tmp_path, ranks=(0, 1)):
     return load_trace(path)
 
 
-def test_noop_runs_the_measured_compute_alone(tmp_path):
+def measured_ms(trace, w) -> dict[int, float]:
+    steady = set(w.meta["steady_iterations"])
+    return {r.rank: statistics.median(it.backward_cpu_ns for it in r.iterations
+                                      if it.iteration in steady and it.sync) / 1e6 for r in trace.ranks}
+
+
+def test_noop_runs_the_measured_backward_less_the_division(tmp_path):
     trace = with_cpu_times(tmp_path)
     w = learn(trace)
     assert set(w.meta[KEY]) == {"0", "1"}
-    sim, _ = simulate(w, replay_config(w, trace, comm_hook="noop"))
-    got = simulated_ns(sim)
-    steady = set(w.meta["steady_iterations"])
-    division = w.launch_s_per_byte * sum(p.bytes for p in w.params) * 1e9  # the plain run's, not noop's
-    for r in trace.ranks:
-        cpu = statistics.median(it.backward_cpu_ns for it in r.iterations if it.iteration in steady and it.sync)
-        assert got[r.rank] == pytest.approx(cpu - division, rel=0.03), (r.rank, got, cpu, division)
+    got = simulated_ns(simulate(w, replay_config(w, trace, comm_hook="noop"))[0])
+    for rank, ms in measured_ms(trace, w).items():
+        assert got[rank] / 1e6 == pytest.approx(ms - w.launch_s_per_byte * 12_617_768 * 1e3, rel=0.03)
+    # a division the plain run paid and noop does not: 1e-10 s/byte over the 12,617,768 gradient bytes
+    assert sum(p.bytes for p in w.params) == 12_617_768
+    dear = measure_alone(dataclasses.replace(refine(workload_from_trace(trace), trace), launch_s_per_byte=1e-10),
+                         trace)
+    got = simulated_ns(simulate(dear, replay_config(dear, trace, comm_hook="noop"))[0])
+    for rank, ms in measured_ms(trace, dear).items():
+        assert got[rank] / 1e6 == pytest.approx(ms - 1.2617768, rel=0.03), (rank, got, ms)
 
 
-def test_only_noop_changes(tmp_path):
+def test_only_noop_at_the_recorded_ranks_changes(tmp_path):
     plain, measured = load_trace(SAMPLE), with_cpu_times(tmp_path)
     w0, w1 = learn(plain), learn(measured)
     assert KEY not in w0.meta
@@ -51,11 +63,19 @@ def test_only_noop_changes(tmp_path):
     a = simulate(w0, replay_config(w0, plain, comm_hook="noop"))[1]["iteration_time_s"]
     b = simulate(w1, replay_config(w1, measured, comm_hook="noop"))[1]["iteration_time_s"]
     assert b != a
-    # another world size keeps the learnt split: the measurement is of the recorded ranks
-    cfg = replay_config(w1, measured, comm_hook="noop", world_size=4)
-    assert cfg.backward_scale != replay_config(w1, measured, comm_hook="noop").backward_scale
+    # drawn rank noise or another world size: not the recorded ranks the factors were fitted on
+    for fields in ({"world_size": 4}, {"jitter": 0.0}):
+        assert (replay_config(w1, measured, comm_hook="noop", **fields).backward_scale
+                == replay_config(w0, plain, comm_hook="noop", **fields).backward_scale), fields
 
 
-def test_a_rank_without_the_measurement_leaves_the_workload_alone(tmp_path):
-    trace = with_cpu_times(tmp_path, ranks=(0,))
+@pytest.mark.parametrize("why", ["a rank without it", "a hooked recording", "a GPU recording"])
+def test_no_backward_alone_leaves_the_workload_alone(tmp_path, why):
+    if why == "a rank without it":
+        trace = with_cpu_times(tmp_path, ranks=(0,))
+    elif why == "a hooked recording":  # its CPU time holds the hook's casts too
+        trace = with_cpu_times(tmp_path, options={**json.loads(SAMPLE.read_text())["meta"]["options"],
+                                                  "comm_hook": "fp16"})
+    else:
+        trace = with_cpu_times(tmp_path, placement={"device": "cuda"})
     assert KEY not in learn(trace).meta

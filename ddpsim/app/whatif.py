@@ -217,7 +217,7 @@ def _rel(a: dict, b: dict) -> dict:
     return {m: (a[m] - b[m]) / b[m] if b[m] else 0.0 for m in METRICS}
 
 
-def cautions(base: Base, trace: Trace | None, cfg: SimConfig) -> list[str]:
+def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list[str]:
     """Plain warnings when the what-if reaches far beyond what was recorded."""
     out = []
     recorded = int(base.config.get("world_size", 2))
@@ -230,7 +230,7 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig) -> list[str]:
             out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
                        f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
                        "a GPU model or a GPU recording.")
-    out += [c for c in [hookrates.caution(trace, cfg.comm_hook, cfg.world_size)] if c]
+    out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:
         out.append("The network is not the recorded one: the allreduce times come from the chosen "
                    "profile's datasheet figures, the compute from the recording.")
@@ -260,7 +260,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)[1]
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(unchanged_summary, recorded) if recorded else None, noise, n,
-                   cautions(base, trace, cfg), waits, cfg.jitter, source)
+                   cautions(base, trace, cfg, work), waits, cfg.jitter, source)
 
 
 def describe_change(out: Outcome) -> str:

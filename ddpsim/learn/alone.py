@@ -6,14 +6,18 @@ compute alone. A plain recording measures it directly: the autograd thread's CPU
 backward (``backward_cpu_ns``, Note [The backward's compute alone] in record/instrument.py),
 less the division of every bucket by the world size that DDP's hook does there and a noop hook
 does not (the learnt launch cost per byte, ``Workload.launch_s_per_byte``, times the gradients'
-bytes). The learnt workload does not: its per-gradient compute is the recorded
-wall time with gloo's share taken out by the shared-core model (``learn/contention.py``), then
-scaled until the replay matches the recorded phases (``refine``), and that split is the least
-certain part of the CPU model (docs/comm-hooks.md: noop predicted up to 33% fast with it alone).
-So ``refine.measure_alone`` simulates the recording's own noop what-if and keeps, per recorded rank, the
-factor that makes its backward the measured compute alone; ``replay_config`` applies it to a
-noop what-if at the recorded world size (``backward_scale``). Every other what-if keeps the
-learnt split; a trace without the measurement (GPU runs, older recordings) keeps it for noop too.
+bytes; the per-launch part a noop hook keeps, as ``sim/hooked.launch_cost`` does). The learnt
+workload does not know it: its per-gradient compute is the recorded wall time with gloo's share
+taken out by the shared-core model (``learn/contention.py``), then scaled until the replay
+matches the recorded phases (``refine``), and that split is the least certain part of the CPU
+model (docs/comm-hooks.md: noop predicted up to 33% fast with it alone). So
+``refine.measure_alone`` simulates the recording's own noop what-if and keeps, per recorded rank,
+the factor that makes its backward the measured one; ``replay_config`` applies it where the
+replay plays the recorded ranks (the recorded world size, their recorded speeds:
+``backward_scale``). Only for a plain recording (no comm hook, or ``allreduce``: another hook's
+casts are in its CPU time too) with a core per rank (where ranks share a core, the simulated
+backward's wall time holds the others' compute as well). Every other what-if, and a recording
+without the measurement (GPU runs, older recordings), keeps the learnt split.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ KEY = "alone_backward_scale"  # Workload.meta: {rank: factor} for a noop what-if
 def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
     """{rank: the backward alone of a noop step, ns}: the median ``backward_cpu_ns`` over the rank's
     steady synced iterations less the buckets' division (this Note), where every one has it."""
+    hook = (trace.meta.get("options") or {}).get("comm_hook")
+    if hook not in (None, "allreduce") or w.link.cpus or (trace.meta.get("placement") or {}).get("device") == "cuda":
+        return {}
     steady = set(w.meta.get("steady_iterations") or ())
     division_ns = w.launch_s_per_byte * sum(p.bytes for p in w.params) * 1e9  # every bucket, unused gradients too
     out = {}
@@ -43,17 +50,17 @@ def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
 
 def simulated_ns(sim: Trace) -> dict[int, float]:
     """{rank: median backward (start to end: finalize_backward included) over the simulation's steady
-    iterations}: in a noop what-if, what ``backward_cpu_ns`` measures."""
+    synced iterations}: in a noop what-if, what ``alone_ns`` gives."""
     steady = {i for c in steady_cycles(sim) for i in c}
     return {r.rank: statistics.median(it.backward.end_ns - it.backward.start_ns
-                                      for it in r.iterations if it.iteration in steady)
+                                      for it in r.iterations if it.iteration in steady and it.sync)
             for r in sim.ranks}
 
 
-def noop_scale(w: Workload, cfg: dict) -> dict | None:
-    """The ``backward_scale`` for ``cfg`` if it is a noop what-if at the recorded world size of a
-    workload that measured its compute alone (this Note), else None."""
+def noop_scale(w: Workload, comm_hook: str | None, world_size: int) -> dict | None:
+    """The ``backward_scale`` of a noop what-if at the recorded world size of a workload that
+    measured its backward alone (this Note), else None."""
     scale = w.meta.get(KEY)
-    if not scale or cfg.get("comm_hook") != "noop" or cfg.get("world_size") != w.meta.get("recorded_world_size"):
+    if not scale or comm_hook != "noop" or world_size != w.meta.get("recorded_world_size"):
         return None
     return {int(r): float(s) for r, s in scale.items()}

@@ -114,13 +114,13 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     if noise not in ("recorded", "drawn"):
         raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
     cfg = hookrates.in_replay(w, {**config_from_trace(trace), **fields})
-    if (scale := alone.noop_scale(w, cfg)) is not None:  # Note [A run without collectives computes alone]
-        cfg.setdefault("backward_scale", scale)
     recorded = w.meta.get("recorded_ranks") or {}
     if (noise == "recorded" and recorded and len(recorded) == cfg["world_size"] == w.meta.get("recorded_world_size")
             and "jitter" not in fields and not w.link.cpus):
         cfg.setdefault("recorded_ranks", {int(r): v for r, v in recorded.items()})
         cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))
+        if (scale := alone.noop_scale(w, cfg.get("comm_hook"), cfg["world_size"])) is not None:
+            cfg.setdefault("backward_scale", scale)  # Note [A run without collectives computes alone]
         return SimConfig(**cfg)
     cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
     # one rank waits for nobody: rank-to-rank noise only delays a collective it shares

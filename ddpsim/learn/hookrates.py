@@ -14,6 +14,7 @@ cast 1.1e-10. So a replay prices casts at the larger of the two.
 """
 from __future__ import annotations
 
+from ddpsim.learn import alone
 from ddpsim.sim.comm_hooks import RATES, SENT_DTYPE
 from ddpsim.sim.workload import Workload
 from ddpsim.trace import Trace
@@ -37,8 +38,8 @@ def in_replay(w: Workload, cfg: dict) -> dict:
     return {**cfg, "hook_rates": {**rates, "cast_s_per_byte": w.launch_s_per_byte}}
 
 
-NOOP_ON_CPU = ("noop on a CPU recording without its compute alone (recorded before ddpsim measured it, or "
-               "asked at another world size): without collectives gloo's threads leave the cores to the "
+NOOP_ON_CPU = ("noop on a CPU recording without its backward alone (recorded before ddpsim measured it, "
+               "with a hook, with ranks sharing cores, or asked at another world size): without collectives gloo's threads leave the cores to the "
                "backward, and how much of the recorded backward they took is then the least certain part of "
                "the CPU model: noop was predicted up to 33% fast at small bucket caps that way (docs/comm-hooks.md).")
 NO_16_BIT = ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
@@ -49,10 +50,11 @@ NO_RATES = ("This trace has no hook costs measured in its ranks (meta.hook_rates
             "with this ddpsim for what they cost on its machine.")
 
 
-def caution(trace: Trace | None, comm_hook: str | None, world_size: int | None = None) -> str | None:
+def caution(trace: Trace | None, comm_hook: str | None, work: Workload | None = None,
+            world_size: int | None = None) -> str | None:
     """One sentence when a hook what-if starts from a trace without ``meta.hook_rates``, from a gloo
-    trace that timed no 16-bit allreduce, or asks for noop on a CPU recording whose compute alone
-    is not measured at ``world_size`` (Note [A run without collectives computes alone] in alone.py)."""
+    trace that timed no 16-bit allreduce, or asks for noop at ``world_size`` on a CPU recording whose
+    backward alone does not price it in ``work`` (Note [A run without collectives computes alone])."""
     if trace is None or comm_hook in (None, "allreduce"):
         return None
     rates = recorded(trace).get("hook_rates")
@@ -61,9 +63,8 @@ def caution(trace: Trace | None, comm_hook: str | None, world_size: int | None =
     gloo = trace.source == "real" and trace.meta.get("backend") == "gloo"
     if comm_hook == "noop":
         cpu = gloo and (trace.meta.get("placement") or {}).get("device") != "cuda"
-        alone = (world_size in (None, trace.world_size)
-                 and all(any(it.backward_cpu_ns for it in r.iterations) for r in trace.ranks))
-        return NOOP_ON_CPU if cpu and not alone else None
+        priced = work is not None and alone.noop_scale(work, comm_hook, world_size) is not None
+        return NOOP_ON_CPU if cpu and not priced else None
     if comm_hook in SENT_DTYPE and gloo and "float16_allreduce_cost" not in rates:
         return NO_16_BIT
     return None

@@ -126,8 +126,9 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 # Note [No network from one rank]: a 1-rank run (or one without a collective) has no allreduce
-# to learn a network from (NCCL runs no kernel for one rank: every "collective" takes 0 s), so a
-# line through it is a fake (bandwidth 1e15 B/s). The workload then carries this message
+# to learn a network from (NCCL runs no kernel for one rank; what its collectives take is the
+# backend's own work: Note [One rank still pays for its collectives]), so its Link has no network
+# (bandwidth 1e15 B/s, latency 0). The workload then carries this message
 # (``meta['no_network']``) and ``sim.plan.resolve_link`` raises it when a simulation needs a
 # network the user did not give; ``simulate`` and ``validate --against`` say the same.
 NO_NETWORK = ("the trace has {ranks} rank(s) and no collective to learn a network from: to simulate "

@@ -98,7 +98,7 @@ class Run:
                 b1 = now_ns()
             rec.span("forward", f0, f1)
             rec.span("backward", f1, b1)
-            if probes:
+            if probes and self.device.type == "cpu":  # a GPU rank's thread only queues the kernels
                 rec.iteration["backward_cpu_ns"] = c2 - c1
             if sync:
                 heartbeat.beat(phase="optimizer")

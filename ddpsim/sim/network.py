@@ -92,8 +92,10 @@ class Link:
             raise ValueError(f"cpus must be an integer >= 0, not {self.cpus!r}")
         if self.core_bandwidth_Bps is not None:
             check_positive(self.core_bandwidth_Bps, "core bandwidth")
-        if self.one_rank is not None and not all(math.isfinite(v) and v >= 0 for v in self.one_rank):
-            raise ValueError(f"a one-rank collective's cost must be finite numbers >= 0, not {self.one_rank!r}")
+        if self.one_rank is not None and (len(self.one_rank) != 2
+                                          or not all(math.isfinite(v) and v >= 0 for v in self.one_rank)):
+            raise ValueError(f"a one-rank collective's cost must be two finite numbers >= 0 (s, s/byte), "
+                             f"not {self.one_rank!r}")
         allowed = NCCL_ALGOS if self.cluster is not None else ALGOS + ("auto",)
         if self.algo not in allowed:
             where = "" if self.cluster is not None else " without a GPU cluster profile (--hardware)"

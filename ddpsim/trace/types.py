@@ -131,8 +131,8 @@ class Iteration:
     graph_search: Span | None = None  # find_unused_parameters' walk of the graph
     bitmap_allreduce: Collective | None = None
     buffer_broadcast: Collective | None = None  # _sync_buffers at the forward's start (broadcast_buffers)
-    # CPU ranks: the autograd thread's CPU time from the backward's start to its last gradient, ns
-    # (Note [The backward's compute alone] in record/instrument.py); None: not measured
+    # CPU ranks: the CPU time of the thread that called backward(), over the call, ns (Note [The
+    # backward's compute alone] in record/instrument.py); None: not measured
     backward_cpu_ns: int | None = None
 
     @property
