@@ -14,7 +14,6 @@ Prints, per model and cap, rank 0's medians over the steps after the first three
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ddpsim.ranks import run_ranks  # noqa: E402
+from ddpsim.record.process import pin_to_cpu  # noqa: E402
 
 CAPS = (0.25, None)  # MiB; None: torch's default
 
@@ -35,7 +35,7 @@ def steps(rank: int, world: int, model: str, cap, iters: int) -> dict:
 
     from ddpsim.models import build_workload, call_batch
 
-    os.sched_setaffinity(0, {rank % os.cpu_count()})
+    pin_to_cpu(rank)
     runs = {}
     for name in ("plain", "noop"):
         torch.manual_seed(0)

@@ -34,8 +34,8 @@ def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
     """{rank: the backward alone of a noop step, ns}: the median ``backward_cpu_ns`` over the rank's
     steady synced iterations less the buckets' division (this Note), where every one has it."""
     hook = (trace.meta.get("options") or {}).get("comm_hook")
-    cuda = (trace.meta.get("placement") or {}).get("device") == "cuda"
-    if hook not in (None, "allreduce") or w.link.cpus or cuda or not w.meta.get("recorded_ranks"):
+    cpu = w.meta.get("shared_core") and not w.link.cpus  # gloo on CPU cores, a core per rank
+    if hook not in (None, "allreduce") or not cpu or not w.meta.get("recorded_ranks"):
         return {}  # not a plain CPU recording replayed rank by rank (this Note)
     steady = set(w.meta.get("steady_iterations") or ())
     division_ns = w.launch_s_per_byte * sum(p.bytes for p in w.params) * 1e9  # every bucket, unused gradients too

@@ -39,9 +39,10 @@ def in_replay(w: Workload, cfg: dict) -> dict:
 
 
 NOOP_ON_CPU = ("noop on a CPU recording without its backward alone (recorded before ddpsim measured it, "
-               "with a hook, with ranks sharing cores, or asked at another world size): without collectives gloo's threads leave the cores to the "
-               "backward, and how much of the recorded backward they took is then the least certain part of "
-               "the CPU model: noop was predicted up to 33% fast at small bucket caps that way (docs/comm-hooks.md).")
+               "with a hook, with ranks sharing cores, or asked at another world size): without collectives "
+               "gloo's threads leave the cores to the backward, and how much of the recorded backward they "
+               "took is then the least certain part of the CPU model: noop was predicted up to 33% fast at "
+               "small bucket caps that way (docs/comm-hooks.md).")
 NO_16_BIT = ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
              "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 0.9-1.6x here.")
 NO_RATES = ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "

@@ -28,11 +28,10 @@ iteration of a recording keeps its anchor's window (``anchor_window_ns``, docs/t
 Note [An NCCL collective's end]: any event the host records after launching a collective
 completes no earlier than the host recorded it. Where the kernel ends before that (one rank, a
 small bucket, a host slower than the GPU) such an event is late: at one rank on an H200, where
-NCCL ran no kernel at all, one recorded in the future's ``then`` callback came a median 0.25 ms after
-the bucket's gradients were ready, one on a side stream made to wait for the collective
-(``work.wait()``) 0.2 ms.
-So the end comes from ProcessGroupNCCL's own start and end
-events, which it records on its stream around the kernel (on with TORCH_NCCL_ENABLE_TIMING=1, which
+NCCL ran no kernel at all, one recorded in the future's ``then`` callback came a median 0.25 ms
+after the bucket's gradients were ready, one on a side stream made to wait for the collective
+(``work.wait()``) 0.2 ms. So the end comes from ProcessGroupNCCL's own start and end events,
+which it records on its stream around the kernel (on with TORCH_NCCL_ENABLE_TIMING=1, which
 ``record.process.init_process_group`` sets): end = start + their elapsed time, where the start is
 the later of this bucket's launch event and the previous collective's end (one NCCL stream runs
 them in order). The side-stream event stays as an upper bound, and is the end where torch cannot
