@@ -826,7 +826,7 @@ from ddpsim.trace import load_trace
 names = ("allreduce", "fp16", "bf16", "noop")
 paths = {h: WORK / f"mlp_{h}.json" for h in names}
 t0 = time.time()
-record_many([RecordConfig(model="mlp", iters=16, bucket_cap_mb=0.25, comm_hook=h, profile_internals=False)
+record_many([RecordConfig(model="mlp", iters=32, bucket_cap_mb=0.25, comm_hook=h, profile_internals=False)
              for h in names], list(paths.values()))
 print(f"recorded {len(names)} runs in {time.time() - t0:.0f} s")
 rates = load_trace(paths["allreduce"]).meta["hook_rates"]
@@ -836,11 +836,12 @@ for name, value in rates.items():
 (bf16) allreduce's time over an fp32 one's *of as many elements*. NCCL on a GPU reduces 2-byte
 floats at memory speed, so the ratio is 0.5 there: half the bytes, half the time. gloo on a CPU
 sums float16 through float conversions, element by element, and its ratio is near 1 or above (the
-bytes halve, the time does not); bfloat16's is lower, 0.6-1.0 on the machine these notebooks
+bytes halve, the time does not); bfloat16's is lower, 0.67-1.03 on the machine these notebooks
 were built on. Below, the simulator learns this run from the `allreduce`
 recording alone (its buckets, its backward, these rates) and predicts each hook's run; the last
 columns compare with the run that really used the hook (each rank's own iteration, median over
-the steady steps):"""),
+the steady steps). "noise" is how far the error would move from the sampling of the steps alone:
+an error within about that much is the machine's, not the model's:"""),
     C('''rows = hook_runs.predict(paths, "mlp", 0.25)
 print(hook_runs.table(rows))'''),
     M("""So on this machine compression gains little: fp16 and bf16 send half the bytes, but gloo's

@@ -142,3 +142,20 @@ def test_a_one_rank_gloo_recording_says_its_16_bit_allreduce_is_unmeasured():
     assert caution(trace, "powersgd") is None
     trace.meta["hook_rates"] = {}
     assert "meta.hook_rates" in caution(trace, "fp16")  # an empty dict measured nothing
+
+
+def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_median():
+    """experiments.hooks' noise column: 0 for a run whose steady iterations all take as long, and
+    the spread of the median when alternate iterations take 1x and 1.5x."""
+    from ddpsim.experiments.hooks import noise, rank_iteration_s
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    trace = simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=2, iters=24))[0]
+    base = rank_iteration_s(trace)
+    assert noise(trace) == pytest.approx(0, abs=1e-9)
+    for r in trace.ranks:
+        for it in r.iterations:
+            if it.iteration % 2:
+                it.optimizer.end_ns += int((it.end_ns - it.forward.start_ns) * 0.5)
+    assert 0.05 < noise(trace) < 0.5 and rank_iteration_s(trace) > base

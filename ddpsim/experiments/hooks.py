@@ -10,6 +10,11 @@ the error is taken against the recorded run with that hook. The iteration time c
 median over ranks and steady iterations): a run without any collective (noop) never makes its
 ranks wait for each other, so the span across ranks would measure how far they drift apart in the
 gaps that the other hooks' interleaved steps leave, not the iteration.
+The noise column is how far the error moves with the sampling of the two runs' iterations alone:
+each run's median, its steady iterations resampled, moves by the half-width of a 90% bootstrap
+interval (``noise``); the column is the two runs' half-widths added in quadrature, in %. On the
+2-core machine one iteration takes 0.8x to 1.7x another of the same run, and an error within about
+this much is the machine's, not the model's.
 PowerSGD runs only where DDP has one bucket: torch's ``powerSGD_hook`` aborts gloo runs with
 several (docs/comm-hooks.md), and after the rebuild every zoo model over 1 MiB has two (the first
 bucket's 1 MiB cap), so PowerSGD is recorded on the convnet (0.3 MiB) alone. Prints one row per
@@ -18,6 +23,8 @@ prediction and the median and largest absolute error; ``--out X`` writes X.json.
 from __future__ import annotations
 
 import argparse
+import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -28,7 +35,8 @@ MODELS = ("mlp", "transformer", "shuffled")
 CAPS = (0.25, None)  # MiB; None: torch's default (25 MiB, a 1 MiB first bucket)
 HOOKS = ("fp16", "bf16", "powersgd", "noop", "round-robin:2")  # predicted from "allreduce"
 POWERSGD = {"powersgd_rank": 1, "powersgd_start_iter": 2}  # PowerSGD from the third synced step
-ITERS = 24  # micro-steps per run
+ITERS = 48  # micro-steps per run (--iters)
+RESAMPLES = 1000  # bootstrap resamples of a run's steady iterations for its noise
 
 
 CASES = tuple((m, c) for m in MODELS for c in CAPS) + (("convnet", None),)  # (model, cap)
@@ -40,26 +48,45 @@ def hooks_for(model: str, cap) -> tuple[str, ...]:
     return tuple(h for h in HOOKS if h != "powersgd" or (model in ONE_BUCKET and cap is None))
 
 
-def record_case(model: str, cap, folder: Path) -> dict[str, Path]:
+def record_case(model: str, cap, folder: Path, iters: int = ITERS) -> dict[str, Path]:
     """``model`` at ``cap`` with allreduce and every hook of ``hooks_for(cap)``, interleaved."""
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
 
     names = ("allreduce", *hooks_for(model, cap))
     paths = {h: folder / f"{model}_cap{cap}_{h.replace(':', '')}.json" for h in names}
-    cfgs = [RecordConfig(model=model, iters=ITERS, bucket_cap_mb=cap, comm_hook=h, profile_internals=False,
+    cfgs = [RecordConfig(model=model, iters=iters, bucket_cap_mb=cap, comm_hook=h, profile_internals=False,
                          **(POWERSGD if h == "powersgd" else {})) for h in names]
     record_many(cfgs, list(paths.values()))
     return paths
 
 
-def rank_iteration_s(trace) -> float:
-    """Each rank's own iteration (forward start to step end), median over ranks and steady iterations."""
+def rank_iterations_s(trace) -> dict[int, list[float]]:
+    """Each rank's own iteration (forward start to step end) in seconds, per steady iteration."""
     from ddpsim.analysis import steady_summary
 
     steady = set(steady_summary(trace)["steady_iterations"])
-    return statistics.median((it.end_ns - it.forward.start_ns) * 1e-9 for r in trace.ranks
-                             for it in r.iterations if it.iteration in steady)
+    times: dict[int, list[float]] = {}
+    for r in trace.ranks:
+        for it in r.iterations:
+            if it.iteration in steady:
+                times.setdefault(it.iteration, []).append((it.end_ns - it.forward.start_ns) * 1e-9)
+    return times
+
+
+def rank_iteration_s(trace) -> float:
+    """Each rank's own iteration, median over ranks and steady iterations."""
+    return statistics.median(t for ts in rank_iterations_s(trace).values() for t in ts)
+
+
+def noise(trace, seed: int = 0) -> float:
+    """The half-width of a 90% bootstrap interval of ``rank_iteration_s`` over the median, resampling
+    whole steady iterations (a slow spell slows every rank of one iteration alike)."""
+    per_iter = list(rank_iterations_s(trace).values())
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(t for ts in rng.choices(per_iter, k=len(per_iter)) for t in ts)
+                     for _ in range(RESAMPLES))
+    return (medians[int(RESAMPLES * 0.95)] - medians[int(RESAMPLES * 0.05)]) / 2 / rank_iteration_s(trace)
 
 
 def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
@@ -74,32 +101,35 @@ def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
     for hook, path in paths.items():
         if hook == "allreduce":
             continue
-        measured = rank_iteration_s(load_trace(path))
+        hooked = load_trace(path)
+        measured = rank_iteration_s(hooked)
         extra = POWERSGD if hook == "powersgd" else {}
         sim, _ = simulate(w, replay_config(w, plain, comm_hook=hook, **extra))
         predicted = rank_iteration_s(sim)
         rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": rank_iteration_s(plain) * 1e3,
-                     "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1})
+                     "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1,
+                     "noise": math.hypot(noise(hooked), noise(plain))})
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| model | cap MiB | hook | allreduce run ms | hook run ms | predicted ms | error |\n"
-            "|---|---|---|---|---|---|---|")
+    head = ("| model | cap MiB | hook | allreduce run ms | hook run ms | noise | predicted ms | error |\n"
+            "|---|---|---|---|---|---|---|---|")
     lines = [f"| {r['model']} | {r['cap'] or 'default'} | {r['hook']} | {r['plain_ms']:.1f} | {r['measured_ms']:.1f} | "
-             f"{r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |" for r in rows]
+             f"±{r['noise'] * 100:.1f}% | {r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |" for r in rows]
     return "\n".join([head, *lines, "", error_summary([r["error"] for r in rows])])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(p)
+    p.add_argument("--iters", type=int, default=ITERS, help=f"micro-steps per recorded run (default {ITERS})")
     args = p.parse_args(argv)
     with recordings_folder(args.workdir, "ddpsim-hooks-") as folder:
         rows = []
         for n, (model, cap) in enumerate(CASES, 1):
             print(f"[{n}/{len(CASES)}] {model}, cap {cap or 'default'}", file=sys.stderr, flush=True)
-            rows += predict(record_case(model, cap, folder), model, cap)
+            rows += predict(record_case(model, cap, folder, args.iters), model, cap)
     return finish(table(rows), rows, args.out)
 
 

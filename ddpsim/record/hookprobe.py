@@ -9,12 +9,13 @@ is made of; ``meta.hook_rates`` carries them (docs/trace-format.md) and the simu
 Note [What a plain run cannot show]: on this 2-core machine, fp16_compress_hook made training
 slower and bf16_compress_hook faster than DDP's fp32 allreduce, though both send half the bytes:
 gloo sums float16 element by element through float conversions, which costs more per element
-than its float32 sum, and bfloat16 less (2 gloo ranks, 1M elements: fp16 0.9-1.6x and bf16
-0.6-1.0x the fp32 allreduce's time, varying between runs and with size). NCCL on a GPU reduces 2-byte floats at memory speed, half
-the fp32 time. A bucket's cast costs what a cast of a bucket-sized tensor costs (one of 64 MiB
-is slower per byte: its allocation faults in fresh pages, which DDP's buckets do not). And the
-small P and Q allreduces of PowerSGD cost a collective's latency, which a run whose buckets all
-have one size cannot separate from its bandwidth.
+than its float32 sum, and bfloat16 less (2 gloo ranks, 1M elements, over 49 recordings: fp16
+1.0-1.4x and bf16 0.67-1.03x the fp32 allreduce's time, varying between runs and with size). NCCL
+on a GPU reduces 2-byte floats at memory speed, half the fp32 time. A bucket's cast costs what a
+cast of a bucket-sized tensor costs (one of 64 MiB is slower per byte: its allocation faults in
+fresh pages, which DDP's buckets do not). And the small P and Q allreduces of PowerSGD cost a
+collective's latency, which a run whose buckets all have one size cannot separate from its
+bandwidth.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from ddpsim.record.probe import timings
 CAST_ELEMENTS = 2 ** 20  # fp32 elements cast like a bucket (4 MiB: between DDP's 1 MiB first bucket and 25 MiB)
 ALLREDUCE_ELEMENTS = 2 ** 20  # elements of the fp32/fp16/bf16 allreduces compared (4 MiB in fp32)
 SMALL_ELEMENTS = 1024  # elements of the allreduce whose time is a collective's latency (4 KiB)
-CHAIN = 10  # small allreduces one after another, each launched when the last completed (as PowerSGD's stages)
+CHAIN = 8  # allreduces one after another, each launched when the last completed (as PowerSGD's stages)
+CHAIN_ROUNDS = 8  # timed chains of each allreduce dtype after one warm-up (8 x 3 x 8 x ~5 ms here: ~1 s)
 ROUNDS = 15  # timed rounds after one warm-up; medians are kept
 FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model has no compressible one
 MATMUL_BYTES = 64 * 2 ** 20  # at most this much of the model's gradient matrices is copied for the matmuls
@@ -104,28 +106,34 @@ def _matmul_rate(device, sync, params: list) -> float:
 
 
 def _allreduce_costs(device, sync) -> dict:
-    """A 2-byte allreduce's time over the fp32 one's of as many elements (the three in turn, each
-    after a barrier; the median of each round's ratio), and a small allreduce's time in a chain of
-    them, each launched when the one before completed (a collective's latency: a lone one timed
-    after a barrier also waits for the slowest rank to leave it, 0.1 to 3 ms here)."""
+    """A 2-byte allreduce's time over the fp32 one's of as many elements, and a small allreduce's
+    time (a collective's latency). Each is timed in a chain of ``CHAIN``, each launched when the one
+    before completed: a lone one timed after a barrier also waits for the slowest rank to leave it,
+    0.1 to 3 ms here, as long as a 4 MiB allreduce's own difference between dtypes (in one pair of
+    processes, one allreduce per round put bf16 at 0.64-1.16x fp32, chains of 8 at 0.75-0.93x).
+    The three dtypes' chains take turns, each after a barrier; the median of each round's ratio is
+    kept. Timed at the model's largest bucket instead (0.25 to 32 MiB), the ratios moved with size
+    (at 16 MiB fp16 0.93-1.07x, bf16 0.51-0.75x) but the predictions of the recorded hooked runs
+    did not improve (docs/comm-hooks.md), so one size serves."""
     import torch
     import torch.distributed as dist
 
     dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
     tensors = {name: torch.zeros(ALLREDUCE_ELEMENTS, dtype=dt, device=device) for name, dt in dtypes.items()}
     times: dict[str, list[float]] = {name: [] for name in tensors}
-    for round_ in range(ROUNDS + 1):
+    for round_ in range(CHAIN_ROUNDS + 1):
         for name, x in tensors.items():
             dist.barrier()
             sync()
             t0 = time.perf_counter()
-            dist.all_reduce(x)
+            for _ in range(CHAIN):
+                dist.all_reduce(x)
             sync()
             if round_:  # the first round warms up
                 times[name].append(time.perf_counter() - t0)
     small = torch.zeros(SMALL_ELEMENTS, device=device)
     dist.barrier()
-    chain = _median_s(lambda: [dist.all_reduce(small) for _ in range(CHAIN)], sync) / CHAIN
+    latency = _median_s(lambda: [dist.all_reduce(small) for _ in range(CHAIN)], sync) / CHAIN
     costs = {f"{name}_allreduce_cost": statistics.median(t / t32 for t, t32 in zip(times[name], times["float32"]))
              for name in ("float16", "bfloat16")}
-    return {**costs, "allreduce_latency_s": chain}
+    return {**costs, "allreduce_latency_s": latency}
