@@ -144,18 +144,30 @@ def test_a_one_rank_gloo_recording_says_its_16_bit_allreduce_is_unmeasured():
     assert "meta.hook_rates" in caution(trace, "fp16")  # an empty dict measured nothing
 
 
-def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_median():
-    """experiments.hooks' noise column: 0 for a run whose steady iterations all take as long, and
-    the spread of the median when alternate iterations take 1x and 1.5x."""
+def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_ratio():
+    """experiments.hooks' noise column: 0 between two runs whose steady iterations all take as long;
+    1/6 when alternate iterations of one take 1x and 1.5x (the interval of its median); 0 again when
+    in every iteration one rank takes 1x and the other 1.5x (iterations are resampled whole)."""
+    import dataclasses
+
     from ddpsim.experiments.hooks import noise, rank_iteration_s
     from ddpsim.sim import SimConfig, simulate
     from ddpsim.sim.archs import synthetic
 
-    trace = simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=2, iters=24))[0]
-    base = rank_iteration_s(trace)
-    assert noise(trace) == pytest.approx(0, abs=1e-9)
-    for r in trace.ranks:
-        for it in r.iterations:
-            if it.iteration % 2:
-                it.optimizer.end_ns += int((it.end_ns - it.forward.start_ns) * 0.5)
-    assert 0.05 < noise(trace) < 0.5 and rank_iteration_s(trace) > base
+    def run():
+        return simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=2, iters=24))[0]
+
+    def slowed(which):  # each rank's iterations its own, the optimizer step longer where which(i, rank)
+        trace = run()
+        for r in trace.ranks:
+            r.iterations = [dataclasses.replace(it, optimizer=dataclasses.replace(
+                it.optimizer, end_ns=it.optimizer.end_ns + (it.end_ns - it.forward.start_ns) // 2
+                if which(it.iteration, r.rank) else it.optimizer.end_ns)) for it in r.iterations]
+        return trace
+
+    plain = run()
+    assert noise(run(), plain) == pytest.approx(0, abs=1e-12)
+    odd = slowed(lambda i, rank: i % 2)
+    assert rank_iteration_s(odd) > rank_iteration_s(plain)
+    assert noise(odd, plain) == pytest.approx(1 / 6, rel=1e-6)
+    assert noise(slowed(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-12)

@@ -10,11 +10,11 @@ the error is taken against the recorded run with that hook. The iteration time c
 median over ranks and steady iterations): a run without any collective (noop) never makes its
 ranks wait for each other, so the span across ranks would measure how far they drift apart in the
 gaps that the other hooks' interleaved steps leave, not the iteration.
-The noise column is how far the error moves with the sampling of the two runs' iterations alone:
-each run's median, its steady iterations resampled, moves by the half-width of a 90% bootstrap
-interval (``noise``); the column is the two runs' half-widths added in quadrature, in %. On the
-2-core machine one iteration takes 0.8x to 1.7x another of the same run, and an error within about
-this much is the machine's, not the model's.
+The noise column is how far the error moves with the sampling of the iterations alone (``noise``):
+the hook run's median over the allreduce run's, with their steady iterations resampled in pairs
+(iteration i of both ran side by side), moves by the half-width of its 90% bootstrap interval, in
+%. On the 2-core machine one iteration takes 0.8x to 1.7x another of the same run, and an error
+within about this much is the machine's, not the model's.
 PowerSGD runs only where DDP has one bucket: torch's ``powerSGD_hook`` aborts gloo runs with
 several (docs/comm-hooks.md), and after the rebuild every zoo model over 1 MiB has two (the first
 bucket's 1 MiB cap), so PowerSGD is recorded on the convnet (0.3 MiB) alone. Prints one row per
@@ -36,6 +36,7 @@ CAPS = (0.25, None)  # MiB; None: torch's default (25 MiB, a 1 MiB first bucket)
 HOOKS = ("fp16", "bf16", "powersgd", "noop", "round-robin:2")  # predicted from "allreduce"
 POWERSGD = {"powersgd_rank": 1, "powersgd_start_iter": 2}  # PowerSGD from the third synced step
 ITERS = 48  # micro-steps per run (--iters)
+MIN_ITERS = 8  # fewer leave too few steady steps for a median and its noise
 RESAMPLES = 1000  # bootstrap resamples of a run's steady iterations for its noise
 
 
@@ -79,14 +80,21 @@ def rank_iteration_s(trace) -> float:
     return statistics.median(t for ts in rank_iterations_s(trace).values() for t in ts)
 
 
-def noise(trace, seed: int = 0) -> float:
-    """The half-width of a 90% bootstrap interval of ``rank_iteration_s`` over the median, resampling
-    whole steady iterations (a slow spell slows every rank of one iteration alike)."""
-    per_iter = list(rank_iterations_s(trace).values())
+def noise(hooked, plain, seed: int = 0) -> float:
+    """The half-width of a 90% bootstrap interval of ``rank_iteration_s(hooked) /
+    rank_iteration_s(plain)``, over that ratio: each resample draws the iterations steady in both
+    runs, whole (a slow spell slows every rank of one iteration alike) and in pairs (interleaved
+    runs step side by side, so a slow spell slows both); nan without such iterations."""
+    a, b = rank_iterations_s(hooked), rank_iterations_s(plain)
+    both = sorted(a.keys() & b.keys())
+    if not both:
+        return math.nan
     rng = random.Random(seed)
-    medians = sorted(statistics.median(t for ts in rng.choices(per_iter, k=len(per_iter)) for t in ts)
-                     for _ in range(RESAMPLES))
-    return (medians[int(RESAMPLES * 0.95)] - medians[int(RESAMPLES * 0.05)]) / 2 / rank_iteration_s(trace)
+
+    def ratio(its) -> float:
+        return statistics.median(t for i in its for t in a[i]) / statistics.median(t for i in its for t in b[i])
+    low, *_, high = statistics.quantiles((ratio(rng.choices(both, k=len(both))) for _ in range(RESAMPLES)), n=20)
+    return (high - low) / 2 / ratio(both)
 
 
 def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
@@ -96,7 +104,7 @@ def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
     from ddpsim.trace import load_trace
 
     plain = load_trace(paths["allreduce"])
-    w = learn(plain)
+    w, plain_s = learn(plain), rank_iteration_s(plain)
     rows = []
     for hook, path in paths.items():
         if hook == "allreduce":
@@ -106,9 +114,9 @@ def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
         extra = POWERSGD if hook == "powersgd" else {}
         sim, _ = simulate(w, replay_config(w, plain, comm_hook=hook, **extra))
         predicted = rank_iteration_s(sim)
-        rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": rank_iteration_s(plain) * 1e3,
+        rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": plain_s * 1e3,
                      "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1,
-                     "noise": math.hypot(noise(hooked), noise(plain))})
+                     "noise": noise(hooked, plain)})
     return rows
 
 
@@ -125,6 +133,8 @@ def main(argv=None) -> int:
     add_run_arguments(p)
     p.add_argument("--iters", type=int, default=ITERS, help=f"micro-steps per recorded run (default {ITERS})")
     args = p.parse_args(argv)
+    if args.iters < MIN_ITERS:
+        p.error(f"--iters must be at least {MIN_ITERS} (PowerSGD starts at step 3; the noise needs steady steps)")
     with recordings_folder(args.workdir, "ddpsim-hooks-") as folder:
         rows = []
         for n, (model, cap) in enumerate(CASES, 1):

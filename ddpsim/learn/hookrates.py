@@ -44,7 +44,8 @@ NOOP_ON_CPU = ("noop on a CPU recording without its backward alone (recorded bef
                "took is then the least certain part of the CPU model: noop was predicted up to 33% fast at "
                "small bucket caps that way (docs/comm-hooks.md).")
 NO_16_BIT = ("This recording timed no 16-bit allreduce (one rank, or gloo with CUDA tensors): it is "
-             "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 1.0-1.4x here.")
+             "priced at half an fp32 one, as with NCCL, where gloo on a CPU took 1.0-1.4x (fp16) and 0.67-1.03x "
+             "(bf16) here.")
 NO_RATES = ("This trace has no hook costs measured in its ranks (meta.hook_rates: recordings made "
             "before ddpsim measured them, imported profiles): the hook's casts and matmuls are free here "
             "and a 16-bit allreduce costs half an fp32 one, as with NCCL on a GPU. Record the run again "

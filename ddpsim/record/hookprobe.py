@@ -28,7 +28,8 @@ from ddpsim.record.probe import timings
 CAST_ELEMENTS = 2 ** 20  # fp32 elements cast like a bucket (4 MiB: between DDP's 1 MiB first bucket and 25 MiB)
 ALLREDUCE_ELEMENTS = 2 ** 20  # elements of the fp32/fp16/bf16 allreduces compared (4 MiB in fp32)
 SMALL_ELEMENTS = 1024  # elements of the allreduce whose time is a collective's latency (4 KiB)
-CHAIN = 8  # allreduces one after another, each launched when the last completed (as PowerSGD's stages)
+CHAIN = 8  # allreduces timed one after another, each launched when the last completed: the dtypes' and
+# the small one's (as PowerSGD's stages)
 CHAIN_ROUNDS = 8  # timed chains of each allreduce dtype after one warm-up (8 x 3 x 8 x ~5 ms here: ~1 s)
 ROUNDS = 15  # timed rounds after one warm-up; medians are kept
 FALLBACK_MATRIX = 1024  # a square gradient for the matmul rate when the model has no compressible one
