@@ -150,12 +150,15 @@ def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_ratio():
     in every iteration one rank takes 1x and the other 1.5x (iterations are resampled whole)."""
     import dataclasses
 
-    from ddpsim.experiments.hooks import noise, rank_iteration_s
+    from ddpsim.experiments.hooks import noise, rank_iteration_s, rank_iterations_s
     from ddpsim.sim import SimConfig, simulate
     from ddpsim.sim.archs import synthetic
 
     def run():
         return simulate(synthetic("resnet50", "v100-eth25"), SimConfig(world_size=2, iters=24))[0]
+
+    def times(which=None):  # each steady iteration's per-rank seconds, of a plain or a slowed run
+        return rank_iterations_s(slowed(which) if which else run())
 
     def slowed(which):  # each rank's iterations its own, the optimizer step longer where which(i, rank)
         trace = run()
@@ -165,9 +168,9 @@ def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_ratio():
                 if which(it.iteration, r.rank) else it.optimizer.end_ns)) for it in r.iterations]
         return trace
 
-    plain = run()
-    assert noise(run(), plain) == pytest.approx(0, abs=1e-12)
-    odd = slowed(lambda i, rank: i % 2)
+    plain = times()
+    assert noise(times(), plain) == pytest.approx(0, abs=1e-12)
+    odd = times(lambda i, rank: i % 2)
     assert rank_iteration_s(odd) > rank_iteration_s(plain)
     assert noise(odd, plain) == pytest.approx(1 / 6, rel=1e-6)
-    assert noise(slowed(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-12)
+    assert noise(times(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-12)

@@ -75,17 +75,17 @@ def rank_iterations_s(trace) -> dict[int, list[float]]:
     return times
 
 
-def rank_iteration_s(trace) -> float:
-    """Each rank's own iteration, median over ranks and steady iterations."""
-    return statistics.median(t for ts in rank_iterations_s(trace).values() for t in ts)
+def rank_iteration_s(times: dict[int, list[float]]) -> float:
+    """Each rank's own iteration, median over ranks and steady iterations (``rank_iterations_s``)."""
+    return statistics.median(t for ts in times.values() for t in ts)
 
 
-def noise(hooked, plain, seed: int = 0) -> float:
-    """The half-width of a 90% bootstrap interval of ``rank_iteration_s(hooked) /
-    rank_iteration_s(plain)``, over that ratio: each resample draws the iterations steady in both
-    runs, whole (a slow spell slows every rank of one iteration alike) and in pairs (interleaved
-    runs step side by side, so a slow spell slows both); nan without such iterations."""
-    a, b = rank_iterations_s(hooked), rank_iterations_s(plain)
+def noise(a: dict[int, list[float]], b: dict[int, list[float]], seed: int = 0) -> float:
+    """The half-width of a 90% bootstrap interval of ``rank_iteration_s(a) / rank_iteration_s(b)``
+    (the hooked run's ``rank_iterations_s`` over the plain run's), over that ratio: each resample
+    draws the iterations steady in both runs, whole (a slow spell slows every rank of one iteration
+    alike) and in pairs (interleaved runs step side by side, so a slow spell slows both); nan
+    without such iterations."""
     both = sorted(a.keys() & b.keys())
     if not both:
         return math.nan
@@ -104,19 +104,20 @@ def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
     from ddpsim.trace import load_trace
 
     plain = load_trace(paths["allreduce"])
-    w, plain_s = learn(plain), rank_iteration_s(plain)
+    w, plain_its = learn(plain), rank_iterations_s(plain)
+    plain_s = rank_iteration_s(plain_its)
     rows = []
     for hook, path in paths.items():
         if hook == "allreduce":
             continue
-        hooked = load_trace(path)
+        hooked = rank_iterations_s(load_trace(path))
         measured = rank_iteration_s(hooked)
         extra = POWERSGD if hook == "powersgd" else {}
         sim, _ = simulate(w, replay_config(w, plain, comm_hook=hook, **extra))
-        predicted = rank_iteration_s(sim)
+        predicted = rank_iteration_s(rank_iterations_s(sim))
         rows.append({"model": model, "cap": cap, "hook": hook, "plain_ms": plain_s * 1e3,
                      "measured_ms": measured * 1e3, "predicted_ms": predicted * 1e3, "error": predicted / measured - 1,
-                     "noise": noise(hooked, plain)})
+                     "noise": noise(hooked, plain_its)})
     return rows
 
 
