@@ -10,7 +10,7 @@ the dashboard draws - returning a result or one of ddpsim's plain
 errors (PartialTraceError for a valid trace that holds too little,
 SimulationTooLarge). Any other exception, or a case running past HANG_S, fails.
 
-A few hundred cases run by default; the slow test runs 10,000 and, with
+A few hundred cases run by default; the slow test runs 10,000 (in WORKERS processes) and, with
 DDPSIM_FUZZ_REPORT=path, appends the tally (cases, outcomes per consumer) there as a JSON line.
 The cases are the same on every run (derandomized) so the suite is stable;
 DDPSIM_FUZZ_RANDOM=1 draws new ones (how the reader was hardened: run it often).
@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import copy
 import json
+import multiprocessing
 import os
 import signal
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from ddpsim import TraceFormatError, parse_trace
@@ -33,6 +35,7 @@ from ddpsim.errors import PartialTraceError
 
 ROOT = Path(__file__).resolve().parent.parent
 HANG_S = 20  # seconds one case may take before it counts as a hang
+WORKERS = 2  # processes the 10,000-case run is shared over (the CI machine's cores)
 
 
 class Hang(Exception):
@@ -267,19 +270,27 @@ def check(text, stats: Counter, consumers=CONSUMERS) -> None:
         signal.signal(signal.SIGALRM, old)
 
 
-def fuzz(n: int, consumers=CONSUMERS, derandomize: bool = True) -> Counter:
-    """``n`` cases; derandomized (the same cases every run) unless DDPSIM_FUZZ_RANDOM=1."""
-    derandomize = derandomize and not os.environ.get("DDPSIM_FUZZ_RANDOM")
+def fuzz(n: int, consumers=CONSUMERS, share: int | None = None) -> Counter:
+    """``n`` cases, the same on every run unless DDPSIM_FUZZ_RANDOM=1. ``share``: which of several
+    processes' shares this is (each its own seed, so the shares hold different cases)."""
+    fixed = not os.environ.get("DDPSIM_FUZZ_RANDOM")
     stats = Counter({"hangs": 0, "other exceptions": 0})  # any of either fails the test at once
 
-    @settings(max_examples=n, deadline=None, database=None, derandomize=derandomize,
+    @settings(max_examples=n, deadline=None, database=None, derandomize=fixed and share is None,
               suppress_health_check=list(HealthCheck))
     @given(cases())
     def run(text):
         check(text, stats, consumers)
 
+    if fixed and share is not None:
+        run = seed(share)(run)
     run()
     return stats
+
+
+def fuzz_share(n: int, share: int) -> Counter:
+    """One worker process's share of a large fuzz run."""
+    return fuzz(n, share=share)
 
 
 def _report(stats: Counter, label: str) -> None:
@@ -298,7 +309,12 @@ def test_fuzz_loader_and_consumers_quick():
 
 @pytest.mark.slow
 def test_fuzz_loader_and_consumers_10000():
-    stats = fuzz(10_000)
+    """10,000 cases, shared over WORKERS processes (fresh interpreters: the cases need no state)."""
+    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
+        shares = list(pool.map(fuzz_share, [10_000 // WORKERS] * WORKERS, range(WORKERS)))
+    stats = Counter()
+    for tally in shares:
+        stats.update(tally)
     _report(stats, "10,000 cases")
     assert stats["cases"] >= 10_000 and stats["hangs"] == 0
 
