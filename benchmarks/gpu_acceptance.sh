@@ -28,7 +28,7 @@ quiet() { grep -v -e '^USDT' -e '_warn_once' -e 'acc_events=True'; }
 '|', torch.cuda.device_count(), 'x', torch.cuda.get_device_name(0))"; } 2>&1 | tee "$OUT/env.txt"
 
 echo "== selfcheck --gpu, and the tests with CUDA hidden beside it"
-( CUDA_VISIBLE_DEVICES= timeout -s INT 180 $PY -m pytest -q -n "$WORKERS" $TESTS \
+( CUDA_VISIBLE_DEVICES= timeout -s INT 180 $PY -m pytest -q -n "$WORKERS" --dist load $TESTS \
     > "$OUT/tests_cuda_hidden.txt" 2>&1; echo "exit $?" >> "$OUT/tests_cuda_hidden.txt" ) &
 hidden=$!
 timeout 180 $PY -m ddpsim selfcheck --gpu --out /tmp/selfcheck 2>&1 | quiet | tee "$OUT/selfcheck.txt"
@@ -46,7 +46,7 @@ for m in "ddpsim.models.resnet:resnet50 --parts" "ddpsim.models.resnet:resnet50 
 done | tee "$OUT/overhead.txt"
 
 echo "== minddp against torch's DDP with comm hooks on NCCL, and the tests with CUDA visible beside it"
-( timeout -s INT 150 $PY -m pytest -q -n 12 $TESTS > "$OUT/tests_cuda_visible.txt" 2>&1
+( timeout -s INT 150 $PY -m pytest -q -n 12 --dist load $TESTS > "$OUT/tests_cuda_visible.txt" 2>&1
   echo "exit $?" >> "$OUT/tests_cuda_visible.txt" ) &
 visible=$!
 timeout 100 $PY benchmarks/gpu_hook_equivalence.py 2>&1 | quiet | grep "^|" | tee "$OUT/hook_equivalence.txt"

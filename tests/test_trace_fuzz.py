@@ -23,7 +23,6 @@ import multiprocessing
 import os
 import signal
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -310,8 +309,9 @@ def test_fuzz_loader_and_consumers_quick():
 @pytest.mark.slow
 def test_fuzz_loader_and_consumers_10000():
     """10,000 cases, shared over WORKERS processes (fresh interpreters: the cases need no state)."""
-    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
-        shares = list(pool.map(fuzz_share, [10_000 // WORKERS] * WORKERS, range(WORKERS)))
+    n = [10_000 // WORKERS + (share < 10_000 % WORKERS) for share in range(WORKERS)]
+    with multiprocessing.get_context("spawn").Pool(WORKERS) as pool:  # leaving it kills both, on any error
+        shares = pool.starmap(fuzz_share, zip(n, range(WORKERS)))
     stats = Counter()
     for tally in shares:
         stats.update(tally)
