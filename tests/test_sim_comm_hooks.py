@@ -76,6 +76,8 @@ def test_a_hook_changes_what_is_sent_and_the_exposed_communication_follows():
     fp16, noop = _sim("fp16"), _sim("noop")
     assert noop["exposed_comm_s"] == 0 < fp16["exposed_comm_s"] < plain["exposed_comm_s"]
     assert noop["iteration_time_s"] < fp16["iteration_time_s"] < plain["iteration_time_s"]
+    # nothing sent, nothing to overlap: an overlap of 0 there would read as "all of it exposed"
+    assert not noop["communicates"] and noop["overlap_fraction"] == 0 and fp16["communicates"]
     warm = _sim("powersgd", powersgd_start_iter=100)  # every simulated step is before PowerSGD starts
     assert warm["iteration_time_s"] == plain["iteration_time_s"]
     assert _sim("powersgd", powersgd_start_iter=1, powersgd_rank=4)["exposed_comm_s"] < plain["exposed_comm_s"]
@@ -116,6 +118,10 @@ def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iterati
     text = "\n".join(m.value for m in at.markdown)
     change = float(text.split("Iteration time ")[1].split("%")[0])
     assert change < 0, text  # half the bytes on 25 GbE: less exposed communication
+    overlap = "Comm. overlapped with compute"
+    assert next(m.value for m in at.metric if m.label == overlap).endswith("%")
+    hook.set_value("noop").run()  # no collective: the metric says there is none, not 0%
+    assert next(m.value for m in at.metric if m.label == overlap) == "none" and not at.exception
 
 
 def test_the_hooks_compute_at_measured_rates_is_paid_where_torch_pays_it():

@@ -142,10 +142,14 @@ def _steady_rows(trace: Trace) -> tuple[list, list[dict]]:
 
 def summarize(trace: Trace) -> dict:
     """The headline numbers for any trace, real or simulated: iteration time and exposed
-    communication, medians over the steady cycles; the overlap fraction, HTA's over them."""
+    communication, medians over the steady cycles; the overlap fraction, HTA's over them; and
+    whether any collective took time in them (``communicates``)."""
     chosen, rows = _steady_rows(trace)
     out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    out["overlap_fraction"] = comm_overlap(trace, {i for c in chosen for i in c})
+    steady = {i for c in chosen for i in c}
+    out["overlap_fraction"] = comm_overlap(trace, steady)
+    # False where no rank moved a byte (e.g. the noop hook): an overlap of 0 then means "none to overlap"
+    out["communicates"] = any(comm_weighted_overlap(r, steady) is not None for r in trace.ranks)
     out["steady_iterations"] = [i for c in chosen for i in c]
     out["per_bucket"] = bucket_table(trace, chosen[-1][-1])
     return out

@@ -120,6 +120,10 @@ def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> N
             ("exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3, "inverse"),
             ("overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1, "normal"))
     for col, (k, name, fmt, scale, color) in zip(cols, spec):
+        if k == "overlap_fraction" and not values.get("communicates", True):
+            col.metric(name, "none", help="No collective took time in the steady iterations (the noop hook "
+                                          "sends nothing): there is no communication to overlap.")
+            continue
         v = values[k] * scale
         delta = None if base is None else fmt.format(v - base[k] * scale).replace("%", " pts")
         same = delta is not None and fmt.format(v) == fmt.format(base[k] * scale)
