@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,44 @@ def iterations_written(out: Path, world: int) -> int:
         except OSError:
             pass
     return total
+
+
+class FaultClock(threading.Thread):
+    """Notes when rank ``rank``'s shard of ``out`` first holds ``count`` iterations: the moment of a
+    fault that stops that rank there (it ran out of data, or blocks in the next forward). A window
+    timed from then leaves out the ranks' start-up, which a loaded machine stretches.
+
+        with FaultClock(out, rank=2, count=3) as clock:
+            record(cfg, out)                # in the main thread: the launcher handles signals
+        clock.seconds_since_fault()         # None if the rank never got that far
+    """
+
+    def __init__(self, out: Path, rank: int, count: int):
+        super().__init__(daemon=True)
+        self.shard = Path(out).with_name(f"{Path(out).name}.rank{rank}.jsonl")
+        self.count, self.fault, self.ended = count, None, None
+        self._done = threading.Event()
+
+    def run(self):
+        while not self._done.is_set() and self.fault is None:
+            try:
+                if self.shard.read_bytes().count(b'"kind":"iteration"') >= self.count:
+                    self.fault = time.monotonic()
+            except OSError:
+                pass
+            self._done.wait(0.01)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.ended = time.monotonic()
+        self._done.set()
+        self.join()
+
+    def seconds_since_fault(self) -> float | None:
+        return None if self.fault is None else self.ended - self.fault
 
 
 def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, world_size: int = 2,

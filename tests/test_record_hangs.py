@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from faultinject import trial
+from faultinject import FaultClock, trial
 
 TIMEOUT_S = 8.0
 
@@ -33,18 +33,16 @@ def test_signalled_rank_is_named_and_everything_ends(tmp_path, sig, when):
 @pytest.mark.slow
 def test_a_model_that_blocks_in_forward_is_named(tmp_path):
     """No signal: rank 1's forward sleeps forever (a user model that blocks)."""
-    import time
-
     from ddpsim import load_trace
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import RecordError, record
     from test_record_faults import FAULTS
 
     cfg = RecordConfig(model=f"{FAULTS}:blocking_factory", world_size=2, iters=6, timeout_s=TIMEOUT_S)
-    start = time.monotonic()
-    with pytest.raises(RecordError) as err:
+    with FaultClock(tmp_path / "run.json", rank=1, count=2) as clock, pytest.raises(RecordError) as err:
         record(cfg, tmp_path / "run.json")
-    assert time.monotonic() - start < TIMEOUT_S + 15
+    after = clock.seconds_since_fault()  # rank 1's second iteration written -> every rank gone
+    assert after is not None and after <= TIMEOUT_S + 5, after
     message = str(err.value)
     assert message.startswith("rank 1 stopped in forward of iteration 2"), message
     assert "did not join allreduce of bucket" in message and "rank 0 is waiting in" in message
