@@ -112,10 +112,20 @@ def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
     return {"median_ms": statistics.median(gaps), "max_ms": max(gaps), "n": len(gaps)}
 
 
-def comm_overlap(trace: Trace, iterations: set[int]) -> float:
-    """The overlap fraction (module docstring): HTA's, the mean over ranks; 0.0 without communication."""
-    fractions = [f for f in (comm_weighted_overlap(r, iterations) for r in trace.ranks) if f is not None]
+def rank_overlaps(trace: Trace, iterations: set[int]) -> list[float]:
+    """Each rank's overlap fraction (``comm_weighted_overlap``), left out where the rank's
+    collectives took no time (the noop hook): empty when no rank communicated."""
+    return [f for f in (comm_weighted_overlap(r, iterations) for r in trace.ranks) if f is not None]
+
+
+def mean_overlap(fractions: list[float]) -> float:
+    """The overlap fraction (module docstring), HTA's: the mean of ``rank_overlaps``; 0.0 without any."""
     return statistics.mean(fractions) if fractions else 0.0
+
+
+def comm_overlap(trace: Trace, iterations: set[int]) -> float:
+    """The overlap fraction of ``iterations`` (module docstring); 0.0 without communication."""
+    return mean_overlap(rank_overlaps(trace, iterations))
 
 
 def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
@@ -146,11 +156,11 @@ def summarize(trace: Trace) -> dict:
     whether any collective took time in them (``communicates``)."""
     chosen, rows = _steady_rows(trace)
     out = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    steady = {i for c in chosen for i in c}
-    out["overlap_fraction"] = comm_overlap(trace, steady)
-    # False where no rank moved a byte (e.g. the noop hook): an overlap of 0 then means "none to overlap"
-    out["communicates"] = any(comm_weighted_overlap(r, steady) is not None for r in trace.ranks)
-    out["steady_iterations"] = [i for c in chosen for i in c]
+    steady = [i for c in chosen for i in c]
+    fractions = rank_overlaps(trace, set(steady))
+    out["overlap_fraction"] = mean_overlap(fractions)
+    out["communicates"] = bool(fractions)  # False: an overlap of 0 means "nothing to overlap"
+    out["steady_iterations"] = steady
     out["per_bucket"] = bucket_table(trace, chosen[-1][-1])
     return out
 
