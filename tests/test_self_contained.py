@@ -106,3 +106,17 @@ def test_record_from_another_folder_writes_run_json_there_naming_no_folder(tmp_p
     assert json.loads(text)["meta"]["command"].startswith("python -m ddpsim.record.worker ")
     # the README's tour: it prints the iteration time, the exposed communication and the overlap
     assert re.search(r"iteration [\d.]+ ms, exposed comm [\d.]+ ms, overlap \d+%", result.stdout), result.stdout
+
+
+def test_commands_other_than_record_start_without_torch():
+    """Only ``record`` needs torch (2-5 s to import): the CLI loads every command's arguments, so a
+    command module imports torch inside the function that uses it, never at the top."""
+    sample = ROOT / "ddpsim" / "samples" / "01_mlp_torch_default.json"
+    code = ("import sys, runpy; sys.argv = ['ddpsim', 'simulate', '--trace', sys.argv[1]]\n"
+            "try: runpy.run_module('ddpsim', run_name='__main__')\n"
+            "except SystemExit as e: assert not e.code, e.code\n"
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code, str(sample)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False", result.stdout

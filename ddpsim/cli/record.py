@@ -11,7 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-from ddpsim import torchcompat
 from ddpsim.analysis import summarize
 from ddpsim.analysis.join import join_line
 from ddpsim.errors import CLIError, PartialTraceError
@@ -43,6 +42,8 @@ def progress_bar(done: int, total: int) -> None:
 
 
 def main(args) -> int:
+    from ddpsim import torchcompat  # imports torch: here, so that the other commands start without it
+
     cfg = record_config.from_args(args)  # a backend this node cannot run stops here, one line
     if args.master_port is not None and not 1 <= args.master_port <= 65535:
         raise CLIError(f"--master-port must be a TCP port, 1 to 65535, not {args.master_port}")
