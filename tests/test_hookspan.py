@@ -122,16 +122,21 @@ def test_compare_puts_hooks_side_by_side(runs):
     total = sum(b.bytes for b in synced(runs["none"])[-1][1].buckets)
     assert rows["none"]["sent_bytes"] == total and rows["fp16"]["sent_bytes"] == total // 2
     assert 0 < rows["powersgd"]["sent_bytes"] < total // 10 and rows["noop"]["sent_bytes"] == 0
+    # the noop run sent nothing: no overlap to give (0% would read as "all of it exposed"), no delta
+    assert rows["noop"]["overlap_pct"] is None and rows["noop"]["d_overlap_pts"] is None
+    assert 0 <= rows["fp16"]["overlap_pct"] <= 100 and rows["fp16"]["d_overlap_pts"] is not None
     fig = plot_compare(picked)
     assert patches(fig, "hook:r0:") and any(g.endswith(":c2") for g in patches(fig, "hook:r0:"))
     assert "hook's collective" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_the_compare_page_has_a_comm_hook_column(runs):
-    at = compare_page({"plain run": runs["none"], "fp16 run": runs["fp16"]})
+    at = compare_page({"plain run": runs["none"], "fp16 run": runs["fp16"], "noop run": runs["noop"]})
     assert not at.exception, [e.message for e in at.exception]
     df = at.dataframe[0].value
-    assert list(df["comm hook"]) == ["none", "fp16"]
+    assert list(df["comm hook"]) == ["none", "fp16", "noop"]
+    assert df["overlap (%)"].iloc[2] == "none" and df["Δ overlap (pts)"].iloc[2] == ""
+    assert 0 <= float(df["overlap (%)"].iloc[1]) <= 100
     assert df["sent per step (MB)"].iloc[1] == pytest.approx(df["sent per step (MB)"].iloc[0] / 2, rel=1e-3)
 
 

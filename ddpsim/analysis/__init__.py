@@ -16,7 +16,7 @@ from ddpsim.analysis.intervals import covered_fraction, covered_ns, union_ns
 from ddpsim.analysis.iteration import iteration_report
 from ddpsim.analysis.metrics import (NS, bucket_table, comm_end_ns, comm_overlap, comm_weighted_overlap,
                                      cycle_metrics, cycles, enqueue_gap, exposed_comm_ns, grad_ready_order,
-                                     overlap_fraction, spread, steady_cycles, steady_summary, summarize)
+                                     overlap_fraction, rank_overlaps, spread, steady_cycles, steady_summary, summarize)
 from ddpsim.analysis.phases import PHASES, phase_medians
 from ddpsim.trace import Trace
 
@@ -49,5 +49,5 @@ class TraceAnalysis:
 
 __all__ = ["NS", "PHASES", "TraceAnalysis", "bucket_table", "comm_end_ns", "comm_overlap", "comm_weighted_overlap",
            "covered_fraction", "covered_ns", "cycle_metrics", "cycles", "enqueue_gap", "exposed_comm_ns",
-           "grad_ready_order", "iteration_report", "overlap_fraction", "phase_medians", "spread", "steady_cycles",
+           "grad_ready_order", "iteration_report", "overlap_fraction", "phase_medians", "rank_overlaps", "spread", "steady_cycles",
            "steady_summary", "summarize", "union_ns"]
