@@ -1,6 +1,7 @@
-"""Run a function on N real gloo ranks (spawned processes) and collect what each returns.
+"""Run a function on N real gloo ranks (separate processes) and collect what each returns.
 
     results = run_ranks(fn, world_size=2, args=(...,), timeout=120)
+    results = run_ranks(fn, 2, start_method="spawn")  # each rank a fresh interpreter (the grader)
 
 ``fn(rank, world_size, *args)`` must be a picklable top-level function; it runs after
 ``init_process_group("gloo")`` on 127.0.0.1 with a free port and ``torch.set_num_threads(1)``,
@@ -13,16 +14,22 @@ in one line). Used by the autograder, the tests and the calibration.
 
 Note [Ranks forked from a server that imported torch]: a spawned rank starts a new
 interpreter and imports torch, 2 CPU-seconds each, more than most ranks' work here.
-The ranks are forked from multiprocessing's forkserver instead, which imports torch
-once (``set_forkserver_preload``) and has used none of it, so nothing is held at the
-fork. A forked rank inherits the server's environment, not the caller's of now; the
-caller's is handed to each rank and put in place before ``setup`` and ``fn`` run.
+By default the ranks are forked from multiprocessing's forkserver instead, which
+imports torch once (``set_forkserver_preload``) and has used none of it, so nothing
+is held at the fork. A forked rank inherits the server's state from when it started:
+its environment (the caller's of now is put in place before ``fn``, ``args`` and
+``setup`` are unpickled, so their modules import under it), what torch read from the
+environment at import (``TORCH_DISTRIBUTED_DEBUG`` is read again), and Python's hash
+seed, the same on every rank. Spawn, where each rank hashes strings its own way as
+under torchrun, is for code under test whose ranks must not agree by accident: the
+autograder uses it (a student's buckets ordered by iterating a set of names).
 """
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import time
@@ -52,14 +59,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, world_size, port, args, setup, results, environ):
+def _entry(payload, rank, world_size, port, results, environ):
     try:
         os.environ.clear()
         os.environ.update(environ)  # Note [Ranks forked from a server that imported torch]
+        fn, args, setup = pickle.loads(payload)
         if setup is not None:
             setup(rank)
         import torch
         import torch.distributed as dist
+
+        if hasattr(dist, "set_debug_level_from_env"):
+            dist.set_debug_level_from_env()
 
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -77,19 +88,22 @@ def _entry(fn, rank, world_size, port, args, setup, results, environ):
         os._exit(0)  # skip gloo teardown at exit (see ddpsim/record/worker.py exit_now)
 
 
-def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0, setup=None) -> list:
-    """Run ``fn`` on ``world_size`` gloo ranks; the per-rank results as a list."""
-    ctx = _context()
+def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0, setup=None,
+              start_method: str = "forkserver") -> list:
+    """Run ``fn`` on ``world_size`` gloo ranks; the per-rank results as a list. ``start_method``:
+    "forkserver" or "spawn" (Note [Ranks forked from a server that imported torch])."""
+    ctx = _context(start_method)
     results = ctx.Queue()
     port = free_port()
-    with _gpus_hidden():  # before the child imports fn's module (Note [CPU ranks see no GPU] in record/config.py)
-        environ = dict(os.environ)
-        procs = [ctx.Process(target=_entry, args=(fn, r, world_size, port, args, setup, results, environ),
-                             daemon=True) for r in range(world_size)]
-        for p in procs:
-            p.start()
-    outs, deadline = {}, time.monotonic() + timeout
+    payload = pickle.dumps((fn, args, setup))
+    procs, outs, deadline = [], {}, time.monotonic() + timeout
     try:
+        with _gpus_hidden():  # CPU ranks see no GPU: Note [CPU ranks see no GPU] in record/config.py
+            environ = dict(os.environ)
+            for r in range(world_size):
+                p = ctx.Process(target=_entry, args=(payload, r, world_size, port, results, environ), daemon=True)
+                p.start()
+                procs.append(p)  # started: _stop can join it
         while len(outs) < world_size:
             try:
                 rank, ok, value, ni, summary = results.get(timeout=0.2)
@@ -105,10 +119,12 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
         results.close()
 
 
-def _context():
-    """A forkserver that imported torch (Note [Ranks forked from a server that imported torch]);
-    spawn where there is no forkserver."""
-    if "forkserver" not in mp.get_all_start_methods():
+def _context(start_method: str):
+    """A forkserver that imported torch (Note [Ranks forked from a server that imported torch]),
+    or spawn: asked for, or where there is no forkserver."""
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
+    if start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed"])  # read when the server starts
@@ -117,7 +133,8 @@ def _context():
 
 @contextlib.contextmanager
 def _gpus_hidden():
-    """CUDA_VISIBLE_DEVICES empty while the ranks are spawned (they copy this environment)."""
+    """CUDA_VISIBLE_DEVICES empty while the ranks start (they are given this environment, and a
+    forkserver started now keeps it)."""
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:

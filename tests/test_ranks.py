@@ -18,3 +18,25 @@ def test_a_failing_rank_is_named_by_its_exception_and_cpu_ranks_see_no_gpu():
     assert str(info.value) == "rank 1 failed: ValueError: Expected a cuda device, but got: cpu"
     assert "decompress" in info.value.error  # the whole traceback is kept
     assert run_ranks(_fails_with_a_long_message, 1, timeout=120) == [""]
+
+
+def _env_and_hash(rank, world_size):
+    import os
+    return os.environ.get("DDPSIM_TEST_VALUE"), hash("ddpsim")
+
+
+@pytest.mark.slow  # real gloo ranks
+def test_forked_ranks_see_the_callers_environment_of_now_and_spawned_ones_hash_apart(monkeypatch):
+    """Note [Ranks forked from a server that imported torch] in ddpsim/ranks.py."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # set, spawned ranks would share it too
+    monkeypatch.setenv("DDPSIM_TEST_VALUE", "first")
+    assert [env for env, _ in run_ranks(_env_and_hash, 2, timeout=120)] == ["first", "first"]
+    monkeypatch.setenv("DDPSIM_TEST_VALUE", "second")  # the forkserver started under "first"
+    forked = run_ranks(_env_and_hash, 2, timeout=120)
+    assert [env for env, _ in forked] == ["second", "second"]
+    assert forked[0][1] == forked[1][1], "forked ranks share the server's hash seed"
+    spawned = run_ranks(_env_and_hash, 2, timeout=120, start_method="spawn")
+    assert [env for env, _ in spawned] == ["second", "second"]
+    assert spawned[0][1] != spawned[1][1], "each spawned rank hashes strings its own way, as under torchrun"
+    with pytest.raises(ValueError, match="start_method must be"):
+        run_ranks(_env_and_hash, 2, start_method="fork")

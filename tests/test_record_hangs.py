@@ -41,11 +41,11 @@ def test_a_model_that_blocks_in_forward_is_named(tmp_path):
     cfg = RecordConfig(model=f"{FAULTS}:blocking_factory", world_size=2, iters=6, timeout_s=TIMEOUT_S)
     with FaultClock(tmp_path / "run.json", rank=1, count=2) as clock, pytest.raises(RecordError) as err:
         record(cfg, tmp_path / "run.json")
-    after = clock.seconds_since_fault()  # rank 1's second iteration written -> every rank gone
-    assert after is not None and after <= TIMEOUT_S + 5, after
     message = str(err.value)
     assert message.startswith("rank 1 stopped in forward of iteration 2"), message
     assert "did not join allreduce of bucket" in message and "rank 0 is waiting in" in message
+    after = clock.seconds_since_fault()  # rank 1's second iteration written -> every rank gone
+    assert after is not None and after <= TIMEOUT_S + 5, after
     trace = load_trace(tmp_path / "run.json")
     ranks = {r.rank: r for r in trace.ranks}
     assert ranks[1].error.startswith("hung:") and not trace.complete

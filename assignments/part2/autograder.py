@@ -31,7 +31,10 @@ def real_run(ctx):
 
         template = str(ctx.tmp / "run.json.rank{rank}.jsonl")
         try:
-            outs = run_ranks(H.rank_main, 2, (str(ctx.path), template), timeout=ctx.rank_timeout)
+            # spawn: each rank its own interpreter and string hashing, as under torchrun, so that
+            # ranks cannot agree by accident (Note [Ranks forked from a server that imported torch])
+            outs = run_ranks(H.rank_main, 2, (str(ctx.path), template), timeout=ctx.rank_timeout,
+                             start_method="spawn")
         except RankFailure as e:
             if e.not_implemented:
                 raise NotImplementedError(e.not_implemented) from None

@@ -49,5 +49,5 @@ class TraceAnalysis:
 
 __all__ = ["NS", "PHASES", "TraceAnalysis", "bucket_table", "comm_end_ns", "comm_overlap", "comm_weighted_overlap",
            "covered_fraction", "covered_ns", "cycle_metrics", "cycles", "enqueue_gap", "exposed_comm_ns",
-           "grad_ready_order", "iteration_report", "overlap_fraction", "phase_medians", "rank_overlaps", "spread", "steady_cycles",
-           "steady_summary", "summarize", "union_ns"]
+           "grad_ready_order", "iteration_report", "overlap_fraction", "phase_medians", "rank_overlaps", "spread",
+           "steady_cycles", "steady_summary", "summarize", "union_ns"]

@@ -35,6 +35,10 @@ if len(runs) < 1:
     st.info("Pick runs to compare.")
     st.stop()
 
+def _one_place(value):
+    return None if value is None else round(value, 1)  # None: no collective took time (shown empty)
+
+
 rows = compare_rows(runs)
 st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "comm hook": r["comm_hook"], "world size": r["world_size"],
                "buckets": r["buckets"], "sent per step (MB)": round(r["sent_bytes"] / 1e6, 3),
@@ -45,13 +49,12 @@ st.dataframe([{"run": pretty(r["run"]), "kind": r["kind"], "comm hook": r["comm_
                "exposed comm (ms, median)": round(r["exposed_comm_ms"], 2),
                "exposed range (ms)": f"{r['exposed_min_ms']:.1f}–{r['exposed_max_ms']:.1f}",
                "Δ exposed (ms)": round(r["d_exposed_comm_ms"], 2),
-               "overlap (%)": "none" if r["overlap_pct"] is None else f"{r['overlap_pct']:.1f}",
-               "Δ overlap (pts)": "" if r["d_overlap_pts"] is None else f"{r['d_overlap_pts']:+.1f}"}
+               "overlap (%)": _one_place(r["overlap_pct"]), "Δ overlap (pts)": _one_place(r["d_overlap_pts"])}
               for r in rows], hide_index=True, width="stretch")
 st.caption("Medians over each run's steady-state iterations (after the rebuild); Δ is against the first "
            "run. **Comm hook**: what each run registered with `register_comm_hook` (none: DDP's own fp32 "
            "allreduce); **sent per step**: the bytes its gradient collectives sent in a synced step (rank 0); "
-           "**overlap** none: no collective took time, so there was nothing to overlap (the noop hook). "
+           "an empty **overlap**: no collective took time, so there was nothing to overlap (the noop hook). "
            "**Single iterations vary**: " + ", ".join(
                f"{pretty(r['run'])} ±{r['spread_pct']:.0f}% over {r['n_iterations']} iterations" for r in rows)
            + ". A Δ smaller than the ranges is within run-to-run noise. The figure draws one iteration "
