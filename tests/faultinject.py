@@ -77,14 +77,16 @@ def alive(pid: int) -> bool:
         return False
 
 
+def shard_iterations(out: Path, rank: int) -> int:
+    """Iterations rank ``rank`` has written to its shard of ``out`` so far (0 before it exists)."""
+    try:
+        return Path(out).with_name(f"{Path(out).name}.rank{rank}.jsonl").read_bytes().count(b'"kind":"iteration"')
+    except OSError:
+        return 0
+
+
 def iterations_written(out: Path, world: int) -> int:
-    total = 0
-    for r in range(world):
-        try:
-            total += out.with_name(f"{out.name}.rank{r}.jsonl").read_bytes().count(b'"kind":"iteration"')
-        except OSError:
-            pass
-    return total
+    return sum(shard_iterations(out, r) for r in range(world))
 
 
 class FaultClock(threading.Thread):
@@ -99,17 +101,13 @@ class FaultClock(threading.Thread):
 
     def __init__(self, out: Path, rank: int, count: int):
         super().__init__(daemon=True)
-        self.shard = Path(out).with_name(f"{Path(out).name}.rank{rank}.jsonl")
-        self.count, self.fault, self.ended = count, None, None
+        self.out, self.rank, self.count, self.fault, self.ended = out, rank, count, None, None
         self._done = threading.Event()
 
     def run(self):
         while not self._done.is_set() and self.fault is None:
-            try:
-                if self.shard.read_bytes().count(b'"kind":"iteration"') >= self.count:
-                    self.fault = time.monotonic()
-            except OSError:
-                pass
+            if shard_iterations(self.out, self.rank) >= self.count:
+                self.fault = time.monotonic()
             self._done.wait(0.01)
 
     def __enter__(self):
