@@ -11,6 +11,14 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("PYTHONPATH", str(ROOT))
 
 
+def child_env(**extra) -> dict:
+    """The environment for a ``python -m ddpsim`` child: this checkout first on PYTHONPATH, the
+    caller's path after it (a box whose packages come from PYTHONPATH, as the GPU box's carried
+    wheels do, lost them when the tests replaced it: "No module named 'simpy'", docs/gpu.md)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def record_run(tmp_path, name="run", **options):
     """Record a real run (real processes, real gloo) and return the loaded Trace."""
     from ddpsim.record.config import RecordConfig

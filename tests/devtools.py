@@ -29,8 +29,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from websockets.sync.client import connect
-
 ROOT = Path(__file__).resolve().parents[1]  # tests/ -> the repository
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -140,6 +138,9 @@ class Browser:
             port = self._devtools_port(timeout_s)
             targets = json.loads(_get(f"http://127.0.0.1:{port}/json/list"))
             page = next(t for t in targets if t.get("type") == "page")
+            # imported here: test_record_torchrun imports this module on a box without Streamlit
+            from websockets.sync.client import connect
+
             self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=timeout_s,
                               legacy=True)
             self.call("Page.enable")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from conftest import child_env
 from ddpsim import samples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def test_no_recording_process_outlives_a_killed_app(tmp_path):
         "print(job.pid, flush=True)\n"
         "time.sleep(600)\n")
     app = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                           env=child_env())
     try:
         pgid = int(app.stdout.readline())
         deadline = time.monotonic() + 60

@@ -1,6 +1,5 @@
 """Bad input and failing ranks: one clear line, nothing left running, nothing lost."""
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import time
 import pytest
 
 from conftest import ROOT, live_pids
+from faultinject import UNPINNED, FaultClock
 from ddpsim import load_trace
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import RecordError, record
@@ -41,14 +41,13 @@ def test_bad_input_is_one_line_and_starts_nothing(tmp_path, args, message):
 @pytest.mark.parametrize("factory, cause", [("raising_factory", "RuntimeError: injected failure"),
                                             ("dying_factory", "died from signal SIGKILL")])
 def test_a_failing_rank_stops_the_run_cleanly(tmp_path, factory, cause):
-    cfg = RecordConfig(model=f"{FAULTS}:{factory}", world_size=2, iters=6, timeout_s=20)
-    start = time.monotonic()
-    with pytest.raises(RecordError) as err:
-        record(cfg, tmp_path / "run.json")
-    elapsed = time.monotonic() - start
+    cfg = RecordConfig(model=f"{FAULTS}:{factory}", world_size=2, iters=6, timeout_s=20, pin_cpus=UNPINNED)
+    with FaultClock(tmp_path / "run.json", rank=1, count=2) as clock, pytest.raises(RecordError) as err:
+        record(cfg, tmp_path / "run.json")  # rank 1 fails in its third iteration's batch
     message = str(err.value)
     assert "rank 1" in message and cause in message and "\n" not in message
-    assert elapsed < cfg.timeout_s + 10, f"ranks ended within the timeout plus a few seconds ({elapsed:.1f}s)"
+    after = clock.seconds_since_fault()  # rank 1's second iteration written -> every rank gone
+    assert after is not None and after < cfg.timeout_s + 5, f"ranks ended {after} s after the fault"
     trace = load_trace(tmp_path / "run.json")  # shards so far, merged and kept
     assert not trace.complete
     by_rank = {r.rank: r for r in trace.ranks}
@@ -61,7 +60,7 @@ def test_a_failing_rank_stops_the_run_cleanly(tmp_path, factory, cause):
 
 @pytest.mark.slow
 def test_branchy_without_find_unused_explains_itself(tmp_path):
-    cfg = RecordConfig(model="branchy", world_size=2, iters=4, timeout_s=20)
+    cfg = RecordConfig(model="branchy", world_size=2, iters=4, timeout_s=20, pin_cpus=UNPINNED)
     start = time.monotonic()
     with pytest.raises(RecordError) as err:
         record(cfg, tmp_path / "run.json")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from faultinject import FaultClock, trial
+from faultinject import UNPINNED, FaultClock, trial
 
 TIMEOUT_S = 8.0
 
@@ -38,7 +38,8 @@ def test_a_model_that_blocks_in_forward_is_named(tmp_path):
     from ddpsim.record.launcher import RecordError, record
     from test_record_faults import FAULTS
 
-    cfg = RecordConfig(model=f"{FAULTS}:blocking_factory", world_size=2, iters=6, timeout_s=TIMEOUT_S)
+    cfg = RecordConfig(model=f"{FAULTS}:blocking_factory", world_size=2, iters=6, timeout_s=TIMEOUT_S,
+                       pin_cpus=UNPINNED)
     with FaultClock(tmp_path / "run.json", rank=1, count=2) as clock, pytest.raises(RecordError) as err:
         record(cfg, tmp_path / "run.json")
     message = str(err.value)

@@ -1,6 +1,5 @@
 """No recording listens on the network: only loopback sockets, from the CLI and from the dashboard's job."""
 import ipaddress
-import json
 import os
 import signal
 import subprocess
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 from faultinject import children, rank_of, iterations_written
 
 LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
@@ -51,7 +50,7 @@ def _loopback(addr) -> bool:
 
 def sockets_during_training(cmd, out: Path, world: int) -> dict[int, list]:
     """Start ``cmd``, wait for its ranks to train, return rank -> listening sockets, then stop it."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 90

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 from faultinject import alive, children, iterations_written
 
 
@@ -17,7 +17,7 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_folder(tmp_path
     tmp.mkdir()
     cmd = [sys.executable, "-m", "ddpsim", "record", "--model", "mlp", "--world-size", "2",
            "--iters", "100000", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmp)),
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(TMPDIR=str(tmp)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90

@@ -3,7 +3,7 @@ process ends (Note [A rank out of data] in ddpsim/heartbeat.py)."""
 import pytest
 
 from conftest import live_pids
-from faultinject import FaultClock
+from faultinject import UNPINNED, FaultClock
 
 TIMEOUT_S = 8.0
 
@@ -14,7 +14,7 @@ def test_the_rank_that_ran_out_of_data_is_named_with_the_fix(tmp_path):
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import RecordError, record
 
-    cfg = RecordConfig(model="mlp", world_size=3, iters=5, uneven=1, timeout_s=TIMEOUT_S)
+    cfg = RecordConfig(model="mlp", world_size=3, iters=5, uneven=1, timeout_s=TIMEOUT_S, pin_cpus=UNPINNED)
     assert [cfg.iters_for(r) for r in range(3)] == [5, 4, 3]
     with FaultClock(tmp_path / "run.json", rank=2, count=3) as clock, pytest.raises(RecordError) as err:
         record(cfg, tmp_path / "run.json")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, child_env
 from ddpsim.record.meta import portable_command
 from ddpsim.samples import BUNDLED_DIR
 
@@ -88,7 +88,7 @@ def test_the_ddpsim_command_runs_from_another_folder(tmp_path):
     """What the installed ``ddpsim`` script runs: ``ddpsim.__main__.run`` (here on PYTHONPATH)."""
     code = "import sys; sys.argv = ['ddpsim', '--help']; from ddpsim.__main__ import run; run()"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            timeout=120, env=child_env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: ddpsim ") and "gpucheck" in result.stdout
 
@@ -99,7 +99,7 @@ def test_record_from_another_folder_writes_run_json_there_naming_no_folder(tmp_p
     ``python -m ddpsim.record.worker``), the trace lands in ./run.json, and names no folder."""
     result = subprocess.run([sys.executable, "-m", "ddpsim", "record", "--model", "mlp", "--world-size", "2",
                              "--iters", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=child_env())
     assert result.returncode == 0, result.stderr[-2000:]
     text = (tmp_path / "run.json").read_text()
     assert str(tmp_path) not in text and str(ROOT) not in text
