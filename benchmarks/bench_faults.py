@@ -31,7 +31,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(args.trials):
             sig, when = next(kinds)
-            r = trial(tmp, sig, when, seed=args.seed + n, timeout_s=args.timeout, world_size=args.world_size)
+            r = trial(tmp, sig, when, seed=args.seed + n, timeout_s=args.timeout, world_size=args.world_size,
+                      pin_cpus=True)
             results.append(r)
             print(f"{n:2d} {r.signal:7s} {r.when:8s} victim {r.victim} named {r.named} "
                   f"gone {r.seconds_to_gone:5.2f}s kept {r.trace_kept} marked {bool(r.victim_marked)} "

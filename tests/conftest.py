@@ -8,15 +8,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ.setdefault("PYTHONPATH", str(ROOT))
+from childenv import child_env  # noqa: E402 - the tests import it from here
 
-
-def child_env(**extra) -> dict:
-    """The environment for a ``python -m ddpsim`` child: this checkout first on PYTHONPATH, the
-    caller's path after it (a box whose packages come from PYTHONPATH, as the GPU box's carried
-    wheels do, lost them when the tests replaced it: "No module named 'simpy'", docs/gpu.md)."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, **extra}
+# ranks and commands that tests start from another folder find this checkout's ddpsim
+if str(ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]
 
 
 def record_run(tmp_path, name="run", **options):

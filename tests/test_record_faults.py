@@ -47,7 +47,7 @@ def test_a_failing_rank_stops_the_run_cleanly(tmp_path, factory, cause):
     message = str(err.value)
     assert "rank 1" in message and cause in message and "\n" not in message
     after = clock.seconds_since_fault()  # rank 1's second iteration written -> every rank gone
-    assert after is not None and after < cfg.timeout_s + 5, f"ranks ended {after} s after the fault"
+    assert after is not None and after < cfg.timeout_s, f"the run did not wait out the timeout: {after} s"
     trace = load_trace(tmp_path / "run.json")  # shards so far, merged and kept
     assert not trace.complete
     by_rank = {r.rank: r for r in trace.ranks}
