@@ -124,8 +124,17 @@ def _context(start_method: str):
     or spawn: asked for, or where there is no forkserver."""
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
-    if start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
+    if start_method == "spawn":
         return mp.get_context("spawn")
+    return forkserver_context() or mp.get_context("spawn")
+
+
+def forkserver_context():
+    """multiprocessing's forkserver, set to import torch when it starts (Note [Ranks forked from a
+    server that imported torch]); None where there is none. One server per process: run_ranks'
+    ranks and the recorder's (``ddpsim/record/forked.py``) are forked from the same one."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return None
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed"])  # read when the server starts
     return ctx

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import children, rank_of, iterations_written
+from faultinject import iterations_written, rank_pids
 
 LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -57,12 +57,7 @@ def sockets_during_training(cmd, out: Path, world: int) -> dict[int, list]:
         while iterations_written(out, world) < 2 * world and time.monotonic() < deadline:
             time.sleep(0.05)
         assert iterations_written(out, world) >= 2 * world, "the ranks started training"
-        ranks = {}
-        for pid in children(proc.pid):
-            r = rank_of(pid)
-            if r is not None:
-                ranks[r] = listening(pid)
-        return ranks
+        return {r: listening(pid) for r, pid in rank_pids(out, world).items()}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

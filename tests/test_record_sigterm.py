@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import alive, children, iterations_written
+from faultinject import alive, iterations_written, rank_pids
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_folder(tmp_path
         deadline = time.monotonic() + 90
         while iterations_written(out, 2) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        ranks = children(proc.pid)
+        ranks = list(rank_pids(out, 2).values())
         assert len(ranks) == 2 and ours(tmp), "training, with the private rendezvous folder in TMPDIR"
         proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID` does
         _, err = proc.communicate(timeout=30)
@@ -34,6 +34,26 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_folder(tmp_path
     assert proc.returncode == 130 and "interrupted" in err
     assert [p for p in ranks if alive(p)] == []
     assert ours(tmp) == []
+    assert group_empties(proc.pid, within_s=5), "nothing of the launcher's is left (its forkserver ends with it)"
+
+
+def group_empties(pgid: int, within_s: float) -> bool:
+    """True once no live process (zombies aside) is left in process group ``pgid``; waits up to ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not [pid for pid in os.listdir("/proc") if pid.isdigit() and _in_group(pid, pgid)]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _in_group(pid: str, pgid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, _ppid, group = f.read().rsplit(")", 1)[1].split()[:3]
+    except (OSError, ValueError):
+        return False
+    return int(group) == pgid and state != "Z"
 
 
 def ours(tmp):

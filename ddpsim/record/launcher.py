@@ -1,15 +1,15 @@
 """Start N ranks on this machine, watch them, and merge what they recorded.
 
-A small torchrun: each rank is ``python -m ddpsim.record.worker`` with RANK,
-WORLD_SIZE and a private FileStore in its environment, started from a fixed
-argument list (never a shell); nothing listens on the network (Note [No port on
-the network] in process.py). The launcher polls the ranks instead of waiting
-on any one of them, so when one rank fails the others, which would otherwise
-block in a collective until the timeout, are stopped at once (a
-launcher that waits on a queue hangs forever when a rank segfaults). It also
-reads each rank's heartbeat: when a rank stops making progress for the
-collective timeout, it names that rank and what it did not join
-(Note [Name the rank that is stuck] in heartbeat.py), and ends every process.
+A small torchrun: each rank runs ``ddpsim.record.worker`` with RANK, WORLD_SIZE and
+a private FileStore in its environment: forked from a server that imported torch when it
+computes on the CPU (``forked.py``), else started as ``python -m ddpsim.record.worker``
+from a fixed argument list (never a shell). Nothing listens on the network (Note [No
+port on the network] in process.py). The launcher polls the ranks instead of waiting on
+any one of them, so when one rank fails the others, which would otherwise block in a
+collective until the timeout, are stopped at once (a launcher that waits on a queue
+hangs forever when a rank segfaults). It also reads each rank's heartbeat: when a rank
+stops making progress for the collective timeout, it names that rank and what it did
+not join (Note [Name the rank that is stuck] in heartbeat.py), and ends every process.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from ddpsim.errors import CLIError
 from ddpsim import heartbeat
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
+from ddpsim.record.forked import start_rank
 from ddpsim.record.merge import empty_shard, first_forward_ns, merge, merge_files, read_shard
 from ddpsim.record.turns import Turns
 from ddpsim.trace.writer import write_trace_dict
@@ -81,7 +82,7 @@ def loopback_interface() -> str:
 
 
 def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path,
-           store: Path, beat: Path, extra_env: dict[str, str]) -> subprocess.Popen:
+           store: Path, beat: Path, extra_env: dict[str, str], fork: bool) -> subprocess.Popen:
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     lo = loopback_interface()
     env = dict(os.environ, PYTHONPATH=path, RANK=str(rank), WORLD_SIZE=str(cfgs[0].world_size), LOCAL_RANK=str(rank),
@@ -91,9 +92,11 @@ def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], l
     env.setdefault("GLOO_SOCKET_IFNAME", lo)  # gloo's pair sockets on loopback only, unless the user chose
     env.setdefault("NCCL_SOCKET_IFNAME", lo)  # NCCL's bootstrap sockets likewise
     heartbeat.create(beat)
+    argv = [json.dumps([c.to_dict() for c in cfgs]), *map(str, shards)]
     with open(log, "w") as f:
-        configs = json.dumps([c.to_dict() for c in cfgs])
-        return subprocess.Popen([sys.executable, "-m", "ddpsim.record.worker", configs, *map(str, shards)],
+        if fork and (forked := start_rank(argv, env, str(log))) is not None:  # Note [Only CPU ranks are forked]
+            return forked
+        return subprocess.Popen([sys.executable, "-m", "ddpsim.record.worker", *argv],
                                 env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
@@ -218,11 +221,12 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     watched = max(cfgs, key=lambda c: c.iters)
     private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
     beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
-    env = {**cfg.placement().rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
+    placement = cfg.placement()
+    env = {**placement.rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
     try:
         for r in range(cfg.world_size):
             procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log",
-                                private / "store", beats[r], env))
+                                private / "store", beats[r], env, fork=placement.device == "cpu"))
         watch = Watch(procs, beats, cfg.timeout_s)
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:

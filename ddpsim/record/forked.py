@@ -1,0 +1,116 @@
+"""Recorder ranks forked from a server that imported torch, behind the few ``Popen`` methods the
+launcher uses (``pid``, ``poll``, ``send_signal``, ``wait``, ``kill``).
+
+A rank started as ``python -m ddpsim.record.worker`` imports torch first: about 2 CPU-seconds,
+more than a short recording's training. Forked from multiprocessing's forkserver, which imported
+torch once (``ddpsim.ranks.forkserver_context``, Note [Ranks forked from a server that imported
+torch] in ``ddpsim/ranks.py``), a rank starts in milliseconds. What it must not inherit from the
+server is set before the worker runs: the launcher's environment for this rank (RANK, the store,
+the heartbeat, CUDA_VISIBLE_DEVICES; torch reads these when a process group or CUDA starts, not
+at import), ``TORCH_DISTRIBUTED_DEBUG`` read again, and stdin, stdout and stderr: the rank's log.
+
+Note [A forked rank dies with its launcher]: the rank is the server's child, not the launcher's,
+so PR_SET_PDEATHSIG (``process.die_with_parent``) follows the server. The server exits when every
+holder of its "alive" pipe's write end has: the process that started it, and, since
+multiprocessing hands that end to each process it forks, every rank. So a rank closes its copy
+first thing (``_forkserver_alive_fd``, a private name of multiprocessing's, looked up with care):
+when the launcher dies, even by SIGKILL, the server sees the pipe close and exits, and the kernel
+kills the ranks, stopped ones too (tests/test_record_forked.py). A rank's exit status reaches the
+launcher through multiprocessing (``Process.exitcode``: the code, or minus the signal, as
+``Popen.returncode``).
+
+Note [Only CPU ranks are forked]: a rank on a GPU is still started as ``python -m
+ddpsim.record.worker``. Forking is safe there in principle (the server imported torch but never
+initialised CUDA, and CUDA_VISIBLE_DEVICES is read when CUDA starts), but forked ranks have not
+run on a GPU machine, and there a rank's start-up is small beside its work.
+
+Note [A rank runs none of the caller's script]: multiprocessing runs the parent's main script
+again in each child it starts (as ``__mp_main__``), so that functions defined there can be
+unpickled. A rank needs nothing from it (its target is ``_rank_main`` here), and a user's script
+that calls ``record`` without an ``if __name__ == "__main__":`` guard would start ranks from
+every rank, which multiprocessing stops with an error. While a rank is started, the launcher's
+``__main__`` is replaced by an empty module, which multiprocessing does not re-import.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+
+
+class ForkedRank:
+    """One rank, forked; the part of ``subprocess.Popen``'s interface the launcher uses."""
+
+    def __init__(self, ctx, argv: list[str], env: dict[str, str], log: str):
+        self._proc = ctx.Process(target=_rank_main, args=(argv, env, log), name=f"ddpsim rank {env['RANK']}")
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")  # Note [A rank runs none of the caller's script]
+        try:
+            self._proc.start()
+        finally:
+            sys.modules["__main__"] = main
+        self.pid = self._proc.pid
+        self.args = argv
+
+    def poll(self) -> int | None:
+        return self._proc.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._proc.exitcode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._proc.join(timeout)
+        if self._proc.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self._proc.exitcode
+
+
+def start_rank(argv: list[str], env: dict[str, str], log: str):
+    """A ForkedRank running ``ddpsim.record.worker.main(argv)``, or None where there is no
+    forkserver (the launcher then starts ``python -m ddpsim.record.worker``)."""
+    from ddpsim.ranks import forkserver_context
+
+    ctx = forkserver_context()
+    return ForkedRank(ctx, argv, env, log) if ctx is not None else None
+
+
+def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
+    """In the forked rank: the launcher's environment and the log in place, then the worker."""
+    _let_the_server_go()
+    os.environ.clear()
+    os.environ.update(env)
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(null)
+    os.close(out)
+    sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED for a started rank: the
+    sys.stderr.reconfigure(line_buffering=True)  # launcher reads the log's last line on failure
+    import torch.distributed as dist
+
+    if hasattr(dist, "set_debug_level_from_env"):  # read at import, in the server
+        dist.set_debug_level_from_env()
+    from ddpsim.record import worker
+
+    worker.main(argv)  # exits the process (os._exit), also on failure
+
+
+def _let_the_server_go() -> None:
+    """Close this rank's copy of the server's "alive" pipe (Note [A forked rank dies with its launcher])."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None

@@ -1,0 +1,92 @@
+"""CPU ranks forked from a server that imported torch (ddpsim/record/forked.py): they are not the
+launcher's children, a caller's script is not run again in them, and they die with the launcher."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, child_env
+from faultinject import alive, iterations_written, rank_pids
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@pytest.mark.slow
+def test_cpu_ranks_are_forked_from_one_server(tmp_path):
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.launcher import record
+
+    out, parents, done = tmp_path / "run.json", {}, threading.Event()
+
+    def watch():  # each rank's parent, read while it runs
+        while not done.is_set() and len(parents) < 2:
+            for r, pid in rank_pids(out, 2).items():
+                parents.setdefault(r, parent_of(pid))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        trace = record(RecordConfig(model="mlp", world_size=2, iters=30), out)
+    finally:
+        done.set()
+        watcher.join()
+    assert trace.complete and len(parents) == 2
+    server = parents[0]
+    assert server is not None and server != os.getpid() and parents[1] == server, (os.getpid(), parents)
+    assert parent_of(server) == os.getpid(), "the server is this process's child (multiprocessing's forkserver)"
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_records_once(tmp_path):
+    """Note [A rank runs none of the caller's script]: multiprocessing would run it again in each rank."""
+    script = tmp_path / "myrun.py"
+    script.write_text("from ddpsim.record.config import RecordConfig\n"
+                      "from ddpsim.record.launcher import record\n"
+                      "print('top level ran', flush=True)\n"
+                      "record(RecordConfig(model='mlp', world_size=2, iters=2), 'run.json')\n")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=180, env=child_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("top level ran") == 1 and (tmp_path / "run.json").exists()
+
+
+@pytest.mark.slow
+def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path):
+    """SIGKILL to the launcher alone (no clean-up): its server sees it go and exits, and each rank's
+    PR_SET_PDEATHSIG (process.die_with_parent) follows the server."""
+    out = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "ddpsim", "record", "--model", "mlp", "--world-size", "2",
+           "--iters", "100000", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while iterations_written(out, 2) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ranks = list(rank_pids(out, 2).values())
+        server = {parent_of(pid) for pid in ranks}
+        assert len(ranks) == 2 and len(server) == 1 and proc.pid not in server, "training, forked"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        left = ranks + list(server)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in left if alive(p)] == []
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
