@@ -3,7 +3,7 @@
     result = trial(tmp_dir, "SIGSTOP", "training", seed=3, timeout_s=10)
 
 Starts ``python -m ddpsim record`` (real ranks, real gloo), finds its rank
-processes (``rank_pids``: each shard's header), signals a random one during start-up (before any iteration) or during
+processes (``rank_processes``), signals a random one during start-up (before any iteration) or during
 training, and measures what the issue asks of the launcher: the rank named in
 its one-line error, every process gone within timeout + 5 s of the fault, the
 partial trace kept and marked. Used by tests/test_record_hangs.py (a few trials)
@@ -11,7 +11,6 @@ and benchmarks/bench_faults.py (20 trials for the report).
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -56,17 +55,41 @@ class Result:
                 and self.trace_kept and bool(self.victim_marked) and not self.leftover)
 
 
-def rank_pids(out: Path, world: int) -> dict[int, int]:
-    """rank -> pid of the ranks recording ``out``, from the header each writes first to its shard
-    (a rank is forked from a server, not the launcher's child: ddpsim/record/forked.py)."""
-    found = {}
-    for r in range(world):
-        try:
-            with open(Path(out).with_name(f"{Path(out).name}.rank{r}.jsonl")) as f:
-                found[r] = json.loads(f.readline())["pid"]
-        except (OSError, ValueError, KeyError):  # not written yet, or half a line
-            pass
+def descendants(root: int) -> list[int]:
+    """Every process below ``root``: a forked rank is the child of the launcher's server."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, todo = [], [root]
+    while todo:
+        above = todo.pop()
+        kids = [pid for pid, ppid in parent.items() if ppid == above]
+        found += kids
+        todo += kids
     return found
+
+
+def rank_of(pid: int) -> int | None:
+    """The rank a process is: its name for a forked rank (record/forked.py names it), RANK in its
+    environment for a started one; None for anything else."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+        if name.startswith("ddpsim rank "):
+            return int(name.split()[-1])
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return next((int(item[5:]) for item in env if item.startswith(b"RANK=")), None)
+
+
+def rank_processes(root: int) -> dict[int, int]:
+    """rank -> pid of the rank processes below ``root`` (a launcher, or this process)."""
+    return {r: pid for pid in descendants(root) if (r := rank_of(pid)) is not None}
 
 
 def alive(pid: int) -> bool:
@@ -140,7 +163,7 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
     try:
         deadline = time.monotonic() + 60
         while len(ranks) < world_size and time.monotonic() < deadline and launcher.poll() is None:
-            ranks = rank_pids(out, world_size)
+            ranks = rank_processes(launcher.pid)
             time.sleep(0.01)
         if len(ranks) < world_size:  # seen on an H200 box (docs/gpu.md): say what the launcher did
             launcher.kill()
@@ -149,9 +172,9 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
                                  f"exit {launcher.returncode}: {(err_ or out_).strip()[-500:]!r}")
         victim = rng.randrange(world_size)
         if when == "start-up":
-            # a forked rank has torch already (ddpsim/record/forked.py): this lands while it joins the
-            # process group, builds or wraps the model; `really` says where it landed
-            time.sleep(rng.uniform(0.0, 0.5))
+            # a forked rank has torch already (ddpsim/record/forked.py): this lands while it sets up,
+            # joins the process group, builds or wraps the model; `really` says where it landed
+            time.sleep(rng.uniform(0.0, 0.3))
         else:
             target = rng.randint(2, 20)
             while iterations_written(out, world_size) < target and time.monotonic() < deadline:

@@ -1,5 +1,6 @@
 """CPU ranks forked from a server that imported torch (ddpsim/record/forked.py): they are not the
 launcher's children, a caller's script is not run again in them, and they die with the launcher."""
+import json
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import alive, iterations_written, rank_pids
+from faultinject import alive, iterations_written, rank_processes
 
 
 def parent_of(pid: int) -> int | None:
@@ -30,8 +31,9 @@ def test_cpu_ranks_are_forked_from_one_server(tmp_path):
 
     def watch():  # each rank's parent, read while it runs
         while not done.is_set() and len(parents) < 2:
-            for r, pid in rank_pids(out, 2).items():
-                parents.setdefault(r, parent_of(pid))
+            for r, pid in rank_processes(os.getpid()).items():
+                if (parent := parent_of(pid)) is not None:
+                    parents.setdefault(r, parent)
             time.sleep(0.005)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -58,7 +60,8 @@ def test_a_script_without_a_main_guard_records_once(tmp_path):
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
                             timeout=180, env=child_env())
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.count("top level ran") == 1 and (tmp_path / "run.json").exists()
+    assert result.stdout.count("top level ran") == 1
+    assert json.loads((tmp_path / "run.json").read_text())["meta"]["command"] == "python -m myrun", "forked ranks"
 
 
 @pytest.mark.slow
@@ -74,7 +77,7 @@ def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path):
         deadline = time.monotonic() + 90
         while iterations_written(out, 2) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        ranks = list(rank_pids(out, 2).values())
+        ranks = list(rank_processes(proc.pid).values())
         server = {parent_of(pid) for pid in ranks}
         assert len(ranks) == 2 and len(server) == 1 and proc.pid not in server, "training, forked"
         proc.send_signal(signal.SIGKILL)

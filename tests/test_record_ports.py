@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import iterations_written, rank_pids
+from faultinject import iterations_written, rank_processes
 
 LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -57,7 +57,7 @@ def sockets_during_training(cmd, out: Path, world: int) -> dict[int, list]:
         while iterations_written(out, world) < 2 * world and time.monotonic() < deadline:
             time.sleep(0.05)
         assert iterations_written(out, world) >= 2 * world, "the ranks started training"
-        return {r: listening(pid) for r, pid in rank_pids(out, world).items()}
+        return {r: listening(pid) for r, pid in rank_processes(proc.pid).items()}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

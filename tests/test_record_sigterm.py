@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import alive, iterations_written, rank_pids
+from faultinject import alive, iterations_written, rank_processes
 
 
 @pytest.mark.slow
@@ -23,7 +23,7 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_folder(tmp_path
         deadline = time.monotonic() + 90
         while iterations_written(out, 2) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        ranks = list(rank_pids(out, 2).values())
+        ranks = list(rank_processes(proc.pid).values())
         assert len(ranks) == 2 and ours(tmp), "training, with the private rendezvous folder in TMPDIR"
         proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID` does
         _, err = proc.communicate(timeout=30)
@@ -33,7 +33,7 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_folder(tmp_path
             proc.wait()
     assert proc.returncode == 130 and "interrupted" in err
     assert [p for p in ranks if alive(p)] == []
-    assert ours(tmp) == []
+    assert ours(tmp) == [] and not list(tmp.glob("pymp-*")), "the private folder and the server's socket folder"
     assert group_empties(proc.pid, within_s=5), "nothing of the launcher's is left (its forkserver ends with it)"
 
 

@@ -29,14 +29,31 @@ again in each child it starts (as ``__mp_main__``), so that functions defined th
 unpickled. A rank needs nothing from it (its target is ``_rank_main`` here), and a user's script
 that calls ``record`` without an ``if __name__ == "__main__":`` guard would start ranks from
 every rank, which multiprocessing stops with an error. While a rank is started, the launcher's
-``__main__`` is replaced by an empty module, which multiprocessing does not re-import.
+``__main__`` is replaced by an empty module, which multiprocessing does not re-import (one start at
+a time: ``record_in_turns`` records from several threads).
+
+What else a forked rank has that a started one would not: the launcher's ``sys.argv`` (so
+``meta.command`` is the command that called ``record``) and interpreter flags; the hash seed of
+the server, the same on every rank (a model that orders its parameters by iterating a set of
+strings agrees across ranks here, where started ranks might not); and what torch read from the
+environment when the server imported it (``torch.set_num_threads(1)`` in the rank sets the one
+that matters). Its ``sys.path`` is the launcher's, with which the launcher checked ``--model``.
+Where a rank cannot be forked (no forkserver, a daemonic launcher such as a Pool worker, a server
+that does not start), it is started as before.
 """
 from __future__ import annotations
 
+import atexit
+import multiprocessing as mp
 import os
 import subprocess
 import sys
+import threading
 import types
+import weakref
+
+_STARTING = threading.Lock()  # one start at a time: the __main__ swap is the whole process's
+_LIVE: "weakref.WeakSet[ForkedRank]" = weakref.WeakSet()  # killed at exit if the launcher left any
 
 
 class ForkedRank:
@@ -44,14 +61,16 @@ class ForkedRank:
 
     def __init__(self, ctx, argv: list[str], env: dict[str, str], log: str):
         self._proc = ctx.Process(target=_rank_main, args=(argv, env, log), name=f"ddpsim rank {env['RANK']}")
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")  # Note [A rank runs none of the caller's script]
-        try:
-            self._proc.start()
-        finally:
-            sys.modules["__main__"] = main
+        with _STARTING:
+            main = sys.modules["__main__"]
+            sys.modules["__main__"] = types.ModuleType("__main__")  # Note [A rank runs none of the caller's script]
+            try:
+                self._proc.start()
+            finally:
+                sys.modules["__main__"] = main
         self.pid = self._proc.pid
         self.args = argv
+        _LIVE.add(self)
 
     def poll(self) -> int | None:
         return self._proc.exitcode
@@ -73,18 +92,50 @@ class ForkedRank:
         return self._proc.exitcode
 
 
-def start_rank(argv: list[str], env: dict[str, str], log: str):
-    """A ForkedRank running ``ddpsim.record.worker.main(argv)``, or None where there is no
-    forkserver (the launcher then starts ``python -m ddpsim.record.worker``)."""
+def _context():
+    """The forkserver context, or None where ranks cannot be forked from this process."""
     from ddpsim.ranks import forkserver_context
 
-    ctx = forkserver_context()
-    return ForkedRank(ctx, argv, env, log) if ctx is not None else None
+    return None if mp.current_process().daemon else forkserver_context()  # a daemon has no children
+
+
+def start_server() -> None:
+    """Start the server now, without waiting for it, so that it imports torch while the caller
+    does its own work (the launcher imports torch to place the ranks)."""
+    if _context() is not None:
+        from multiprocessing import forkserver
+
+        try:
+            forkserver.ensure_running()
+        except OSError:  # start_rank says so again, and the ranks are started instead
+            pass
+
+
+def start_rank(argv: list[str], env: dict[str, str], log: str):
+    """A ForkedRank running ``ddpsim.record.worker.main(argv)``, or None where the rank cannot be
+    forked (the launcher then starts ``python -m ddpsim.record.worker``)."""
+    ctx = _context()
+    if ctx is None:
+        return None
+    try:
+        return ForkedRank(ctx, argv, env, log)
+    except OSError:  # no server (a TMPDIR path too long for its socket, say)
+        return None
+
+
+@atexit.register
+def _kill_left() -> None:
+    """Ranks still running when the launcher exits (stopped before its clean-up ended) are killed,
+    so that multiprocessing's own exit handler, which joins them, does not wait."""
+    for rank in list(_LIVE):
+        if rank.poll() is None:
+            rank.kill()
 
 
 def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
     """In the forked rank: the launcher's environment and the log in place, then the worker."""
     _let_the_server_go()
+    _name_process(f"ddpsim rank {env['RANK']}")
     os.environ.clear()
     os.environ.update(env)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -102,7 +153,7 @@ def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
         dist.set_debug_level_from_env()
     from ddpsim.record import worker
 
-    worker.main(argv)  # exits the process (os._exit), also on failure
+    worker.main(argv)  # exits the process (os._exit); an exception before its own try exits 1
 
 
 def _let_the_server_go() -> None:
@@ -114,3 +165,11 @@ def _let_the_server_go() -> None:
     if fd is not None:
         os.close(fd)
         server._forkserver_alive_fd = None
+
+
+def _name_process(name: str) -> None:
+    """The name ``ps`` and /proc/PID/comm show (Linux, 15 characters): which rank this is."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME

@@ -29,7 +29,7 @@ from ddpsim.errors import CLIError
 from ddpsim import heartbeat
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
-from ddpsim.record.forked import start_rank
+from ddpsim.record.forked import start_rank, start_server
 from ddpsim.record.merge import empty_shard, first_forward_ns, merge, merge_files, read_shard
 from ddpsim.record.turns import Turns
 from ddpsim.trace.writer import write_trace_dict
@@ -82,7 +82,7 @@ def loopback_interface() -> str:
 
 
 def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path,
-           store: Path, beat: Path, extra_env: dict[str, str], fork: bool) -> subprocess.Popen:
+           store: Path, beat: Path, extra_env: dict[str, str], fork: bool):
     path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
     lo = loopback_interface()
     env = dict(os.environ, PYTHONPATH=path, RANK=str(rank), WORLD_SIZE=str(cfgs[0].world_size), LOCAL_RANK=str(rank),
@@ -221,6 +221,8 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     watched = max(cfgs, key=lambda c: c.iters)
     private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
     beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
+    if cfg.device != "cuda" and cfg.backend != "nccl":
+        start_server()  # it imports torch while placement() does here (record/forked.py)
     placement = cfg.placement()
     env = {**placement.rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
     try:
