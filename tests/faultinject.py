@@ -75,21 +75,28 @@ def descendants(root: int) -> list[int]:
 
 
 def rank_of(pid: int) -> int | None:
-    """The rank a process is: its name for a forked rank (record/forked.py names it), RANK in its
-    environment for a started one; None for anything else."""
+    """The rank a process is: its name for a forked rank (record/forked.py names it), RANK in the
+    environment the launcher started it with for a started one; None for anything else."""
     try:
         name = Path(f"/proc/{pid}/comm").read_text().strip()
         if name.startswith("ddpsim rank "):
             return int(name.split()[-1])
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        env = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        if b"DDPSIM_LAUNCHED=1" in env:
+            return next((int(item[5:]) for item in env if item.startswith(b"RANK=")), None)
     except (OSError, ValueError):
-        return None
-    return next((int(item[5:]) for item in env if item.startswith(b"RANK=")), None)
+        pass
+    return None
 
 
 def rank_processes(root: int) -> dict[int, int]:
-    """rank -> pid of the rank processes below ``root`` (a launcher, or this process)."""
-    return {r: pid for pid in descendants(root) if (r := rank_of(pid)) is not None}
+    """rank -> pid of the rank processes below ``root`` (a launcher, or this process); the first
+    found of each rank (descendants() lists parents before their children)."""
+    found: dict[int, int] = {}
+    for pid in descendants(root):
+        if (r := rank_of(pid)) is not None:
+            found.setdefault(r, pid)
+    return found
 
 
 def alive(pid: int) -> bool:

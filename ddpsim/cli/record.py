@@ -42,10 +42,6 @@ def progress_bar(done: int, total: int) -> None:
 
 
 def main(args) -> int:
-    if not under_torchrun() and args.device != "cuda" and args.backend != "nccl":
-        from ddpsim.record.forked import start_server
-
-        start_server()  # the CPU ranks' server imports torch beside this process (record/forked.py)
     from ddpsim import torchcompat  # imports torch: here, so that the other commands start without it
 
     cfg = record_config.from_args(args)  # a backend this node cannot run stops here, one line

@@ -30,7 +30,8 @@ unpickled. A rank needs nothing from it (its target is ``_rank_main`` here), and
 that calls ``record`` without an ``if __name__ == "__main__":`` guard would start ranks from
 every rank, which multiprocessing stops with an error. While a rank is started, the launcher's
 ``__main__`` is replaced by an empty module, which multiprocessing does not re-import (one start at
-a time: ``record_in_turns`` records from several threads).
+a time: ``record_in_turns`` records from several threads). Other threads see the empty module
+meanwhile: milliseconds, or on the first start, while the server imports torch, seconds.
 
 What else a forked rank has that a started one would not: the launcher's ``sys.argv`` (so
 ``meta.command`` is the command that called ``record``) and interpreter flags; the hash seed of
@@ -43,7 +44,6 @@ that does not start), it is started as before.
 """
 from __future__ import annotations
 
-import atexit
 import multiprocessing as mp
 import os
 import subprocess
@@ -54,6 +54,7 @@ import weakref
 
 _STARTING = threading.Lock()  # one start at a time: the __main__ swap is the whole process's
 _LIVE: "weakref.WeakSet[ForkedRank]" = weakref.WeakSet()  # killed at exit if the launcher left any
+_WATCHING = 0  # the pid of the process whose exit kills its ranks left running (_watch_exit)
 
 
 class ForkedRank:
@@ -69,7 +70,8 @@ class ForkedRank:
             finally:
                 sys.modules["__main__"] = main
         self.pid = self._proc.pid
-        self.args = argv
+        self.args, self.started_by = argv, os.getpid()
+        _watch_exit()
         _LIVE.add(self)
 
     def poll(self) -> int | None:
@@ -100,14 +102,14 @@ def _context():
 
 
 def start_server() -> None:
-    """Start the server now, without waiting for it, so that it imports torch while the caller
-    does its own work (the launcher imports torch to place the ranks)."""
+    """Start the server now, without waiting for it, so that it imports torch while the launcher
+    sets up the ranks' folders and files."""
     if _context() is not None:
         from multiprocessing import forkserver
 
         try:
             forkserver.ensure_running()
-        except OSError:  # start_rank says so again, and the ranks are started instead
+        except OSError:  # start_rank meets it again and starts the ranks instead
             pass
 
 
@@ -119,23 +121,31 @@ def start_rank(argv: list[str], env: dict[str, str], log: str):
         return None
     try:
         return ForkedRank(ctx, argv, env, log)
-    except OSError:  # no server (a TMPDIR path too long for its socket, say)
+    except (OSError, EOFError):  # no server (a TMPDIR path too long for its socket, say), or it died
         return None
 
 
-@atexit.register
+def _watch_exit() -> None:
+    """Have multiprocessing's exit handler call ``_kill_left`` first (once per process)."""
+    global _WATCHING
+    if _WATCHING != os.getpid():
+        from multiprocessing import util
+
+        util.Finalize(None, _kill_left, exitpriority=100)  # run by util._exit_function before it joins
+        _WATCHING = os.getpid()
+
+
 def _kill_left() -> None:
-    """Ranks still running when the launcher exits (stopped before its clean-up ended) are killed,
-    so that multiprocessing's own exit handler, which joins them, does not wait."""
+    """Ranks this process started that still run when it exits (its clean-up was cut short) are
+    killed, so that multiprocessing's exit handler, which joins its children after running its
+    finalizers (this is one), does not wait for them."""
     for rank in list(_LIVE):
-        if rank.poll() is None:
+        if rank.started_by == os.getpid() and rank.poll() is None:
             rank.kill()
 
 
 def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
     """In the forked rank: the launcher's environment and the log in place, then the worker."""
-    _let_the_server_go()
-    _name_process(f"ddpsim rank {env['RANK']}")
     os.environ.clear()
     os.environ.update(env)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -147,6 +157,8 @@ def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
     os.close(out)
     sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED for a started rank: the
     sys.stderr.reconfigure(line_buffering=True)  # launcher reads the log's last line on failure
+    _let_the_server_go()
+    _name_process(f"ddpsim rank {env['RANK']}")
     import torch.distributed as dist
 
     if hasattr(dist, "set_debug_level_from_env"):  # read at import, in the server
@@ -172,4 +184,7 @@ def _name_process(name: str) -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        except (OSError, AttributeError):  # a C library without prctl: the name is only for ps
+            pass

@@ -212,6 +212,9 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     if len(shared) != 1:
         raise CLIError("configs recorded together must share world size, backend, pinning and timeout")
     cfg, outs = cfgs[0], [Path(o) for o in outs]
+    placement = cfg.placement()
+    if placement.device == "cpu":
+        start_server()  # it imports torch while the ranks' files are set up (record/forked.py)
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     logs = outs[0].with_name(outs[0].name + ".logs")
     logs.mkdir(exist_ok=True)
@@ -221,9 +224,6 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     watched = max(cfgs, key=lambda c: c.iters)
     private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
     beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
-    if cfg.device != "cuda" and cfg.backend != "nccl":
-        start_server()  # it imports torch while placement() does here (record/forked.py)
-    placement = cfg.placement()
     env = {**placement.rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
     try:
         for r in range(cfg.world_size):
