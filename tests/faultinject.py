@@ -55,16 +55,17 @@ class Result:
                 and self.trace_kept and bool(self.victim_marked) and not self.leftover)
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def descendants(root: int) -> list[int]:
     """Every process below ``root``: a forked rank is the child of the launcher's server."""
-    parent = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
+    parent = {int(entry): parent_of(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
     found, todo = [], [root]
     while todo:
         above = todo.pop()

@@ -1,5 +1,4 @@
 """The Record page with real recordings, and that no recording process outlives the app."""
-import os
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import child_env
+from devtools import group_alive
 from ddpsim import samples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,20 +36,6 @@ def submit(at, **choices):
         widget.set_value(value)
     at.button[0].click()  # the form's submit button
     return at.run()
-
-
-def group_members(pgid: int) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":  # field 5 of stat: process group
-                pids.append(int(d))
-    return pids
 
 
 @pytest.mark.slow  # a real recording from the page
@@ -102,15 +88,15 @@ def test_no_recording_process_outlives_a_killed_app(tmp_path):
     try:
         pgid = int(app.stdout.readline())
         deadline = time.monotonic() + 60
-        while len(group_members(pgid)) < 3 and time.monotonic() < deadline:
+        while len(group_alive(pgid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(group_members(pgid)) >= 3  # the job and its two ranks are running
+        assert len(group_alive(pgid)) >= 3  # the job and its two ranks are running
         app.send_signal(signal.SIGKILL)
         app.wait()
         deadline = time.monotonic() + 15
-        while group_members(pgid) and time.monotonic() < deadline:
+        while group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert group_members(pgid) == []
+        assert group_alive(pgid) == []
     finally:
         if app.poll() is None:
             app.kill()
@@ -125,6 +111,6 @@ def test_jobs_stop_all_ends_the_group():
         assert job in jobs.live()
         jobs.stop_all()  # what atexit runs when the app exits
         assert job.proc.poll() is not None and job not in jobs.live()
-        assert group_members(job.pid) == []
+        assert group_alive(job.pid) == []
     finally:
         jobs.stop(job)

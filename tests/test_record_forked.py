@@ -11,15 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import alive, iterations_written, rank_processes
-
-
-def parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+from faultinject import alive, iterations_written, parent_of, rank_processes
 
 
 @pytest.mark.slow

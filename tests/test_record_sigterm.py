@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import ROOT, child_env
+from devtools import group_alive
 from faultinject import alive, iterations_written, rank_processes
 
 
@@ -34,26 +35,10 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_folder(tmp_path
     assert proc.returncode == 130 and "interrupted" in err
     assert [p for p in ranks if alive(p)] == []
     assert ours(tmp) == [] and not list(tmp.glob("pymp-*")), "the private folder and the server's socket folder"
-    assert group_empties(proc.pid, within_s=5), "nothing of the launcher's is left (its forkserver ends with it)"
-
-
-def group_empties(pgid: int, within_s: float) -> bool:
-    """True once no live process (zombies aside) is left in process group ``pgid``; waits up to ``within_s``."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if not [pid for pid in os.listdir("/proc") if pid.isdigit() and _in_group(pid, pgid)]:
-            return True
+    deadline = time.monotonic() + 5
+    while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return False
-
-
-def _in_group(pid: str, pgid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state, _ppid, group = f.read().rsplit(")", 1)[1].split()[:3]
-    except (OSError, ValueError):
-        return False
-    return int(group) == pgid and state != "Z"
+    assert group_alive(proc.pid) == [], "nothing of the launcher's is left (its forkserver ends with it)"
 
 
 def ours(tmp):

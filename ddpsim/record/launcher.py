@@ -94,7 +94,7 @@ def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], l
     heartbeat.create(beat)
     argv = [json.dumps([c.to_dict() for c in cfgs]), *map(str, shards)]
     with open(log, "w") as f:
-        if fork and (forked := start_rank(argv, env, str(log))) is not None:  # Note [Only CPU ranks are forked]
+        if fork and (forked := start_rank(argv, env, str(log))) is not None:
             return forked
         return subprocess.Popen([sys.executable, "-m", "ddpsim.record.worker", *argv],
                                 env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -213,7 +213,8 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
         raise CLIError("configs recorded together must share world size, backend, pinning and timeout")
     cfg, outs = cfgs[0], [Path(o) for o in outs]
     placement = cfg.placement()
-    if placement.device == "cpu":
+    fork = placement.device == "cpu"  # Note [Only CPU ranks are forked] in forked.py
+    if fork:
         start_server()  # it imports torch while the ranks' files are set up (record/forked.py)
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     logs = outs[0].with_name(outs[0].name + ".logs")
@@ -228,7 +229,7 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     try:
         for r in range(cfg.world_size):
             procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log",
-                                private / "store", beats[r], env, fork=placement.device == "cpu"))
+                                private / "store", beats[r], env, fork))
         watch = Watch(procs, beats, cfg.timeout_s)
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:
