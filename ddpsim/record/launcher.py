@@ -213,9 +213,8 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
         raise CLIError("configs recorded together must share world size, backend, pinning and timeout")
     cfg, outs = cfgs[0], [Path(o) for o in outs]
     placement = cfg.placement()
-    fork = placement.device == "cpu"  # Note [Only CPU ranks are forked] in forked.py
-    if fork:
-        start_server()  # it imports torch while the ranks' files are set up (record/forked.py)
+    if (fork := placement.device == "cpu"):  # Note [Only CPU ranks are forked] in forked.py
+        start_server()  # it imports torch while the ranks' files are set up
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     logs = outs[0].with_name(outs[0].name + ".logs")
     logs.mkdir(exist_ok=True)
