@@ -1,5 +1,8 @@
 """--model path/to/file.py:factory: a model defined only here, in this test file."""
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -27,6 +30,15 @@ def factory():
     return TwoTower(), batch, nn.functional.cross_entropy
 
 
+CONSOLE_SCRIPT = """import re
+import sys
+from ddpsim.__main__ import run
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(run())
+"""  # what pip writes for pyproject.toml's [project.scripts] ddpsim = "ddpsim.__main__:run"
+
+
 @pytest.mark.slow
 def test_users_own_model_is_recorded(record):
     spec = f"{os.path.abspath(__file__)}:factory"
@@ -37,3 +49,22 @@ def test_users_own_model_is_recorded(record):
     it = trace.ranks[1].iterations[2]
     assert sorted(g.param for g in it.grad_ready) == list(range(6))
     assert it.buckets, "its gradients were allreduced"
+
+
+@pytest.mark.slow
+def test_the_installed_command_finds_a_module_in_the_current_folder(tmp_path):
+    """``ddpsim record --model mymodule:factory`` as ``python -m ddpsim`` would: the console script's
+    own folder, not the current one, is first on its sys.path."""
+    from conftest import child_env
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "ddpsim").write_text(CONSOLE_SCRIPT)
+    (tmp_path / "towers.py").write_text("from test_record_user_model import factory\n")
+    env = child_env()
+    env["PYTHONPATH"] += os.pathsep + os.path.dirname(__file__)  # where towers.py finds the model
+    result = subprocess.run([sys.executable, str(tmp_path / "bin" / "ddpsim"), "record", "--model", "towers:factory",
+                             "--world-size", "2", "--iters", "2", "--batch-size", "8", "--out", "run.json"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    trace = json.loads((tmp_path / "run.json").read_text())
+    assert trace["meta"]["model"] == "towers:factory" and len(trace["params"]) == 6
