@@ -23,6 +23,13 @@ environment at import (``TORCH_DISTRIBUTED_DEBUG`` is read again), and Python's 
 seed, the same on every rank. Spawn, where each rank hashes strings its own way as
 under torchrun, is for code under test whose ranks must not agree by accident: the
 autograder uses it (a student's buckets ordered by iterating a set of names).
+
+Note [A forked rank dies with its caller]: a forked rank is the server's child, not the caller's,
+so PR_SET_PDEATHSIG (``die_with_parent``) follows the server. The server exits when every holder of
+its "alive" pipe's write end has closed it: the process that started it and, since multiprocessing
+hands that end to each process it forks, every rank. So a rank closes its copy first
+(``release_forkserver``): when the caller dies, even by SIGKILL, the server sees the pipe close
+and exits, and the kernel kills the ranks (tests/test_ranks.py, tests/test_record_forked.py).
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ import os
 import pickle
 import queue
 import socket
+import sys
 import time
 import traceback
 
@@ -61,6 +69,8 @@ def free_port() -> int:
 
 def _entry(payload, rank, world_size, port, results, environ):
     try:
+        release_forkserver()  # Note [A forked rank dies with its caller]
+        die_with_parent()
         os.environ.clear()
         os.environ.update(environ)  # Note [Ranks forked from a server that imported torch]
         fn, args, setup = pickle.loads(payload)
@@ -138,6 +148,33 @@ def forkserver_context():
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch.distributed"])  # read when the server starts
     return ctx
+
+
+def release_forkserver() -> None:
+    """In a process the forkserver forked: close its copy of the server's "alive" pipe (Note [A
+    forked rank dies with its caller]; ``_forkserver_alive_fd`` is multiprocessing's private name,
+    looked up with care). Nothing to do in a process started otherwise."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so no rank is orphaned."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # a C library without prctl
+            return
+        if os.getppid() == 1:  # the parent died before prctl
+            os._exit(1)
 
 
 @contextlib.contextmanager

@@ -40,3 +40,52 @@ def test_forked_ranks_see_the_callers_environment_of_now_and_spawned_ones_hash_a
     assert spawned[0][1] != spawned[1][1], "each spawned rank hashes strings its own way, as under torchrun"
     with pytest.raises(ValueError, match="start_method must be"):
         run_ranks(_env_and_hash, 2, start_method="fork")
+
+
+CALLER = """import os, sys, time
+from ddpsim.ranks import run_ranks
+
+def train(rank, world_size, folder):
+    with open(os.path.join(folder, f"rank{rank}.pid"), "w") as f:
+        f.write(f"{os.getpid()} {os.getppid()}")
+    time.sleep(600)
+
+if __name__ == "__main__":
+    run_ranks(train, 2, args=(sys.argv[1],), timeout=900)
+"""
+
+
+@pytest.mark.slow  # real gloo ranks
+def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path):
+    """Note [A forked rank dies with its caller] in ddpsim/ranks.py: SIGKILL to the caller alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import child_env
+    from faultinject import alive
+
+    (tmp_path / "caller.py").write_text(CALLER)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "caller.py"), str(tmp_path)], cwd=tmp_path,
+                            env=child_env(), start_new_session=True)
+    try:
+        pidfiles = [tmp_path / f"rank{r}.pid" for r in range(2)]
+        deadline = time.monotonic() + 120
+        while not all(p.exists() and p.read_text() for p in pidfiles) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = {int(pid) for p in pidfiles for pid in p.read_text().split()}  # the ranks and their server
+        assert len(left) == 3 and proc.pid not in left, "two ranks forked from one server"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in left) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in left if alive(p)] == []
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()

@@ -9,13 +9,11 @@ server is set before the worker runs: the launcher's environment for this rank (
 the heartbeat, CUDA_VISIBLE_DEVICES; torch reads these when a process group or CUDA starts, not
 at import), ``TORCH_DISTRIBUTED_DEBUG`` read again, and stdin, stdout and stderr: the rank's log.
 
-Note [A forked rank dies with its launcher]: the rank is the server's child, not the launcher's,
-so PR_SET_PDEATHSIG (``process.die_with_parent``) follows the server. The server exits when every
-holder of its "alive" pipe's write end has: the process that started it, and, since
-multiprocessing hands that end to each process it forks, every rank. So a rank closes its copy
-first thing (``_forkserver_alive_fd``, a private name of multiprocessing's, looked up with care):
-when the launcher dies, even by SIGKILL, the server sees the pipe close and exits, and the kernel
-kills the ranks, stopped ones too (tests/test_record_forked.py). A rank's exit status reaches the
+Note [A forked rank dies with its launcher]: as Note [A forked rank dies with its caller] in
+``ddpsim/ranks.py`` says, a rank closes its copy of the server's "alive" pipe first thing
+(``ranks.release_forkserver``), and its PR_SET_PDEATHSIG (``process.die_with_parent``) follows the
+server, which exits with the launcher: even a SIGKILLed launcher leaves no rank, stopped ones
+included (tests/test_record_forked.py). A rank's exit status reaches the
 launcher through multiprocessing (``Process.exitcode``: the code, or minus the signal, as
 ``Popen.returncode``).
 
@@ -51,6 +49,8 @@ import sys
 import threading
 import types
 import weakref
+
+from ddpsim import ranks
 
 _STARTING = threading.Lock()  # one start at a time: the __main__ swap is the whole process's
 _LIVE: "weakref.WeakSet[ForkedRank]" = weakref.WeakSet()  # killed at exit if the launcher left any
@@ -96,9 +96,7 @@ class ForkedRank:
 
 def _context():
     """The forkserver context, or None where ranks cannot be forked from this process."""
-    from ddpsim.ranks import forkserver_context
-
-    return None if mp.current_process().daemon else forkserver_context()  # a daemon has no children
+    return None if mp.current_process().daemon else ranks.forkserver_context()  # a daemon has no children
 
 
 def start_server() -> None:
@@ -157,7 +155,7 @@ def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
     os.close(out)
     sys.stdout.reconfigure(line_buffering=True)  # as PYTHONUNBUFFERED for a started rank: the
     sys.stderr.reconfigure(line_buffering=True)  # launcher reads the log's last line on failure
-    _let_the_server_go()
+    ranks.release_forkserver()  # Note [A forked rank dies with its launcher]
     _name_process(f"ddpsim rank {env['RANK']}")
     import torch.distributed as dist
 
@@ -166,17 +164,6 @@ def _rank_main(argv: list[str], env: dict[str, str], log: str) -> None:
     from ddpsim.record import worker
 
     worker.main(argv)  # exits the process (os._exit); an exception before its own try exits 1
-
-
-def _let_the_server_go() -> None:
-    """Close this rank's copy of the server's "alive" pipe (Note [A forked rank dies with its launcher])."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
 
 
 def _name_process(name: str) -> None:

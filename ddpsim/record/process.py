@@ -12,6 +12,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from ddpsim import ranks
+
 
 def env_rank() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the torchrun-style environment."""
@@ -25,13 +27,9 @@ def pin_to_cpu(local_rank: int) -> None:
 
 def die_with_parent() -> None:
     """Ask Linux to kill this rank if the launcher dies, so no rank is ever orphaned."""
-    if os.environ.get("DDPSIM_LAUNCHED") and sys.platform.startswith("linux"):
-        import ctypes
-        import signal
+    if os.environ.get("DDPSIM_LAUNCHED"):
+        ranks.die_with_parent()
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the launcher already died before prctl
-            os._exit(1)
 
 def init_process_group(backend: str, rank: int, world: int, timeout_s: float) -> None:
     """Join the ranks: through the launcher's private FileStore when it gave one, else torchrun's env://.
