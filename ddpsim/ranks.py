@@ -4,7 +4,8 @@
     results = run_ranks(fn, 2, start_method="spawn")  # each rank a fresh interpreter (the grader)
 
 ``fn(rank, world_size, *args)`` must be a picklable top-level function; it runs after
-``init_process_group("gloo")`` on 127.0.0.1 with a free port and ``torch.set_num_threads(1)``,
+``init_process_group("gloo")`` through a FileStore in a private folder (no port: two runs cannot
+race for one), gloo's sockets on loopback, and ``torch.set_num_threads(1)``,
 on the CPU with the GPUs hidden
 (``setup(rank)``, if given, runs before that: pinning to a core, environment). Its return
 value (picklable) is rank ``rank``'s result. If a rank raises, dies or the timeout passes,
@@ -38,8 +39,10 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import traceback
 
@@ -61,13 +64,22 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
+def loopback_interface() -> str:
+    """The name of the loopback interface (``lo`` on Linux), for GLOO_SOCKET_IFNAME."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return "lo"
+    return next((n for n in names if n == "lo"), next((n for n in names if n.startswith("lo")), "lo"))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _entry(payload, rank, world_size, port, results, environ):
+def _entry(payload, rank, world_size, store, results, environ):
     try:
         release_forkserver()  # Note [A forked rank dies with its caller]
         die_with_parent()
@@ -83,8 +95,8 @@ def _entry(payload, rank, world_size, port, results, environ):
             dist.set_debug_level_from_env()
 
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world_size)
+        dist.init_process_group("gloo", store=dist.FileStore(store, world_size), rank=rank,
+                                world_size=world_size)  # Note [No port on the network] in record/process.py
         out = fn(rank, world_size, *args)
         dist.barrier()
         results.put((rank, True, out, None, None))
@@ -104,14 +116,16 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     "forkserver" or "spawn" (Note [Ranks forked from a server that imported torch])."""
     ctx = _context(start_method)
     results = ctx.Queue()
-    port = free_port()
     payload = pickle.dumps((fn, args, setup))
     procs, outs, deadline = [], {}, time.monotonic() + timeout
+    folder = tempfile.mkdtemp(prefix="ddpsim-ranks-")  # the ranks' FileStore: no port to race for
     try:
         with _gpus_hidden():  # CPU ranks see no GPU: Note [CPU ranks see no GPU] in record/config.py
             environ = dict(os.environ)
+            environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())  # gloo's sockets on loopback
             for r in range(world_size):
-                p = ctx.Process(target=_entry, args=(payload, r, world_size, port, results, environ), daemon=True)
+                p = ctx.Process(target=_entry, args=(payload, r, world_size, os.path.join(folder, "store"),
+                                                     results, environ), daemon=True)
                 p.start()
                 procs.append(p)  # started: _stop can join it
         while len(outs) < world_size:
@@ -127,6 +141,7 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     finally:
         _stop(procs, grace=5.0 if len(outs) == world_size else 0.0)
         results.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _context(start_method: str):

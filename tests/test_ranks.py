@@ -42,6 +42,22 @@ def test_forked_ranks_see_the_callers_environment_of_now_and_spawned_ones_hash_a
         run_ranks(_env_and_hash, 2, start_method="fork")
 
 
+def _listening_now(rank, world_size):
+    import os
+
+    from test_record_ports import listening
+    return listening(os.getpid())
+
+
+@pytest.mark.slow  # real gloo ranks
+def test_ranks_listen_on_loopback_only():
+    """A FileStore, not a TCPStore on a port picked beforehand (which another process could take
+    first: EADDRINUSE, seen in CI), and gloo's sockets on loopback."""
+    from test_record_ports import check_loopback_only
+
+    check_loopback_only(dict(enumerate(run_ranks(_listening_now, 2, timeout=120))), 2)
+
+
 CALLER = """import os, sys, time
 from ddpsim.ranks import run_ranks
 

@@ -57,7 +57,7 @@ def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int,
     import torch
     import torch.distributed as dist
 
-    from ddpsim.record.launcher import loopback_interface
+    from ddpsim.ranks import loopback_interface
     from ddpsim.record.probe import AllreduceProbe
     from ddpsim.record.process import pin_to_cpu
 

@@ -27,6 +27,7 @@ from typing import Callable
 
 from ddpsim.errors import CLIError
 from ddpsim import heartbeat
+from ddpsim.ranks import loopback_interface
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
 from ddpsim.record.forked import start_rank, start_server
@@ -70,15 +71,6 @@ def shard_paths(out: Path, world_size: int) -> list[Path]:
 
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ddpsim/
-
-
-def loopback_interface() -> str:
-    """The name of the loopback interface (``lo`` on Linux)."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return "lo"
-    return next((n for n in names if n == "lo"), next((n for n in names if n.startswith("lo")), "lo"))
 
 
 def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], log: Path,
