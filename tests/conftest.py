@@ -15,6 +15,13 @@ if str(ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]
 
 
+@pytest.fixture(autouse=True)
+def _own_runs_folder(tmp_path, monkeypatch):
+    """The app's recordings folder (ddpsim.app.jobs.runs_dir) is the test's own: the trace chooser
+    lists what it holds, and a shared /tmp/ddpsim-runs would carry recordings from one test to another."""
+    monkeypatch.setenv("DDPSIM_RUNS_DIR", str(tmp_path / "app-runs"))
+
+
 def record_run(tmp_path, name="run", **options):
     """Record a real run (real processes, real gloo) and return the loaded Trace."""
     from ddpsim.record.config import RecordConfig

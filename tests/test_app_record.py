@@ -1,4 +1,5 @@
 """The Record page with real recordings, and that no recording process outlives the app."""
+import json
 import signal
 import subprocess
 import sys
@@ -20,6 +21,23 @@ APP = str(ROOT / "app.py")
 def isolated(monkeypatch, tmp_path):
     monkeypatch.delenv(samples.ENV_VAR, raising=False)
     monkeypatch.setenv("DDPSIM_RUNS_DIR", str(tmp_path / "runs"))
+
+
+def test_only_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
+    """What the app finds in its runs folder after a reload (hand-made: no recording runs here)."""
+    tiny = (Path(__file__).parent / "fixtures" / "tiny_trace.json").read_text()
+    for name, state, text in (("good", "done", tiny), ("going", "running", tiny), ("bad", "done", "{not json")):
+        folder = tmp_path / "runs" / f"{name}-x1"
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(json.dumps({"state": state}))
+        (folder / f"{name}.json").write_text(text)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    options = at.selectbox(key="ddpsim_source").options
+    assert "recorded: good" in options and "recorded: bad" in options and "recorded: going" not in options
+    at.selectbox(key="ddpsim_source").set_value("recorded: good").run()
+    assert not at.exception and not at.error and len(at.image) == 1
+    at.selectbox(key="ddpsim_source").set_value("recorded: bad").run()
+    assert not at.exception and len(at.error) == 1 and at.error[0].value.startswith("Could not open recorded: bad")
 
 
 def record_page() -> AppTest:
@@ -57,6 +75,11 @@ def test_recording_world_size_2_finishes_and_shows_timeline():
     assert not at.exception and not at.error
     assert at.session_state["ddpsim_source"] == "recorded: mlp_torch_w2 (2)"
     assert at.session_state["ddpsim_uploads"]["recorded: mlp_torch_w2"] is trace
+    # A reload, another tab: a new session still offers both, read back from the app's runs folder.
+    again = AppTest.from_file(APP, default_timeout=150).run()
+    assert {"recorded: mlp_torch_w2", "recorded: mlp_torch_w2 (2)"} <= set(again.selectbox(key="ddpsim_source").options)
+    again.selectbox(key="ddpsim_source").set_value("recorded: mlp_torch_w2 (2)").run()
+    assert not again.exception and not again.error and len(again.image) == 1
 
 
 @pytest.mark.slow  # a real recording from the page

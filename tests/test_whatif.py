@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from ddpsim import samples
 from ddpsim.analysis import summarize
 from ddpsim.app import whatif
+from ddpsim.experiments.worldsize import measurable
 from ddpsim.trace import load_trace
 
 REAL = "01_mlp_torch_default"
@@ -214,7 +215,9 @@ def test_page_another_world_size_offers_a_measurement_here(tmp_path, monkeypatch
     at = open_whatif(1024)
     assert not at.exception and not at.error
     assert any("Nothing was measured at 1024 ranks" in i.value for i in at.info)
-    assert any(b.label.startswith("Measure the allreduce at 1024 ranks") for b in at.button)
+    top = measurable(1024)  # the most this host measures (4 on 2 cores); 1024 comes from the fit through them
+    assert any(b.label.startswith(f"Measure the allreduce at 2 and {top} ranks, and 1024 from the fit")
+               for b in at.button), [b.label for b in at.button]
     assert any("Far beyond the recording" in w.value for w in at.warning)
 
 
@@ -231,6 +234,6 @@ def test_page_another_host_asks_for_a_network(tmp_path, monkeypatch):
 def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch):
     samples_from(tmp_path, monkeypatch, socket.gethostname())
     at = open_whatif(4)
-    next(b for b in at.button if b.label.startswith("Measure the allreduce at 4 ranks")).click().run(timeout=300)
+    next(b for b in at.button if b.label.startswith("Measure the allreduce at 2 and 4 ranks (")).click().run(timeout=300)
     assert not at.exception and not at.error and not at.info
     assert any("World size 4: the allreduce at 4 ranks: measured" in c.value for c in at.caption)

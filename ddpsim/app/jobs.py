@@ -49,6 +49,28 @@ def runs_dir() -> Path:
     return path
 
 
+def finished_recordings() -> list[Path]:
+    """The traces of the recordings this app finished (``runs_dir()``), oldest first. The app keeps
+    them on disk so that they can be opened again where the session that made them is gone: a reload,
+    another tab, a restarted server."""
+    found = []
+    for status in runs_dir().glob("*/status.json"):
+        try:
+            done = json.loads(status.read_text()).get("state") == "done"
+        except (OSError, ValueError, AttributeError):  # being replaced, or not ours
+            continue
+        if done:
+            found += [p for p in status.parent.glob("*.json") if p.name != status.name]
+    return sorted(found, key=_mtime)
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def start(cfg: dict, name: str) -> Job:
     """Start recording ``cfg`` (RecordConfig fields) into runs_dir()/name.json; returns at once.
 

@@ -25,6 +25,14 @@ def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -
     return None if plan.action == "recorded" else plan
 
 
+def measured_at(trace: Trace, world_size: int) -> str:
+    """Which world sizes ``measure_network`` times, in words: the trace's and ``world_size``, or the
+    most this host measures, with ``world_size`` from the fit through them (``worldsize.measurable``)."""
+    top = worldsize.measurable(int(world_size))
+    sizes = " and ".join(map(str, sorted({trace.world_size, top})))
+    return f"{sizes} ranks" + ("" if top == world_size else f", and {world_size} from the fit through them")
+
+
 def measure_network(trace: Trace, world_size: int) -> dict:
     """Measure the allreduce at ``world_size`` here and keep it in the trace (``worldsize.measure``)."""
     return worldsize.measure(trace, int(world_size))

@@ -8,6 +8,8 @@ Session keys (all prefixed ``ddpsim_``):
                    parsed, recordings, simulated runs kept from the What-if page)
   ddpsim_upload    (file_id, error or None) of the last upload seen
   ddpsim_pending_source  a session trace to open on the next run (set after the chooser is drawn)
+  ddpsim_saved     {label: Path} of the recordings this app finished before the session began
+                   (``jobs.finished_recordings``): they stay in the chooser after a reload
 """
 from __future__ import annotations
 
@@ -29,8 +31,26 @@ SIMULATED_PREFIX = "simulated: "
 
 @st.cache_data(show_spinner="Loading the trace...", max_entries=32)
 def load_sample(path: str, mtime_ns: int) -> Trace:
-    """Load a sample trace file (cached; mtime_ns makes a rewritten file reload)."""
+    """Load a sample or saved recording's trace file (cached; mtime_ns makes a rewritten file reload)."""
     return load_trace(path)
+
+
+def saved_recordings() -> dict[str, Path]:
+    """The recordings this app finished before this session began, by chooser label (a reload starts a
+    new session, whose traces would otherwise be gone from the chooser though their files are kept).
+    Listed once per session: a recording made in this session is already among its own traces."""
+    if "ddpsim_saved" not in st.session_state:
+        from ddpsim.app import jobs  # noqa: PLC0415 (imported where needed: no Streamlit there)
+
+        saved, taken = {}, set(list_samples())
+        for path in jobs.finished_recordings():
+            label, k = RECORDED_PREFIX + path.stem, 2
+            while label in taken:
+                label, k = f"{RECORDED_PREFIX}{path.stem} ({k})", k + 1
+            saved[label] = path
+            taken.add(label)
+        st.session_state["ddpsim_saved"] = saved
+    return st.session_state["ddpsim_saved"]
 
 
 def add_trace(label: str, trace: Trace, select: bool = True) -> str:
@@ -108,8 +128,8 @@ def sidebar() -> None:
     if st.session_state.get("ddpsim_source") not in options:
         st.session_state["ddpsim_source"] = options[0]
     chooser.selectbox("Trace", options, key="ddpsim_source", format_func=pretty,
-                      help="Bundled recordings (real, 2-core CPU) and simulated GPU runs, plus "
-                           "traces you uploaded, recorded or kept in this session.")
+                      help="Bundled recordings (real, 2-core CPU) and simulated GPU runs, the "
+                           "recordings made on the Record page, and traces you uploaded or kept in this session.")
     opened = current_trace(quiet=True)
     if opened:
         from ddpsim.app import ui  # noqa: PLC0415 (ui imports this module)
@@ -123,7 +143,7 @@ def pretty(label: str) -> str:
 
 
 def all_labels() -> list[str]:
-    return list_samples() + list(st.session_state.get("ddpsim_uploads", {}))
+    return list_samples() + list(saved_recordings()) + list(st.session_state.get("ddpsim_uploads", {}))
 
 
 def _handle_upload(upload) -> None:
@@ -145,12 +165,18 @@ def get_trace(label: str, quiet: bool = False) -> Trace | None:
     if label in session:
         return session[label]
     try:
-        path = sample_path(label)
+        path = _file_of(label)
         return load_sample(str(path), path.stat().st_mtime_ns)
     except (ValueError, OSError) as e:  # TraceFormatError is a ValueError
         if not quiet:
-            st.error(f"Could not open the sample {label}: {e}")
+            st.error(f"Could not open {label}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
         return None
+
+
+def _file_of(label: str) -> Path:
+    """The file of a saved recording or of a bundled sample (ValueError: neither)."""
+    saved = st.session_state.get("ddpsim_saved", {})
+    return saved[label] if label in saved else sample_path(label)
 
 
 def trace_key(label: str) -> str:
@@ -159,7 +185,8 @@ def trace_key(label: str) -> str:
     if label in ids:
         return f"session:{label}:{ids[label]}"
     try:
-        return f"sample:{label}:{sample_path(label).stat().st_mtime_ns}"
+        path = _file_of(label)
+        return f"file:{path}:{path.stat().st_mtime_ns}"
     except (ValueError, OSError):
         return f"missing:{label}"
 

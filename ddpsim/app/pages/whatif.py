@@ -88,8 +88,9 @@ if plan is not None and plan.action == "measure":
     at = f"{world} rank{'s' if world != 1 else ''}"
     st.info(f"Nothing was measured at {at} yet: the allreduce cost there is the ring model fitted at "
             f"{trace.world_size} ranks. This is a CPU run recorded on this machine, so it can be measured.")
-    if st.button(f"Measure the allreduce at {at} (about 10-40 s)", key=k + "measure", type="primary"):
-        with st.spinner(f"Measuring gloo allreduces at {trace.world_size} and {world} ranks..."):
+    what = network_plan.measured_at(trace, world)
+    if st.button(f"Measure the allreduce at {what} (about 10-40 s)", key=k + "measure", type="primary"):
+        with st.spinner(f"Measuring gloo allreduces at {what}..."):
             measured[source_key] = network_plan.measure_network(trace, world)
         st.rerun()
 elif plan is not None:
