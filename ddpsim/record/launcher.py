@@ -13,6 +13,7 @@ not join (Note [Name the rank that is stuck] in heartbeat.py), and ends every pr
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from typing import Callable
 from ddpsim.errors import CLIError
 from ddpsim import heartbeat
 from ddpsim.ranks import loopback_interface
+from ddpsim.record import cpus
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
 from ddpsim.record.forked import start_rank, start_server
@@ -217,16 +219,19 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
     beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
     env = {**placement.rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
+    held = contextlib.ExitStack()  # Note [Recordings share the machine's CPUs] in cpus.py
     try:
+        pinned = held.enter_context(cpus.reserved(cfg.world_size)) if fork and cfg.pin_cpus else None
         for r in range(cfg.world_size):
-            procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log",
-                                private / "store", beats[r], env, fork))
+            procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log", private / "store",
+                                beats[r], {**env, **({cpus.ENV: str(pinned[r])} if pinned else {})}, fork))
         watch = Watch(procs, beats, cfg.timeout_s)
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:
             last, stopped = watch.beats(), watch.stopped()
     finally:
         stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
+        held.close()  # the CPUs go back once the ranks are stopped
         shutil.rmtree(private, ignore_errors=True)
         if turns:
             turns.end()  # the other groups stop waiting for this one

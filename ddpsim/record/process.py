@@ -13,6 +13,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from ddpsim import ranks
+from ddpsim.record import cpus
 
 
 def env_rank() -> tuple[int, int, int]:
@@ -21,9 +22,12 @@ def env_rank() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
 
 def pin_to_cpu(local_rank: int) -> None:
-    """Rank r runs on CPU r % ncpus: removes a bimodal slowdown seen on a 2-core CPU."""
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
+    """Pin this rank to one CPU (removes a bimodal slowdown seen on a 2-core CPU): the one its
+    launcher reserved (Note [Recordings share the machine's CPUs] in cpus.py), else CPU r % ncpus."""
+    allowed = sorted(os.sched_getaffinity(0))
+    given = os.environ.get(cpus.ENV, "")
+    cpu = int(given) if given.isdigit() and int(given) in allowed else allowed[local_rank % len(allowed)]
+    os.sched_setaffinity(0, {cpu})
 
 def die_with_parent() -> None:
     """Ask Linux to kill this rank if the launcher dies, so no rank is ever orphaned."""

@@ -23,7 +23,7 @@ from ddpsim import heartbeat, torchcompat
 from ddpsim.buckets import tensor_bytes
 from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
-from ddpsim.record import hookprobe, instrument
+from ddpsim.record import cpus, hookprobe, instrument
 from ddpsim.record.clock import estimate_offsets
 from ddpsim.record.config import Placement, RecordConfig
 from ddpsim.record.gpuclock import GpuTimer, timebase
@@ -212,8 +212,9 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     else:
         device = torch.device("cpu")
         if cfg.pin_cpus:  # the simulator needs to know which ranks shared a core
-            header = {**(header or {}), "pinning": {"cpus": len(os.sched_getaffinity(0)),
-                                                     "rule": "local rank r on CPU r % cpus"}}
+            header = {**(header or {}), "pinning": {"cpus": len(os.sched_getaffinity(0)), "rule": (
+                "local rank r on CPU r % cpus, the least used first" if os.environ.get(cpus.ENV)
+                else "local rank r on CPU r % cpus")}}  # Note [Recordings share the machine's CPUs]
             pin_to_cpu(local)
     from ddpsim.record.meta import rank_header
     recorders = [RankRecorder(path, rank, rank_header(c, backend, world, header))
