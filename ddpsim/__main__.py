@@ -13,23 +13,11 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
-def _current_folder_importable() -> None:
-    """``--model mymodule:factory`` finds ``mymodule.py`` in the current folder from the installed
-    ``ddpsim`` command too: ``python -m`` puts that folder first on ``sys.path``, a console script
-    puts its own ``bin`` folder there instead. (Not under ``python -P``, which asks for neither.)"""
-    import os
-
-    here = os.getcwd()
-    if not sys.flags.safe_path and here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
-
-
 def run() -> None:
     """The process entry point of both ``python -m ddpsim`` and ``ddpsim``."""
     import signal
 
     signal.signal(signal.SIGTERM, _terminate)
-    _current_folder_importable()
     sys.exit(main())
 
 

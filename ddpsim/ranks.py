@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 
 class RankFailure(RuntimeError):
@@ -118,7 +119,8 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     results = ctx.Queue()
     payload = pickle.dumps((fn, args, setup))
     procs, outs, deadline = [], {}, time.monotonic() + timeout
-    folder = tempfile.mkdtemp(prefix="ddpsim-ranks-")  # the ranks' FileStore: no port to race for
+    _sweep_folders()
+    folder = tempfile.mkdtemp(prefix=f"ddpsim-ranks-{os.getpid()}-")  # the ranks' FileStore: no port to race for
     try:
         with _gpus_hidden():  # CPU ranks see no GPU: Note [CPU ranks see no GPU] in record/config.py
             environ = dict(os.environ)
@@ -139,9 +141,33 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
             outs[rank] = value
         return [outs[r] for r in range(world_size)]
     finally:
-        _stop(procs, grace=5.0 if len(outs) == world_size else 0.0)
-        results.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            _stop(procs, grace=5.0 if len(outs) == world_size else 0.0)
+        finally:
+            results.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sweep_folders() -> None:
+    """Remove the store folders of callers that died without cleaning up (SIGKILL, or SIGTERM to a
+    process that does not unwind): ``ddpsim-ranks-PID-*`` of this user whose PID is gone."""
+    for folder in Path(tempfile.gettempdir()).glob("ddpsim-ranks-*-*"):
+        pid = folder.name.split("-")[2]
+        try:
+            if pid.isdigit() and folder.stat().st_uid == os.getuid() and not _running(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _context(start_method: str):

@@ -23,7 +23,7 @@ def isolated(monkeypatch, tmp_path):
     monkeypatch.setenv("DDPSIM_RUNS_DIR", str(tmp_path / "runs"))
 
 
-def test_only_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
+def test_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     """What the app finds in its runs folder after a reload (hand-made: no recording runs here)."""
     tiny = (Path(__file__).parent / "fixtures" / "tiny_trace.json").read_text()
     for name, state, text in (("good", "done", tiny), ("going", "running", tiny), ("bad", "done", "{not json")):
@@ -38,6 +38,9 @@ def test_only_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     assert not at.exception and not at.error and len(at.image) == 1
     at.selectbox(key="ddpsim_source").set_value("recorded: bad").run()
     assert not at.exception and len(at.error) == 1 and at.error[0].value.startswith("Could not open recorded: bad")
+    (tmp_path / "runs" / "going-x1" / "status.json").write_text(json.dumps({"state": "done"}))
+    at.run()  # it finished while this session was open (another tab's, or the page was away)
+    assert "recorded: going" in at.selectbox(key="ddpsim_source").options
 
 
 def record_page() -> AppTest:

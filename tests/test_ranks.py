@@ -72,12 +72,13 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow  # real gloo ranks
-def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path):
+def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
     """Note [A forked rank dies with its caller] in ddpsim/ranks.py: SIGKILL to the caller alone."""
     import os
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
 
     from conftest import child_env
@@ -85,7 +86,7 @@ def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path):
 
     (tmp_path / "caller.py").write_text(CALLER)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "caller.py"), str(tmp_path)], cwd=tmp_path,
-                            env=child_env(), start_new_session=True)
+                            env=child_env(TMPDIR=str(tmp_path)), start_new_session=True)
     try:
         pidfiles = [tmp_path / f"rank{r}.pid" for r in range(2)]
         deadline = time.monotonic() + 120
@@ -99,6 +100,11 @@ def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path):
         while any(alive(p) for p in left) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [p for p in left if alive(p)] == []
+        stale = list(tmp_path.glob("ddpsim-ranks-*"))
+        assert len(stale) == 1, "the killed caller left its store folder"
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        assert run_ranks(_env_and_hash, 1, timeout=120)[0] is not None
+        assert list(tmp_path.glob("ddpsim-ranks-*")) == [], "the next caller removed it, and its own"
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -42,10 +42,12 @@ class Job:
         return self.proc.pid
 
 
-def runs_dir() -> Path:
+def runs_dir(create: bool = True) -> Path:
+    """Where the app's recordings go: $DDPSIM_RUNS_DIR, else ddpsim-runs in the temporary folder."""
     d = os.environ.get(RUNS_ENV)
     path = Path(d) if d else Path(tempfile.gettempdir()) / "ddpsim-runs"
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -54,7 +56,11 @@ def finished_recordings() -> list[Path]:
     them on disk so that they can be opened again where the session that made them is gone: a reload,
     another tab, a restarted server."""
     found = []
-    for status in runs_dir().glob("*/status.json"):
+    try:
+        statuses = list(runs_dir(create=False).glob("*/status.json"))
+    except OSError:  # unreadable: nothing to offer, and the pages go on
+        return []
+    for status in statuses:
         try:
             done = json.loads(status.read_text()).get("state") == "done"
         except (OSError, ValueError, AttributeError):  # being replaced, or not ours

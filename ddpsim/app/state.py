@@ -8,11 +8,13 @@ Session keys (all prefixed ``ddpsim_``):
                    parsed, recordings, simulated runs kept from the What-if page)
   ddpsim_upload    (file_id, error or None) of the last upload seen
   ddpsim_pending_source  a session trace to open on the next run (set after the chooser is drawn)
-  ddpsim_saved     {label: Path} of the recordings this app finished before the session began
+  ddpsim_saved     {label: Path} of the recordings the app's other sessions finished
                    (``jobs.finished_recordings``): they stay in the chooser after a reload
+  ddpsim_own_runs  the files of the recordings this session made (among ddpsim_uploads)
 """
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import streamlit as st
@@ -35,36 +37,51 @@ def load_sample(path: str, mtime_ns: int) -> Trace:
     return load_trace(path)
 
 
-def saved_recordings() -> dict[str, Path]:
-    """The recordings this app finished before this session began, by chooser label (a reload starts a
-    new session, whose traces would otherwise be gone from the chooser though their files are kept).
-    Listed once per session: a recording made in this session is already among its own traces."""
-    if "ddpsim_saved" not in st.session_state:
-        from ddpsim.app import jobs  # noqa: PLC0415 (imported where needed: no Streamlit there)
-
-        saved, taken = {}, set(list_samples())
-        for path in jobs.finished_recordings():
-            label, k = RECORDED_PREFIX + path.stem, 2
-            while label in taken:
-                label, k = f"{RECORDED_PREFIX}{path.stem} ({k})", k + 1
-            saved[label] = path
-            taken.add(label)
-        st.session_state["ddpsim_saved"] = saved
-    return st.session_state["ddpsim_saved"]
-
-
 def add_trace(label: str, trace: Trace, select: bool = True) -> str:
     """Keep ``trace`` in this session under ``label`` (and open it if ``select``)."""
     st.session_state.setdefault("ddpsim_uploads", {})[label] = trace
-    st.session_state.setdefault("ddpsim_trace_ids", {})[label] = st.session_state.get(
-        "ddpsim_trace_counter", 0)
-    st.session_state["ddpsim_trace_counter"] = st.session_state.get("ddpsim_trace_counter", 0) + 1
+    # unique across sessions: the caches keyed on it (figures, simulations) are the whole server's
+    st.session_state.setdefault("ddpsim_trace_ids", {})[label] = uuid.uuid4().hex
     if select:
-        try:
-            st.session_state["ddpsim_source"] = label
-        except StreamlitAPIException:  # the chooser is already drawn: select it on the next run
-            st.session_state["ddpsim_pending_source"] = label
+        _select(label)
     return label
+
+
+def _select(label: str) -> None:
+    try:
+        st.session_state["ddpsim_source"] = label
+    except StreamlitAPIException:  # the chooser is already drawn: select it on the next run
+        st.session_state["ddpsim_pending_source"] = label
+
+
+def saved_recordings() -> dict[str, Path]:
+    """The recordings finished by the app's other sessions (before a reload, in another tab, before
+    a restart), by chooser label; looked for on every run, each keeping its label. A recording this
+    session made is among its own traces (``open_recording``)."""
+    from ddpsim.app import jobs  # noqa: PLC0415 (imported where needed: no Streamlit there)
+
+    saved = st.session_state.setdefault("ddpsim_saved", {})
+    known = set(saved.values()) | st.session_state.get("ddpsim_own_runs", set())
+    new = [path for path in jobs.finished_recordings() if path not in known]
+    taken = set(list_samples()) | set(saved) | set(st.session_state.get("ddpsim_uploads", {}))
+    for path in new:
+        label, k = RECORDED_PREFIX + path.stem, 2
+        while label in taken:
+            label, k = f"{RECORDED_PREFIX}{path.stem} ({k})", k + 1
+        saved[label] = path
+        taken.add(label)
+    return saved
+
+
+def open_recording(path: Path, trace: Trace) -> str:
+    """Open the recording this session's Record page made at ``path``; its label. One label per
+    file: the chooser may list it already, found in the runs folder while the page was away."""
+    for label, saved in st.session_state.get("ddpsim_saved", {}).items():
+        if saved == Path(path):
+            _select(label)
+            return label
+    st.session_state.setdefault("ddpsim_own_runs", set()).add(Path(path))
+    return add_trace(free_label(f"{RECORDED_PREFIX}{Path(path).stem}"), trace)
 
 
 def free_label(label: str) -> str:

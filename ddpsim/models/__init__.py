@@ -79,13 +79,30 @@ def load_callable(where: str, attr: str, noun: str = "model") -> Callable:
             raise ModelSpecError(f"could not load {where}: {type(e).__name__}: {e}") from None
     else:
         try:
-            module = importlib.import_module(where)
+            module = _import_here_too(where)
         except Exception as e:
             raise ModelSpecError(f"could not import {where}: {type(e).__name__}: {e}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ModelSpecError(f"{where} has no function {attr!r}")
     return factory
+
+
+def _import_here_too(name: str):
+    """``import name``; where no module of that name is found, look in the current folder too, as
+    ``python -m ddpsim`` does (the installed ``ddpsim`` command puts its own bin folder first on
+    ``sys.path`` instead). Appended, so that a file there never shadows an installed package."""
+    import os
+    import sys
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        here = os.getcwd()
+        if e.name != name.split(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(name)
 
 
 def build_workload(spec: str) -> Training:

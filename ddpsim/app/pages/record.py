@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import jobs, ui
-from ddpsim.app.state import RECORDED_PREFIX, add_trace, free_label, open_partial
+from ddpsim.app.state import open_partial, open_recording
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
@@ -55,7 +55,7 @@ if job is not None:
         except TraceFormatError as e:
             st.session_state["ddpsim_rec_result"] = ("failed", str(e))
         else:
-            label = add_trace(free_label(f"{RECORDED_PREFIX}{job.out.stem}"), trace)
+            label = open_recording(job.out, trace)
             st.session_state["ddpsim_rec_result"] = ("done", label)
             st.rerun()  # so the sidebar shows the new trace as the open one
     else:
