@@ -108,6 +108,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def alive_after(pids, seconds: float) -> list[int]:
+    """Those of ``pids`` still alive once ``seconds`` have passed or all are gone, whichever first."""
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
 def shard_iterations(out: Path, rank: int) -> int:
     """Iterations rank ``rank`` has written to its shard of ``out`` so far (0 before it exists)."""
     try:

@@ -74,7 +74,6 @@ if __name__ == "__main__":
 @pytest.mark.slow  # real gloo ranks
 def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
     """Note [A forked rank dies with its caller] in ddpsim/ranks.py: SIGKILL to the caller alone."""
-    import os
     import signal
     import subprocess
     import sys
@@ -82,7 +81,8 @@ def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
     import time
 
     from conftest import child_env
-    from faultinject import alive
+    from devtools import end_group
+    from faultinject import alive_after
 
     (tmp_path / "caller.py").write_text(CALLER)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "caller.py"), str(tmp_path)], cwd=tmp_path,
@@ -96,18 +96,11 @@ def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
         assert len(left) == 3 and proc.pid not in left, "two ranks forked from one server"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 10
-        while any(alive(p) for p in left) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [p for p in left if alive(p)] == []
+        assert alive_after(left, 10) == []
         stale = list(tmp_path.glob("ddpsim-ranks-*"))
         assert len(stale) == 1, "the killed caller left its store folder"
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
         assert run_ranks(_env_and_hash, 1, timeout=120)[0] is not None
         assert list(tmp_path.glob("ddpsim-ranks-*")) == [], "the next caller removed it, and its own"
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        end_group(proc, grace_s=0)

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import ROOT, child_env
-from faultinject import alive, iterations_written, parent_of, rank_processes
+from devtools import end_group
+from faultinject import alive_after, iterations_written, parent_of, rank_processes
 
 
 @pytest.mark.slow
@@ -74,14 +75,6 @@ def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path):
         assert len(ranks) == 2 and len(server) == 1 and proc.pid not in server, "training, forked"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        left = ranks + list(server)
-        deadline = time.monotonic() + 10
-        while any(alive(p) for p in left) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [p for p in left if alive(p)] == []
+        assert alive_after(ranks + list(server), 10) == []
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        end_group(proc, grace_s=0)
