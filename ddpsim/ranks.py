@@ -148,13 +148,19 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
             shutil.rmtree(folder, ignore_errors=True)
 
 
+STALE_S = 3600.0  # s: a store folder this old whose caller is gone is removed (_sweep_folders)
+
+
 def _sweep_folders() -> None:
     """Remove the store folders of callers that died without cleaning up (SIGKILL, or SIGTERM to a
-    process that does not unwind): ``ddpsim-ranks-PID-*`` of this user whose PID is gone."""
+    process that does not unwind): ``ddpsim-ranks-PID-*`` of this user whose PID is gone, and older
+    than ``STALE_S`` (a caller in another PID namespace sharing this folder looks gone)."""
     for folder in Path(tempfile.gettempdir()).glob("ddpsim-ranks-*-*"):
         pid = folder.name.split("-")[2]
         try:
-            if pid.isdigit() and folder.stat().st_uid == os.getuid() and not _running(int(pid)):
+            st = folder.stat()
+            if pid.isdigit() and st.st_uid == os.getuid() and time.time() - st.st_mtime > STALE_S \
+                    and not _running(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
         except OSError:
             pass

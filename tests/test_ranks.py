@@ -2,6 +2,7 @@
 import pytest
 
 from distutil import RankFailure, run_ranks
+from ddpsim.ranks import STALE_S
 
 
 def _fails_with_a_long_message(rank, world_size):
@@ -74,6 +75,7 @@ if __name__ == "__main__":
 @pytest.mark.slow  # real gloo ranks
 def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
     """Note [A forked rank dies with its caller] in ddpsim/ranks.py: SIGKILL to the caller alone."""
+    import os
     import signal
     import subprocess
     import sys
@@ -99,6 +101,8 @@ def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
         assert alive_after(left, 10) == []
         stale = list(tmp_path.glob("ddpsim-ranks-*"))
         assert len(stale) == 1, "the killed caller left its store folder"
+        long_ago = time.time() - STALE_S - 1
+        os.utime(stale[0], (long_ago, long_ago))
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
         assert run_ranks(_env_and_hash, 1, timeout=120)[0] is not None
         assert list(tmp_path.glob("ddpsim-ranks-*")) == [], "the next caller removed it, and its own"

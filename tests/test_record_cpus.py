@@ -1,5 +1,6 @@
 """Recordings at the same time on one machine pin their ranks to different CPUs (Note [Recordings
 share the machine's CPUs] in ddpsim/record/cpus.py)."""
+import fcntl
 import json
 import os
 import subprocess
@@ -28,7 +29,7 @@ def test_a_second_recording_takes_the_cpus_the_first_left():
         assert first == [ALLOWED[0]] and second == [ALLOWED[1]]
         with cpus.reserved(len(ALLOWED)) as third:  # the least held first, then the rotation r % n
             assert third[:len(ALLOWED) - 2] == ALLOWED[2:] and sorted(third) == ALLOWED
-    assert json.loads(cpus.registry().read_text()) == {}, "each hands its CPUs back"
+    assert not cpus.registry().exists(), "each hands its CPUs back, and the last removes the file"
 
 
 def test_the_cpus_of_a_launcher_that_died_are_free_again():
@@ -45,6 +46,23 @@ def test_an_unreadable_registry_counts_as_empty():
     cpus.registry().write_text("{not json")
     with cpus.reserved(2) as mine:
         assert mine == [ALLOWED[r % len(ALLOWED)] for r in range(2)]
+
+
+def test_a_registry_not_ours_or_locked_too_long_leaves_rank_r_on_cpu_r_mod_n(monkeypatch):
+    path = cpus.registry()
+    path.write_text("{}")
+    os.chmod(path, 0o666)  # anyone could have written it
+    with cpus.reserved(2) as mine:
+        assert mine is None
+    os.chmod(path, 0o600)
+    monkeypatch.setattr(cpus, "LOCK_WAIT_S", 0.2)
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a launcher that holds the lock (stopped, say)
+    try:
+        with cpus.reserved(1) as mine:
+            assert mine is None
+    finally:
+        os.close(fd)
 
 
 @needs_two
@@ -77,4 +95,4 @@ def test_a_recording_beside_another_pins_its_ranks_elsewhere(tmp_path):
     assert other == [ALLOWED[0]]
     assert seen[0] == {ALLOWED[1]} and seen[1] == {ALLOWED[0] if len(ALLOWED) == 2 else ALLOWED[2]}, seen
     assert "least used" in trace.meta["pinning"]["rule"]
-    assert json.loads(cpus.registry().read_text()) == {}
+    assert not cpus.registry().exists()

@@ -45,7 +45,7 @@ class Job:
 def runs_dir(create: bool = True) -> Path:
     """Where the app's recordings go: $DDPSIM_RUNS_DIR, else ddpsim-runs in the temporary folder."""
     d = os.environ.get(RUNS_ENV)
-    path = Path(d) if d else Path(tempfile.gettempdir()) / "ddpsim-runs"
+    path = (Path(d).expanduser() if d else Path(tempfile.gettempdir()) / "ddpsim-runs").absolute()
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path

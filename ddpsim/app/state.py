@@ -61,8 +61,11 @@ def saved_recordings() -> dict[str, Path]:
     from ddpsim.app import jobs  # noqa: PLC0415 (imported where needed: no Streamlit there)
 
     saved = st.session_state.setdefault("ddpsim_saved", {})
+    found = jobs.finished_recordings()
+    for label in [label for label, path in saved.items() if path not in set(found)]:
+        del saved[label]  # its file is gone
     known = set(saved.values()) | st.session_state.get("ddpsim_own_runs", set())
-    new = [path for path in jobs.finished_recordings() if path not in known]
+    new = [path for path in found if path not in known]
     taken = set(list_samples()) | set(saved) | set(st.session_state.get("ddpsim_uploads", {}))
     for path in new:
         label, k = RECORDED_PREFIX + path.stem, 2

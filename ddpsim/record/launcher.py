@@ -224,17 +224,19 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
         pinned = held.enter_context(cpus.reserved(cfg.world_size)) if fork and cfg.pin_cpus else None
         for r in range(cfg.world_size):
             procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log", private / "store",
-                                beats[r], {**env, **({cpus.ENV: str(pinned[r])} if pinned else {})}, fork))
+                                beats[r], {**env, cpus.ENV: str(pinned[r]) if pinned else ""}, fork))
         watch = Watch(procs, beats, cfg.timeout_s)
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:
             last, stopped = watch.beats(), watch.stopped()
     finally:
-        stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
-        held.close()  # the CPUs go back once the ranks are stopped
-        shutil.rmtree(private, ignore_errors=True)
-        if turns:
-            turns.end()  # the other groups stop waiting for this one
+        try:
+            stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
+        finally:
+            held.close()  # the CPUs go back once the ranks are stopped
+            shutil.rmtree(private, ignore_errors=True)
+            if turns:
+                turns.end()  # the other groups stop waiting for this one
     if failed:
         raise _failure(cfg, outs[0], shards[0], logs, failed, last, stopped)
     origin = min(first_forward_ns([read_shard(p) for p in rank_shards]) for rank_shards in shards)
