@@ -29,11 +29,12 @@ if str(ROOT) not in sys.path:
 from childenv import child_env  # noqa: E402
 
 
-# Note [Fault tests run unpinned]: `record` pins local rank r to CPU r % cpus (RecordConfig.pin_cpus),
-# so every recording that runs at once puts its rank 0 on the same core. On a 16-core GPU box with 12
-# test workers, rank 0 of a 3-rank recording was starved inside DDP's constructor past the 8 s
-# collective timeout, and the run was blamed on it (docs/gpu.md). The fault tests check what the
-# launcher says and how soon everything ends, not timings, so their ranks go unpinned.
+# Note [Fault tests run unpinned]: `record` used to pin local rank r to CPU r % cpus in every recording,
+# so recordings running at once put their rank 0 on the same core. On a 16-core GPU box with 12 test
+# workers, rank 0 of a 3-rank recording was starved inside DDP's constructor past the 8 s collective
+# timeout, and the run was blamed on it (docs/gpu.md). Recordings now reserve different CPUs (Note
+# [Recordings share the machine's CPUs] in ddpsim/record/cpus.py), but the fault tests check what the
+# launcher says and how soon everything ends, not timings, so their ranks still go unpinned.
 UNPINNED = False
 
 
