@@ -160,13 +160,14 @@ def _sweep_folders() -> None:
         try:
             st = folder.stat()
             if pid.isdigit() and st.st_uid == os.getuid() and time.time() - st.st_mtime > STALE_S \
-                    and not _running(int(pid)):
+                    and not running(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
         except OSError:
             pass
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists (someone else's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -9,9 +9,9 @@ So the launcher reserves its CPUs in a registry kept by this user's recordings (
 the temporary folder, read and written under ``flock``): its ranks take the CPUs the fewest
 reserved ranks hold, in the same rotation as before (ranks r and r + n share a CPU, as the
 simulator assumes: ``learn/contention.py``), and hand them back when the recording ends (the file
-goes with the last entry); entries of a launcher that died are dropped by the next one. Alone on a machine, a recording still pins
-rank r to CPU r % n. The rank reads its CPU from ``DDPSIM_CPU``; under torchrun there is none,
-and rank r goes to CPU r % n.
+goes with the last entry); entries of a launcher that died are dropped by the next one. Alone on a
+machine, a recording still pins rank r to CPU r % n. The rank reads its CPU from ``DDPSIM_CPU``;
+under torchrun there is none, and rank r goes to CPU r % n.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+
+from ddpsim.ranks import running
 
 ENV = "DDPSIM_CPU"  # the CPU a launched rank pins itself to (set by the launcher; empty: CPU r % n)
 LOCK_WAIT_S = 5.0  # s the registry may stay locked by another launcher before ranks pin as r % n
@@ -111,10 +113,5 @@ def _open_locked(path: Path) -> int:
 
 def _alive(key: str) -> bool:
     """Whether the launcher that wrote ``key`` ("pid:id") still runs."""
-    try:
-        os.kill(int(key.split(":")[0]), 0)
-    except (ProcessLookupError, ValueError):
-        return False
-    except PermissionError:  # someone else's process: running
-        return True
-    return True
+    pid = key.split(":")[0]
+    return pid.isdigit() and running(int(pid))
