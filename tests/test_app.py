@@ -47,6 +47,14 @@ def test_opens_on_first_sample_with_figure_and_metrics(fixture_samples):
     assert m["Comm. overlapped with compute, iteration 0"] == "0%"
 
 
+def test_the_address_names_the_open_trace_and_an_unknown_one_is_ignored(fixture_samples):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["trace"] = "no such trace"
+    at.run()
+    assert not at.exception and at.selectbox(key="ddpsim_source").value == "tiny_trace"
+    assert at.query_params["trace"] == "tiny_trace"
+
+
 def test_changing_iteration_rerenders(fixture_samples):
     at = open_app()
     at.select_slider[0].set_value(0).run()

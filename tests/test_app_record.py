@@ -83,6 +83,11 @@ def test_recording_world_size_2_finishes_and_shows_timeline():
     assert {"recorded: mlp_torch_w2", "recorded: mlp_torch_w2 (2)"} <= set(again.selectbox(key="ddpsim_source").options)
     again.selectbox(key="ddpsim_source").set_value("recorded: mlp_torch_w2 (2)").run()
     assert not again.exception and not again.error and len(again.image) == 1
+    assert again.query_params["trace"] == "recorded: mlp_torch_w2 (2)"  # the address names the open trace
+    reloaded = AppTest.from_file(APP, default_timeout=150)
+    reloaded.query_params["trace"] = "recorded: mlp_torch_w2 (2)"
+    reloaded.run()  # the same address again: it opens where it was
+    assert reloaded.session_state["ddpsim_source"] == "recorded: mlp_torch_w2 (2)" and len(reloaded.image) == 1
 
 
 @pytest.mark.slow  # a real recording from the page

@@ -29,6 +29,7 @@ UPLOAD_PARSE_S = 60.0  # seconds an upload may take to read (a valid 46 MB trace
 UPLOAD_PREFIX = "upload: "
 RECORDED_PREFIX = "recorded: "
 SIMULATED_PREFIX = "simulated: "
+QUERY = "trace"  # the address's ?trace=: the open trace, so that a reload reopens it (samples, saved recordings)
 
 
 @st.cache_data(show_spinner="Loading the trace...", max_entries=32)
@@ -145,11 +146,14 @@ def sidebar() -> None:
     pending = st.session_state.pop("ddpsim_pending_source", None)
     if pending in options:
         st.session_state["ddpsim_source"] = pending
+    if "ddpsim_source" not in st.session_state and st.query_params.get(QUERY) in options:
+        st.session_state["ddpsim_source"] = st.query_params[QUERY]  # a reload keeps the open trace
     if st.session_state.get("ddpsim_source") not in options:
         st.session_state["ddpsim_source"] = options[0]
     chooser.selectbox("Trace", options, key="ddpsim_source", format_func=pretty,
                       help="Bundled recordings (real, 2-core CPU) and simulated GPU runs, the "
                            "recordings made on the Record page, and traces you uploaded or kept in this session.")
+    st.query_params[QUERY] = st.session_state["ddpsim_source"]  # in the address: a reload, a link
     opened = current_trace(quiet=True)
     if opened:
         from ddpsim.app import ui  # noqa: PLC0415 (ui imports this module)
