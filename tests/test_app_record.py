@@ -41,6 +41,11 @@ def test_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     (tmp_path / "runs" / "going-x1" / "status.json").write_text(json.dumps({"state": "done"}))
     at.run()  # it finished while this session was open (another tab's, or the page was away)
     assert "recorded: going" in at.selectbox(key="ddpsim_source").options
+    # The Record page's own result, when the sidebar found the file first (the page was away while it finished)
+    at.session_state["ddpsim_rec_result"] = ("done", "recorded: going")
+    at.switch_page("ddpsim/app/pages/record.py").run()
+    assert not at.exception and any("Recorded 'recorded: going'" in x.value for x in at.success)
+    assert len(at.image) == 1, "its timeline"
 
 
 def record_page() -> AppTest:

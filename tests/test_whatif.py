@@ -237,3 +237,30 @@ def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch):
     next(b for b in at.button if b.label.startswith("Measure the allreduce at 2 and 4 ranks (")).click().run(timeout=300)
     assert not at.exception and not at.error and not at.info
     assert any("World size 4: the allreduce at 4 ranks: measured" in c.value for c in at.caption)
+
+
+def test_page_opens_a_run_that_synced_every_16_micro_steps(tmp_path, monkeypatch):
+    """The no_sync slider offers 1-8 and the recorded value (it used to raise for 16)."""
+    d = json.loads((samples.BUNDLED_DIR / f"{REAL}.json").read_text())
+    d["meta"].setdefault("options", {})["no_sync_every"] = 16
+    (tmp_path / f"{REAL}.json").write_text(json.dumps(d))
+    monkeypatch.setenv(samples.ENV_VAR, str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert next(s for s in at.select_slider if s.label.startswith("Sync every")).value == 16
+
+
+def test_page_sweep_keeps_the_buffer_choice(monkeypatch):
+    """The sweep simulates the choice above, broadcast_buffers included: its best is never slower than it."""
+    import re
+
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.selectbox(key="ddpsim_source").set_value("05_convnet_torch_no_sync3").run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    next(t for t in at.toggle if t.label == "broadcast_buffers").set_value(False).run()
+    assert not at.exception and not at.error
+    verdict = next(x.value for x in at.success if "Best simulated" in x.value)
+    best, chosen = (float(v) for v in re.search(r": ([\d.]+) ms/iteration.*your choice above: ([\d.]+) ms", verdict).groups())
+    assert best <= chosen + 0.05, verdict

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.app import jobs, ui
-from ddpsim.app.state import open_partial, open_recording
+from ddpsim.app.state import get_trace, open_partial, open_recording
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
@@ -53,7 +53,7 @@ if job is not None:
         try:
             trace = load_trace(job.out)
         except TraceFormatError as e:
-            st.session_state["ddpsim_rec_result"] = ("failed", str(e))
+            st.session_state["ddpsim_rec_result"] = ("failed", str(e), None)
         else:
             label = open_recording(job.out, trace)
             st.session_state["ddpsim_rec_result"] = ("done", label)
@@ -73,7 +73,7 @@ if result and result[0] == "failed":
                   if result[2] else ""))
 elif result and result[0] == "done":
     label = result[1]
-    trace = st.session_state.get("ddpsim_uploads", {}).get(label)
+    trace = get_trace(label, quiet=True)  # this session's, or found in the runs folder while the page was away
     if trace is not None:
         st.success(f"Recorded '{label}'. It is now the open trace: see it on every page.")
         last = max(it.iteration for it in trace.ranks[0].iterations)

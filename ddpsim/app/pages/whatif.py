@@ -65,8 +65,8 @@ bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "b
                       "rank waits for it.") if base.kind == "trace" and has_buffers(trace) else None
 c1, c2, c3 = st.columns(3)
 world = c1.select_slider("World size (ranks)", whatif.world_options(base), value=now["world_size"], key=k + "world")
-n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", list(range(1, 9)), value=now["no_sync_every"],
-                          key=k + "nosync")
+n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", sorted({*range(1, 9), now["no_sync_every"]}),
+                          value=now["no_sync_every"], key=k + "nosync")  # the recorded value, even beyond 8
 if base.kind == "trace":
     nets = [whatif.AS_RECORDED] + whatif.network_names()
     network = c3.selectbox("Network", nets, format_func=whatif.network_label, key=k + "net")
@@ -127,8 +127,9 @@ if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook chosen above
-                              work=work if base.kind == "trace" else None, trace=trace, algo=algo, comm_hook=sim_hook)
+sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above
+                              work=work if base.kind == "trace" else None, trace=trace, algo=algo,
+                              broadcast_buffers=bufs, comm_hook=sim_hook)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
 if (verdict := whatif.describe_sweep(rows, out.summary, world)):
     st.success(verdict)
