@@ -63,7 +63,8 @@ def saved_recordings() -> dict[str, Path]:
 
     saved = st.session_state.setdefault("ddpsim_saved", {})
     found = jobs.finished_recordings()
-    for label in [label for label, path in saved.items() if path not in set(found)]:
+    present = set(found)
+    for label in [label for label, path in saved.items() if path not in present]:
         del saved[label]  # its file is gone
     known = set(saved.values()) | st.session_state.get("ddpsim_own_runs", set())
     new = [path for path in found if path not in known]
@@ -139,6 +140,7 @@ def sidebar() -> None:
             help="A ddpsim trace JSON (up to 50 MB), e.g. one written by `python -m ddpsim record`.")
         downloads = st.container()
     _handle_upload(upload)  # before the selectbox exists, so it may select the upload
+    saved_recordings()  # the runs folder, read once per run (all_labels reads what this found)
     options = all_labels()
     if not options:
         chooser.info("No bundled sample traces were found. Upload a trace to begin.")
@@ -167,7 +169,8 @@ def pretty(label: str) -> str:
 
 
 def all_labels() -> list[str]:
-    return list_samples() + list(saved_recordings()) + list(st.session_state.get("ddpsim_uploads", {}))
+    return (list_samples() + list(st.session_state.get("ddpsim_saved", {}))
+            + list(st.session_state.get("ddpsim_uploads", {})))
 
 
 def _handle_upload(upload) -> None:
