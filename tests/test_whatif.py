@@ -150,6 +150,19 @@ def test_the_share_spent_waiting_for_stragglers_is_shown():
     assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
 
 
+def test_ranks_that_shared_cores_are_named_as_drawn_noise():
+    """At the recorded world size, ranks that shared CPU cores are replayed with drawn noise of the
+    measured spread (``replay_config``), and the sentence names that spread, not the ranks' own speeds."""
+    import dataclasses
+
+    trace, base, work = setup(REAL)
+    shared = dataclasses.replace(work, link=dataclasses.replace(work.link, cpus=1))
+    out = whatif.evaluate(shared, base, trace, config(base, shared))
+    assert out.rank_spread == pytest.approx(work.meta["jitter_estimated"]) and out.rank_spread > 0
+    text = whatif.describe_stragglers(out)
+    assert "measured between the recorded ranks" in text and "own speeds" not in text
+
+
 def test_one_rank_waits_for_nobody():
     """At world size 1 a recording's rank-to-rank spread is not simulated (it made the page claim 0.15 ms of
     "waiting for the slowest of 1"), and a GPU model's sentence says that one rank waits for nobody."""

@@ -3,7 +3,7 @@ in ddpsim/sim/stragglers.py), without Streamlit.
 
 The rank-to-rank spread comes from the recording (``jitter_estimated``: between the ranks of each
 recorded iteration) or, for a GPU model, from its GPU profile (``rank_spread``); at the recorded
-world size the recorded ranks keep their own measured speeds instead. Every rank then waits for
+world size, ranks that had a CPU core each keep their own measured speeds instead. Every rank then waits for
 the expected slowest of the what-if's world size, and the wait is the iteration time with the
 spread minus the same simulation without it.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ddpsim.learn.extract import measured_backward_scale
+from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.sim import SimConfig
 from ddpsim.sim.network import gpus
 
@@ -21,10 +21,10 @@ def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
     if kind == "trace":
         if work is None:
             return 0.0, "none"
-        if work.meta.get("recorded_world_size") == world_size and (
-                work.meta.get("recorded_ranks") or measured_backward_scale(work, world_size)):
+        if replays_recorded_ranks(work, world_size):  # as replay_config simulates it
             return 0.0, "the recorded ranks' own speeds"
-        return float(work.meta.get("jitter_estimated", 0.0)), "measured between the recorded ranks"
+        return (float(work.meta.get("jitter_estimated", 0.0)) if world_size > 1 else 0.0,
+                "measured between the recorded ranks")
     return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
 
 

@@ -114,10 +114,8 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     if noise not in ("recorded", "drawn"):
         raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
     cfg = hookrates.in_replay(w, {**config_from_trace(trace), **fields})
-    recorded = w.meta.get("recorded_ranks") or {}
-    if (noise == "recorded" and recorded and len(recorded) == cfg["world_size"] == w.meta.get("recorded_world_size")
-            and "jitter" not in fields and not w.link.cpus):
-        cfg.setdefault("recorded_ranks", {int(r): v for r, v in recorded.items()})
+    if noise == "recorded" and "jitter" not in fields and replays_recorded_ranks(w, cfg["world_size"]):
+        cfg.setdefault("recorded_ranks", {int(r): v for r, v in w.meta["recorded_ranks"].items()})
         cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))
         if (scale := alone.noop_scale(w, cfg.get("comm_hook"), cfg["world_size"])) is not None:
             cfg.setdefault("backward_scale", scale)  # Note [A run without collectives computes alone]
@@ -127,6 +125,14 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     cfg.setdefault("jitter", float(w.meta.get("jitter_estimated", 0.0)) if cfg["world_size"] > 1 else 0.0)
     cfg.setdefault("iters", DRAWN_ITERS)
     return SimConfig(**cfg)
+
+
+def replays_recorded_ranks(w: Workload, world_size: int) -> bool:
+    """Whether ``replay_config`` replays each recorded rank's own speeds at ``world_size`` (by
+    default): at the recorded world size, for ranks that had a core each; otherwise it draws rank
+    noise of the measured spread (the What-if page names which: ``ddpsim/app/waiting.py``)."""
+    recorded = w.meta.get("recorded_ranks") or {}
+    return bool(recorded) and len(recorded) == world_size == w.meta.get("recorded_world_size") and not w.link.cpus
 
 
 def uses_shared_core(trace: Trace) -> bool:
