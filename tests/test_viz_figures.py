@@ -103,6 +103,19 @@ def test_compare_rows_give_spread_and_figure_draws_the_typical_iteration():
     assert len(heads) == 2
 
 
+def test_compare_shows_the_same_overlap_as_every_other_page():
+    """One overlap figure: the Compare table's is summarize's (HTA's over the steady iterations), which
+    the Timeline and What-if pages show; it used to be the median of per-iteration overlaps (transformer:
+    59.8% against 50%)."""
+    from ddpsim.analysis import summarize
+    from ddpsim.samples import BUNDLED_DIR
+
+    names = ("01_mlp_torch_default", "02_mlp_torch_cap0.25", "06_transformer_torch_default")
+    runs = [(n, load_trace(BUNDLED_DIR / f"{n}.json")) for n in names]
+    for row, (_, t) in zip(compare_rows(runs), runs):
+        assert row["overlap_pct"] == pytest.approx(summarize(t)["overlap_fraction"] * 100)
+
+
 def test_construction_panel_keeps_the_bucket_scale_under_torchs_no_cap():
     """Iteration 0's one bucket is built under torch's "no cap" (2^63-1 bytes): drawn as a cap line it
     stretched the axis to 1.4e13 MiB and the 12 MiB bucket vanished; now the panel is on the bucket's scale."""

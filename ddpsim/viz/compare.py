@@ -12,7 +12,7 @@ import statistics
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from ddpsim.analysis import comm_end_ns, cycle_metrics, rank_overlaps, spread, steady_cycles, steady_summary
+from ddpsim.analysis import comm_end_ns, cycle_metrics, spread, steady_cycles, steady_summary, summarize
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_run
@@ -125,22 +125,21 @@ def compare_rows(runs: list[Run]) -> list[dict]:
 
     Keys: run, kind, model, world_size, buckets, comm_hook (``comm_hook_name``), sent_bytes
     (``sent_bytes``: what the gradients' collectives sent per synced step), iteration_ms, exposed_comm_ms,
-    overlap_pct (medians over steady iterations; None where no collective took time, the noop hook,
-    as ``summarize``'s ``communicates``), iteration_min_ms, iteration_max_ms,
+    (medians over steady iterations), overlap_pct (``summarize``'s: HTA's over the steady iterations, the
+    figure every page shows; None where no collective took time, the noop hook), iteration_min_ms, iteration_max_ms,
     exposed_min_ms, exposed_max_ms, spread_pct (how much single iterations vary, +-%),
     n_iterations, and d_iteration_ms, d_exposed_comm_ms, d_overlap_pts, speedup (first / this).
     """
     rows = []
     for label, trace in runs:
-        s = spread(trace)
-        talks = bool(rank_overlaps(trace, {i for c in steady_cycles(trace) for i in c}))
+        s, headline = spread(trace), summarize(trace)  # overlap: the one figure, HTA's (summarize)
         layout = trace.ranks[0].layouts[-1] if trace.ranks[0].layouts else None
         t, e = s["iteration_time_s"], s["exposed_comm_s"]
         rows.append({"run": label, "kind": trace.source, "model": describe_run(trace),
                      "world_size": trace.world_size, "buckets": len(layout.buckets) if layout else 0,
                      "comm_hook": comm_hook_name(trace), "sent_bytes": sent_bytes(trace),
                      "iteration_ms": t["median"] * 1e3, "exposed_comm_ms": e["median"] * 1e3,
-                     "overlap_pct": s["overlap_fraction"]["median"] * 100 if talks else None,
+                     "overlap_pct": headline["overlap_fraction"] * 100 if headline["communicates"] else None,
                      "iteration_min_ms": t["min"] * 1e3, "iteration_max_ms": t["max"] * 1e3,
                      "exposed_min_ms": e["min"] * 1e3, "exposed_max_ms": e["max"] * 1e3,
                      "spread_pct": t["rel"] * 100, "n_iterations": t["n"]})

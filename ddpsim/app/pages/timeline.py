@@ -25,7 +25,9 @@ with left:
 with right:
     ranks = st.multiselect("Ranks", all_ranks, default=all_ranks[:4], key=f"ddpsim_ranks:{label}")
 
-# The numbers: the chosen iteration alone, and the steady state (median) for reference.
+# The numbers: the chosen iteration alone, and the steady state (summarize) for reference.
+STEADY_HOW = {"iteration_time_s": "median over", "exposed_comm_s": "median over",
+              "overlap_fraction": "HTA's overlap over"}
 report = iteration_report(trace, iteration)
 cols = st.columns(3)
 for col, key, name, fmt, scale in (
@@ -38,7 +40,7 @@ for col, key, name, fmt, scale in (
         f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value),
         delta=None if value is None or base is None else fmt.format(value - base).replace("%", " pts"),
         delta_color="off", delta_description="vs the steady state",
-        help=None if base is None else f"Steady state (median over iterations "
+        help=None if base is None else f"Steady state ({STEADY_HOW[key]} iterations "
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
              "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
 
