@@ -34,3 +34,23 @@ def test_a_no_sync_step_has_no_communication_to_report():
 def test_an_iteration_no_rank_recorded_is_a_key_error():
     with pytest.raises(KeyError):
         TraceAnalysis(trace()).iteration(99)
+
+
+def test_ranks_that_never_communicate_are_timed_each_on_its_own():
+    """The noop hook sends nothing, so a slow rank falls further behind each iteration: the iteration
+    time is the slowest rank's own, not the growing distance between the ranks (it was 41.9 ms on the
+    What-if page for a run whose ranks took 22-32 ms each, and find_unused_parameters' bitmap
+    allreduce, which ties them again, looked faster)."""
+    work = Workload(name="two", params=[ParamSpec(i, f"p{i}", MIB) for i in range(2)], ready_order=[1, 0],
+                    grad_compute_s=[1.0, 1.0], link=Link(alpha_s=0.0, bandwidth_Bps=MIB), forward_s=1.0,
+                    optimizer_s=0.5)
+    t = simulate(work, SimConfig(world_size=2, iters=4, bucket_cap_mb=1, comm_hook="noop",
+                                 stragglers={1: 1.5}, trace_ranks=2))[0]
+    own = [max(r.iteration(i).end_ns - r.iteration(i).forward.start_ns for r in t.ranks) * 1e-9 for i in (2, 3)]
+    drift = [(max(r.iteration(i).end_ns for r in t.ranks) - min(r.iteration(i).forward.start_ns for r in t.ranks))
+             * 1e-9 for i in (2, 3)]
+    assert drift[1] > drift[0] > own[0]  # the ranks drift apart
+    assert [cycle_metrics(t, [i])["iteration_time_s"] for i in (2, 3)] == pytest.approx(own)
+    tied = trace()  # with collectives the ranks finish together: first start to last end
+    span = max(r.iteration(2).end_ns for r in tied.ranks) - min(r.iteration(2).forward.start_ns for r in tied.ranks)
+    assert cycle_metrics(tied, [2])["iteration_time_s"] == pytest.approx(span * 1e-9)

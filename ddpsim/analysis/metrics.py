@@ -5,7 +5,9 @@ prediction and a measurement are always compared like for like.
 
 Definitions (all per rank, then combined across ranks as stated):
 - *iteration time*: from the earliest forward start on any rank to the latest
-  iteration end (optimizer end, or backward end when no step is taken). With
+  iteration end (optimizer end, or backward end when no step is taken). Where no
+  collective took time (the noop hook), nothing ties the ranks together and they
+  drift apart: then the slowest rank's own time, its forward start to its end. With
   no_sync accumulation every n micro-steps, a *cycle* is the n micro-steps up to
   and including a synced one, and the iteration time is the cycle's time / n.
 - *backward compute end*: the time the last gradient became ready.
@@ -132,13 +134,16 @@ def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     """Iteration time, exposed comm and overlap for one cycle (seconds, fraction)."""
     per_rank = [{i: r.iteration(i) for i in cycle} for r in trace.ranks]
     present = [m for m in per_rank if all(m[i] is not None for i in cycle)]
-    start = min(m[cycle[0]].forward.start_ns for m in present)
-    end = max(m[cycle[-1]].end_ns for m in present)
+    fractions = rank_overlaps(trace, set(cycle))
+    if fractions:  # a collective ends the ranks' cycle together: from the first start to the last end
+        span = (max(m[cycle[-1]].end_ns for m in present) - min(m[cycle[0]].forward.start_ns for m in present))
+    else:  # nothing ties the ranks (the noop hook): each rank's own cycle, the slowest one's
+        span = max(m[cycle[-1]].end_ns - m[cycle[0]].forward.start_ns for m in present)
     synced = [m[cycle[-1]] for m in present]
     return {
-        "iteration_time_s": (end - start) * NS / len(cycle),
+        "iteration_time_s": span * NS / len(cycle),
         "exposed_comm_s": max(exposed_comm_ns(it) for it in synced) * NS / len(cycle),
-        "overlap_fraction": comm_overlap(trace, set(cycle)),
+        "overlap_fraction": mean_overlap(fractions),
     }
 
 
