@@ -47,12 +47,13 @@ def test_opens_on_first_sample_with_figure_and_metrics(fixture_samples):
     assert m["Comm. overlapped with compute, iteration 0"] == "0%"
 
 
-def test_the_address_names_the_open_trace_and_an_unknown_one_is_ignored(fixture_samples):
+def test_the_address_names_the_open_trace_and_an_unknown_one_says_so(fixture_samples):
     at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["trace"] = "no such trace"
+    at.query_params["trace"] = "upload: gone.json"  # an upload of a session that ended
     at.run()
     assert not at.exception and at.selectbox(key="ddpsim_source").value == "tiny_trace"
     assert at.query_params["trace"] == "tiny_trace"
+    assert any("“upload: gone.json” in the address is not open in this session" in c.value for c in at.caption)
 
 
 def test_changing_iteration_rerenders(fixture_samples):

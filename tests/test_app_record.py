@@ -26,7 +26,8 @@ def isolated(monkeypatch, tmp_path):
 def test_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     """What the app finds in its runs folder after a reload (hand-made: no recording runs here)."""
     tiny = (Path(__file__).parent / "fixtures" / "tiny_trace.json").read_text()
-    for name, state, text in (("good", "done", tiny), ("going", "running", tiny), ("bad", "done", "{not json")):
+    for name, state, text in (("good", "done", tiny), ("going", "running", tiny), ("bad", "done", "{not json"),
+                              ("cut", "failed", tiny), ("refused", "failed", "")):
         folder = tmp_path / "runs" / f"{name}-x1"
         folder.mkdir(parents=True)
         (folder / "status.json").write_text(json.dumps({"state": state}))
@@ -34,6 +35,8 @@ def test_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     at = AppTest.from_file(APP, default_timeout=60).run()
     options = at.selectbox(key="ddpsim_source").options
     assert "recorded: good" in options and "recorded: bad" in options and "recorded: going" not in options
+    # what a failed recording kept is not lost on a reload; one that wrote nothing is not offered
+    assert "recorded (partial): cut" in options and not any("refused" in o for o in options)
     at.selectbox(key="ddpsim_source").set_value("recorded: good").run()
     assert not at.exception and not at.error and len(at.image) == 1
     at.selectbox(key="ddpsim_source").set_value("recorded: bad").run()
@@ -109,6 +112,11 @@ def test_failing_recording_shows_reason_on_page():
     label = "recorded (partial): branchy_torch_w2"
     assert at.session_state["ddpsim_source"] == label and not at.session_state["ddpsim_uploads"][label].complete
     assert any(label in c.value for c in at.caption)
+    again = AppTest.from_file(APP, default_timeout=60)  # a reload: a new session at the same address
+    again.query_params["trace"] = label
+    again.run()
+    assert not again.exception and again.selectbox(key="ddpsim_source").value == label
+    assert again.selectbox(key="ddpsim_source").options.count(label) == 1
 
 
 def test_no_recording_process_outlives_a_killed_app(tmp_path):

@@ -51,10 +51,11 @@ def runs_dir(create: bool = True) -> Path:
     return path
 
 
-def finished_recordings() -> list[Path]:
-    """The traces of the recordings this app finished (``runs_dir()``), oldest first. The app keeps
-    them on disk so that they can be opened again where the session that made them is gone: a reload,
-    another tab, a restarted server."""
+def kept_recordings() -> list[tuple[Path, bool]]:
+    """The traces the app's recordings left in ``runs_dir()``, oldest first, each with whether it is
+    partial: a finished recording's, and what a failed or stopped one recorded before it ended (its
+    ranks write as they go). The app keeps them on disk so that they can be opened again where the
+    session that made them is gone: a reload, another tab, a restarted server."""
     found = []
     try:
         statuses = list(runs_dir(create=False).glob("*/status.json"))
@@ -62,12 +63,20 @@ def finished_recordings() -> list[Path]:
         return []
     for status in statuses:
         try:
-            done = json.loads(status.read_text()).get("state") == "done"
+            state = json.loads(status.read_text()).get("state")
         except (OSError, ValueError, AttributeError):  # being replaced, or not ours
             continue
-        if done:
-            found += [p for p in status.parent.glob("*.json") if p.name != status.name]
-    return sorted(found, key=_mtime)
+        if state in ("done", "failed"):
+            found += [(p, state == "failed") for p in status.parent.glob("*.json")
+                      if p.name != status.name and (state == "done" or _size(p))]
+    return sorted(found, key=lambda kept: _mtime(kept[0]))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _mtime(path: Path) -> int:

@@ -9,7 +9,7 @@ Session keys (all prefixed ``ddpsim_``):
   ddpsim_upload    (file_id, error or None) of the last upload seen
   ddpsim_pending_source  a session trace to open on the next run (set after the chooser is drawn)
   ddpsim_saved     {label: Path} of the recordings the app's other sessions finished
-                   (``jobs.finished_recordings``): they stay in the chooser after a reload
+                   (``jobs.kept_recordings``, partial ones too): they stay in the chooser after a reload
   ddpsim_own_runs  the files of the recordings this session made (among ddpsim_uploads)
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ MAX_UPLOAD_MB = 50
 UPLOAD_PARSE_S = 60.0  # seconds an upload may take to read (a valid 46 MB trace takes about 4 s here)
 UPLOAD_PREFIX = "upload: "
 RECORDED_PREFIX = "recorded: "
+PARTIAL_PREFIX = "recorded (partial): "  # what a failed or stopped recording kept
 SIMULATED_PREFIX = "simulated: "
 QUERY = "trace"  # the address's ?trace=: the open trace, so that a reload reopens it (samples, saved recordings)
 
@@ -56,29 +57,31 @@ def _select(label: str) -> None:
 
 
 def saved_recordings() -> dict[str, Path]:
-    """The recordings finished by the app's other sessions (before a reload, in another tab, before
-    a restart), by chooser label; looked for on every run, each keeping its label. A recording this
-    session made is among its own traces (``open_recording``)."""
+    """The recordings the app's other sessions made (before a reload, in another tab, before a
+    restart), finished or partial, by chooser label; looked for on every run, each keeping its
+    label. A recording this session made is among its own traces (``open_recording``)."""
     from ddpsim.app import jobs  # noqa: PLC0415 (imported where needed: no Streamlit there)
 
     saved = st.session_state.setdefault("ddpsim_saved", {})
-    found = jobs.finished_recordings()
-    present = set(found)
+    found = jobs.kept_recordings()
+    present = {path for path, _partial in found}
     for label in [label for label, path in saved.items() if path not in present]:
         del saved[label]  # its file is gone
     known = set(saved.values()) | st.session_state.get("ddpsim_own_runs", set())
-    new = [path for path in found if path not in known]
     taken = set(list_samples()) | set(saved) | set(st.session_state.get("ddpsim_uploads", {}))
-    for path in new:
-        label, k = RECORDED_PREFIX + path.stem, 2
+    for path, partial in found:
+        if path in known:
+            continue
+        prefix = PARTIAL_PREFIX if partial else RECORDED_PREFIX
+        label, k = prefix + path.stem, 2
         while label in taken:
-            label, k = f"{RECORDED_PREFIX}{path.stem} ({k})", k + 1
+            label, k = f"{prefix}{path.stem} ({k})", k + 1
         saved[label] = path
         taken.add(label)
     return saved
 
 
-def open_recording(path: Path, trace: Trace) -> str:
+def open_recording(path: Path, trace: Trace, prefix: str = RECORDED_PREFIX) -> str:
     """Open the recording this session's Record page made at ``path``; its label. One label per
     file: the chooser may list it already, found in the runs folder while the page was away."""
     for label, saved in st.session_state.get("ddpsim_saved", {}).items():
@@ -86,7 +89,7 @@ def open_recording(path: Path, trace: Trace) -> str:
             _select(label)
             return label
     st.session_state.setdefault("ddpsim_own_runs", set()).add(Path(path))
-    return add_trace(free_label(f"{RECORDED_PREFIX}{Path(path).stem}"), trace)
+    return add_trace(free_label(f"{prefix}{Path(path).stem}"), trace)
 
 
 def free_label(label: str) -> str:
@@ -109,7 +112,7 @@ def open_partial(path: Path) -> str | None:
         return None
     if trace is None or not any(r.iterations for r in trace.ranks):
         return None
-    return add_trace(free_label(f"recorded (partial): {Path(path).stem}"), trace)
+    return open_recording(path, trace, PARTIAL_PREFIX)
 
 
 def accept_upload(name: str, data: bytes) -> str | None:
@@ -148,8 +151,13 @@ def sidebar() -> None:
     pending = st.session_state.pop("ddpsim_pending_source", None)
     if pending in options:
         st.session_state["ddpsim_source"] = pending
-    if "ddpsim_source" not in st.session_state and st.query_params.get(QUERY) in options:
-        st.session_state["ddpsim_source"] = st.query_params[QUERY]  # a reload keeps the open trace
+    asked = st.query_params.get(QUERY)
+    if "ddpsim_source" not in st.session_state and asked:  # a reload, or a link: reopen its trace
+        if asked in options:
+            st.session_state["ddpsim_source"] = asked
+        else:  # an upload or a session's simulation lasts as long as its session; a file may be gone
+            chooser.caption(f"“{asked}” in the address is not open in this session (an upload or a "
+                            "simulated run lasts as long as its session): showing another trace.")
     if st.session_state.get("ddpsim_source") not in options:
         st.session_state["ddpsim_source"] = options[0]
     chooser.selectbox("Trace", options, key="ddpsim_source", format_func=pretty,
