@@ -87,7 +87,7 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
     where = "a GPU trace" if str(trace.meta.get("backend")) == "nccl" or "source_format" in trace.meta \
         else f"recorded on another host ({', '.join(sorted(set(trace.meta.get('hosts') or [])) or 'unknown')})"
     why = f"the trace is {where} and has no calibration at {world_size} ranks"
-    return Plan("refuse", f"{why}: give a network (--hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G "
+    return Plan("refuse", f"{why}: give a network (the What-if page's Network; --hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G "
                           "[--latency-us L], or --calibration FILE from `ddpsim calibrate --world-sizes ...`)", why)
 
 

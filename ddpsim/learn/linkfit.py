@@ -132,8 +132,8 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
 # (``meta['no_network']``) and ``sim.plan.resolve_link`` raises it when a simulation needs a
 # network the user did not give; ``simulate`` and ``validate --against`` say the same.
 NO_NETWORK = ("the trace has {ranks} rank(s) and no collective to learn a network from: to simulate "
-              "{{world_size}} ranks give one (--hardware GPU-NETWORK such as h100-nvlink, or "
-              "--bandwidth-gbps G [--latency-us L]) or a calibration (python -m ddpsim calibrate)")
+              "{{world_size}} ranks give one: a network (the What-if page's Network; --hardware GPU-NETWORK such as "
+              "h100-nvlink, or --bandwidth-gbps G [--latency-us L]) or a calibration (python -m ddpsim calibrate)")
 NO_NETWORK_NAME = "none (no collective in the trace)"
 ONE_RANK_NAME = "none (one rank: the recorded collectives' own cost)"
 

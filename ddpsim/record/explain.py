@@ -38,8 +38,8 @@ def explain(rank: int, error: str, params: list[dict]) -> str:
             got = "some parameters got no gradient"
         return (f"rank {rank} stopped at the start of the next iteration because {got}, so DDP "
                 "never finished reducing their bucket. With find_unused_parameters off, every "
-                "parameter must take part in the loss on every rank and every iteration: pass "
-                "--find-unused-parameters, or make the model use all its parameters.")
+                "parameter must take part in the loss on every rank and every iteration: turn on "
+                "find_unused_parameters (--find-unused-parameters), or make the model use all its parameters.")
     first = error.strip().splitlines()[0] if error.strip() else "no message"
     return f"rank {rank} failed: {first}"
 

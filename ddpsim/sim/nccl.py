@@ -174,7 +174,7 @@ def choose(c: Cluster, nbytes: int, k: int, algo: str = "auto") -> tuple[str, st
     t, a, p = min((time_us(c, a, p, nbytes, k), a, p) for a in algos for p in PROTOS)
     if t == float("inf"):
         raise ValueError(f"NCCL runs no {algo} allreduce over {k} ranks here "
-                         f"({-(-k // c.gpus_per_node)} node(s), {c.arch}, nvls={c.nvls}): choose another --algo")
+                         f"({-(-k // c.gpus_per_node)} node(s), {c.arch}, nvls={c.nvls}): choose another NCCL algorithm (--algo)")
     return a, p, t * 1e-6
 
 
