@@ -187,7 +187,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               "recorded_ranks": recorded_ranks(trace, steady),  # Note [Replay the recorded ranks' speeds]
               "recorded_steps": synced_steps(trace),
               "interference_estimated": interference,
-              "jitter_estimated": round(_jitter(clean), 4)},
+              "jitter_estimated": round(_jitter(clean if len(clean) >= 3 else its), 4)},
     )
 
 
