@@ -154,3 +154,16 @@ def test_zoo_names_are_known_without_torch():
     from ddpsim.models import ZOO_NAMES, zoo
 
     assert tuple(zoo()) == ZOO_NAMES
+
+
+def test_a_model_file_with_a_dataclass_loads(tmp_path):
+    """A file given as path.py:factory runs as an imported module would: a dataclass under
+    ``from __future__ import annotations`` looks its module up in sys.modules (it failed with
+    "'NoneType' object has no attribute '__dict__'")."""
+    from ddpsim.models import load_callable
+
+    path = tmp_path / "dc.py"
+    path.write_text("from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
+                    "@dataclass\nclass Cfg:\n    hidden: int = 64\n\n"
+                    "def factory():\n    return Cfg()\n")
+    assert load_callable(str(path), "factory")().hidden == 64

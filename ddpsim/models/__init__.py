@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -73,9 +74,11 @@ def load_callable(where: str, attr: str, noun: str = "model") -> Callable:
         name = "ddpsim_user_" + path.stem
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[name] = module  # as an import does: dataclasses and pickle look their module up there
         try:
             mod_spec.loader.exec_module(module)
         except Exception as e:  # the user's file: report, don't trace back
+            del sys.modules[name]
             raise ModelSpecError(f"could not load {where}: {type(e).__name__}: {e}") from None
     else:
         try:
@@ -93,7 +96,6 @@ def _import_here_too(name: str):
     ``python -m ddpsim`` does (the installed ``ddpsim`` command puts its own bin folder first on
     ``sys.path`` instead). Appended, so that a file there never shadows an installed package."""
     import os
-    import sys
 
     try:
         return importlib.import_module(name)
