@@ -68,7 +68,14 @@ def test_what_another_world_size_does(tmp_path):
     assert worldsize.plan(here, 4, calibrate=False).action == "uncalibrated"
     _, elsewhere = copy_of(MLP, tmp_path, hosts=["another-host"])
     refusal = worldsize.plan(elsewhere, 4)
-    assert refusal.action == "refuse" and "another host" in refusal.message and "--hardware" in refusal.message
+    assert refusal.action == "refuse" and "another host (another-host)" in refusal.message and "--hardware" in refusal.message
+    _, nameless = copy_of(MLP, tmp_path, hosts=[])
+    for r in nameless.ranks:  # another host's ranks, without meta.hosts
+        r.host = "another-host"
+    assert "another host (unknown)" in worldsize.plan(nameless, 4).message  # it spelt "u, n, k, n, o, w, n"
+    nameless.source = "simulated"
+    simulated = nameless
+    assert "the trace is a simulated trace" in worldsize.plan(simulated, 4).message
     _, gpu = copy_of(MLP, tmp_path, backend="nccl")
     assert worldsize.plan(gpu, 8).action == "refuse" and "GPU trace" in worldsize.plan(gpu, 8).message
     cal = {"world_sizes": {"2": {}, "4": {}}, "fit": {"wall": {}}}

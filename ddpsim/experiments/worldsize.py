@@ -84,8 +84,9 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
                                    "(about 10-40 s; --no-calibrate skips it)")
         return Plan("uncalibrated", f"nothing was measured at {world_size} ranks: the allreduce cost is the ring "
                                     f"model fitted at {k} ranks (leave out --no-calibrate to measure it)")
-    where = "a GPU trace" if str(trace.meta.get("backend")) == "nccl" or "source_format" in trace.meta \
-        else f"recorded on another host ({', '.join(sorted(set(trace.meta.get('hosts') or [])) or 'unknown')})"
+    hosts = ", ".join(sorted(set(trace.meta.get("hosts") or []))) or "unknown"
+    where = ("a GPU trace" if str(trace.meta.get("backend")) == "nccl" or "source_format" in trace.meta
+             else "a simulated trace" if trace.source != "real" else f"recorded on another host ({hosts})")
     why = f"the trace is {where} and has no calibration at {world_size} ranks"
     return Plan("refuse", f"{why}: give a network (the What-if page's Network; --hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G "
                           "[--latency-us L], or --calibration FILE from `ddpsim calibrate --world-sizes ...`)", why)
