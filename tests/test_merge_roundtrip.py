@@ -80,11 +80,11 @@ def test_merged_shards_load_back(tmp_path_factory, runs):
 def test_a_rank_that_wrote_nothing_merges_beside_one_that_did(tmp_path):
     """A rank killed before its header line is an empty shard (the launcher's stub): the merge keeps it,
     incomplete, beside the ranks that recorded (it once failed on the Join fields the stub lacked)."""
-    from ddpsim.record.launcher import _read_or_stub
+    from ddpsim.record.failure import read_or_stub
     from ddpsim.record.merge import merge, read_shard
 
     _write(tmp_path / "r0.jsonl", 0, 2, (0, 10**9, [[1000] * (6 + PARAMS)], 64))
-    stub = _read_or_stub(tmp_path / "r1.jsonl", 1)  # no file: the rank wrote nothing
+    stub = read_or_stub(tmp_path / "r1.jsonl", 1)  # no file: the rank wrote nothing
     out = merge([read_shard(tmp_path / "r0.jsonl"), stub], notes={1: "died from signal SIGKILL"})
     assert [r["complete"] for r in out["ranks"]] == [True, False]
     assert out["ranks"][1]["error"] == "died from signal SIGKILL" and "join" not in out["ranks"][1]

@@ -10,10 +10,12 @@ from ddpsim.cli import main as cli
 from ddpsim.experiments import published, published_nccl, published_scaling
 
 
-def test_reproductions_are_computed_and_cited(capsys):
-    assert cli(["published", "--only", "ddp"]) == 0
+def test_reproductions_are_computed_and_cited(capsys, tmp_path):
+    kept = tmp_path / "new" / "folder" / "pub.json"  # its folder is made, as record and simulate make theirs
+    assert cli(["published", "--only", "ddp", "--json", str(kept)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(out[-1])
+    assert json.loads(kept.read_text())["ddp"]["rows"]
     assert summary["predictions"] == sum(len(s["targets"]) for s in published.SOURCES) >= 2
     assert "github.com/pytorch/pytorch" in "\n".join(out) and "DeepLearningExamples" in "\n".join(out)
     rows, _ = published.run()

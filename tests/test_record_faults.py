@@ -1,5 +1,6 @@
 """Bad input and failing ranks: one clear line, nothing left running, nothing lost."""
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -103,3 +104,55 @@ def test_a_signal_death_is_a_cause_whatever_its_last_line_says():
     survivor = "RuntimeError: [gloo/transport/tcp/pair.cc:538] Read error: Connection reset by peer"
     assert is_secondary(survivor) and not is_secondary(killed)
     assert root_cause({0: survivor, 1: killed}) == (1, killed)
+
+
+def test_a_folder_as_output_is_refused_before_any_rank_starts(tmp_path):
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    result = cli("record", "--iters", "2", "--out", str(folder))
+    assert result.returncode == 2 and "error: the output" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert "is a folder: name a trace file" in result.stderr
+    assert list(tmp_path.iterdir()) == [folder] and list(folder.iterdir()) == [], "no rank was started"
+
+
+@pytest.mark.slow
+def test_a_recording_that_records_nothing_keeps_an_earlier_trace(tmp_path):
+    """A run that fails before its first iteration does not replace a trace already at its output
+    with an empty partial one (a good recording was lost that way)."""
+    out = tmp_path / "keep.json"
+    out.write_text((ROOT / "tests" / "fixtures" / "tiny_trace.json").read_text())
+    before = out.read_bytes()
+    bad = tmp_path / "bad.py"
+    bad.write_text("def factory():\n    raise RuntimeError('no model today')\n")
+    result = cli("record", "--model", f"{bad}:factory", "--iters", "2", "--out", str(out), timeout=120)
+    assert result.returncode == 2 and "no model today" in result.stderr, result.stderr
+    assert f"{out} left as it was" in result.stderr and out.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_was_recorded(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) stops every rank and merges what they recorded
+    into the output, marked incomplete, and says where; it used to leave only the raw shards."""
+    from devtools import group_alive
+
+    out = tmp_path / "run.json"
+    proc = subprocess.Popen([sys.executable, "-m", "ddpsim", "record", "--iters", "600", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        shard = tmp_path / "run.json.rank0.jsonl"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (not shard.exists() or shard.read_text().count('"iteration"') < 3):
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and f"partial trace kept in {out}" in err.strip().splitlines()[-1], err
+    trace = load_trace(out)
+    assert not trace.complete and len(trace.ranks[0].iterations) >= 2
+    deadline = time.monotonic() + 10
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert group_alive(proc.pid) == [], "no rank left running"

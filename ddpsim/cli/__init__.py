@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None, commands: dict[str, str] | None = None) 
     args = build_parser(commands).parse_args(argv)
     try:
         return int(args._main(args) or 0)
-    except KeyboardInterrupt:
-        print("ddpsim: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # its message, if any, says what was kept (record)
+        print(f"ddpsim: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)
         return 130
     except OSError as e:  # an output or input path: one line naming it, not the raw errno text
         where = f" {e.filename}" if e.filename else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 from ddpsim.experiments.gpu_rate import as_published, fit_tflops, noise, step_time
 
@@ -115,6 +116,8 @@ def _sections(only: str | None) -> dict:
 
 
 def main(args) -> int:
+    if getattr(args, "json", None):  # its folder made before the work, as record and simulate do
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     sections = _sections(getattr(args, "only", None))
     summary = {}
     for name, (rows, text, cites) in sections.items():

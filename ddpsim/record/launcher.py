@@ -31,23 +31,15 @@ from ddpsim import heartbeat
 from ddpsim.ranks import loopback_interface
 from ddpsim.record import cpus
 from ddpsim.record.config import RecordConfig
-from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
+from ddpsim.record.failure import HUNG, RecordError, failure, interrupted
 from ddpsim.record.forked import start_rank, start_server
-from ddpsim.record.merge import empty_shard, first_forward_ns, merge, merge_files, read_shard
+from ddpsim.record.merge import first_forward_ns, merge_files, read_shard
 from ddpsim.record.turns import Turns
-from ddpsim.trace.writer import write_trace_dict
+
+__all__ = ["RecordError", "record", "record_many", "shard_paths", "stop_all"]  # RecordError: raised here
 
 POLL_S = 0.1  # seconds between looks at the ranks
 GRACE_S = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
-HUNG = -1  # the exit code _watch gives a rank that made no progress for the collective timeout
-
-
-class RecordError(CLIError):
-    """A recording that failed; the message is one plain line, the partial trace is kept."""
-
-    def __init__(self, message: str, trace_path: Path | None = None):
-        super().__init__(message)
-        self.trace_path = trace_path
 
 
 def port_is_free(port: int) -> bool:
@@ -209,6 +201,8 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     placement = cfg.placement()
     if (fork := placement.device == "cpu"):  # Note [Only CPU ranks are forked] in forked.py
         start_server()  # it imports torch while the ranks' files are set up
+    if folders := [str(o) for o in outs if o.is_dir()]:  # refused before any rank starts
+        raise CLIError(f"the output {folders[0]} is a folder: name a trace file, e.g. {Path(folders[0]) / 'run.json'}")
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     logs = outs[0].with_name(outs[0].name + ".logs")
     logs.mkdir(exist_ok=True)
@@ -229,6 +223,10 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
         failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
         if failed:
             last, stopped = watch.beats(), watch.stopped()
+    except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, SIGTERM: what was recorded is kept
+        stop_all(procs)
+        raise (KeyboardInterrupt(kept) if (kept := interrupted(cfg, outs[0], shards[0], logs))
+               and isinstance(stop, KeyboardInterrupt) else stop) from None
     finally:
         try:
             stop_all(procs)  # ranks left running after a failure, Ctrl-C or a bug here
@@ -238,7 +236,7 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
             if turns:
                 turns.end()  # the other groups stop waiting for this one
     if failed:
-        raise _failure(cfg, outs[0], shards[0], logs, failed, last, stopped)
+        raise failure(cfg, outs[0], shards[0], logs, failed, last, stopped)
     origin = min(first_forward_ns([read_shard(p) for p in rank_shards]) for rank_shards in shards)
     traces = []
     for out, rank_shards in zip(outs, shards):
@@ -249,51 +247,3 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     if progress:
         progress(watched.iters, watched.iters)
     return traces
-
-
-def _failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, int],
-             beats: list[heartbeat.Beat], stopped: set[int]) -> RecordError:
-    """Keep what was recorded (marked incomplete) and name the rank that caused the failure."""
-    errors, params, read = {}, [], []
-    for r, s in enumerate(shards):
-        shard = _read_or_stub(s, r)
-        read.append(shard)
-        params = params or shard["header"].get("params", [])
-        if shard["error"]:
-            errors[r] = shard["error"]
-    for r, code in failed.items():
-        if r not in errors and code != HUNG:
-            errors[r] = _exit_reason(code, logs / f"rank{r}.log")
-    hang = HUNG in failed.values() or (errors and all(is_secondary(e) for e in errors.values()))
-    if hang:  # Note [Name the rank that is stuck]
-        rank, line = heartbeat.blame(beats, stopped)
-        errors[rank] = f"hung: {line}"
-        message = f"rank {rank} {line}"
-    why = f"stopped by the launcher while waiting for rank {rank}" if hang else \
-        "stopped by the launcher after another rank failed"
-    notes = {r: why for r in range(cfg.world_size) if r not in errors}
-    raw = merge(read, notes={**notes, **errors})
-    if not any(s.exists() for s in shards):
-        raw["meta"]["note"] = "no rank recorded anything: the run stopped during start-up"
-    write_trace_dict(raw, out)
-    if not hang:
-        rank, error = root_cause(errors)
-        message = explain(rank, error, params)
-    return RecordError(f"{message} (partial trace kept in {out}; rank logs in {logs})", out)
-
-
-def _read_or_stub(path: Path, rank: int) -> dict:
-    """A rank's shard, or an empty one for a rank that wrote nothing (stopped during start-up)."""
-    try:
-        if path.exists() and path.stat().st_size > 0:
-            return read_shard(path)
-    except CLIError:  # killed while writing its header line
-        pass
-    return empty_shard(path, rank)
-
-
-def _exit_reason(code: int, log: Path) -> str:
-    tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-    if code < 0:
-        return f"{SIGNALLED} {signal.Signals(-code).name}" + (f"; last output: {tail[0]}" if tail else "")
-    return tail[0] if tail else f"exited with status {code}"
