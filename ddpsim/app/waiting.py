@@ -44,11 +44,11 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         return None
     t, t0 = s["iteration_time_s"], s0["iteration_time_s"]
     if n == 1:  # nobody to wait for (and no spread is simulated at one rank)
-        text = f"Waiting for stragglers: none, one rank waits for nobody; unchanged: {w0 * 1e3:.2f} ms at {n0} ranks."
+        text = f"Waiting for stragglers: none, one rank waits for nobody; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
     else:
         text = (f"Waiting for stragglers: {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
                 f"({w / t * 100:.1f}%) is every rank waiting for the slowest of {n} (rank-to-rank spread "
-                f"{spread * 100:.2f}%, {source}); unchanged: {w0 * 1e3:.2f} ms at {n0} ranks.")
+                f"{spread * 100:.2f}%, {source}); unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
     if t != t0:
         text += (f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {(w - w0) * 1e3:+.2f} ms "
                  f"({(w - w0) / (t - t0) * 100:.0f}%) is waiting for stragglers.")

@@ -149,7 +149,7 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
     times = [r["iteration_time_s"] * 1e3 for r in default_rows]
     return (f"Best simulated: **bucket_cap_mb={cap}**, ordering **{best['order']}**, "
             f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
-            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world_size} ranks "
+            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world_size} rank{'s' * (world_size != 1)} "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
             f"{min(times):.1f}–{max(times):.1f} ms.")

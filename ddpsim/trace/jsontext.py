@@ -25,7 +25,8 @@ def loads_limited(text: str, name: str) -> Any:
     except json.JSONDecodeError as e:
         # the parser ran out of text (not into a wrong character): a string or a bracket left open at the end
         if unclosed and (e.msg.startswith("Unterminated string") or not text[e.pos:].strip()):
-            raise TraceFormatError(f"{name} is truncated: the JSON ends early ({e.msg})") from None
+            raise TraceFormatError(f"{name} is truncated: the JSON ends early "
+                                   f"({e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno})") from None
         raise TraceFormatError(
             f"{name} is not valid JSON: {e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno}"
         ) from None
