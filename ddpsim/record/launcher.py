@@ -192,17 +192,10 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     ``turns``: this group's place among groups of other world sizes recorded at the
     same time, round by round (Note [Take turns across world sizes]).
     """
-    for cfg in cfgs:
-        cfg.validate()
-    shared = {(c.world_size, c.backend, c.pin_cpus, c.timeout_s) for c in cfgs}
-    if len(shared) != 1:
-        raise CLIError("configs recorded together must share world size, backend, pinning and timeout")
-    cfg, outs = cfgs[0], [Path(o) for o in outs]
+    cfg, outs = _check(cfgs, outs)
     placement = cfg.placement()
     if (fork := placement.device == "cpu"):  # Note [Only CPU ranks are forked] in forked.py
         start_server()  # it imports torch while the ranks' files are set up
-    if folders := [str(o) for o in outs if o.is_dir()]:  # refused before any rank starts
-        raise CLIError(f"the output {folders[0]} is a folder: name a trace file, e.g. {Path(folders[0]) / 'run.json'}")
     outs[0].parent.mkdir(parents=True, exist_ok=True)
     logs = outs[0].with_name(outs[0].name + ".logs")
     logs.mkdir(exist_ok=True)
@@ -237,6 +230,27 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
                 turns.end()  # the other groups stop waiting for this one
     if failed:
         raise failure(cfg, outs[0], shards[0], logs, failed, last, stopped)
+    traces = _merge_all(outs, shards, logs)
+    if progress:
+        progress(watched.iters, watched.iters)
+    return traces
+
+
+def _check(cfgs: list[RecordConfig], outs: list[str | Path]) -> tuple[RecordConfig, list[Path]]:
+    """(the shared config, the outputs as paths), or CLIError before any rank starts."""
+    for cfg in cfgs:
+        cfg.validate()
+    shared = {(c.world_size, c.backend, c.pin_cpus, c.timeout_s) for c in cfgs}
+    if len(shared) != 1:
+        raise CLIError("configs recorded together must share world size, backend, pinning and timeout")
+    outs = [Path(o) for o in outs]
+    if folders := [o for o in outs if o.is_dir()]:
+        raise CLIError(f"the output {folders[0]} is a folder: name a trace file, e.g. {folders[0] / 'run.json'}")
+    return cfgs[0], outs
+
+
+def _merge_all(outs: list[Path], shards: list[list[Path]], logs: Path) -> list:
+    """Each config's shards merged into its output on one shared time origin; the shards and logs removed."""
     origin = min(first_forward_ns([read_shard(p) for p in rank_shards]) for rank_shards in shards)
     traces = []
     for out, rank_shards in zip(outs, shards):
@@ -244,6 +258,4 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
         for s in rank_shards:
             s.unlink()
     shutil.rmtree(logs, ignore_errors=True)
-    if progress:
-        progress(watched.iters, watched.iters)
     return traces
