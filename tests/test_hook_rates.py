@@ -4,6 +4,7 @@ sim/hooked.py), and taken from the GPU profile for a GPU model."""
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -97,10 +98,9 @@ def test_interleaved_runs_after_a_noop_step_start_together(tmp_path):
 def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
     from ddpsim.learn import alone, learn
     from ddpsim.learn.hookrates import caution
-    from ddpsim.samples import sample_path
     from ddpsim.trace import load_trace
 
-    old = load_trace(sample_path("01_mlp_torch_default"))
+    old = load_trace(Path(__file__).parent / "fixtures" / "old_mlp_2026-11-21.json")  # recorded before hook_rates
     assert "meta.hook_rates" in caution(old, "fp16") and "\n" not in caution(old, "fp16")
     assert caution(old, None) is None and caution(old, "allreduce") is None and caution(None, "fp16") is None
     old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 1.0}

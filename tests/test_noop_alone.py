@@ -12,7 +12,8 @@ from ddpsim.learn import learn, replay_config, simulate, workload_from_trace
 from ddpsim.learn.alone import KEY, simulated_ns
 from ddpsim.learn.refine import measure_alone, refine
 
-SAMPLE = Path(__file__).resolve().parents[1] / "ddpsim" / "samples" / "01_mlp_torch_default.json"
+# a 2-rank CPU recording made before the recorder measured backward_cpu_ns (2026-11-21)
+SAMPLE = Path(__file__).resolve().parent / "fixtures" / "old_mlp_2026-11-21.json"
 ALONE = {0: 0.8, 1: 0.6}  # each rank's backward alone, as a share of its recorded backward
 
 

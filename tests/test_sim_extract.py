@@ -228,15 +228,15 @@ def test_jitter_is_rank_to_rank_noise_not_slow_spells():
 
 
 def test_the_rank_spread_of_a_short_no_sync_run_is_measured():
-    """The convnet sample (no_sync every 3, 6 iterations) has one steady synced step, so its clean
-    iterations were 2 and the spread came out 0: at 4 ranks nobody waited, and the What-if page predicted
-    less exposed communication than at the 2 recorded ranks (0.45 against 1.7 ms). The spread now comes
-    from all its steady iterations when the clean ones are too few."""
-    from ddpsim import samples
+    """A convnet recording (the bundled sample until 2026-11-27; no_sync every 3, 6 iterations) has one
+    steady synced step, so its clean iterations were 2 and the spread came out 0: at 4 ranks nobody
+    waited, and the What-if page predicted less exposed communication than at the 2 recorded ranks
+    (0.45 against 1.7 ms). The spread now comes from all its steady iterations when the clean ones are
+    too few."""
     from ddpsim.learn import replay_config
     from ddpsim.trace import load_trace
 
-    trace = load_trace(samples.BUNDLED_DIR / "05_convnet_torch_no_sync3.json")
+    trace = load_trace(Path(__file__).parent / "fixtures" / "old_convnet_no_sync3_2026-11-26.json")
     w = workload_from_trace(trace)
     assert w.meta["jitter_estimated"] > 0
     _, two = simulate(w, replay_config(w, trace))
