@@ -66,6 +66,21 @@ def test_partial_trace_shows_a_plain_note_on_every_page():
     assert any("left out" in w.value for w in at.warning), [w.value for w in at.warning]
 
 
+def test_a_recording_without_some_of_its_ranks_says_so():
+    """A real trace whose meta says 2 ranks but that holds rank 0 only (an edited or half-copied file) opened
+    as if complete; a simulated trace keeps some of its ranks by design and says nothing."""
+    raw = json.loads((FIXTURES / "tiny_trace.json").read_text())
+    raw["source"], raw["ranks"] = "real", raw["ranks"][:1]
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    upload(at, "one_rank.json", json.dumps(raw).encode())
+    no_exception(at)
+    assert any("holds 1 of its 2 ranks (no rank 1)" in w.value for w in at.warning), [w.value for w in at.warning]
+    raw["meta"]["ranks_included"] = [0]
+    upload(at, "kept.json", json.dumps(raw).encode())
+    assert at.selectbox(key="ddpsim_source").value == "upload: kept.json"
+    assert not any("holds 1 of" in w.value for w in at.warning)
+
+
 def test_a_hang_shows_the_launchers_diagnosis_not_only_the_peers_crash():
     """A rank that ran out of data finishes (complete) with the launcher's diagnosis as its error; the rank left
     waiting dies of gloo's "Connection closed by peer". The page showed only the latter, stack and all."""

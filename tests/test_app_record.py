@@ -27,16 +27,17 @@ def test_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     """What the app finds in its runs folder after a reload (hand-made: no recording runs here)."""
     tiny = (Path(__file__).parent / "fixtures" / "tiny_trace.json").read_text()
     for name, state, text in (("good", "done", tiny), ("going", "running", tiny), ("bad", "done", "{not json"),
-                              ("cut", "failed", tiny), ("refused", "failed", "")):
+                              ("cut", "failed", tiny), ("refused", "failed", ""), ("hollow", "failed:empty", tiny)):
         folder = tmp_path / "runs" / f"{name}-x1"
         folder.mkdir(parents=True)
-        (folder / "status.json").write_text(json.dumps({"state": state}))
+        said = {"state": "failed", "kept": False} if state == "failed:empty" else {"state": state}
+        (folder / "status.json").write_text(json.dumps(said))
         (folder / f"{name}.json").write_text(text)
     at = AppTest.from_file(APP, default_timeout=60).run()
     options = at.selectbox(key="ddpsim_source").options
     assert "recorded: good" in options and "recorded: bad" in options and "recorded: going" not in options
     # what a failed recording kept is not lost on a reload; one that wrote nothing is not offered
-    assert "recorded (partial): cut" in options and not any("refused" in o for o in options)
+    assert "recorded (partial): cut" in options and not any("refused" in o or "hollow" in o for o in options)
     at.selectbox(key="ddpsim_source").set_value("recorded: good").run()
     assert not at.exception and not at.error and len(at.image) == 1
     at.selectbox(key="ddpsim_source").set_value("recorded: bad").run()

@@ -100,7 +100,7 @@ def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
     from ddpsim.learn.hookrates import caution
     from ddpsim.trace import load_trace
 
-    old = load_trace(Path(__file__).parent / "fixtures" / "old_mlp_2026-11-21.json")  # recorded before hook_rates
+    old = load_trace(Path(__file__).parent / "fixtures" / "before" / "mlp_2026-11-21.json")  # recorded before hook_rates
     assert "meta.hook_rates" in caution(old, "fp16") and "\n" not in caution(old, "fp16")
     assert caution(old, None) is None and caution(old, "allreduce") is None and caution(None, "fp16") is None
     old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 1.0}

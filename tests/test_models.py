@@ -160,6 +160,8 @@ def test_a_model_file_with_a_dataclass_loads(tmp_path):
     """A file given as path.py:factory runs as an imported module would: a dataclass under
     ``from __future__ import annotations`` looks its module up in sys.modules (it failed with
     "'NoneType' object has no attribute '__dict__'")."""
+    import pickle
+
     from ddpsim.models import load_callable
 
     path = tmp_path / "dc.py"
@@ -167,3 +169,9 @@ def test_a_model_file_with_a_dataclass_loads(tmp_path):
                     "@dataclass\nclass Cfg:\n    hidden: int = 64\n\n"
                     "def factory():\n    return Cfg()\n")
     assert load_callable(str(path), "factory")().hidden == 64
+    other = tmp_path / "b" / "dc.py"  # another file of the same name keeps its own module
+    other.parent.mkdir()
+    other.write_text(path.read_text().replace("64", "32"))
+    made = load_callable(str(path), "factory")()
+    assert load_callable(str(other), "factory")().hidden == 32
+    assert pickle.loads(pickle.dumps(made)).hidden == 64  # pickle finds the class of the first file

@@ -13,7 +13,7 @@ from ddpsim.learn.alone import KEY, simulated_ns
 from ddpsim.learn.refine import measure_alone, refine
 
 # a 2-rank CPU recording made before the recorder measured backward_cpu_ns (2026-11-21)
-SAMPLE = Path(__file__).resolve().parent / "fixtures" / "old_mlp_2026-11-21.json"
+SAMPLE = Path(__file__).resolve().parent / "fixtures" / "before" / "mlp_2026-11-21.json"
 ALONE = {0: 0.8, 1: 0.6}  # each rank's backward alone, as a share of its recorded backward
 
 

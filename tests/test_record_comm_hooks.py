@@ -205,7 +205,7 @@ def test_a_bad_collective_in_a_trace_is_one_line():
 
 
 def test_an_old_trace_loads_and_writes_back_without_hook_fields(tmp_path):
-    trace = load_trace(Path(__file__).parent / "fixtures" / "old_mlp_2026-11-21.json")  # recorded before hooks
+    trace = load_trace(Path(__file__).parent / "fixtures" / "before" / "mlp_2026-11-21.json")  # recorded before hooks
     assert all(b.collectives is None for _r, _it, b in _hooked(trace))
     written = trace.to_dict()
     keys = {k for r in written["ranks"] for it in r["iterations"] for b in it["buckets"] for k in b}

@@ -135,7 +135,9 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path):
     into the output, marked incomplete, and says where; it used to leave only the raw shards."""
     from devtools import group_alive
 
-    out = tmp_path / "run.json"
+    out = tmp_path / "run.json"  # an earlier recording there is not replaced by the partial one
+    out.write_text((ROOT / "tests" / "fixtures" / "tiny_trace.json").read_text())
+    before, partial = out.read_bytes(), tmp_path / "run.partial.json"
     proc = subprocess.Popen([sys.executable, "-m", "ddpsim", "record", "--iters", "600", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -149,10 +151,21 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130 and f"partial trace kept in {out}" in err.strip().splitlines()[-1], err
-    trace = load_trace(out)
+    assert proc.returncode == 130 and f"partial trace kept in {partial}" in err.strip().splitlines()[-1], err
+    assert out.read_bytes() == before
+    trace = load_trace(partial)
     assert not trace.complete and len(trace.ranks[0].iterations) >= 2
     deadline = time.monotonic() + 10
     while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert group_alive(proc.pid) == [], "no rank left running"
+
+
+def test_an_interrupt_before_any_iteration_writes_nothing(tmp_path):
+    """Ctrl-C during start-up: no rank wrote anything, so there is no partial trace to announce."""
+    from ddpsim.record.failure import interrupted
+
+    out = tmp_path / "run.json"
+    shards = [[tmp_path / f"run.json.rank{r}.jsonl" for r in range(2)]]
+    assert interrupted(RecordConfig(world_size=2), [out], shards, tmp_path / "logs") is None
+    assert list(tmp_path.iterdir()) == []

@@ -236,7 +236,7 @@ def test_the_rank_spread_of_a_short_no_sync_run_is_measured():
     from ddpsim.learn import replay_config
     from ddpsim.trace import load_trace
 
-    trace = load_trace(Path(__file__).parent / "fixtures" / "old_convnet_no_sync3_2026-11-26.json")
+    trace = load_trace(Path(__file__).parent / "fixtures" / "before" / "convnet_no_sync3_2026-11-26.json")
     w = workload_from_trace(trace)
     assert w.meta["jitter_estimated"] > 0
     _, two = simulate(w, replay_config(w, trace))

@@ -163,6 +163,18 @@ def test_ranks_that_shared_cores_are_named_as_drawn_noise():
     assert "measured between the recorded ranks" in text and "own speeds" not in text
 
 
+def test_ranks_without_a_collective_wait_for_nobody():
+    """The noop hook sends nothing, so no rank waits for another: the page claimed part of a noop
+    what-if at 4 ranks was "every rank waiting for the slowest of 4"."""
+    trace, base, work = setup(REAL)
+    cfg = whatif.sim_config(base, None, "torch", False, 1, 4, whatif.AS_RECORDED, work=work, trace=trace,
+                            comm_hook="noop")
+    out = whatif.evaluate(work, base, trace, cfg)
+    assert cfg.jitter > 0 and out.waits[0] == 0.0
+    text = whatif.describe_stragglers(out)
+    assert "no collective makes a rank wait for another" in text and "slowest of 4" not in text
+
+
 def test_one_rank_waits_for_nobody():
     """At world size 1 a recording's rank-to-rank spread is not simulated (it made the page claim 0.15 ms of
     "waiting for the slowest of 1"), and a GPU model's sentence says that one rank waits for nobody."""

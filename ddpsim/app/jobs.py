@@ -63,12 +63,13 @@ def kept_recordings() -> list[tuple[Path, bool]]:
         return []
     for status in statuses:
         try:
-            state = json.loads(status.read_text()).get("state")
+            said = json.loads(status.read_text())
+            state = said.get("state")
         except (OSError, ValueError, AttributeError):  # being replaced, or not ours
             continue
-        if state in ("done", "failed"):
+        if state in ("done", "failed"):  # a failed one: where its partial trace holds an iteration
             found += [(p, state == "failed") for p in status.parent.glob("*.json")
-                      if p.name != status.name and (state == "done" or _size(p))]
+                      if p.name != status.name and (state == "done" or said.get("kept", _size(p) > 0))]
     return sorted(found, key=lambda kept: _mtime(kept[0]))
 
 

@@ -55,10 +55,12 @@ def main(argv: list[str]) -> int:
         record(cfg, out, progress=lambda done, total: write_status(
             status_path, state="running", done=done, total=total, error=None))
     except CLIError as e:  # RecordError and bad configurations: one plain line
-        write_status(status_path, state="failed", done=0, total=cfg.iters, error=str(e))
+        write_status(status_path, state="failed", done=0, total=cfg.iters, error=str(e),
+                     kept=getattr(e, "iterations", 0) > 0)  # a partial trace with iterations to open
         return 1
-    except SystemExit:
-        write_status(status_path, state="failed", done=0, total=cfg.iters, error="the recording was stopped")
+    except SystemExit:  # stopped: the launcher kept what was recorded, if anything
+        write_status(status_path, state="failed", done=0, total=cfg.iters, error="the recording was stopped",
+                     kept=Path(out).is_file())
         raise
     except Exception as e:  # noqa: BLE001 (anything else still reaches the page as one line)
         write_status(status_path, state="failed", done=0, total=cfg.iters,

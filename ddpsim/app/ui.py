@@ -95,6 +95,12 @@ def partial_note(trace: Trace) -> None:
     (a profile taken without record_shapes: its buckets show as 0 bytes)."""
     if (why := unknown_sizes(trace)) is not None:
         st.warning(f"Sizes unknown, shown as 0 bytes. {why[0].upper()}{why[1:]}.", icon=":material/warning:")
+    held = {r.rank for r in trace.ranks}  # a simulated trace keeps some ranks by design (meta.ranks_included)
+    if trace.source == "real" and "ranks_included" not in trace.meta and (
+            missing := sorted(set(range(trace.world_size)) - held)):
+        st.warning(f"This trace holds {len(held)} of its {trace.world_size} ranks (no rank "
+                   f"{', '.join(map(str, missing[:8]))}{', ...' if len(missing) > 8 else ''}): "
+                   "the figures show the ranks it holds.", icon=":material/warning:")
     stopped = [r for r in trace.ranks if not r.complete]
     if not has_iterations(trace):
         why = next(filter(None, (first_line(r.error) for r in stopped)), "the run stopped before its first iteration")

@@ -30,7 +30,7 @@ def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
 
 def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
     """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank."""
-    if not cfg.jitter:
+    if not cfg.jitter or not summary.get("communicates", True):  # no collective: nobody waits for anybody
         return 0.0
     quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
     return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
@@ -43,13 +43,14 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
     if spread <= 0:
         return None
     t, t0 = s["iteration_time_s"], s0["iteration_time_s"]
-    if n == 1:  # nobody to wait for (and no spread is simulated at one rank)
-        text = f"Waiting for stragglers: none, one rank waits for nobody; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
+    if n == 1 or not s.get("communicates", True):  # nobody to wait for (no spread is simulated at one rank)
+        why = "one rank waits for nobody" if n == 1 else "no collective makes a rank wait for another (the noop hook)"
+        text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
     else:
         text = (f"Waiting for stragglers: {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
                 f"({w / t * 100:.1f}%) is every rank waiting for the slowest of {n} (rank-to-rank spread "
                 f"{spread * 100:.2f}%, {source}); unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
-    if t != t0:
+    if t != t0 and (w or w0):
         text += (f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {(w - w0) * 1e3:+.2f} ms "
                  f"({(w - w0) / (t - t0) * 100:.0f}%) is waiting for stragglers.")
     return text

@@ -187,7 +187,8 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               "recorded_ranks": recorded_ranks(trace, steady),  # Note [Replay the recorded ranks' speeds]
               "recorded_steps": synced_steps(trace),
               "interference_estimated": interference,
-              "jitter_estimated": round(_jitter(clean if len(clean) >= 3 else its), 4)},
+              # too few clean iterations (a short no_sync run): every steady one, still rank against rank
+              "jitter_estimated": round(_jitter(clean) if len(clean) >= 3 else _jitter(its, min_groups=1), 4)},
     )
 
 
@@ -269,7 +270,7 @@ def _phase_times(trace: Trace, its, sync, steady: set[int], jobs: dict | None) -
     }
 
 
-def _jitter(clean) -> float:
+def _jitter(clean, min_groups: int = 3) -> float:
     """The rank noise: the coefficient of variation of per-iteration compute (forward +
     backward compute) *between ranks in the same iteration*; with one rank, over iterations.
 
@@ -282,7 +283,8 @@ def _jitter(clean) -> float:
     for transformer that way, and 0.04 and 0.06 within iterations; at 4 ranks every
     extra 0.1 of jitter moves a prediction by several percent. So the variance is
     taken across the ranks of each iteration (the sample variance, averaged over
-    iterations) and divided by the mean compute.
+    iterations) and divided by the mean compute; with fewer than ``min_groups`` iterations
+    seen on several ranks, the spread over all of them (one rank: over iterations).
     """
     computes = [it.forward_compute_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     mean = statistics.mean(computes) if len(computes) >= 3 else 0.0
@@ -292,5 +294,5 @@ def _jitter(clean) -> float:
     for it, c in zip(clean, computes):
         by_iteration.setdefault(it.iteration, []).append(c)
     within = [statistics.variance(v) for v in by_iteration.values() if len(v) >= 2]
-    spread = statistics.mean(within) ** 0.5 if len(within) >= 3 else statistics.pstdev(computes)
+    spread = statistics.mean(within) ** 0.5 if len(within) >= min(min_groups, 3) else statistics.pstdev(computes)
     return spread / mean

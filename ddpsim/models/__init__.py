@@ -21,6 +21,7 @@ model's initial weights follow ``--seed``.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -71,7 +72,8 @@ def load_callable(where: str, attr: str, noun: str = "model") -> Callable:
         path = Path(where)
         if not path.is_file():
             raise ModelSpecError(f"{noun} file {where} does not exist")
-        name = "ddpsim_user_" + path.stem
+        # one name per file (a/model.py and b/model.py apart), the same in every rank that loads it
+        name = f"ddpsim_user_{path.stem}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[name] = module  # as an import does: dataclasses and pickle look their module up there

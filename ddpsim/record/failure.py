@@ -4,7 +4,8 @@ The ranks write their shards as they go (``merge.py``), so a recording that ends
 what it recorded: the launcher merges the shards into the output, marked incomplete, names the
 rank that caused the failure (``explain.py``; Note [Name the rank that is stuck] in heartbeat.py)
 and says where the partial trace is. An output file that already holds a trace is not replaced
-by a partial one that holds no iteration: nothing recorded must not cost an earlier recording.
+by a partial one: the partial trace goes beside it as NAME.partial.json (and one that holds no
+iteration is not written there at all): a run that ended early must not cost an earlier recording.
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ HUNG = -1  # the exit code the launcher's watch gives a rank that made no progre
 class RecordError(CLIError):
     """A recording that failed; the message is one plain line, the partial trace is kept."""
 
-    def __init__(self, message: str, trace_path: Path | None = None):
+    def __init__(self, message: str, trace_path: Path | None = None, iterations: int = 0):
         super().__init__(message)
-        self.trace_path = trace_path
+        self.trace_path = trace_path  # where the partial trace was written (None: nowhere)
+        self.iterations = iterations  # how many rank-iterations it holds
 
 
 def failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, int],
@@ -52,30 +54,39 @@ def failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, in
     raw = merge(read, notes={**notes, **errors})
     if not any(s.exists() for s in shards):
         raw["meta"]["note"] = "no rank recorded anything: the run stopped during start-up"
-    kept = keep(raw, out)
+    kept = keep(raw, out, empty_too=True)  # an empty one still names each rank's fate
     if not hang:
         rank, error = root_cause(errors)
         message = explain(rank, error, params)
-    where = f"partial trace kept in {out}" if kept else f"no iteration recorded; {out} left as it was"
-    return RecordError(f"{message} ({where}; rank logs in {logs})", out if kept else None)
+    where = f"partial trace kept in {kept}" if kept else f"no iteration recorded; {out} left as it was"
+    return RecordError(f"{message} ({where}; rank logs in {logs})", kept, _iterations(raw))
 
 
-def interrupted(cfg, out: Path, shards: list[Path], logs: Path) -> str | None:
-    """After Ctrl-C or SIGTERM (the ranks already stopped): merge what they recorded into ``out``,
-    marked incomplete; one line saying where, or None when there was nothing to keep."""
-    read = [read_or_stub(s, r) for r, s in enumerate(shards)]
-    raw = merge(read, notes={r: "stopped: the recording was interrupted" for r in range(cfg.world_size)})
-    if not keep(raw, out):
+def interrupted(cfg, outs: list[Path], shards: list[list[Path]], logs: Path) -> str | None:
+    """After Ctrl-C or SIGTERM (the ranks already stopped): merge what each config's ranks recorded
+    into its output, marked incomplete; one line saying where, or None when nothing was recorded."""
+    kept = []
+    for out, rank_shards in zip(outs, shards):
+        read = [read_or_stub(s, r) for r, s in enumerate(rank_shards)]
+        raw = merge(read, notes={r: "stopped: the recording was interrupted" for r in range(cfg.world_size)})
+        if (path := keep(raw, out)) is not None:
+            kept.append(str(path))
+    return f"partial trace kept in {', '.join(kept)} (rank logs in {logs})" if kept else None
+
+
+def keep(raw: dict, out: Path, empty_too: bool = False) -> Path | None:
+    """Write the partial trace ``raw`` where it takes nothing from the user (``out``, or beside an
+    existing file as NAME.partial.json); where it went, or None when it holds no iteration and
+    ``empty_too`` is off or ``out`` exists."""
+    if not _iterations(raw) and (not empty_too or out.exists()):
         return None
-    return f"partial trace kept in {out} (rank logs in {logs})"
+    path = out.with_name(f"{out.name.removesuffix('.json')}.partial.json") if out.exists() else out
+    write_trace_dict(raw, path)
+    return path
 
 
-def keep(raw: dict, out: Path) -> bool:
-    """Write the partial trace ``raw`` to ``out`` unless it holds no iteration and ``out`` exists."""
-    if not any(r["iterations"] for r in raw["ranks"]) and out.exists():
-        return False
-    write_trace_dict(raw, out)
-    return True
+def _iterations(raw: dict) -> int:
+    return sum(len(r["iterations"]) for r in raw["ranks"])
 
 
 def read_or_stub(path: Path, rank: int) -> dict:

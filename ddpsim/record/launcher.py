@@ -218,7 +218,7 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
             last, stopped = watch.beats(), watch.stopped()
     except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, SIGTERM: what was recorded is kept
         stop_all(procs)
-        raise (KeyboardInterrupt(kept) if (kept := interrupted(cfg, outs[0], shards[0], logs))
+        raise (KeyboardInterrupt(kept) if (kept := interrupted(cfg, outs, shards, logs))
                and isinstance(stop, KeyboardInterrupt) else stop) from None
     finally:
         try:

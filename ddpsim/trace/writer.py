@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ddpsim.trace.reader import parse_trace
@@ -17,7 +18,13 @@ def write_trace_dict(raw: dict, path: str | Path) -> Trace:
         trace = parse_trace(text, name=str(path))
     except TraceFormatError as e:
         raise TraceFormatError(f"not writing {path}: it would not load back ({e})") from None
-    Path(path).write_text(text)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all: a kill mid-write
+    try:  # leaves the old file (or none), never half a trace
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return trace
 
 
