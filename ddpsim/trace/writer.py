@@ -1,6 +1,7 @@
 """Writing a trace: only what the reader accepts (whatever ddpsim writes, it reads back)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -19,6 +20,8 @@ def write_trace_dict(raw: dict, path: str | Path) -> Trace:
     except TraceFormatError as e:
         raise TraceFormatError(f"not writing {path}: it would not load back ({e})") from None
     path = Path(path)
+    if path.is_dir():  # named as the user gave it, not as the temporary file beside it
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all: a kill mid-write
     try:  # leaves the old file (or none), never half a trace
         tmp.write_text(text)
