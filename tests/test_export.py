@@ -89,3 +89,31 @@ def test_cli_writes_json_and_per_rank_files(tmp_path):
     files = sorted(p.name for p in (tmp_path / "ranks").iterdir())
     assert files == ["rank0.json", "rank1.json"]
     assert json.loads((tmp_path / "ranks" / "rank1.json").read_text())["distributedInfo"]["rank"] == 1
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "ddpsim", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_an_export_reads_back_as_its_trace(tmp_path):
+    """Note [An export carries its trace]: the one-file export loads as the trace it came from, every
+    iteration (not only the steady ones it shows), and ``ddpsim import`` gives it back whole; the
+    per-rank folder likewise, from its lowest rank's file."""
+    trace = load_trace(ROOT / FIXTURE)
+    one, ranks = tmp_path / "chrome.json", tmp_path / "ranks"
+    assert _cli("export", "--chrome", FIXTURE, str(one), "--steady").returncode == 0
+    assert _cli("export", "--chrome", FIXTURE, str(ranks), "--per-rank").returncode == 0
+    assert load_trace(one).to_dict() == trace.to_dict()
+    for source in (one, ranks, ranks / "rank0.json"):
+        out = tmp_path / "back.json"
+        result = _cli("import", str(source), "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        assert "carries" in result.stdout and load_trace(out).to_dict() == trace.to_dict()
+    head = (ranks / "rank1.json").read_text()
+    assert '"ddpsimTrace"' not in head and head.startswith('{"distributedInfo"')  # HTA's rank regex first
+    result = _cli("import", str(ranks / "rank1.json"), "--out", str(tmp_path / "x.json"))
+    assert result.returncode != 0 and "lowest rank's file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+    result = _cli("import", str(one), str(ranks / "rank0.json"), "--out", str(tmp_path / "x.json"))
+    assert result.returncode != 0 and "import one of them" in result.stderr

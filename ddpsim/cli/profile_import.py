@@ -27,6 +27,10 @@ def main(args) -> int:
     trace = import_profiles(args.profiles, model=model)
     save_trace(trace, args.out)
     its = sum(len(r.iterations) for r in trace.ranks)
+    if "import_notes" not in trace.meta:  # a ddpsim export: the trace it carries, whole
+        print(f"wrote {args.out}: the trace the ddpsim export carries ({len(trace.ranks)} rank(s), {its} "
+              "iterations), unchanged" + ("; --model is not needed for it" if model else ""))
+        return 0
     print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its} iterations, {len(trace.params)} parameters, "
           f"times on the {trace.meta['timebase']['grad_ready']} clock; "
           f"{len(trace.meta['import_notes'])} notes in meta.import_notes")

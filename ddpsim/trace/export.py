@@ -27,6 +27,13 @@ rank with the regular expression ``"rank":\\s+(\\d+)``, so ``distributedInfo`` c
 JSON is written with ``": "`` separators. HTA also drops the last ``ProfilerStep``, so the export
 ends with an empty one (``args.ddpsim: "closing marker"``) after the last iteration. Times are microseconds on the trace's one clock
 (``meta.timebase`` says whether that is the GPU's or the host's).
+
+Note [An export carries its trace]: whatever ddpsim writes, it reads back, and the Kineto shape
+alone could not give the trace back whole (parameter names, layouts, every iteration when the
+export keeps the steady ones). So the one-file export, and the lowest rank's file of the per-rank
+form, carry the trace itself, every iteration, under the top-level key ``ddpsimTrace``
+(``ddpsim.trace.CARRIED``), after ``traceEvents``; Perfetto, chrome://tracing and HTA ignore a key
+they do not know. ``load_trace``, the app and ``ddpsim import`` read such a file as that trace.
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ import json
 from pathlib import Path
 
 from ddpsim.analysis import steady_cycles
-from ddpsim.trace import Trace, load_trace
+from ddpsim.trace import CARRIED, Trace, load_trace
 
 HELP = "export a trace in the PyTorch profiler's Chrome-trace shape (Perfetto, HTA)"
 COMPUTE_STREAM, COMM_STREAM = 7, 20  # device tids (Kineto: stream ids)
@@ -199,24 +206,28 @@ def to_chrome(trace: Trace, iterations: set[int] | None = None) -> dict:
     events = []
     for rank in trace.ranks:
         events += _RankWriter(trace, rank, rank.rank, HOST_PID + rank.rank, iterations).build()
-    return {**_header(trace, trace.ranks[0].rank), "traceEvents": events}
+    return {**_header(trace, trace.ranks[0].rank), "traceEvents": events, CARRIED: trace.to_dict()}
 
 
-def to_kineto(trace: Trace, rank: int, iterations: set[int] | None = None) -> dict:
-    """One rank's file, as the PyTorch profiler writes it (device pid 0, host pid 1)."""
+def to_kineto(trace: Trace, rank: int, iterations: set[int] | None = None, carry: bool = False) -> dict:
+    """One rank's file, as the PyTorch profiler writes it (device pid 0, host pid 1); ``carry``
+    adds the whole trace (Note [An export carries its trace])."""
     r = next((x for x in trace.ranks if x.rank == rank), None)
     if r is None:
         raise ValueError(f"the trace has no rank {rank}")
-    return {**_header(trace, rank), "traceEvents": _RankWriter(trace, r, 0, 1, iterations).build()}
+    out = {**_header(trace, rank), "traceEvents": _RankWriter(trace, r, 0, 1, iterations).build()}
+    return {**out, CARRIED: trace.to_dict()} if carry else out
 
 
 def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | None = None) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    lowest = min(r.rank for r in trace.ranks)  # its file carries the trace
     for r in trace.ranks:
         path = out_dir / f"rank{r.rank}.json"
-        path.write_text(json.dumps(to_kineto(trace, r.rank, iterations)))  # ": " separators (HTA)
+        first = r.rank == lowest
+        path.write_text(json.dumps(to_kineto(trace, r.rank, iterations, carry=first)))  # ": " separators (HTA)
         paths.append(path)
     return paths
 

@@ -71,6 +71,8 @@ class Profile:
         self.name = name
         self.info = data.get("distributedInfo") or {}
         self.devices = data.get("deviceProperties") or []
+        other = data.get("otherData")
+        self.from_ddpsim = isinstance(other, dict) and other.get("exported_by") == "ddpsim"  # export --chrome
         self.cpu: list[Op] = []
         self.gpu: list[Op] = []
         self.runtime: dict[int, Op] = {}  # correlation id -> the runtime call

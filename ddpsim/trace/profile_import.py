@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, read_profile,
                                   tensor_shape)
-from ddpsim.trace import Trace, TraceFormatError, from_dict
+from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
 from ddpsim.trace.profile_meta import align, shift, trace_dict
 from ddpsim.trace.profile_sizes import UNKNOWN, layout_by_launch, layout_by_sizes, match_model, size_meta
 
@@ -169,9 +169,16 @@ def import_profiles(paths: list[str | Path], model=None) -> Trace:
     ``model``: a ``ddpsim.models.shapes.ModelParams`` (``import --model``), the parameters'
     names and sizes when the profile has no shapes, checked against them when it has."""
     paths = profile_files(paths)
+    datas = [read_profile(path) for path in paths]
+    carried = [(path, d[CARRIED]) for path, d in zip(paths, datas) if isinstance(d.get(CARRIED), dict)]
+    if carried:  # Note [An export carries its trace] in ddpsim.trace.export
+        if len(carried) > 1:
+            raise TraceFormatError(f"{carried[0][0]} and {carried[1][0]} each carry a whole ddpsim trace "
+                                   "(ddpsim exports): import one of them")
+        return from_dict(carried[0][1], name=str(carried[0][0]))
     ranks, notes, infos = [], set(), []
-    for i, path in enumerate(paths):
-        profile = Profile(read_profile(path), name=str(path))
+    for i, (path, data) in enumerate(zip(paths, datas)):
+        profile = Profile(data, name=str(path))
         ranks.append((profile.info.get("rank", i), RankImport(profile)))
         infos.append(profile.info)
     seen = [r for r, _ in ranks]
@@ -182,7 +189,9 @@ def import_profiles(paths: list[str | Path], model=None) -> Trace:
     for rank, imp in ranks:
         its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
         if not its:
-            raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward")
+            raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward" + (
+                "; it is one rank's file of a ddpsim export: import the folder, or its lowest rank's "
+                "file, which carries the trace" if imp.p.from_ddpsim else ""))
         if params is None:
             params, order, params_source = _params(imp.ready_shapes, model)
         rank_dicts.append(_finish_rank(rank, its, params, order, imp, notes, sources))

@@ -13,7 +13,7 @@ from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace.jsontext import MAX_DEPTH, json_depth, loads_limited
 from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_meta
 from ddpsim.trace.hookfields import hook_fields
-from ddpsim.trace.types import (FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
+from ddpsim.trace.types import (CARRIED, FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
 
 # Limits on what a trace may hold (Note [A strict reader]); a real trace is far inside every one.
@@ -67,7 +67,10 @@ def parse_trace(text: str | bytes, name: str = "trace", max_bytes: int = MAX_TRA
 
 
 def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Trace:
-    """A Trace from parsed JSON, checked value by value (Note [A strict reader])."""
+    """A Trace from parsed JSON, checked value by value (Note [A strict reader]). A Chrome-trace
+    export that carries its trace (``export --chrome``) reads as that trace."""
+    if isinstance(raw, dict) and "traceEvents" in raw and isinstance(raw.get(CARRIED), dict):
+        raw = raw[CARRIED]  # Note [An export carries its trace] in ddpsim.trace.export
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         chrome = (isinstance(raw, dict) and "traceEvents" in raw) or (
             isinstance(raw, list) and bool(raw) and all(isinstance(e, dict) and "ph" in e for e in raw[:5]))

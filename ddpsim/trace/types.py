@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 FORMAT = "ddpsim-trace"
 VERSION = 1
 SOURCES = ("real", "simulated")
+CARRIED = "ddpsimTrace"  # the key under which a Chrome-trace export carries its trace (Note [An export carries its trace])
 
 
 class TraceFormatError(ValueError):
