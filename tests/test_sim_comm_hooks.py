@@ -93,9 +93,13 @@ def test_simulate_takes_a_comm_hook_and_refuses_a_bad_one_in_one_line(capsys):
     # torch's start_powerSGD_iter (1000) is past every simulated step: said, not silently the no-hook numbers
     assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3"]) == 0
     assert "PowerSGD starts at synced step 1000" in capsys.readouterr().err
-    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "3",
-                "--powersgd-start-iter", "1"]) == 0
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "4",
+                "--powersgd-start-iter", "2"]) == 0
     assert "PowerSGD starts" not in capsys.readouterr().err
+    # torch's PowerSGDState refuses start_powerSGD_iter 1 (error feedback): so do simulate and record
+    assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--comm-hook", "powersgd", "--iters", "4",
+                "--powersgd-start-iter", "1"]) != 0
+    assert "--powersgd-start-iter must be at least 2, not 1" in capsys.readouterr().err.strip().splitlines()[-1]
     # PowerSGD's options without PowerSGD are refused, as record refuses them (not silently ignored)
     assert cli(["simulate", "--arch", "resnet50", "--world-size", "8", "--powersgd-rank", "4", "--iters", "3"]) != 0
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(

@@ -269,11 +269,14 @@ def main(args) -> int:
     if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
         raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
                        f"(this simulation's hook is {cfg.comm_hook or 'none'})")
+    if args.powersgd_start_iter is not None and args.powersgd_start_iter < 2:  # as record refuses it
+        raise CLIError(f"--powersgd-start-iter must be at least 2, not {args.powersgd_start_iter}: torch's "
+                       "PowerSGDState refuses start_powerSGD_iter <= 1 with error feedback or warm start (its defaults)")
     trace, summary = simulate(workload, cfg)
     if cfg.comm_hook == "powersgd" and cfg.powersgd_start_iter >= cfg.iters:  # else the same numbers as no hook
         print(f"note: PowerSGD starts at synced step {cfg.powersgd_start_iter} (start_powerSGD_iter; torch's default "
               f"1000) and the {cfg.iters} simulated steps are all before it, so they are plain allreduces: give "
-              "--powersgd-start-iter 1 to see PowerSGD itself", file=sys.stderr)
+              "--powersgd-start-iter 2 and --iters 4 or more to see PowerSGD itself", file=sys.stderr)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         from ddpsim.trace import save_trace

@@ -27,7 +27,9 @@ class SimConfig:
     join: bool = False  # train inside model.join() (torch's Join; sim/join.py); torch default: no Join
     comm_hook: str | None = None  # register_comm_hook what-if (sim/comm_hooks.py); None: DDP's own allreduce
     powersgd_rank: int = 1  # comm_hook powersgd: matrix_approximation_rank; torch default 1
-    powersgd_start_iter: int = 1_000  # comm_hook powersgd: start_powerSGD_iter (synced steps); torch default 1000
+    # comm_hook powersgd: start_powerSGD_iter (synced steps); torch default 1000, and torch refuses <= 1
+    # (error feedback), as the CLI and the app do; 0 or 1 here, for experiments, compress from that step
+    powersgd_start_iter: int = 1_000
     # what a hook's pieces cost (comm_hooks.RATES: casts s/byte, matmuls s/flop, 2-byte allreduces,
     # latency; a recording's meta.hook_rates); {}: its compute free, 2-byte allreduces half (not in torch)
     hook_rates: dict = field(default_factory=dict)
