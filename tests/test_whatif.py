@@ -144,10 +144,34 @@ def test_the_share_spent_waiting_for_stragglers_is_shown():
     text = whatif.describe_stragglers(out)
     assert "slowest of 1024" in text and "GPU profile" in text and "is waiting for stragglers" in text
     trace, base, work = setup(REAL)  # a recording: its own ranks at the recorded size, its spread beyond
-    assert whatif.evaluate(work, base, trace, config(base, work)).rank_spread == 0.0
+    own = whatif.evaluate(work, base, trace, config(base, work))
+    assert own.rank_spread == pytest.approx(work.meta["jitter_estimated"]) and "own speeds" in whatif.describe_stragglers(own)
     far = whatif.evaluate(work, base, trace, config(base, work, world_size=8))
     assert far.rank_spread == pytest.approx(work.meta["jitter_estimated"])
     assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
+
+
+def test_the_recorded_ranks_wait_for_each_other_too():
+    """At the recorded world size a replay plays each recorded rank's own speeds and draws no noise;
+    the page said nobody waited there ("unchanged: 0.00 ms at 2 ranks"), though in the convnet
+    sample rank 0's backward ran 1.26x the typical rank's and rank 1's 0.74x, in every iteration. The
+    wait is the replay against the same micro-steps with each step's ranks levelled to their mean, and
+    at another world size a caution says that no rank is known to be that slow there."""
+    from ddpsim.learn.noise import level
+
+    trace, base, work = setup("05_convnet_torch_no_sync3")
+    cfg = config(base, work)
+    assert cfg.recorded_ranks and cfg.jitter == 0.0
+    out = whatif.evaluate(work, base, trace, cfg)
+    levelled = whatif.run(work, whatif.SimConfig(**{**cfg.__dict__, "recorded_ranks": level(cfg.recorded_ranks)}))[1]
+    assert out.waits[0] == pytest.approx(out.summary["iteration_time_s"] - levelled["iteration_time_s"])
+    assert out.waits[0] > 0.05 * out.summary["iteration_time_s"] and out.waits[1] == out.waits[0]
+    assert "slowest of 2" in whatif.describe_stragglers(out) and out.cautions == []
+    three = whatif.evaluate(work, base, trace, config(base, work, world_size=3))
+    assert three.waits[1] == pytest.approx(out.waits[0])  # the unchanged run is the 2-rank replay
+    text = whatif.describe_stragglers(three)
+    assert f"unchanged: {out.waits[0] * 1e3:.2f} ms at 2 ranks" in text
+    assert any("did not run equally fast" in c and "rank 0 1.26x" in c for c in three.cautions), three.cautions
 
 
 def test_ranks_that_shared_cores_are_named_as_drawn_noise():
@@ -182,7 +206,8 @@ def test_one_rank_waits_for_nobody():
     one = config(base, work, world_size=1)
     assert work.meta["jitter_estimated"] > 0 and one.jitter == 0.0
     out = whatif.evaluate(work, base, trace, one)
-    assert out.waits[0] == 0.0 and whatif.describe_stragglers(out) is None
+    text = whatif.describe_stragglers(out)  # the unchanged 2-rank replay did wait: said, as the change's part
+    assert out.waits[0] == 0.0 and out.waits[1] > 0 and "one rank waits for nobody" in text and "slowest of 1" not in text
     assert config(base, work, world_size=4).jitter == pytest.approx(work.meta["jitter_estimated"])
     gpu = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
     gwork = whatif.workload(gpu, None)

@@ -5,34 +5,44 @@ The rank-to-rank spread comes from the recording (``jitter_estimated``: between 
 recorded iteration) or, for a GPU model, from its GPU profile (``rank_spread``); at the recorded
 world size, ranks that had a CPU core each keep their own measured speeds instead. Every rank then waits for
 the expected slowest of the what-if's world size, and the wait is the iteration time with the
-spread minus the same simulation without it.
+spread minus the same simulation without it (for the recorded ranks: with each micro-step's ranks
+levelled to their mean, ``learn.noise.level``).
 """
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from ddpsim.learn.extract import replays_recorded_ranks
+from ddpsim.learn.noise import level
 from ddpsim.sim import SimConfig
 from ddpsim.sim.network import gpus
 
 
 def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
-    """(coefficient of variation between ranks, where it comes from) for a what-if at ``world_size``."""
+    """(coefficient of variation between ranks, where it comes from) for a what-if at ``world_size``;
+    a replay of the recorded ranks draws no noise, and its spread is theirs, as measured."""
     if kind == "trace":
         if work is None:
             return 0.0, "none"
+        measured = float(work.meta.get("jitter_estimated", 0.0)) if world_size > 1 else 0.0
         if replays_recorded_ranks(work, world_size):  # as replay_config simulates it
-            return 0.0, "the recorded ranks' own speeds"
-        return (float(work.meta.get("jitter_estimated", 0.0)) if world_size > 1 else 0.0,
-                "measured between the recorded ranks")
+            return measured, "the recorded ranks' own speeds"
+        return measured, "measured between the recorded ranks"
     return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
 
 
 def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
-    """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank."""
-    if not cfg.jitter or not summary.get("communicates", True):  # no collective: nobody waits for anybody
+    """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank:
+    against the same simulation without drawn noise, or, for a replay of the recorded ranks, with each
+    micro-step's ranks levelled to their mean (``learn.noise.level``)."""
+    if not summary.get("communicates", True):  # no collective: nobody waits for anybody
         return 0.0
-    quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
+    if cfg.recorded_ranks:
+        quiet = SimConfig(**{**asdict(cfg), "recorded_ranks": level(cfg.recorded_ranks)})
+    elif cfg.jitter:
+        quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
+    else:
+        return 0.0
     return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
 
 
@@ -40,7 +50,7 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
              spread: float, source: str) -> str | None:
     """One sentence on the waiting, what-if first; None when the ranks are not modelled as noisy."""
     (w, w0), (s, s0), (n, n0) = waits, summaries, worlds
-    if spread <= 0:
+    if spread <= 0 and not (w or w0):
         return None
     t, t0 = s["iteration_time_s"], s0["iteration_time_s"]
     if n == 1 or not s.get("communicates", True):  # nobody to wait for (no spread is simulated at one rank)
@@ -54,3 +64,21 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         text += (f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {(w - w0) * 1e3:+.2f} ms "
                  f"({(w - w0) / (t - t0) * 100:.0f}%) is waiting for stragglers.")
     return text
+
+
+UNEVEN = 1.10  # slowest over fastest recorded rank's backward speed (rank_factors) that earns a caution
+
+
+def uneven_caution(work, world_size: int) -> str | None:
+    """A caution when the recorded ranks ran at lastingly different speeds (Note [Ranks are not equally
+    fast] in learn/gradients.py) and the what-if is at another world size, where no rank is known to be
+    that slow and drawn noise of the measured spread stands in: the waiting there is not the recorded one's."""
+    factors = {int(r): float(f) for r, f in ((work.meta.get("rank_factors") or {}) if work is not None else {}).items()}
+    if (len(factors) < 2 or world_size == 1 or world_size == work.meta.get("recorded_world_size")
+            or max(factors.values()) < UNEVEN * min(factors.values())):
+        return None
+    each = ", ".join(f"rank {r} {f:.2f}x" for r, f in sorted(factors.items()))
+    return (f"The recorded ranks did not run equally fast ({each} the typical rank's backward, over the whole "
+            f"run). At {world_size} ranks no rank is known to be that slow: each rank draws noise of the measured "
+            f"rank-to-rank spread ({float(work.meta.get('jitter_estimated', 0.0)) * 100:.1f}%) instead, so the "
+            "waiting for the slowest rank is not the recorded run's (Waiting for stragglers, below).")

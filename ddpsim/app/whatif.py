@@ -184,11 +184,10 @@ EXTRAPOLATE = 4  # a what-if at more than this many times the recorded ranks get
 class Outcome:
     """A what-if against the unchanged configuration simulated from the same calibration.
 
-    change: metric -> (what-if - unchanged) / unchanged; both simulated, so the model's
-    own error on this run cancels to first order. replay_error: metric -> (unchanged
-    simulated - recorded) / recorded, the model's error on the run itself (None without a
-    recorded run). noise: how much the recorded run's single iterations vary (+-fraction of
-    the median), the smallest change a measurement could tell apart; None without one.
+    change: metric -> (what-if - unchanged) / unchanged; both simulated, so the model's own error on
+    this run cancels to first order. replay_error: metric -> (unchanged simulated - recorded) / recorded,
+    the model's error on the run itself (None without a recorded run). noise: how much the recorded
+    run's iterations vary (+-fraction of the median), the smallest change a measurement could tell apart.
     """
 
     sim: Trace
@@ -202,7 +201,7 @@ class Outcome:
     noise_iterations: int
     cautions: list[str]
     waits: tuple = (0.0, 0.0)  # seconds per iteration waiting for the slowest rank: what-if, unchanged
-    rank_spread: float = 0.0  # the rank-to-rank spread both were simulated with
+    rank_spread: float = 0.0  # the what-if's rank-to-rank spread: drawn, or its replayed ranks' as measured
     spread_source: str = ""
 
     @property
@@ -230,7 +229,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
             out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
                        f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
                        "a GPU model or a GPU recording.")
-    out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size)] if c]
+    out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
+                        waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:
         out.append("The network is not the recorded one: the allreduce times come from the chosen "
                    "profile's datasheet figures, the compute from the recording.")
@@ -257,10 +257,10 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
         s = spread(trace)["iteration_time_s"]
         noise, n = (s["rel"], s["n"]) if s["n"] >= 2 else (None, s["n"])  # one iteration has no spread
     waits = (waiting.wait_s(sim_fn, work, cfg, summary), waiting.wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
-    source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)[1]
+    ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
-                   _rel(unchanged_summary, recorded) if recorded else None, noise, n,
-                   cautions(base, trace, cfg, work), waits, cfg.jitter, source)
+                   _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work),
+                   waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source)
 
 
 def describe_change(out: Outcome) -> str:

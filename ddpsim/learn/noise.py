@@ -82,3 +82,16 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
         typical_here = {k: statistics.median(v.values()) if v else 0.0 for k, v in own.items()}
         out[r.rank] = {k: [v.get(i, typical_here[k]) for i in numbers] for k, v in own.items()}
     return out
+
+
+def level(recorded: dict) -> dict:
+    """The same recorded micro-steps with the rank-to-rank spread taken out: in micro-step ``i``
+    every rank's forward, backward and gap are the ranks' mean for ``i``. A slow spell of the
+    machine stays (it slowed every rank and made nobody wait); what a replay loses against this
+    is waiting for the slowest rank (``ddpsim.app.waiting.wait_s``)."""
+    if not recorded:
+        return {}
+    ranks = list(recorded.values())
+    n = min(len(r["forward"]) for r in ranks)
+    mean = {k: [sum(r[k][i] for r in ranks) / len(ranks) for i in range(n)] for k in ("forward", "backward", "gap_s")}
+    return {rank: {k: list(v) for k, v in mean.items()} for rank in recorded}
