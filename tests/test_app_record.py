@@ -159,3 +159,28 @@ def test_jobs_stop_all_ends_the_group():
         assert group_alive(job.pid) == []
     finally:
         jobs.stop(job)
+
+
+def test_stopping_a_recording_keeps_what_it_recorded():
+    """The page's Stop button (``jobs.stop``: SIGTERM to the job's group) ends a recording; what its
+    ranks had recorded stays as a partial trace that loads and that the app offers again."""
+    from ddpsim import load_trace
+    from ddpsim.app import jobs
+
+    job = jobs.start({"model": "mlp", "world_size": 2, "iters": 500, "timeout_s": 300}, "stopme")
+    try:
+        deadline = time.monotonic() + 120
+        while (status := jobs.poll(job))["state"] in ("starting", "running") and status.get("done", 0) < 3:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.2)
+        assert status["state"] == "running", status
+        jobs.stop(job)
+        said = json.loads(job.status_path.read_text())
+        assert said["state"] == "failed" and said["error"] == "the recording was stopped" and said["kept"] is True
+        assert (job.out, True) in jobs.kept_recordings()
+        trace = load_trace(job.out)
+        assert trace.ranks and not any(r.complete for r in trace.ranks)  # stopped, and says so
+        assert all(len(r.iterations) >= 2 for r in trace.ranks)
+        assert group_alive(job.pid) == []
+    finally:
+        jobs.stop(job)
