@@ -117,3 +117,21 @@ def test_an_export_reads_back_as_its_trace(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
     result = _cli("import", str(one), str(ranks / "rank0.json"), "--out", str(tmp_path / "x.json"))
     assert result.returncode != 0 and "import one of them" in result.stderr
+    old = json.loads(one.read_text())
+    del old["ddpsimTrace"]  # an export made before it carried its trace
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    result = _cli("import", str(tmp_path / "old.json"), "--out", str(tmp_path / "x.json"))
+    assert result.returncode != 0 and "export again" in result.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_an_export_of_an_imported_profile_reads_back_too(tmp_path):
+    """A trace made by ``ddpsim import`` (it has meta.import_notes) comes back as the trace it was."""
+    from ddpsim.samples import BUNDLED_DIR
+
+    src = BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json"
+    assert "import_notes" in load_trace(src).meta
+    assert _cli("export", "--chrome", str(src), str(tmp_path / "x.json")).returncode == 0
+    result = _cli("import", str(tmp_path / "x.json"), "--model", "mlp", "--out", str(tmp_path / "y.json"))
+    assert result.returncode == 0, result.stderr
+    assert "carries" in result.stdout and "--model is not needed" in result.stdout
+    assert load_trace(tmp_path / "y.json").to_dict() == load_trace(src).to_dict()

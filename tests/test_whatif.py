@@ -174,6 +174,18 @@ def test_the_recorded_ranks_wait_for_each_other_too():
     assert any("did not run equally fast" in c and "rank 0 1.26x" in c for c in three.cautions), three.cautions
 
 
+def test_a_change_without_more_waiting_says_none_of_it_is():
+    """A hook what-if at the recorded world size replays the same ranks, whose waiting does not change:
+    the sentence said "-0.00 ms (-0%) is waiting for stragglers"."""
+    trace, base, work = setup(REAL)
+    cfg = whatif.sim_config(base, None, "torch", False, 1, 2, whatif.AS_RECORDED, work=work, trace=trace,
+                            comm_hook="fp16")
+    out = whatif.evaluate(work, base, trace, cfg)
+    assert out.waits[0] == pytest.approx(out.waits[1], abs=5e-6) and out.waits[0] > 0
+    text = whatif.describe_stragglers(out)
+    assert "none is waiting for stragglers" in text and "-0.00 ms" not in text
+
+
 def test_ranks_that_shared_cores_are_named_as_drawn_noise():
     """At the recorded world size, ranks that shared CPU cores are replayed with drawn noise of the
     measured spread (``replay_config``), and the sentence names that spread, not the ranks' own speeds."""

@@ -48,7 +48,7 @@ def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
 
 def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],
              spread: float, source: str) -> str | None:
-    """One sentence on the waiting, what-if first; None when the ranks are not modelled as noisy."""
+    """One sentence on the waiting, what-if first; None when neither run has rank noise nor waits."""
     (w, w0), (s, s0), (n, n0) = waits, summaries, worlds
     if spread <= 0 and not (w or w0):
         return None
@@ -58,27 +58,33 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
     else:
         text = (f"Waiting for stragglers: {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
-                f"({w / t * 100:.1f}%) is every rank waiting for the slowest of {n} (rank-to-rank spread "
-                f"{spread * 100:.2f}%, {source}); unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
+                f"({w / t * 100:.1f}%) is every rank waiting for the slowest of {n} ("
+                + (f"rank-to-rank spread {spread * 100:.2f}%, " if spread > 0 else "") +
+                f"{source}); unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
     if t != t0 and (w or w0):
-        text += (f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {(w - w0) * 1e3:+.2f} ms "
-                 f"({(w - w0) / (t - t0) * 100:.0f}%) is waiting for stragglers.")
+        part = (f"{(w - w0) * 1e3:+.2f} ms ({(w - w0) / (t - t0) * 100:.0f}%) is" if abs(w - w0) >= 5e-6
+                else "none is")  # under 0.005 ms: "-0.00 ms (-0%)" said nothing
+        text += f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {part} waiting for stragglers."
     return text
 
 
 UNEVEN = 1.10  # slowest over fastest recorded rank's backward speed (rank_factors) that earns a caution
 
 
-def uneven_caution(work, world_size: int) -> str | None:
-    """A caution when the recorded ranks ran at lastingly different speeds (Note [Ranks are not equally
-    fast] in learn/gradients.py) and the what-if is at another world size, where no rank is known to be
-    that slow and drawn noise of the measured spread stands in: the waiting there is not the recorded one's."""
-    factors = {int(r): float(f) for r, f in ((work.meta.get("rank_factors") or {}) if work is not None else {}).items()}
-    if (len(factors) < 2 or world_size == 1 or world_size == work.meta.get("recorded_world_size")
+def uneven_caution(work, world_size: int, hook: str | None = None) -> str | None:
+    """A caution when the recorded ranks (``work``: a recording's Workload, else falsy) ran at lastingly
+    different speeds (Note [Ranks are not equally fast] in learn/gradients.py) and the what-if is at
+    another world size, where no rank is known to be that slow and drawn noise of the measured spread
+    stands in: the waiting there is not the recorded one's.
+    None where nobody waits (one rank, the noop hook)."""
+    factors = {int(r): float(f) for r, f in ((work.meta.get("rank_factors") or {}) if work else {}).items()}
+    if (len(factors) < 2 or world_size == 1 or hook == "noop" or world_size == work.meta.get("recorded_world_size")
             or max(factors.values()) < UNEVEN * min(factors.values())):
         return None
     each = ", ".join(f"rank {r} {f:.2f}x" for r, f in sorted(factors.items()))
+    spread = float(work.meta.get("jitter_estimated", 0.0))
+    instead = (f"each rank draws noise of the measured rank-to-rank spread ({spread * 100:.1f}%) instead" if spread > 0
+               else "every rank runs at the typical speed instead (no rank-to-rank spread was measured)")
     return (f"The recorded ranks did not run equally fast ({each} the typical rank's backward, over the whole "
-            f"run). At {world_size} ranks no rank is known to be that slow: each rank draws noise of the measured "
-            f"rank-to-rank spread ({float(work.meta.get('jitter_estimated', 0.0)) * 100:.1f}%) instead, so the "
-            "waiting for the slowest rank is not the recorded run's (Waiting for stragglers, below).")
+            f"run). At {world_size} ranks no rank is known to be that slow: {instead}, so the waiting for the "
+            "slowest rank is not the recorded run's (Waiting for stragglers, below).")

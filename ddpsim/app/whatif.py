@@ -187,8 +187,8 @@ class Outcome:
     change: metric -> (what-if - unchanged) / unchanged; both simulated, so the model's own error on
     this run cancels to first order. replay_error: metric -> (unchanged simulated - recorded) / recorded,
     the model's error on the run itself (None without a recorded run). noise: how much the recorded
-    run's iterations vary (+-fraction of the median), the smallest change a measurement could tell apart.
-    """
+    run's iterations vary (+-fraction of the median), the smallest change a measurement could tell apart
+    (None without a recorded run)."""
 
     sim: Trace
     summary: dict
@@ -230,7 +230,7 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
                        f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
                        "a GPU model or a GPU recording.")
     out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
-                        waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size)] if c]
+                        waiting.uneven_caution(base.kind == "trace" and work, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:
         out.append("The network is not the recorded one: the allreduce times come from the chosen "
                    "profile's datasheet figures, the compute from the recording.")

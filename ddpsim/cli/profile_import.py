@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ddpsim.trace import save_trace
-from ddpsim.trace.profile_import import import_profiles
+from ddpsim.trace.profile_import import import_or_carried
 from ddpsim.trace.profile_sizes import unknown_sizes
 
 HELP = "import PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace"
@@ -24,10 +24,10 @@ def main(args) -> int:
         from ddpsim.models.shapes import model_params
 
         model = model_params(args.model)
-    trace = import_profiles(args.profiles, model=model)
+    trace, carried = import_or_carried(args.profiles, model=model)
     save_trace(trace, args.out)
     its = sum(len(r.iterations) for r in trace.ranks)
-    if "import_notes" not in trace.meta:  # a ddpsim export: the trace it carries, whole
+    if carried:  # a ddpsim export: the trace it carries, whole
         print(f"wrote {args.out}: the trace the ddpsim export carries ({len(trace.ranks)} rank(s), {its} "
               "iterations), unchanged" + ("; --model is not needed for it" if model else ""))
         return 0

@@ -276,7 +276,7 @@ def main(args) -> int:
     if cfg.comm_hook == "powersgd" and cfg.powersgd_start_iter >= cfg.iters:  # else the same numbers as no hook
         print(f"note: PowerSGD starts at synced step {cfg.powersgd_start_iter} (start_powerSGD_iter; torch's default "
               f"1000) and the {cfg.iters} simulated steps are all before it, so they are plain allreduces: give "
-              "--powersgd-start-iter 2 and --iters 4 or more to see PowerSGD itself", file=sys.stderr)
+              "--powersgd-start-iter 2 and more --iters than that to see PowerSGD itself", file=sys.stderr)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         from ddpsim.trace import save_trace

@@ -168,17 +168,32 @@ def import_profiles(paths: list[str | Path], model=None) -> Trace:
     """Kineto traces (one per rank; a folder stands for its traces) -> a validated ddpsim Trace.
     ``model``: a ``ddpsim.models.shapes.ModelParams`` (``import --model``), the parameters'
     names and sizes when the profile has no shapes, checked against them when it has."""
+    return import_or_carried(paths, model)[0]
+
+
+def import_or_carried(paths: list[str | Path], model=None) -> tuple[Trace, bool]:
+    """``import_profiles``, and whether the trace is the one a ddpsim export carried whole (Note [An
+    export carries its trace] in ddpsim.trace.export; ``model`` is not needed for it)."""
     paths = profile_files(paths)
-    datas = [read_profile(path) for path in paths]
-    carried = [(path, d[CARRIED]) for path, d in zip(paths, datas) if isinstance(d.get(CARRIED), dict)]
-    if carried:  # Note [An export carries its trace] in ddpsim.trace.export
+    profiles, carried = [], []
+    for path in paths:  # one file's raw JSON at a time: a cluster's profiles are large
+        data = read_profile(path)
+        if isinstance(data.get(CARRIED), dict):
+            carried.append((path, data[CARRIED]))
+        elif not carried:
+            profiles.append(Profile(data, name=str(path)))
+        del data
+    if carried:
         if len(carried) > 1:
             raise TraceFormatError(f"{carried[0][0]} and {carried[1][0]} each carry a whole ddpsim trace "
                                    "(ddpsim exports): import one of them")
-        return from_dict(carried[0][1], name=str(carried[0][0]))
+        return from_dict(carried[0][1], name=str(carried[0][0])), True
+    return _import(profiles, paths, model), False
+
+
+def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
     ranks, notes, infos = [], set(), []
-    for i, (path, data) in enumerate(zip(paths, datas)):
-        profile = Profile(data, name=str(path))
+    for i, profile in enumerate(profiles):
         ranks.append((profile.info.get("rank", i), RankImport(profile)))
         infos.append(profile.info)
     seen = [r for r, _ in ranks]
@@ -190,8 +205,9 @@ def import_profiles(paths: list[str | Path], model=None) -> Trace:
         its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
         if not its:
             raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward" + (
-                "; it is one rank's file of a ddpsim export: import the folder, or its lowest rank's "
-                "file, which carries the trace" if imp.p.from_ddpsim else ""))
+                "; it is a ddpsim export without the trace it carries (another rank's file of --per-rank, or "
+                "an older export): import the lowest rank's file of the same export, or export again"
+                if imp.p.from_ddpsim else ""))
         if params is None:
             params, order, params_source = _params(imp.ready_shapes, model)
         rank_dicts.append(_finish_rank(rank, its, params, order, imp, notes, sources))
