@@ -103,8 +103,10 @@ def test_the_what_if_page_says_when_a_trace_has_no_hook_costs():
     old = load_trace(Path(__file__).parent / "fixtures" / "before" / "mlp_2026-11-21.json")  # recorded before hook_rates
     assert "meta.hook_rates" in caution(old, "fp16") and "\n" not in caution(old, "fp16")
     assert caution(old, None) is None and caution(old, "allreduce") is None and caution(None, "fp16") is None
-    old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 1.0}
+    old.meta["hook_rates"] = {"cast_s_per_byte": 1e-10, "float16_allreduce_cost": 0.9, "bfloat16_allreduce_cost": 1.14}
     assert caution(old, "fp16") is None
+    # fp16/bf16 slower than fp32 on the What-if page said nothing of why (the recording's own gloo measured it)
+    assert "bfloat16 allreduce at 1.14x" in caution(old, "bf16") and "\n" not in caution(old, "bf16")
     assert "least certain" in caution(old, "noop")  # a CPU recording: gloo's share of the cores
     work = learn(old)  # a recording with its backward alone measured prices noop (learn/alone.py)
     work.meta[alone.KEY] = {"0": 1.0, "1": 1.0}

@@ -130,3 +130,22 @@ def test_construction_panel_keeps_the_bucket_scale_under_torchs_no_cap():
     assert panel.get_xlim()[1] <= 2 * biggest
     assert not [c for c in panel.collections if c.get_segments()]  # no cap line: there is no cap
     assert any(c.get_segments() for c in fig.axes[2].collections)  # the rebuilt layout's caps are drawn
+
+
+def test_a_long_run_name_keeps_the_drawing_and_its_time(trace):
+    """A kept what-if's name ("simulated: recorded: mlp_torch_w2 cap=100.0 torch fu=0 n=1 w=8 as
+    recorded") ran off the figure, cutting its iteration time, and squeezed every run's drawing to a
+    third of the width: the header is shortened in the middle of the name, and never resizes the axes."""
+    import io
+
+    long = "simulated: recorded: mlp_torch_w2 cap=100.0 torch fu=0 n=1 w=8 as recorded " * 2
+    widths = []
+    for name in ("a", long):
+        fig = plot_compare([("real", trace), (name, trace)])
+        fig.savefig(io.BytesIO(), format="png")  # lays the figure out
+        widths.append(fig.axes[0].get_position().width)
+        head = next(t for t in fig.axes[0].texts if t.get_text().endswith("ms]") and "real  [" not in t.get_text())
+        box = head.get_window_extent()
+        assert box.x1 <= fig.bbox.x1 + 1, (box, head.get_text())  # inside the figure, the time shown
+    assert widths[1] == pytest.approx(widths[0], rel=0.02)
+    assert "…" in head.get_text() and head.get_text().startswith("simulated: recorded")

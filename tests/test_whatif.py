@@ -186,6 +186,22 @@ def test_a_change_without_more_waiting_says_none_of_it_is():
     assert "none is waiting for stragglers" in text and "-0.00 ms" not in text
 
 
+@pytest.mark.parametrize("hook", [None, "noop"])
+def test_the_sweep_row_of_the_chosen_settings_is_the_what_if(hook):
+    """The sweep below the figure and the metrics above it simulate the same settings alike: at 8
+    ranks with cap 0.25 the page said 20.7 ms above and "your choice above: 20.7 ms" beside a sweep
+    whose cap-0.25 row was 20.26 ms (noop), and exposed 51.67 against 47.88 ms (no hook); the sweep
+    summarised one simulated rank where the what-if summarised two."""
+    trace, base, work = setup(REAL)
+    cfg = whatif.sim_config(base, 0.25, "torch", False, 1, 8, whatif.AS_RECORDED, work=work, trace=trace,
+                            comm_hook=hook)
+    out = whatif.evaluate(work, base, trace, cfg)
+    rows, _ = whatif.sweep_rows(work, cfg, caps=(0.25,), orders=("torch",), find_unused=(False,))
+    row = next(r for r in rows if r["bucket_cap_mb"] == 0.25)
+    for metric in ("iteration_time_s", "exposed_comm_s"):
+        assert row[metric] == pytest.approx(out.summary[metric], rel=1e-9), metric
+
+
 def test_ranks_that_shared_cores_are_named_as_drawn_noise():
     """At the recorded world size, ranks that shared CPU cores are replayed with drawn noise of the
     measured spread (``replay_config``), and the sentence names that spread, not the ranks' own speeds."""

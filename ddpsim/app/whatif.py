@@ -11,7 +11,7 @@ A what-if simulates a *workload* under a changed SimConfig:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import waiting
@@ -134,7 +134,7 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
     """
     refused: list = []
     rows = sweep(work, {"find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
-                        "order": list(orders)}, SimConfig(**{**asdict(cfg), "trace_ranks": 1}), refused=refused)
+                        "order": list(orders)}, cfg, refused=refused)  # as many simulated ranks summed up as the what-if
     notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
     return rows, notes
 
@@ -285,7 +285,7 @@ def describe_replay(out: Outcome) -> str | None:
     e = out.replay_error["iteration_time_s"] * 100
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
             f"configuration simulates at {out.unchanged_summary['iteration_time_s'] * 1e3:.1f} ms per "
-            f"iteration against {out.recorded_summary['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.0f}%).")
+            f"iteration against {out.recorded_summary['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%).")
 
 
 def describe_stragglers(out: Outcome) -> str | None:

@@ -56,6 +56,17 @@ def _pick(trace: Trace, iteration: int | None, rank: int):
     return r, it
 
 
+HEAD_CHARS = 110  # characters of a run's header line that fit the axes (10 pt bold, 10-inch figure)
+
+
+def _middle_cut(label: str, n: int) -> str:
+    """``label`` in at most ``n`` characters: a longer one keeps its start and end around an ellipsis."""
+    if len(label) <= n:
+        return label
+    head = max(1, (n - 1) * 3 // 5)
+    return label[:head] + "…" + label[len(label) - max(0, n - 1 - head):]
+
+
 def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
                  window: tuple[float, float] | None = None) -> Figure:
     """Draw each run's ``iteration`` (default: its median steady iteration) for ``rank`` on one axis.
@@ -85,9 +96,10 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         kind = "SIMULATED" if trace.source == "simulated" else "real"
         t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
         median = ", the most typical" if iteration is None else ""
-        head = f"{label}  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it:.1f} ms]"
+        suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it:.1f} ms]"
+        head = _middle_cut(label, HEAD_CHARS - len(suffix)) + suffix
         ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=10, fontweight="bold", va="center",
-                color=pal.TEXT, clip_on=False)
+                color=pal.TEXT, clip_on=False).set_in_layout(False)  # a long header never squeezes the drawing
         for name, text in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):
             yticks.append(rows[name] + 0.5)
             ylabels.append(text)
