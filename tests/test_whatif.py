@@ -297,6 +297,9 @@ def test_page_another_world_size_offers_a_measurement_here(tmp_path, monkeypatch
     assert any(b.label.startswith(f"Measure the allreduce at 2 and {top} ranks, and 1024 from the fit")
                for b in at.button), [b.label for b in at.button]
     assert any("Far beyond the recording" in w.value for w in at.warning)
+    next(s for s in at.selectbox if s.label == "Communication hook").set_value("noop").run()  # sends nothing
+    assert not at.exception and not any("Nothing was measured" in i.value for i in at.info)
+    assert not any(b.label.startswith("Measure the allreduce") for b in at.button)
 
 
 def test_page_another_host_asks_for_a_network(tmp_path, monkeypatch):

@@ -84,7 +84,7 @@ plan = network_plan.world_plan(base, trace, world, network)  # Note [Another wor
 if plan is not None and plan.action == "refuse":
     st.error(f"{plan.short[0].upper()}{plan.short[1:]}: pick a network above.")
     st.stop()
-if plan is not None and plan.action == "measure":
+if plan is not None and plan.action == "measure" and hook != "noop":  # noop sends no allreduce to measure
     at = f"{world} rank{'s' if world != 1 else ''}"
     st.info(f"Nothing was measured at {at} yet: the allreduce cost there is the ring model fitted at "
             f"{trace.world_size} ranks. This is a CPU run recorded on this machine, so it can be measured.")
@@ -93,7 +93,7 @@ if plan is not None and plan.action == "measure":
         with st.spinner(f"Measuring gloo allreduces at {what}..."):
             measured[source_key] = network_plan.measure_network(trace, world)
         st.rerun()
-elif plan is not None:
+elif plan is not None and plan.action != "measure":
     st.caption(f"World size {world}: {plan.message}.")
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
 sim_hook = widgets.simulated_hook(hook, base)
