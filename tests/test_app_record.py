@@ -48,7 +48,7 @@ def test_finished_recordings_come_back_and_a_broken_one_says_so(tmp_path):
     # The Record page's own result, when the sidebar found the file first (the page was away while it finished)
     at.session_state["ddpsim_rec_result"] = ("done", "recorded: going")
     at.switch_page("ddpsim/app/pages/record.py").run()
-    assert not at.exception and any("Recorded 'recorded: going'" in x.value for x in at.success)
+    assert not at.exception and any("'recorded: going' is now the open trace" in x.value for x in at.success)
     assert len(at.image) == 1, "its timeline"
 
 
@@ -73,7 +73,7 @@ def test_recording_world_size_2_finishes_and_shows_timeline():
     at = submit(record_page(), model="mlp", world=2, iters=3)
     assert not at.exception, [e.message for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert any("Recorded 'recorded: mlp_torch_w2'" in s.value for s in at.success)
+    assert any("'recorded: mlp_torch_w2' is now the open trace" in s.value for s in at.success)
     assert len(at.image) == 1  # its timeline
     assert at.session_state["ddpsim_source"] == "recorded: mlp_torch_w2"
     trace = at.session_state["ddpsim_uploads"]["recorded: mlp_torch_w2"]

@@ -286,6 +286,10 @@ def test_page_kept_runs_with_different_choices_are_both_kept(monkeypatch):
     kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
     assert len(kept) == 3, kept
     assert any("hook=fp16" in k and "on v100" in k for k in kept) and any("on a100" in k for k in kept)
+    at.switch_page("ddpsim/app/pages/compare.py").run()  # opens with the run just kept beside the open trace
+    assert not at.exception
+    chosen = at.multiselect(key="ddpsim_compare_runs").value
+    assert len(chosen) == 2 and chosen[1] == at.session_state["ddpsim_last_kept"] and "on a100" in chosen[1], chosen
 
 
 def test_page_another_world_size_offers_a_measurement_here(tmp_path, monkeypatch):

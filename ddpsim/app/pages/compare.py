@@ -13,6 +13,8 @@ if len(options) < 2:
     st.stop()
 current = st.session_state.get("ddpsim_source")
 default = [current] if current in options else []
+kept = st.session_state.get("ddpsim_last_kept")  # the run just kept on the What-if page, if any
+default += [kept] if kept in options and kept not in default else []
 default += [o for o in options if o not in default][: 2 - len(default)]
 chosen = st.multiselect("Runs (the first is the reference)", options, default=default, format_func=pretty,
                         key="ddpsim_compare_runs", help="Any mix of real and simulated runs.")

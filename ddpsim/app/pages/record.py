@@ -75,7 +75,7 @@ elif result and result[0] == "done":
     label = result[1]
     trace = get_trace(label, quiet=True)  # this session's, or found in the runs folder while the page was away
     if trace is not None:
-        st.success(f"Recorded '{label}'. It is now the open trace: see it on every page.")
+        st.success(f"Done: '{label}' is now the open trace: see it on every page.")
         last = max(it.iteration for it in trace.ranks[0].iterations)
         it = 1 if last >= 1 else 0
         ui.show_figure(f"rec:{label}:{id(trace)}:{it}", lambda: plot_timeline(trace, it),

@@ -122,6 +122,7 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
     name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo)
     add_trace(name, out.sim, select=False)
+    st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it beside the open trace
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
