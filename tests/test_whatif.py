@@ -112,6 +112,10 @@ def test_a_best_with_find_unused_says_why():
     assert best["find_unused_parameters"] is True and "never rebuilds its buckets" in text
     plain = [r for r in rows if not r["find_unused_parameters"]]
     assert "never rebuilds" not in whatif.describe_sweep([{**r, "best": r is plain[0]} for r in plain], best, 64)
+    slower = {**best, "iteration_time_s": best["iteration_time_s"] + 1e-3}
+    assert "nothing to change" not in whatif.describe_sweep(rows, slower, 64)
+    assert "as fast: nothing to change" in whatif.describe_sweep(rows, {**best, "iteration_time_s": best[
+        "iteration_time_s"] + 4e-5}, 64)  # a tie at the 0.1 ms shown recommends no change
 
 
 @pytest.mark.parametrize("name", [REAL, GPU])

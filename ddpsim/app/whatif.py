@@ -32,6 +32,7 @@ SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the re
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
+TIE = ", as fast: nothing to change"  # the choice within 0.05 ms of the sweep's best
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
 
 
@@ -126,15 +127,14 @@ def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
 
 def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
                find_unused=(False, True)) -> tuple[list[dict], list[str]]:
-    """Iteration time and exposed comm per bucket cap x ordering x find_unused (best marked).
-    Rows with ``bucket_cap_mb`` None are torch's default (25 MiB, first bucket 1 MiB).
-
-    Returns (rows, notes); a combination the simulator refuses (e.g. a model with unused
-    parameters and find_unused off, which torch fails on) becomes a note, not a row.
-    """
+    """Iteration time and exposed comm per bucket cap x ordering x find_unused (best marked), each
+    summarised over as many simulated ranks as the what-if (``cfg.trace_ranks``). Rows with
+    ``bucket_cap_mb`` None are torch's default (25 MiB, first bucket 1 MiB). Returns (rows, notes); a
+    combination the simulator refuses (unused parameters with find_unused off, which torch fails on)
+    becomes a note, not a row."""
     refused: list = []
     rows = sweep(work, {"find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
-                        "order": list(orders)}, cfg, refused=refused)  # as many simulated ranks summed up as the what-if
+                        "order": list(orders)}, cfg, refused=refused)
     notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
     return rows, notes
 
@@ -150,7 +150,7 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
     return (f"Best simulated: **bucket_cap_mb={cap}**, ordering **{best['order']}**, "
             f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world_size} rank{'s' * (world_size != 1)} "
-            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms). "
+            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * (chosen['iteration_time_s'] < best['iteration_time_s'] + 5e-5)}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
             f"{min(times):.1f}–{max(times):.1f} ms.")
 
