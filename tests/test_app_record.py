@@ -184,3 +184,23 @@ def test_stopping_a_recording_keeps_what_it_recorded():
         assert group_alive(job.pid) == []
     finally:
         jobs.stop(job)
+
+
+def test_the_progress_line_says_what_follows_the_last_iteration():
+    """At 10/10 the recording still times hook costs and merges its ranks' files; the page showed
+    'Recording: 10/10 iterations' beside a Stop button, and a Stop then kept a whole run as a partial one."""
+    from ddpsim.app import jobs
+
+    assert jobs.progress_text(3, 10) == "Recording: 3/10 iterations"
+    assert jobs.progress_text(10, 10).startswith("All 10 iterations recorded; finishing")
+
+
+@pytest.mark.slow  # a real recording from the page
+def test_recording_with_a_comm_hook_from_the_page():
+    """The Record page had no comm-hook choice, while the What-if page prices hooks at the costs a
+    recording measures: fp16 from the page records torch's fp16_compress_hook and its watched casts."""
+    at = submit(record_page(), model="mlp", world=2, iters=3, hook="fp16")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    trace = at.session_state["ddpsim_uploads"]["recorded: mlp_torch_w2_fp16"]
+    assert trace.meta["options"]["comm_hook"] == "fp16" and trace.meta.get("hook_rates")
+    assert all(b.compress_ns is not None for b in trace.ranks[0].iterations[-1].buckets)

@@ -206,6 +206,20 @@ def test_the_sweep_row_of_the_chosen_settings_is_the_what_if(hook):
         assert row[metric] == pytest.approx(out.summary[metric], rel=1e-9), metric
 
 
+def test_the_slowest_rank_lags_more_with_more_ranks_even_where_it_costs_less():
+    """ResNet-50 on V100s over 25 GbE: from 64 to 512 ranks the wait's cost fell (1.13 to 0.49 ms: the
+    run became communication-bound and hides the late start) while the sentence said "every rank waiting
+    for the slowest of N"; it now gives the slowest rank's lag, which grows with N, and what it costs."""
+    import re
+
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    outs = [whatif.evaluate(work, base, None, config(base, work, world_size=n)) for n in (64, 512)]
+    lags = [float(re.search(r"computes about ([\d.]+)% longer", whatif.describe_stragglers(o)).group(1)) for o in outs]
+    assert lags[1] > lags[0] and outs[1].waits[0] < outs[0].waits[0]
+    assert "less where communication, not compute, sets the pace" in whatif.describe_stragglers(outs[1])
+
+
 def test_ranks_that_shared_cores_are_named_as_drawn_noise():
     """At the recorded world size, ranks that shared CPU cores are replayed with drawn noise of the
     measured spread (``replay_config``), and the sentence names that spread, not the ranks' own speeds."""
@@ -353,3 +367,18 @@ def test_page_sweep_keeps_the_buffer_choice(monkeypatch):
     verdict = next(x.value for x in at.success if "Best simulated" in x.value)
     best, chosen = (float(v) for v in re.search(r": ([\d.]+) ms/iteration.*your choice above: ([\d.]+) ms", verdict).groups())
     assert best <= chosen + 0.05, verdict
+
+
+def test_the_nvlink_network_names_the_fabric_between_nodes():
+    """'nvlink' beyond one node runs over the GPU's default fabric (sim.network.network_for): at 64 V100s
+    it was ib100's 124.97 ms, slower than ib400, under a label that said only 'NVLink'."""
+    from ddpsim.app import whatif_widgets as widgets
+
+    assert widgets.network_label("nvlink", "v100") == "nvlink: NVLink inside a node, ib100 between nodes " \
+        "(InfiniBand EDR 100Gb/s)"
+    times = {}
+    for net in ("nvlink", "ib100"):
+        base = whatif.Base("synthetic", "resnet50", "v100", net, None, {"world_size": 64})
+        work = whatif.workload(base, None)
+        times[net] = whatif.evaluate(work, base, None, config(base, work)).summary["iteration_time_s"]
+    assert times["nvlink"] == times["ib100"]  # what the label now says

@@ -22,7 +22,10 @@ Definitions (all per rank, then combined across ranks as stated):
   waits for the allreduces before the optimizer runs), so the overlapped part of an
   allreduce is its part before the backward compute end (``overlap_fraction``).
 - *steady state*: cycles that do not contain iteration 0 and whose layout is the
-  final layout (so the iteration-0 single bucket and the rebuild are excluded).
+  final layout (so the iteration-0 single bucket and the rebuild are excluded); with
+  PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
+  warm-up, where later ones exist (a what-if's 3 steps starting it at step 2 were
+  summarised as the mean of one allreduce step and one PowerSGD step).
 """
 from __future__ import annotations
 
@@ -51,9 +54,21 @@ def steady_cycles(trace: Trace) -> list[list[int]]:
     all_cycles = cycles(trace)
     r0 = trace.ranks[0]
     final = r0.layouts[-1] if r0.layouts else None
-    steady = [c for c in all_cycles
+    steady = [(k, c) for k, c in enumerate(all_cycles)  # k: the synced step's number
               if 0 not in c and all(r0.layout_at(i) is final for i in c)]
-    return steady or all_cycles[1:] or all_cycles
+    start = _powersgd_start(trace)  # synced step k compresses from k = start_powerSGD_iter on
+    compressed = [c for k, c in steady if start is not None and k >= start]
+    return compressed or [c for _, c in steady] or all_cycles[1:] or all_cycles
+
+
+def _powersgd_start(trace: Trace) -> int | None:
+    """PowerSGD's ``start_powerSGD_iter`` where the run used PowerSGD (a recording's options, a
+    simulation's config), else None."""
+    opts, config = trace.meta.get("options") or {}, trace.meta.get("config") or {}
+    if opts.get("comm_hook") != "powersgd" and config.get("comm_hook") != "powersgd":
+        return None
+    start = opts.get("powersgd_start_iter", config.get("powersgd_start_iter"))
+    return start if type(start) is int else None
 
 
 def comm_end_ns(it: Iteration) -> int | None:

@@ -141,6 +141,15 @@ def wait(job: Job, progress=None, poll_s: float = 0.25, extra_s: float = 120.0) 
         time.sleep(poll_s)
 
 
+def progress_text(done: int, total: int) -> str:
+    """The Record page's progress line; once every iteration is in, what the recording still does (a
+    Stop then kept a whole run as a partial one, the user seeing 10/10 and a Stop button)."""
+    if done < total:
+        return f"Recording: {done}/{total} iterations"
+    return (f"All {total} iterations recorded; finishing: timing what a comm hook would cost in these ranks "
+            "and merging their files (a few seconds)...")
+
+
 def _log_tail(job: Job) -> str:
     try:
         lines = (job.status_path.parent / "job.log").read_text(errors="replace").strip().splitlines()

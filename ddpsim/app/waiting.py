@@ -16,6 +16,7 @@ from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.learn.noise import level
 from ddpsim.sim import SimConfig
 from ddpsim.sim.network import gpus
+from ddpsim.sim.stragglers import slowest_factor
 
 
 def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
@@ -56,16 +57,25 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
     if n == 1 or not s.get("communicates", True):  # nobody to wait for (no spread is simulated at one rank)
         why = "one rank waits for nobody" if n == 1 else "no collective makes a rank wait for another (the noop hook)"
         text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
-    else:
-        text = (f"Waiting for stragglers: {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
-                f"({w / t * 100:.1f}%) is every rank waiting for the slowest of {n} ("
-                + (f"rank-to-rank spread {spread * 100:.2f}%, " if spread > 0 else "") +
-                f"{source}); unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
+    else:  # the slowest rank's lag grows with n; what it costs can shrink where communication sets the pace
+        slowest = (f"the slowest of {n} ranks computes about {(slowest_factor(spread, n) - 1) * 100:.1f}% longer "
+                   "than the typical one" if spread > 0 else f"every rank waits for the slowest of {n}")
+        text = (f"Waiting for stragglers: {slowest} (" + (f"rank-to-rank spread {spread * 100:.2f}%, " if spread > 0
+                                                          else "") +
+                f"{source}), which costs {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
+                f"({_share(w, t)}), less where communication, not compute, sets the pace; unchanged: "
+                f"{w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
     if t != t0 and (w or w0):
-        part = (f"{(w - w0) * 1e3:+.2f} ms ({(w - w0) / (t - t0) * 100:.0f}%) is" if abs(w - w0) >= 5e-6
+        part = (f"{(w - w0) * 1e3:+.2f} ms ({_share(w - w0, t - t0)}) is" if abs(w - w0) >= 5e-6
                 else "none is")  # under 0.005 ms: "-0.00 ms (-0%)" said nothing
         text += f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {part} waiting for stragglers."
     return text
+
+
+def _share(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole``: one decimal under 10% (a "-0%" hid -0.3%)."""
+    pct = part / whole * 100
+    return f"{pct:.0f}%" if abs(pct) >= 10 else f"{pct:.1f}%"
 
 
 UNEVEN = 1.10  # slowest over fastest recorded rank's backward speed (rank_factors) that earns a caution

@@ -18,7 +18,7 @@ from ddpsim.app import waiting
 from ddpsim.learn import hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.sim import SimConfig, comm_hooks, synthetic
-from ddpsim.sim.network import gpus, networks
+from ddpsim.sim.network import networks
 from ddpsim.trace import Trace
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
@@ -34,20 +34,6 @@ POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 
 AS_RECORDED = "as recorded"
 TIE = ", as fast: nothing to change"  # the choice within 0.05 ms of the sweep's best
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
-
-
-def gpu_names() -> list[str]:
-    return list(gpus())
-
-
-def network_names() -> list[str]:
-    return list(networks())
-
-
-def network_label(name: str) -> str:
-    if name == AS_RECORDED:
-        return "as recorded (fitted from the trace)"
-    return f"{name}: {networks()[name].get('name', name)}"
 
 
 @dataclass(frozen=True)

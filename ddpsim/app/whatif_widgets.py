@@ -3,7 +3,8 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import HOOKS, Base
+from ddpsim.app.whatif import AS_RECORDED, HOOKS, Base
+from ddpsim.sim.network import gpus, networks
 
 
 def recorded_hook(base: Base) -> str | None:
@@ -28,3 +29,20 @@ def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, netw
     extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
     return " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
                      f"{network}", *filter(None, extra)])
+
+
+def gpu_names() -> list[str]:
+    return list(gpus())
+
+
+def network_names() -> list[str]:
+    return list(networks())
+
+
+def network_label(name: str, gpu: str | None = None) -> str:
+    if name == AS_RECORDED:
+        return "as recorded (fitted from the trace)"
+    fabric = gpus().get(gpu or "", {}).get("default_fabric") if name == "nvlink" else None
+    if fabric:  # "nvlink" is one node's NVLink; a job beyond it crosses the GPU's own fabric (network_for)
+        return f"nvlink: NVLink inside a node, {fabric} between nodes ({networks()[fabric].get('name', fabric)})"
+    return f"{name}: {networks()[name].get('name', name)}"

@@ -8,6 +8,8 @@ from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
 
 IMPLS = ("torch", "minddp", "overlap", "naive")  # ddpsim.record.config.IMPLS, in the order shown
+HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # record --comm-hook (None: DDP's own)
+POWERSGD_START = 2  # start_powerSGD_iter here: torch's 1000 is past any run this page makes (its least: 2)
 st.header("Record a real DDP run")
 st.caption("Runs N processes with gloo on this machine (each rank pinned to a CPU), records every "
            "gradient-ready event, bucket and allreduce, and opens the trace. " + ui.learn.CPU_NOTE)
@@ -27,12 +29,19 @@ with st.form("ddpsim_record_form"):
     cap = c2.select_slider("Bucket cap (MiB)", [None, 0.1, 0.25, 0.5, 1.0, 5.0, 25.0, 100.0],
                            format_func=lambda v: "default" if v is None else f"{v:g}", key="ddpsim_rec_cap")
     fu = c3.checkbox("find_unused_parameters", key="ddpsim_rec_fu")
+    hook = st.columns(3)[0].selectbox(
+        "Communication hook", HOOKS, key="ddpsim_rec_hook", format_func=lambda h: h or "none (DDP's own allreduce)",
+        help="register_comm_hook with torch's own hook (record --comm-hook); PowerSGD from step "
+             f"{POWERSGD_START} (rank 1). torch's PowerSGD aborts gloo runs with several buckets: "
+             "ddpsim refuses those in one line.")
     started = st.form_submit_button("Start recording", type="primary", icon=":material/play_arrow:")
 
 if started and "ddpsim_job" not in st.session_state:
     cfg = {"model": model, "world_size": world, "iters": iters, "impl": impl, "bucket_cap_mb": cap,
-           "find_unused_parameters": fu, "timeout_s": 30.0}
-    name = f"{model}_{impl}_w{world}" + (f"_cap{cap:g}" if cap else "") + ("_fu" if fu else "")
+           "find_unused_parameters": fu, "timeout_s": 30.0, "comm_hook": hook,
+           **({"powersgd_start_iter": POWERSGD_START} if hook == "powersgd" else {})}
+    name = (f"{model}_{impl}_w{world}" + (f"_cap{cap:g}" if cap else "") + ("_fu" if fu else "")
+            + (f"_{hook.replace(':', '')}" if hook else ""))
     st.session_state["ddpsim_job"] = jobs.start(cfg, name)
     st.session_state.pop("ddpsim_rec_result", None)
 
@@ -43,8 +52,7 @@ if job is not None:
     if stop.button("Stop the recording", key="ddpsim_rec_stop"):
         jobs.stop(job)
     # the page waits here; a rerun elsewhere leaves the job running in the background
-    status = jobs.wait(job, lambda done, total: bar.progress(min(done / total, 1.0),
-                                                             text=f"Recording: {done}/{total} iterations"))
+    status = jobs.wait(job, lambda done, total: bar.progress(min(done / total, 1.0), text=jobs.progress_text(done, total)))
     total = max(1, status.get("total") or job.cfg["iters"])
     del st.session_state["ddpsim_job"]
     stop.empty()

@@ -24,11 +24,11 @@ if source == "the open trace":
 else:
     c1, c2, c3 = st.columns(3)
     arch = c1.selectbox("Model", whatif.ARCHS, key="ddpsim_wi_arch")
-    gpus = whatif.gpu_names()
+    gpus = widgets.gpu_names()
     gpu = c2.selectbox("GPU", gpus, index=gpus.index("v100") if "v100" in gpus else 0, key="ddpsim_wi_gpu")
-    nets = whatif.network_names()
+    nets = widgets.network_names()
     net = c3.selectbox("Network", nets, index=nets.index("eth25") if "eth25" in nets else 0,
-                       format_func=whatif.network_label, key="ddpsim_wi_net")
+                       format_func=lambda n: widgets.network_label(n, gpu), key="ddpsim_wi_net")
     base = whatif.Base("synthetic", arch, gpu, net, None, {"world_size": 64})
     source_key, ref_label = f"synthetic:{base.hardware}:{arch}", f"{arch} on {gpu}"
     trace = None
@@ -68,11 +68,11 @@ world = c1.select_slider("World size (ranks)", whatif.world_options(base), value
 n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", sorted({*range(1, 9), now["no_sync_every"]}),
                           value=now["no_sync_every"], key=k + "nosync")  # the recorded value, even beyond 8
 if base.kind == "trace":
-    nets = [whatif.AS_RECORDED] + whatif.network_names()
-    network = c3.selectbox("Network", nets, format_func=whatif.network_label, key=k + "net")
+    nets = [whatif.AS_RECORDED] + widgets.network_names()
+    network = c3.selectbox("Network", nets, format_func=widgets.network_label, key=k + "net")
 else:
     network = base.network
-    c3.markdown(f"**Network:** {whatif.network_label(network)}  \n**GPU:** {base.gpu}")
+    c3.markdown(f"**Network:** {widgets.network_label(network, base.gpu)}  \n**GPU:** {base.gpu}")
 algo = None if base.kind == "trace" else c3.selectbox(
     "NCCL algorithm", whatif.NCCL_ALGOS, format_func=lambda a: a or "auto (NCCL's choice)", key=k + "algo",
     help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning model).")
