@@ -186,6 +186,13 @@ def test_stopping_a_recording_keeps_what_it_recorded():
         jobs.stop(job)
 
 
+def test_a_hook_with_another_implementation_is_refused_on_the_page():
+    """minddp with fp16 failed in the recording process with 'needs --impl torch', a flag the page has not."""
+    at = submit(record_page(), model="mlp", world=2, iters=3, impl="minddp", hook="fp16")
+    assert not at.exception and "ddpsim_job" not in at.session_state
+    assert any("choose 'torch DDP' as the Implementation" in e.value for e in at.error)
+
+
 def test_the_progress_line_says_what_follows_the_last_iteration():
     """At 10/10 the recording still times hook costs and merges its ranks' files; the page showed
     'Recording: 10/10 iterations' beside a Stop button, and a Stop then kept a whole run as a partial one."""

@@ -326,6 +326,7 @@ def test_fuzz_figures():
     ("[" * 5000 + "]" * 5000, "nests JSON 5000 levels deep"),
     ('{"format":"ddpsim-trace","version":' + "1" * 4300 + "}", "4300-digit integer"),
     ('{"format":"ddpsim-trace","version":true}', "version True"),
+    ('{"format":"ddpsim-trace","version":1,"meta":{"x":9223372036854775808}}', "9223372036854775808, outside int64"),
 ])
 def test_hostile_text_is_one_trace_format_error(text, expected):
     with pytest.raises(TraceFormatError, match=expected):

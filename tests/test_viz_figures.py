@@ -138,14 +138,18 @@ def test_a_long_run_name_keeps_the_drawing_and_its_time(trace):
     third of the width: the header is shortened in the middle of the name, and never resizes the axes."""
     import io
 
-    long = "simulated: recorded: mlp_torch_w2 cap=100.0 torch fu=0 n=1 w=8 as recorded " * 2
-    widths = []
-    for name in ("a", long):
-        fig = plot_compare([("real", trace), (name, trace)])
+    sim = load_trace(SIM)  # a kept what-if is a simulated run: its header's bracket is the longest
+    long = "simulated: recorded: mlp_torch_w2 cap=100.0 torch fu=0 n=1 w=8 as recorded hook=fp16"
+    widths, heads = [], []
+    for name in ("a", long, long.replace("cap=100.0", "cap=0.25"), long * 3):
+        fig = plot_compare([("real", trace), (name, sim)])
         fig.savefig(io.BytesIO(), format="png")  # lays the figure out
         widths.append(fig.axes[0].get_position().width)
         head = next(t for t in fig.axes[0].texts if t.get_text().endswith("ms]") and "real  [" not in t.get_text())
         box = head.get_window_extent()
         assert box.x1 <= fig.bbox.x1 + 1, (box, head.get_text())  # inside the figure, the time shown
+        heads.append(head.get_text())
     assert widths[1] == pytest.approx(widths[0], rel=0.02)
-    assert "…" in head.get_text() and head.get_text().startswith("simulated: recorded")
+    assert "cap=100.0 torch fu=0 n=1 w=8 as recorded hook=fp16  [" in heads[1] and heads[1] != heads[2]  # settings kept
+    assert "…" in heads[3] and heads[3].endswith("hook=fp16  [SIMULATED, rank 0, iteration 1, the most typical: "
+                                                 f"{heads[3].split(': ')[-1]}")  # cut, keeping the settings

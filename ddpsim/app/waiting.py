@@ -48,7 +48,7 @@ def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
 
 
 def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],
-             spread: float, source: str) -> str | None:
+             spread: float, source: str, micro_steps: int = 1) -> str | None:
     """One sentence on the waiting, what-if first; None when neither run has rank noise nor waits."""
     (w, w0), (s, s0), (n, n0) = waits, summaries, worlds
     if spread <= 0 and not (w or w0):
@@ -58,13 +58,15 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         why = "one rank waits for nobody" if n == 1 else "no collective makes a rank wait for another (the noop hook)"
         text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
     else:  # the slowest rank's lag grows with n; what it costs can shrink where communication sets the pace
-        slowest = (f"the slowest of {n} ranks computes about {(slowest_factor(spread, n) - 1) * 100:.1f}% longer "
-                   "than the typical one" if spread > 0 else f"every rank waits for the slowest of {n}")
+        lag = slowest_factor(spread, n, micro_steps) - 1  # as the simulator plays it (sim/plan.py)
+        slowest = (f"the slowest of {n} ranks computes about {lag * 100:.1f}% longer than the typical one"
+                   + (f" (over {micro_steps} micro-steps)" if micro_steps > 1 else "") if spread > 0
+                   else f"every rank waits for the slowest of {n}")
+        hidden = ", less where communication, not compute, sets the pace" if w < lag * t / 2 else ""
         text = (f"Waiting for stragglers: {slowest} (" + (f"rank-to-rank spread {spread * 100:.2f}%, " if spread > 0
                                                           else "") +
                 f"{source}), which costs {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
-                f"({_share(w, t)}), less where communication, not compute, sets the pace; unchanged: "
-                f"{w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
+                f"({_share(w, t)}){hidden}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
     if t != t0 and (w or w0):
         part = (f"{(w - w0) * 1e3:+.2f} ms ({_share(w - w0, t - t0)}) is" if abs(w - w0) >= 5e-6
                 else "none is")  # under 0.005 ms: "-0.00 ms (-0%)" said nothing

@@ -32,7 +32,7 @@ SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the re
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
-TIE = ", as fast: nothing to change"  # the choice within 0.05 ms of the sweep's best
+TIE = ", as fast or faster: nothing to change"  # the choice within 0.05 ms of the sweep's best, or better
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
 
 
@@ -278,7 +278,7 @@ def describe_stragglers(out: Outcome) -> str | None:
     """How much of the what-if (and of its change) is waiting for the slowest rank; None without rank noise."""
     return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
                             (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
-                            out.spread_source)
+                            out.spread_source, int((out.sim.meta.get("config") or {}).get("no_sync_every") or 1))
 
 
 def recommend(rows: list[dict]) -> dict | None:

@@ -37,7 +37,10 @@ def _int(s: str, name: str) -> int:
     if len(s.lstrip("-")) > MAX_INT_DIGITS:
         raise TraceFormatError(f"{name} holds a {len(s.lstrip('-'))}-digit integer; "
                                f"a trace's integers have at most {MAX_INT_DIGITS} digits")
-    return int(s)
+    v = int(s)
+    if not -2**63 <= v < 2**63:  # 19 digits reach 9.99e18: int64 is what its exports hold (Perfetto, HTA)
+        raise TraceFormatError(f"{name} holds the integer {s}, outside int64")
+    return v
 
 
 def _float(s: str, name: str) -> float:

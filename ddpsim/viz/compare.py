@@ -56,14 +56,23 @@ def _pick(trace: Trace, iteration: int | None, rank: int):
     return r, it
 
 
-HEAD_CHARS = 110  # characters of a run's header line that fit the axes (10 pt bold, 10-inch figure)
+HEAD_CHARS = 100  # characters of a run's header line that fit the axes at 10 pt bold (10-inch figure)
+HEAD_MIN_PT = 7.0  # a longer header is set smaller, down to this size, before its name is cut
+
+
+def _header(label: str, suffix: str) -> tuple[str, float]:
+    """(the header line, its font size): ``label`` and ``suffix`` whole at 10 pt where they fit, else in
+    smaller type, and below ``HEAD_MIN_PT`` the label cut to fit (``_middle_cut``)."""
+    size = min(10.0, max(HEAD_MIN_PT, 10.0 * HEAD_CHARS / (len(label) + len(suffix))))
+    return _middle_cut(label, int(HEAD_CHARS * 10.0 / size) - len(suffix)) + suffix, size
 
 
 def _middle_cut(label: str, n: int) -> str:
-    """``label`` in at most ``n`` characters: a longer one keeps its start and end around an ellipsis."""
+    """``label`` in at most ``n`` characters: a longer one keeps a little of its start and most of its
+    end around an ellipsis (a kept what-if's name ends in the settings that tell it apart)."""
     if len(label) <= n:
         return label
-    head = max(1, (n - 1) * 3 // 5)
+    head = max(1, (n - 1) // 4)
     return label[:head] + "…" + label[len(label) - max(0, n - 1 - head):]
 
 
@@ -97,8 +106,8 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
         median = ", the most typical" if iteration is None else ""
         suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it:.1f} ms]"
-        head = _middle_cut(label, HEAD_CHARS - len(suffix)) + suffix
-        ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=10, fontweight="bold", va="center",
+        head, size = _header(label, suffix)
+        ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=size, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False).set_in_layout(False)  # a long header never squeezes the drawing
         for name, text in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):
             yticks.append(rows[name] + 0.5)

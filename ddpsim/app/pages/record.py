@@ -36,7 +36,10 @@ with st.form("ddpsim_record_form"):
              "ddpsim refuses those in one line.")
     started = st.form_submit_button("Start recording", type="primary", icon=":material/play_arrow:")
 
-if started and "ddpsim_job" not in st.session_state:
+if started and hook and impl != "torch":  # record refuses it too, in its flags' words
+    st.error("A communication hook is registered on torch's DDP (register_comm_hook): choose 'torch DDP' as the "
+             "Implementation, or no hook.")
+elif started and "ddpsim_job" not in st.session_state:
     cfg = {"model": model, "world_size": world, "iters": iters, "impl": impl, "bucket_cap_mb": cap,
            "find_unused_parameters": fu, "timeout_s": 30.0, "comm_hook": hook,
            **({"powersgd_start_iter": POWERSGD_START} if hook == "powersgd" else {})}
