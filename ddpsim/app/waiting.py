@@ -59,19 +59,24 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
     else:  # the slowest rank's lag grows with n; what it costs can shrink where communication sets the pace
         lag = slowest_factor(spread, n, micro_steps) - 1  # as the simulator plays it (sim/plan.py)
-        slowest = (f"the slowest of {n} ranks computes about {lag * 100:.1f}% longer than the typical one"
-                   + (f" (over {micro_steps} micro-steps)" if micro_steps > 1 else "") if spread > 0
-                   else f"every rank waits for the slowest of {n}")
         hidden = ", less where communication, not compute, sets the pace" if w < lag * t / 2 else ""
-        text = (f"Waiting for stragglers: {slowest} (" + (f"rank-to-rank spread {spread * 100:.2f}%, " if spread > 0
-                                                          else "") +
-                f"{source}), which costs {w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration "
-                f"({_share(w, t)}){hidden}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
+        text = (f"Waiting for stragglers: {_slowest(n, spread, lag, micro_steps, source)}, which costs "
+                f"{w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration ({_share(w, t)}){hidden}; "
+                f"unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
     if t != t0 and (w or w0):
         part = (f"{(w - w0) * 1e3:+.2f} ms ({_share(w - w0, t - t0)}) is" if abs(w - w0) >= 5e-6
                 else "none is")  # under 0.005 ms: "-0.00 ms (-0%)" said nothing
         text += f" Of the predicted change ({(t - t0) * 1e3:+.2f} ms), {part} waiting for stragglers."
     return text
+
+
+def _slowest(n: int, spread: float, lag: float, micro_steps: int, source: str) -> str:
+    """Who is waited for, and where the spread comes from."""
+    if spread <= 0:
+        return f"every rank waits for the slowest of {n} ({source})"
+    window = f" (over {micro_steps} micro-steps)" if micro_steps > 1 else ""
+    return (f"the slowest of {n} ranks computes about {lag * 100:.1f}% longer than the typical one{window} "
+            f"(rank-to-rank spread {spread * 100:.2f}%, {source})")
 
 
 def _share(part: float, whole: float) -> str:
@@ -84,12 +89,12 @@ UNEVEN = 1.10  # slowest over fastest recorded rank's backward speed (rank_facto
 
 
 def uneven_caution(work, world_size: int, hook: str | None = None) -> str | None:
-    """A caution when the recorded ranks (``work``: a recording's Workload, else falsy) ran at lastingly
+    """A caution when the recorded ranks (``work``: a recording's Workload, or None) ran at lastingly
     different speeds (Note [Ranks are not equally fast] in learn/gradients.py) and the what-if is at
     another world size, where no rank is known to be that slow and drawn noise of the measured spread
     stands in: the waiting there is not the recorded one's.
     None where nobody waits (one rank, the noop hook)."""
-    factors = {int(r): float(f) for r, f in ((work.meta.get("rank_factors") or {}) if work else {}).items()}
+    factors = {int(r): float(f) for r, f in ((work.meta.get("rank_factors") or {}) if work is not None else {}).items()}
     if (len(factors) < 2 or world_size == 1 or hook == "noop" or world_size == work.meta.get("recorded_world_size")
             or max(factors.values()) < UNEVEN * min(factors.values())):
         return None

@@ -216,7 +216,7 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
                        f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
                        "a GPU model or a GPU recording.")
     out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
-                        waiting.uneven_caution(base.kind == "trace" and work, cfg.world_size, cfg.comm_hook)] if c]
+                        waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:
         out.append("The network is not the recorded one: the allreduce times come from the chosen "
                    "profile's datasheet figures, the compute from the recording.")

@@ -67,10 +67,12 @@ def caution(trace: Trace | None, comm_hook: str | None, work: Workload | None = 
         cpu = gloo and (trace.meta.get("placement") or {}).get("device") != "cuda"
         priced = work is not None and alone.noop_scale(work, comm_hook, world_size) is not None
         return NOOP_ON_CPU if cpu and not priced else None
-    if comm_hook in SENT_DTYPE and gloo and "float16_allreduce_cost" not in rates:
+    if comm_hook not in SENT_DTYPE or not gloo:
+        return None
+    if "float16_allreduce_cost" not in rates:
         return NO_16_BIT
-    cost = rates.get(f"{SENT_DTYPE.get(comm_hook, '')}_allreduce_cost")
-    if gloo and cost is not None and cost >= 1.0:  # the hook can only lose here: say why
+    cost = rates.get(f"{SENT_DTYPE[comm_hook]}_allreduce_cost")
+    if cost is not None and cost >= 1.0:  # the hook can only lose here: say why
         return (f"This recording's ranks timed gloo's {SENT_DTYPE[comm_hook]} allreduce at {cost:.2f}x the fp32 one "
                 f"of as many elements (gloo sums 16-bit floats through float conversions on the CPU): {comm_hook} "
                 "sends half the bytes but saves no allreduce time here, and its casts cost extra. With NCCL on "

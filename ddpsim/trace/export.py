@@ -226,8 +226,7 @@ def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | Non
     lowest = min(r.rank for r in trace.ranks)  # its file carries the trace
     for r in trace.ranks:
         path = out_dir / f"rank{r.rank}.json"
-        first = r.rank == lowest
-        path.write_text(json.dumps(to_kineto(trace, r.rank, iterations, carry=first)))  # ": " separators (HTA)
+        path.write_text(json.dumps(to_kineto(trace, r.rank, iterations, carry=r.rank == lowest)))  # ": " (HTA)
         paths.append(path)
     return paths
 

@@ -3,13 +3,12 @@ import streamlit as st
 
 from ddpsim.app import jobs, ui
 from ddpsim.app.state import get_trace, open_partial, open_recording
+from ddpsim.app.whatif import HOOKS, POWERSGD_START  # the hooks the What-if page prices, PowerSGD from step 2
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
 
 IMPLS = ("torch", "minddp", "overlap", "naive")  # ddpsim.record.config.IMPLS, in the order shown
-HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # record --comm-hook (None: DDP's own)
-POWERSGD_START = 2  # start_powerSGD_iter here: torch's 1000 is past any run this page makes (its least: 2)
 st.header("Record a real DDP run")
 st.caption("Runs N processes with gloo on this machine (each rank pinned to a CPU), records every "
            "gradient-ready event, bucket and allreduce, and opens the trace. " + ui.learn.CPU_NOTE)
