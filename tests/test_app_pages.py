@@ -138,6 +138,24 @@ def test_whatif_gpu_model_sweep_and_keep_for_compare():
     assert len(at.dataframe[0].value) == 2
 
 
+def test_whatif_offers_the_nccl_algorithms_that_run_at_the_world_size():
+    at = page("whatif.py")
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    at.selectbox(key="ddpsim_wi_gpu").set_value("h100").run()
+    at.selectbox(key="ddpsim_wi_net").set_value("ib400").run()
+    k = "ddpsim_wi:synthetic:h100-ib400:resnet50:"
+    world = next(s for s in at.select_slider if s.label.startswith("World size"))
+    world.set_value(8).run()
+    assert at.selectbox(key=k + "algo").options == ["auto (NCCL's choice)", "ring", "tree", "nvls"]  # one node
+    at.selectbox(key=k + "algo").set_value("nvls").run()
+    ok(at)
+    world = next(s for s in at.select_slider if s.label.startswith("World size"))
+    world.set_value(64).run()  # NVLS across nodes needs SHARP: NVLS-tree instead
+    ok(at)
+    assert at.selectbox(key=k + "algo").options == ["auto (NCCL's choice)", "ring", "tree", "nvls_tree"]
+    assert at.selectbox(key=k + "algo").value is None
+
+
 def test_whatif_world_size_network_and_no_sync():
     at = page("whatif.py")
     world = next(s for s in at.select_slider if s.label.startswith("World size"))

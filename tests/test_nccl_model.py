@@ -44,6 +44,16 @@ def test_forcing_an_algorithm_and_what_nccl_would_not_run():
         nccl.choose(DGX_H100, 1 << 20, 16, "nvls")  # NVLS across nodes needs SHARP
     with pytest.raises(ValueError, match="no nvls_tree"):
         nccl.choose(DGX_A100, 1 << 20, 16, "nvls_tree")  # Ampere has no NVLink SHARP
+    # what the What-if page offers: exactly the algorithms choose() does not refuse
+    for c in (DGX_A100, DGX_H100):
+        for k in (2, 8, 16, 1024):
+            for algo in ("auto",) + nccl.ALGOS:
+                try:
+                    nccl.choose(c, 1 << 20, k, algo)
+                    ran = True
+                except ValueError:
+                    ran = False
+                assert nccl.runs(c, k, algo) == ran, (c.arch, k, algo)
 
 
 def test_a_node_shares_its_nics():

@@ -3,8 +3,9 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RECORDED, HOOKS, Base
-from ddpsim.sim.network import gpus, networks
+from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, Base
+from ddpsim.sim import nccl
+from ddpsim.sim.network import gpus, network_for, networks
 
 
 def recorded_hook(base: Base) -> str | None:
@@ -29,6 +30,15 @@ def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, netw
     extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
     return " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
                      f"{network}", *filter(None, extra)])
+
+
+def nccl_algos(base: Base, world: int) -> list:
+    """The NCCL algorithms a GPU model can run at ``world`` ranks (None: NCCL's choice, always offered):
+    NVLS only inside one node with NVLink SHARP, NVLS-tree only across such nodes (``nccl.runs``)."""
+    if world <= 1:
+        return [None]  # one rank sends nothing: no algorithm to choose
+    cluster = network_for(base.hardware, world).cluster
+    return [a for a in NCCL_ALGOS if a is None or cluster is None or nccl.runs(cluster, world, a)]
 
 
 def gpu_names() -> list[str]:

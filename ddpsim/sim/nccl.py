@@ -178,6 +178,15 @@ def choose(c: Cluster, nbytes: int, k: int, algo: str = "auto") -> tuple[str, st
     return a, p, t * 1e-6
 
 
+def runs(c: Cluster, k: int, algo: str) -> bool:
+    """Whether NCCL can run ``algo`` (an NCCL_ALGO value, or "auto") for an allreduce over ``k`` ranks here.
+
+    NVLS needs NVLink SHARP in one node, NVLS-tree several such nodes (``bus_GBps``); one rank sends nothing.
+    """
+    algos = ALGOS if algo == "auto" else (algo,)
+    return k <= 1 or any(time_us(c, a, p, 1 << 20, k) < float("inf") for a in algos for p in PROTOS)
+
+
 def allreduce_s(c: Cluster, nbytes: int, k: int, algo: str = "auto") -> float:
     return choose(c, int(nbytes), int(k), algo)[2]
 

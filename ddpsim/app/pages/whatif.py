@@ -74,8 +74,9 @@ else:
     network = base.network
     c3.markdown(f"**Network:** {widgets.network_label(network, base.gpu)}  \n**GPU:** {base.gpu}")
 algo = None if base.kind == "trace" else c3.selectbox(
-    "NCCL algorithm", whatif.NCCL_ALGOS, format_func=lambda a: a or "auto (NCCL's choice)", key=k + "algo",
-    help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning model).")
+    "NCCL algorithm", widgets.nccl_algos(base, world), format_func=lambda a: a or "auto (NCCL's choice)", key=k + "algo",
+    help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning model). "
+         "Offered: what NCCL runs at this size on this GPU (NVLS: one node with NVLink SHARP; NVLS-tree: several).")
 
 measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
 if trace is not None and source_key in measured:
