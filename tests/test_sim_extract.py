@@ -242,3 +242,19 @@ def test_the_rank_spread_of_a_short_no_sync_run_is_measured():
     _, two = simulate(w, replay_config(w, trace))
     _, four = simulate(w, replay_config(w, trace, world_size=4))
     assert four["exposed_comm_s"] >= two["exposed_comm_s"]
+
+
+def test_one_bucket_size_takes_its_latency_from_the_recordings_probe():
+    """Note [One bucket size and the latency probe]: the convnet sample's collectives all have one
+    size; off a shared core its line goes through the probe's 4 KiB allreduce, not the origin."""
+    from ddpsim import load_trace
+    from ddpsim.samples import sample_path
+
+    trace = load_trace(sample_path("05_convnet_torch_no_sync3"))
+    latency = trace.meta["hook_rates"]["allreduce_latency_s"]
+    ring = workload_from_trace(trace, shared_core=False).link
+    assert ring.allreduce_s(4096, 2) == pytest.approx(latency, rel=1e-3)
+    assert ring.allreduce_s(1 << 20, 2) > latency
+    del trace.meta["hook_rates"]  # an older recording: a line through the origin, as before
+    assert workload_from_trace(trace, shared_core=False).link.alpha_s == 0.0
+    assert workload_from_trace(load_trace(sample_path("05_convnet_torch_no_sync3"))).link.alpha_s == 0.0  # shared core

@@ -124,5 +124,7 @@ def test_another_world_size_is_measured_here(tmp_path, capsys):
     assert cli(["simulate", "--trace", str(path), "--world-size", "3", "--out", str(tmp_path / "sim.json")]) == 0
     err = capsys.readouterr().err
     assert "measuring the allreduce at 2 and 3 ranks" in err and "measured in" in err
+    assert "the trace file is not changed" in err and "calibrate --world-sizes 2,3 --trace" in err
+    assert "calibration" not in load_trace(path).meta  # as it says: the file is left as it was
     sim = load_trace(tmp_path / "sim.json")
     assert "measured at k=3" in sim.meta["link"]["name"]

@@ -88,7 +88,10 @@ def test_far_extrapolation_is_cautioned():
     out = whatif.evaluate(work, base, trace, config(base, work, world_size=1024))
     text = " ".join(out.cautions)
     assert "Far beyond the recording" in text and "512x" in text and "CPU run" in text
+    assert "fitted at 2 ranks" in text
     assert whatif.evaluate(work, base, trace, config(base, work, world_size=8)).cautions == []
+    trace.meta["calibration"] = {"world_sizes": {"2": {}, "4": {}}}  # measured here at 2 and 4 ranks
+    assert "fitted at 2 and 4 ranks" in " ".join(whatif.cautions(base, trace, config(base, work, world_size=1024)))
 
 
 def test_recommendation_is_a_value_the_widgets_offer():
@@ -341,10 +344,19 @@ def test_page_another_host_asks_for_a_network(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch):
     samples_from(tmp_path, monkeypatch, socket.gethostname())
-    at = open_whatif(4)
+    at = open_whatif(2)
+    keep = lambda: next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()  # noqa: E731
+    keep()
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(4).run()
     next(b for b in at.button if b.label.startswith("Measure the allreduce at 2 and 4 ranks (")).click().run(timeout=300)
     assert not at.exception and not at.error and not at.info
     assert any("World size 4: the allreduce at 4 ranks: measured" in c.value for c in at.caption)
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(2).run()
+    assert any("World size 2: the allreduce is priced from the measurement made here at 2 and 4 ranks" in c.value
+               for c in at.caption), [c.value for c in at.caption]
+    keep()  # the same choices, now priced by the measurement: kept beside the first, not over it
+    kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
+    assert len(kept) == 2 and kept[1] == kept[0] + " (2)", kept
 
 
 def test_page_opens_a_run_that_synced_every_16_micro_steps(tmp_path, monkeypatch):

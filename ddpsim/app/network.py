@@ -25,6 +25,19 @@ def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -
     return None if plan.action == "recorded" else plan
 
 
+def recorded_size_note(trace: Trace | None, world_size: int) -> str | None:
+    """At the recorded world size after a measurement here: the allreduce is priced from it (Note
+    [Calibrate alone] in learn/linkfit.py), not from the recording's own collectives; else None."""
+    if trace is None or int(world_size) != trace.world_size or not worldsize.is_local_cpu_run(trace):
+        return None
+    sizes = sorted(worldsize.measured_sizes(trace.meta.get("calibration")))
+    if trace.world_size not in sizes:
+        return None
+    return (f"World size {trace.world_size}: the allreduce is priced from the measurement made here at "
+            f"{' and '.join(map(str, sizes))} ranks (several message sizes), no longer from the recording's own "
+            "collectives, so the numbers differ from before the measurement.")
+
+
 def measured_at(trace: Trace, world_size: int) -> str:
     """Which world sizes ``measure_network`` times, in words: the trace's and ``world_size``, or the
     most this host measures, with ``world_size`` from the fit through them (``worldsize.measurable``)."""

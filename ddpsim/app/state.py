@@ -49,6 +49,13 @@ def add_trace(label: str, trace: Trace, select: bool = True) -> str:
     return label
 
 
+def keep_trace(label: str, trace: Trace) -> str:
+    """Keep a simulated run under ``label`` without opening it; another run already kept under that name
+    (the same choices before a network was measured) stays, and this one gets ``label (2)``."""
+    kept = st.session_state.get("ddpsim_uploads", {}).get(label)
+    return add_trace(label if kept is None or kept is trace else free_label(label), trace, select=False)
+
+
 def _select(label: str) -> None:
     try:
         st.session_state["ddpsim_source"] = label

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import waiting
+from ddpsim.experiments.worldsize import measured_sizes
 from ddpsim.learn import hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.sim import SimConfig, comm_hooks, synthetic
@@ -207,10 +208,12 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     out = []
     recorded = int(base.config.get("world_size", 2))
     if base.kind == "trace" and cfg.world_size > EXTRAPOLATE * recorded:
+        fitted = " and ".join(map(str, sorted(measured_sizes(trace.meta.get("calibration")) if trace else [])
+                                  or [recorded]))  # the sizes a measurement here timed, or the recorded one
         out.append(f"Far beyond the recording: it ran {recorded} ranks, this asks for {cfg.world_size} "
                    f"({cfg.world_size / recorded:g}x). The allreduce cost at {cfg.world_size} ranks comes "
-                   f"from a network model fitted at {recorded}, not from a measurement: read the result as "
-                   "a trend, not a prediction.")
+                   f"from a network model fitted at {fitted} ranks, not from a measurement there: read the "
+                   "result as a trend, not a prediction.")
         if trace is not None and str(trace.meta.get("backend", "")) == "gloo":
             out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
                        f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "

@@ -71,7 +71,7 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
                     f"the trace has {k} rank and no collective to learn a network from")
     cal = trace.meta.get("calibration")
     local = is_local_cpu_run(trace)
-    measured = _sizes(cal) if isinstance(cal, dict) else set()
+    measured = measured_sizes(cal)
     if isinstance(cal, dict) and covers(cal, world_size) and (not local or measurable(world_size) in measured):
         how = "measured" if world_size in measured else "the world-size fit through"
         return Plan("calibrated", f"the allreduce at {world_size} ranks: {how} the trace's calibration "
@@ -92,8 +92,11 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
                           "[--latency-us L], or --calibration FILE from `ddpsim calibrate --world-sizes ...`)", why)
 
 
-def _sizes(cal: dict) -> set[int]:
-    return {int(k) for k in (cal.get("world_sizes") or {})} or {int(cal.get("world_size", 0))}
+def measured_sizes(cal) -> set[int]:
+    """The world sizes calibration ``cal`` (``meta.calibration``) measured; none without one."""
+    if not isinstance(cal, dict):
+        return set()
+    return ({int(k) for k in (cal.get("world_sizes") or {})} or {int(cal.get("world_size", 0))}) - {0}
 
 
 def measure(trace: Trace, world_size: int, log=None) -> dict:
@@ -118,5 +121,7 @@ def prepare(trace: Trace, world_size: int, calibrate: bool = True, log=print) ->
         log(p.message)
     if p.action == "measure":
         cal = measure(trace, world_size)
-        log(f"measured in {cal['measured_for']['seconds']:.0f} s; stored in the trace's meta.calibration")
+        sizes = ",".join(map(str, cal["measured_for"]["world_sizes"]))
+        log(f"measured in {cal['measured_for']['seconds']:.0f} s, for this command only: the trace file is not "
+            f"changed (`python -m ddpsim calibrate --world-sizes {sizes} --trace FILE` keeps it there)")
     return p

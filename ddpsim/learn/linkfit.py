@@ -53,7 +53,7 @@ def fit_shared_link(trace: Trace, sync_its, concurrency: int, flights, cpus: int
         points += [(nbytes, contention.shared_work(s, e, others, 0, compute) * NS) for s, e, nbytes in spans]
     if k < 2 or not points:  # Note [No network from one rank]
         return no_network(k, points, concurrency, shared_core=True, cpus=cpus)
-    a, b = fit_medians(points)  # one size: a line through the origin (fit_line)
+    a, b = fit_medians(points)  # one size: a line through the origin (Note [One bucket size and the latency probe])
     link = Link.from_fit(a, b, k, concurrency=concurrency, shared_core=True, cpus=cpus,
                          name=f"shared-core fit from trace (k={k})")
     return link, {"from": "trace (shared core)", "intercept_s": a, "s_per_byte": b,
@@ -75,6 +75,33 @@ def collective_points(trace: Trace, sync_its, concurrency: int) -> list[tuple[in
         prior.append(complete)
         points.append((nbytes, max(0, complete - start) * NS))
     return points
+
+
+# Note [One bucket size and the latency probe]: a run whose collectives all have one size (a small
+# model in one bucket, or equal buckets) gives one point, and a line through it cannot tell a
+# collective's latency from its bandwidth: through the origin, a smaller bucket cap looks free.
+# Every recording times a 4 KiB allreduce at its end in its own ranks (``meta.hook_rates``,
+# ``allreduce_latency_s``: ``record/hookprobe.py``), and where the collectives do not run on the
+# rank's own core (NCCL, gloo on CUDA tensors: ``fit_link``) the line goes through that point too.
+# On a shared CPU core (``fit_shared_link``) it does not: there each collective counts as work on
+# the core, and most of a small allreduce's time is waiting for the other rank, not work. A small
+# CNN recorded in one 0.53 MiB bucket, three recordings at the default cap interleaved with three at
+# cap 0.25 (2026-11-28): through the origin it predicted 0.25's iteration +5% (16.5 ms against
+# 15.7 measured, means), exposed 2.4 ms (3.1) and overlap 77% (64%); through the probe, 17.9 ms
+# (+14%), 4.3 ms and 56%. The What-if page says so for such a run, and a measurement (`ddpsim
+# calibrate`, the page's button) separates the two with five sizes.
+LATENCY_BYTES = 4096  # bytes of the probe's allreduce (hookprobe.SMALL_ELEMENTS float32 elements)
+
+
+def with_latency(points: list[tuple[int, float]], trace: Trace) -> list[tuple[int, float]]:
+    """``points`` and, where they have one size only, the recording's latency probe at LATENCY_BYTES
+    (Note [One bucket size and the latency probe])."""
+    sizes = {x for x, _ in points}
+    rates = trace.meta.get("hook_rates")
+    lat = rates.get("allreduce_latency_s") if isinstance(rates, dict) else None
+    if len(sizes) != 1 or min(sizes) <= LATENCY_BYTES or not isinstance(lat, (int, float)) or not 0 < lat < 1e3:
+        return points
+    return points + [(LATENCY_BYTES, float(lat))] * len(points)
 
 
 def _by_size(points) -> dict[int, list[float]]:
@@ -161,7 +188,6 @@ def no_network(k: int, points: list[tuple[int, float]], concurrency: int, **kw) 
 def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
     points = collective_points(trace, sync_its, concurrency)
     k = trace.world_size
-    a, b = fit_medians(points)
     cal = trace.meta.get("calibration")
     if (len({p[0] for p in points}) < 2 or k < 2) and isinstance(cal, dict) and "alpha_s" in cal:
         link = Link(alpha_s=float(cal["alpha_s"]), bandwidth_Bps=float(cal["bandwidth_Bps"]),
@@ -169,6 +195,8 @@ def fit_link(trace: Trace, sync_its, concurrency: int) -> tuple[Link, dict]:
         return link, {"from": "meta.calibration", **cal}
     if k < 2 or not points:  # Note [No network from one rank]
         return no_network(k, points, concurrency)
+    points = with_latency(points, trace)  # Note [One bucket size and the latency probe]
+    a, b = fit_medians(points)
     link = Link.from_fit(a, b, k, concurrency=concurrency, name=f"fit from trace (k={k})")
     return link, {"from": "trace", "intercept_s": a, "s_per_byte": b, "points": len(points),
                   "world_size": k}

@@ -6,7 +6,7 @@ from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
-from ddpsim.app.state import add_trace, current_trace, pretty, trace_key
+from ddpsim.app.state import current_trace, keep_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
@@ -96,6 +96,8 @@ if plan is not None and plan.action == "measure" and hook != "noop":  # noop sen
         st.rerun()
 elif plan is not None and plan.action != "measure":
     st.caption(f"World size {world}: {plan.message}.")
+elif plan is None and (note := network_plan.recorded_size_note(trace, world)):
+    st.caption(note)
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
 sim_hook = widgets.simulated_hook(hook, base)
 try:
@@ -122,7 +124,7 @@ ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
     name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo)
-    add_trace(name, out.sim, select=False)
+    name = keep_trace(name, out.sim)
     st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it beside the open trace
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
