@@ -135,7 +135,7 @@ def test_cli_import_then_open_and_simulate(tmp_path):
                                     capture_output=True, text=True, timeout=300)
     result = run("import", *map(str, profiles("resnet18_gloo_ws2")), "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert "2 rank(s), 6 iterations, 62 parameters, times on the gpu clock" in result.stdout
+    assert "2 rank(s), 3 iterations per rank, 62 parameters, times on the gpu clock" in result.stdout
     trace = load_trace(out)
     assert trace.meta["source_format"] == "kineto" and trace.meta["import_notes"]
     assert summarize(trace)["iteration_time_s"] > 0

@@ -28,6 +28,7 @@ def cli(*args, timeout=60):
     (["--world-size", "0"], "--world-size must be >= 1"),
     (["--iters", "many"], "invalid int value: 'many'"),
     (["--model", "nowhere/model.py:make"], "model file nowhere/model.py does not exist"),
+    (["--model", "tests/comm_hook_user.py:"], "names no function after ':': give tests/comm_hook_user.py:factory"),
 ])
 def test_bad_input_is_one_line_and_starts_nothing(tmp_path, args, message):
     out = tmp_path / "run.json"
@@ -127,6 +128,10 @@ def test_a_recording_that_records_nothing_keeps_an_earlier_trace(tmp_path):
     result = cli("record", "--model", f"{bad}:factory", "--iters", "2", "--out", str(out), timeout=120)
     assert result.returncode == 2 and "no model today" in result.stderr, result.stderr
     assert f"{out} left as it was" in result.stderr and out.read_bytes() == before
+    fresh = tmp_path / "fresh.json"  # a new output: each rank's fate is kept, not called a partial trace
+    result = cli("record", "--model", f"{bad}:factory", "--iters", "2", "--out", str(fresh), timeout=120)
+    assert f"no iteration recorded; each rank's fate kept in {fresh}" in result.stderr, result.stderr
+    assert "partial trace" not in result.stderr and not any(r.iterations for r in load_trace(fresh).ranks)
 
 
 @pytest.mark.slow

@@ -76,7 +76,7 @@ def _slowest(n: int, spread: float, lag: float, micro_steps: int, source: str) -
         return f"every rank waits for the slowest of {n} ({source})"
     window = f" (over {micro_steps} micro-steps)" if micro_steps > 1 else ""
     return (f"the slowest of {n} ranks computes about {lag * 100:.1f}% longer than the typical one{window} "
-            f"(rank-to-rank spread {spread * 100:.2f}%, {source})")
+            f"(rank-to-rank spread {spread * 100:.1f}%, {source})")
 
 
 def _share(part: float, whole: float) -> str:

@@ -132,7 +132,7 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
     if best is None:
         return None
     default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]] or rows
-    cap = "None (the slider's default)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
+    cap = "default (torch's 25 MiB, first bucket 1 MiB)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
     times = [r["iteration_time_s"] * 1e3 for r in default_rows]
     return (f"Best simulated: **bucket_cap_mb={cap}**, ordering **{best['order']}**, "
             f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "

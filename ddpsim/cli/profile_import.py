@@ -26,12 +26,13 @@ def main(args) -> int:
         model = model_params(args.model)
     trace, carried = import_or_carried(args.profiles, model=model)
     save_trace(trace, args.out)
-    its = sum(len(r.iterations) for r in trace.ranks)
+    counts = sorted({len(r.iterations) for r in trace.ranks})
+    its = f"{counts[0]} iterations per rank" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} iterations per rank"
     if carried:  # a ddpsim export: the trace it carries, whole
-        print(f"wrote {args.out}: the trace the ddpsim export carries ({len(trace.ranks)} rank(s), {its} "
-              "iterations), unchanged" + ("; --model is not needed for it" if model else ""))
+        print(f"wrote {args.out}: the trace the ddpsim export carries ({len(trace.ranks)} rank(s), {its}), "
+              "unchanged" + ("; --model is not needed for it" if model else ""))
         return 0
-    print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its} iterations, {len(trace.params)} parameters, "
+    print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its}, {len(trace.params)} parameters, "
           f"times on the {trace.meta['timebase']['grad_ready']} clock; "
           f"{len(trace.meta['import_notes'])} notes in meta.import_notes")
     sizes = trace.meta["sizes"]

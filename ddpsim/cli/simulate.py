@@ -285,7 +285,7 @@ def main(args) -> int:
     print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} buckets, "
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
-          f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.2f}")
+          f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.0%}")
     if (joined := join_line(trace)) is not None:
         print(joined)
     print(f"simulated in {summary.pop('sim_wall_s'):.2f} s", file=sys.stderr)  # wall time: stdout stays deterministic

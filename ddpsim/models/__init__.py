@@ -62,6 +62,8 @@ def resolve_factory(spec: str) -> Callable[[], Training]:
             f"unknown model {spec!r}: choose one of {', '.join(sorted(models))}, "
             "or give path/to/file.py:factory or package.module:factory")
     where, _, attr = spec.rpartition(":")
+    if not attr:
+        raise ModelSpecError(f"model {spec!r} names no function after ':': give {where}:factory")
     return load_callable(where, attr)
 
 

@@ -58,7 +58,9 @@ def failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, in
     if not hang:
         rank, error = root_cause(errors)
         message = explain(rank, error, params)
-    where = f"partial trace kept in {kept}" if kept else f"no iteration recorded; {out} left as it was"
+    where = (f"partial trace kept in {kept}" if kept and _iterations(raw) else
+             f"no iteration recorded; each rank's fate kept in {kept}" if kept else
+             f"no iteration recorded; {out} left as it was")
     return RecordError(f"{message} ({where}; rank logs in {logs})", kept, _iterations(raw))
 
 
