@@ -73,10 +73,24 @@ def drawn_cap(cap_bytes: int | None) -> int | None:
     return cap_bytes if cap_bytes and cap_bytes < MAXSIZE else None
 
 
-def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int]):
+SHARED_SCALE = 4.0  # panels whose widest buckets differ less than this share one MiB axis
+
+
+def _widest(lay: Layout) -> float:
+    """MiB of the panel's widest bucket or drawn cap."""
+    return max((max(b.bytes, drawn_cap(b.cap_bytes) or 0) for b in lay.buckets), default=1) / MIB or 1.0
+
+
+def panel_scales(lays: list[Layout]) -> list[float]:
+    """Each layout panel's axis (MiB): one shared axis, so the same bucket is drawn the same width in
+    every panel, unless their widest buckets differ SHARED_SCALE times or more (a 100 MiB construction
+    bucket would hide 0.25 MiB rebuilt ones): then each panel its own."""
+    widest = [_widest(lay) for lay in lays]
+    return [max(widest)] * len(widest) if max(widest) < SHARED_SCALE * min(widest) else widest
+
+
+def _layout_panel(ax, trace: Trace, lay: Layout, sizes: dict[int, int], xmax: float):
     n = len(lay.buckets)
-    # each panel its own scale: a 100 MiB construction bucket would hide 0.25 MiB rebuilt ones
-    xmax = max((max(b.bytes, drawn_cap(b.cap_bytes) or 0) for b in lay.buckets), default=1) / MIB or 1.0
     step = label_step(n)
     lw = 0.4 if n <= LABEL_ALL else 0.15  # thin segment edges, or many buckets turn grey
     for b in lay.buckets:
@@ -129,8 +143,8 @@ def plot_buckets(trace: Trace, rank: int = 0) -> Figure:
     ax.set_title("gradients arrive in reverse", loc="left", fontsize=10.5)
     ax.grid(color=pal.GRID)
     ax.set_axisbelow(True)
-    for lay, axl in zip(lays, axes[1:]):
-        _layout_panel(axl, trace, lay, sizes)
+    for lay, axl, xmax in zip(lays, axes[1:], panel_scales(lays)):
+        _layout_panel(axl, trace, lay, sizes, xmax)
     m = trace.meta
     who = f"{m.get('model') or (m.get('workload') or {}).get('name') or 'model'}" + \
         (" (simulated)" if trace.source == "simulated" else "")
