@@ -81,6 +81,20 @@ def test_sweep_best_marked_and_series():
         figure_bytes(fig, "gif")
 
 
+def test_the_best_label_stays_inside_its_panel():
+    """With the smallest cap best, the label centred under its star covered the y axis's ticks."""
+    for best in (0.25, 250):
+        rows = [{"bucket_cap_mb": c, "order": "torch", "find_unused_parameters": False,
+                 "iteration_time_s": (20 + abs(c - best) / 10) / 1000, "exposed_comm_s": 0.001}
+                for c in (0.25, 1, 25, 250)]
+        fig = plot_sweep(rows)
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        box = next(t for t in ax.texts if t.get_text().startswith("best:")).get_window_extent()
+        frame = ax.get_window_extent()
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (best, box, frame)
+
+
 def test_compare_rows_give_spread_and_figure_draws_the_typical_iteration():
     from ddpsim.analysis import cycle_metrics, steady_cycles
     from ddpsim.samples import BUNDLED_DIR
