@@ -156,7 +156,8 @@ def test_whatif_offers_the_nccl_algorithms_that_run_at_the_world_size():
     world.set_value(64).run()  # NVLS across nodes needs SHARP: NVLS-tree instead
     ok(at)
     assert at.selectbox(key=k + "algo").options == ["auto (NCCL's choice)", "ring", "tree", "nvls_tree"]
-    assert at.selectbox(key=k + "algo").value is None
+    assert at.selectbox(key=k + "algo").value == "auto"  # shown as auto, not a blank "Choose an option"
+    assert any("nvls does not run at 64 ranks on h100: back to NCCL's choice" in c.value for c in at.caption)
 
 
 def test_whatif_world_size_network_and_no_sync():

@@ -116,7 +116,8 @@ def test_the_whatif_page_offers_the_hooks_and_fp16_shortens_a_gpu_models_iterati
     at.selectbox(key="ddpsim_source").set_value("20_sim_resnet50_v100-eth25_w64_default").run()
     at.switch_page("ddpsim/app/pages/whatif.py").run()
     hook = next(s for s in at.selectbox if s.label == "Communication hook")
-    assert set(hook.options) >= {"none (DDP's own allreduce)", "fp16", "powersgd", "noop", "round-robin:2"}
+    assert set(hook.options) >= {"none (DDP's own allreduce)", "fp16", "noop", "round-robin:2",
+                                 "powersgd (rank 1, from step 2; torch's default start is 1000)"}
     hook.set_value("fp16").run()
     assert not at.exception and not at.error
     text = "\n".join(m.value for m in at.markdown)

@@ -177,3 +177,34 @@ def test_layout_panels_share_a_scale_unless_it_would_hide_buckets(trace):
     assert len({ax.get_xlim() for ax in fig.axes[1:]}) == 1
     fig = plot_buckets(trace)  # a 2 KB bucket beside 25 MiB caps: one axis would hide it
     assert len({ax.get_xlim() for ax in fig.axes[1:]}) == 2
+
+
+def test_short_names_keep_what_tells_runs_apart():
+    """The Compare table cut three kept runs to "simulated: bert-large on v100 cap…": all alike."""
+    from ddpsim.viz import short_names
+
+    names = [f"simulated: bert-large on v100 cap=default torch fu=0 n=1 w={w} eth25{h}"
+             for w, h in ((64, ""), (64, " hook=fp16"), (512, " hook=fp16"))]
+    cut = short_names(names, 48)
+    assert all(len(c) <= 48 for c in cut) and len(set(cut)) == 3
+    assert cut[2].endswith("w=512 eth25 hook=fp16") and cut[0].startswith("simulated: ")
+    alike = ["simulated: " + "x" * 40 + tail for tail in ("a" + "y" * 40, "b" + "y" * 40)]  # differ in the middle
+    assert short_names(alike, 48) == alike
+
+
+def test_the_exposed_label_does_not_cover_a_bucket_ready_mark():
+    """A long run header pushed "exposed 8.1 ms" into the bucket-ready row, over the last mark
+    ("exposed▼8.1 ms"); where the row has room after the exposed span the label goes there."""
+    from ddpsim.app import whatif
+
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    out = whatif.evaluate(work, base, None, whatif.sim_config(base, None, "torch", False, 1, 64, "eth25"))
+    fig = plot_compare([("unchanged (SIMULATED) " + "x" * 60, out.unchanged), ("what-if (SIMULATED)", out.sim)])
+    fig.canvas.draw()
+    for ax in fig.axes:
+        marks = [m.get_window_extent() for m in ax.lines if (m.get_gid() or "").startswith("bucket_ready")]
+        for t in ax.texts:
+            if t.get_text().startswith("exposed "):
+                box = t.get_window_extent()
+                assert not any(box.overlaps(m) for m in marks), t.get_text()

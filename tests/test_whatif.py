@@ -193,6 +193,21 @@ def test_a_change_without_more_waiting_says_none_of_it_is():
     assert "none is waiting for stragglers" in text and "-0.00 ms" not in text
 
 
+def test_waiting_that_grows_against_a_faster_change_says_both_times():
+    """BERT-large on 64 V100s over 25 GbE with fp16: "Of the predicted change (-291.24 ms), +6.09 ms
+    (-2.1%) is waiting for stragglers" read as a contradiction."""
+    base = whatif.Base("synthetic", "bert-large", "v100", "eth25", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    cfg = whatif.sim_config(base, None, "torch", False, 1, 64, "eth25", comm_hook="fp16")
+    out = whatif.evaluate(work, base, None, cfg)
+    dw = out.waits[0] - out.waits[1]
+    dt = out.summary["iteration_time_s"] - out.unchanged_summary["iteration_time_s"]
+    assert dw > 0 > dt
+    text = whatif.describe_stragglers(out)
+    assert f"Waiting for stragglers adds {dw * 1e3:.2f} ms against the predicted change of" in text, text
+    assert "Of the predicted change" not in text
+
+
 @pytest.mark.parametrize("hook", [None, "noop"])
 def test_the_sweep_row_of_the_chosen_settings_is_the_what_if(hook):
     """The sweep below the figure and the metrics above it simulate the same settings alike: at 8

@@ -3,7 +3,7 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, Base
+from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, Base
 from ddpsim.sim import nccl
 from ddpsim.sim.network import gpus, network_for, networks
 
@@ -19,6 +19,13 @@ def hook_options(base: Base) -> list:
     return list(HOOKS) + ([rec] if rec and rec not in HOOKS else [])
 
 
+def hook_label(hook: str | None) -> str:
+    """How a hook reads in the selectors: PowerSGD with the rank and start step it runs with here."""
+    if hook == "powersgd":
+        return f"powersgd (rank 1, from step {POWERSGD_START}; torch's default start is 1000)"
+    return hook or "none (DDP's own allreduce)"
+
+
 def simulated_hook(hook: str | None, base: Base) -> str | None:
     """What the simulator plays for the selector's ``hook``: None replays the run as recorded, and "none"
     on a hooked run is DDP's own allreduce, not the recorded hook."""
@@ -32,13 +39,23 @@ def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, netw
                      f"{network}", *filter(None, extra)])
 
 
-def nccl_algos(base: Base, world: int) -> list:
-    """The NCCL algorithms a GPU model can run at ``world`` ranks (None: NCCL's choice, always offered):
+def nccl_algos(base: Base, world: int) -> list[str]:
+    """The NCCL algorithms a GPU model can run at ``world`` ranks ("auto": NCCL's choice, always offered):
     NVLS only inside one node with NVLink SHARP, NVLS-tree only across such nodes (``nccl.runs``)."""
     if world <= 1:
-        return [None]  # one rank sends nothing: no algorithm to choose
+        return ["auto"]  # one rank sends nothing: no algorithm to choose
     cluster = network_for(base.hardware, world).cluster
-    return [a for a in NCCL_ALGOS if a is None or cluster is None or nccl.runs(cluster, world, a)]
+    return ["auto"] + [a for a in NCCL_ALGOS if a and (cluster is None or nccl.runs(cluster, world, a))]
+
+
+def algo_gone(state, key: str, offered: list[str]) -> str | None:
+    """Where the algorithm chosen before is not offered now (another world size), set the widget's
+    ``state`` back to "auto" and return the one dropped, so the page can say so; else None."""
+    chosen = state.get(key)
+    if chosen is None or chosen in offered:
+        return None
+    state[key] = "auto"
+    return chosen
 
 
 def gpu_names() -> list[str]:

@@ -19,7 +19,7 @@ Bucket ``i`` has the colour ``bucket_color(i)`` in every view.
 from ddpsim.viz.accuracy import plot_accuracy
 from ddpsim.viz.buckets import bucket_rows, plot_buckets
 from ddpsim.viz.compression import plot_compression
-from ddpsim.viz.compare import (compare_rows, typical_iteration, plot_compare, steady_iteration,
+from ddpsim.viz.compare import (compare_rows, short_names, typical_iteration, plot_compare, steady_iteration,
                                  usable_runs)
 from ddpsim.viz.dataparallel import plot_dataparallel
 from ddpsim.viz.describe import describe_iteration
@@ -30,5 +30,5 @@ from ddpsim.viz.sweep import plot_sweep
 from ddpsim.viz.timeline import plot_timeline
 
 __all__ = ["bucket_color", "bucket_rows", "compare_rows", "describe_iteration", "figure_bytes",
-           "typical_iteration", "plot_accuracy", "plot_buckets", "plot_compare", "plot_compression", "plot_dataparallel",
+           "short_names", "typical_iteration", "plot_accuracy", "plot_buckets", "plot_compare", "plot_compression", "plot_dataparallel",
            "plot_ladder", "plot_sweep", "plot_timeline", "steady_iteration", "usable_runs"]

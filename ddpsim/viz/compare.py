@@ -62,18 +62,24 @@ HEAD_MIN_PT = 7.0  # a longer header is set smaller, down to this size, before i
 
 def _header(label: str, suffix: str) -> tuple[str, float]:
     """(the header line, its font size): ``label`` and ``suffix`` whole at 10 pt where they fit, else in
-    smaller type, and below ``HEAD_MIN_PT`` the label cut to fit (``_middle_cut``)."""
+    smaller type, and below ``HEAD_MIN_PT`` the label cut to fit (``middle_cut``)."""
     size = min(10.0, max(HEAD_MIN_PT, 10.0 * HEAD_CHARS / (len(label) + len(suffix))))
-    return _middle_cut(label, int(HEAD_CHARS * 10.0 / size) - len(suffix)) + suffix, size
+    return middle_cut(label, int(HEAD_CHARS * 10.0 / size) - len(suffix)) + suffix, size
 
 
-def _middle_cut(label: str, n: int) -> str:
+def middle_cut(label: str, n: int) -> str:
     """``label`` in at most ``n`` characters: a longer one keeps a little of its start and most of its
     end around an ellipsis (a kept what-if's name ends in the settings that tell it apart)."""
     if len(label) <= n:
         return label
     head = max(1, (n - 1) // 4)
     return label[:head] + "…" + label[len(label) - max(0, n - 1 - head):]
+
+
+def short_names(labels: list[str], n: int) -> list[str]:
+    """Each label in at most ``n`` characters (``middle_cut``), unless two would then read alike: then whole."""
+    cut = [middle_cut(label, n) for label in labels]
+    return cut if len(set(cut)) == len(set(labels)) else list(labels)
 
 
 def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,

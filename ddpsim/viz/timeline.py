@@ -218,10 +218,31 @@ def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabe
         x = min(start + exposed * MS, hi)
         width = minlabel * len(label) * 1.1  # the bold 9.5 pt text, in ms
         ha, y = "right", rows["head"] + 0.45
-        if x - width < lo + minlabel * head_chars * 1.25:  # would run into the name: go below it
-            x, y = max(x, lo + width), rows["ready"] + 0.5
+        after_name = lo + minlabel * head_chars * 1.25
+        if x - width < after_name:  # would run into the name: just after it, where the row has room
+            ha, x = "left", after_name
+            if after_name + width > hi:  # no room: in the bucket-ready row, where no bucket-ready mark is
+                ha, x = _beside_marks([ms(b.ready_ns) for b in it.buckets], start, start + exposed * MS,
+                                      width, minlabel, (lo, hi))
+                y = rows["ready"] + 0.5
         ax.text(x, y, label, ha=ha, va="center", fontsize=9.5, color=pal.EXPOSED, fontweight="bold",
-                clip_on=True, bbox={"fc": "white", "ec": "none", "pad": 0.5, "alpha": 0.8})
+                clip_on=True, zorder=7, bbox={"fc": "white", "ec": "none", "pad": 0.5, "alpha": 0.8})
+
+
+def _beside_marks(marks: list[float], start: float, end: float, width: float, gap: float,
+                  limits: tuple[float, float]) -> tuple[str, float]:
+    """(alignment, x) of the exposed label in the bucket-ready row: after the exposed span, else before
+    it, wherever no bucket-ready mark (``marks``, ms) is under it; else right-aligned at the span's end."""
+    lo, hi = limits
+
+    def free(x0, x1):  # a mark is about ``gap`` wide
+        return lo <= x0 and x1 <= hi and not any(x0 - gap < m < x1 + gap for m in marks)
+
+    if free(end + 2 * gap, end + 2 * gap + width):
+        return "left", end + 2 * gap
+    if free(start - 2 * gap - width, start - 2 * gap):
+        return "right", start - 2 * gap
+    return "right", max(min(end, hi), lo + width)
 
 
 def _bar(ax, start, end, y, color, label, minlabel, gid, text_y):

@@ -4,7 +4,7 @@ import streamlit as st
 from ddpsim.app import ui
 from ddpsim.app.state import all_labels, get_trace, pretty, trace_key
 from ddpsim.experiments import ladder
-from ddpsim.viz import compare_rows, plot_compare, plot_ladder, usable_runs
+from ddpsim.viz import compare_rows, plot_compare, plot_ladder, short_names, usable_runs
 
 st.header("Compare runs on one time axis")
 options = all_labels()
@@ -42,7 +42,9 @@ def _one_place(value):
 
 
 rows = compare_rows(runs)
-st.dataframe([{"run": pretty(r["run"]),  # what people compare first, then how each run was set up
+NAME_CHARS = 48  # a run's name in the table: its start and its end (a kept what-if's settings) around "…"
+names = short_names([pretty(r["run"]) for r in rows], NAME_CHARS)
+st.dataframe([{"run": name,  # what people compare first, then how each run was set up
                "iteration (ms, median)": round(r["iteration_ms"], 2), "Δ iteration (ms)": round(r["d_iteration_ms"], 2),
                "exposed comm (ms, median)": round(r["exposed_comm_ms"], 2),
                "Δ exposed (ms)": round(r["d_exposed_comm_ms"], 2),
@@ -52,7 +54,7 @@ st.dataframe([{"run": pretty(r["run"]),  # what people compare first, then how e
                "buckets": r["buckets"], "sent per step (MB)": round(r["sent_bytes"] / 1e6, 3),
                "iteration range (ms)": f"{r['iteration_min_ms']:.1f}–{r['iteration_max_ms']:.1f}",
                "exposed range (ms)": f"{r['exposed_min_ms']:.1f}–{r['exposed_max_ms']:.1f}"}
-              for r in rows], hide_index=True, width="stretch",
+              for name, r in zip(names, rows)], hide_index=True, width="stretch",
              column_config={"run": st.column_config.TextColumn(width="medium", pinned=True),
                             "speed-up vs first": st.column_config.NumberColumn(
                                 help="The first run's time per iteration over this run's. At another world size "

@@ -54,7 +54,7 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
 hooks = widgets.hook_options(base)
 hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recorded_hook(base)), key=k + "hook",
-                    format_func=lambda h: h or "none (DDP's own allreduce)",
+                    format_func=widgets.hook_label,
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
                          "over two process groups. Each hook's casts and matmuls cost what the recording measured in "
@@ -73,10 +73,18 @@ if base.kind == "trace":
 else:
     network = base.network
     c3.markdown(f"**Network:** {widgets.network_label(network, base.gpu)}  \n**GPU:** {base.gpu}")
-algo = None if base.kind == "trace" else c3.selectbox(
-    "NCCL algorithm", widgets.nccl_algos(base, world), format_func=lambda a: a or "auto (NCCL's choice)", key=k + "algo",
-    help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning model). "
-         "Offered: what NCCL runs at this size on this GPU (NVLS: one node with NVLink SHARP; NVLS-tree: several).")
+algo = None
+if base.kind != "trace":  # a GPU model: NCCL_ALGO, among what NCCL runs at this size
+    algos = widgets.nccl_algos(base, world)
+    gone = widgets.algo_gone(st.session_state, k + "algo", algos)
+    choice = c3.selectbox("NCCL algorithm", algos, key=k + "algo",
+                          format_func=lambda a: "auto (NCCL's choice)" if a == "auto" else a,
+                          help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning "
+                               "model). Offered: what NCCL runs at this size on this GPU (NVLS: one node with NVLink "
+                               "SHARP; NVLS-tree: several).")
+    if gone:
+        c3.caption(f"{gone} does not run at {world} ranks on {base.gpu}: back to NCCL's choice.")
+    algo = None if choice == "auto" else choice
 
 measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
 if trace is not None and source_key in measured:
