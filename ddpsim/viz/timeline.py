@@ -25,6 +25,7 @@ from ddpsim.errors import first_line
 from ddpsim.trace import Iteration, RankTrace, Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_iteration, describe_run
+from ddpsim.viz.exposed_label import place_label
 from ddpsim.viz.hookspan import assign_lanes, draw_hooked_bucket
 from ddpsim.viz.hookspan import legend_handles as hook_legend
 
@@ -211,38 +212,12 @@ def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabe
                                gid=f"exposed:r{rank.rank}"))
         ax.vlines(start, yc, ym + n_lanes, colors=pal.EXPOSED, lw=1, ls=":", zorder=5)
         label = f"exposed {exposed * MS:.1f} ms"
-        # Right-aligned at the end of the exposed span, clipped to the axes: the rank's (or run's)
-        # name sits at the left of the same header row, and a long exposed span (many ranks)
-        # would centre the label over it.
-        lo, hi = ax.get_xlim()
-        x = min(start + exposed * MS, hi)
-        width = minlabel * len(label) * 1.1  # the bold 9.5 pt text, in ms
-        ha, y = "right", rows["head"] + 0.45
-        after_name = lo + minlabel * head_chars * 1.25
-        if x - width < after_name:  # would run into the name: just after it, where the row has room
-            ha, x = "left", after_name
-            if after_name + width > hi:  # no room: in the bucket-ready row, where no bucket-ready mark is
-                ha, x = _beside_marks([ms(b.ready_ns) for b in it.buckets], start, start + exposed * MS,
-                                      width, minlabel, (lo, hi))
-                y = rows["ready"] + 0.5
+        end = start + exposed * MS
+        ha, x, which = place_label(ax.get_xlim(), start, end, minlabel * len(label) * 1.1,  # bold 9.5 pt, in ms
+                                   minlabel, head_chars, [ms(b.ready_ns) for b in it.buckets])
+        y = rows["head"] + 0.45 if which == "head" else rows["ready"] + 0.5
         ax.text(x, y, label, ha=ha, va="center", fontsize=9.5, color=pal.EXPOSED, fontweight="bold",
                 clip_on=True, zorder=7, bbox={"fc": "white", "ec": "none", "pad": 0.5, "alpha": 0.8})
-
-
-def _beside_marks(marks: list[float], start: float, end: float, width: float, gap: float,
-                  limits: tuple[float, float]) -> tuple[str, float]:
-    """(alignment, x) of the exposed label in the bucket-ready row: after the exposed span, else before
-    it, wherever no bucket-ready mark (``marks``, ms) is under it; else right-aligned at the span's end."""
-    lo, hi = limits
-
-    def free(x0, x1):  # a mark is about ``gap`` wide
-        return lo <= x0 and x1 <= hi and not any(x0 - gap < m < x1 + gap for m in marks)
-
-    if free(end + 2 * gap, end + 2 * gap + width):
-        return "left", end + 2 * gap
-    if free(start - 2 * gap - width, start - 2 * gap):
-        return "right", start - 2 * gap
-    return "right", max(min(end, hi), lo + width)
 
 
 def _bar(ax, start, end, y, color, label, minlabel, gid, text_y):
