@@ -132,6 +132,22 @@ def test_cli_arch_and_sweep(tmp_path, capsys):
     assert json.loads(out.splitlines()[-1])["best"] is True
 
 
+def test_cli_says_the_waiting_and_nccls_choice_as_the_what_if_page_does(capsys):
+    """`simulate` printed neither what waiting for stragglers costs nor which NCCL algorithm ran, and
+    called a no_sync micro-step an iteration."""
+    from ddpsim.app import whatif
+
+    rc, out, _ = run_cli(["simulate", "--arch", "resnet50", "--hardware", "v100-eth25", "--world-size", "64"], capsys)
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    work = whatif.workload(base, None)
+    page = whatif.evaluate(work, base, None, whatif.sim_config(base, None, "torch", False, 1, 64, "eth25"))
+    assert rc == 0 and f"waiting for stragglers: {page.waits[0] * 1e3:.3f} ms of the" in out, out
+    assert "NCCL: ring/Simple (5 buckets)" in out
+    rc, out, _ = run_cli(["simulate", "--arch", "resnet50", "--hardware", "v100-eth25", "--world-size", "64",
+                          "--no-sync-every", "4"], capsys)
+    assert rc == 0 and out.splitlines()[1].startswith("micro-step (a sync every 4; the times are per micro-step)")
+
+
 def test_cli_subprocess_end_to_end(recorded, tmp_path):
     path, _, _ = recorded
     p = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(path),

@@ -10,11 +10,7 @@ levelled to their mean, ``learn.noise.level``).
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from ddpsim.learn.extract import replays_recorded_ranks
-from ddpsim.learn.noise import level
-from ddpsim.sim import SimConfig
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
 
@@ -30,21 +26,6 @@ def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
             return measured, "the recorded ranks' own speeds"
         return measured, "measured between the recorded ranks"
     return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
-
-
-def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
-    """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank:
-    against the same simulation without drawn noise, or, for a replay of the recorded ranks, with each
-    micro-step's ranks levelled to their mean (``learn.noise.level``)."""
-    if not summary.get("communicates", True):  # no collective: nobody waits for anybody
-        return 0.0
-    if cfg.recorded_ranks:
-        quiet = SimConfig(**{**asdict(cfg), "recorded_ranks": level(cfg.recorded_ranks)})
-    elif cfg.jitter:
-        quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
-    else:
-        return 0.0
-    return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
 
 
 def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],

@@ -18,6 +18,7 @@ from ddpsim.app import waiting
 from ddpsim.experiments.worldsize import measured_sizes
 from ddpsim.learn import hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
+from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, comm_hooks, synthetic
 from ddpsim.sim.network import networks
 from ddpsim.trace import Trace
@@ -245,7 +246,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     if recorded is not None:
         s = spread(trace)["iteration_time_s"]
         noise, n = (s["rel"], s["n"]) if s["n"] >= 2 else (None, s["n"])  # one iteration has no spread
-    waits = (waiting.wait_s(sim_fn, work, cfg, summary), waiting.wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
+    waits = (wait_s(sim_fn, work, cfg, summary), wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work),

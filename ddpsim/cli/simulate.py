@@ -262,6 +262,7 @@ def config_for(workload, trace, values: dict):
 
 def main(args) -> int:
     from ddpsim.analysis.join import join_line
+    from ddpsim.cli.summary_text import summary_lines
     from ddpsim.sim.api import simulate
 
     workload, recorded = load_source(args)
@@ -284,10 +285,10 @@ def main(args) -> int:
         save_trace(trace, args.out)
     print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} buckets, "
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
-    print(f"iteration {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
-          f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.0%}")
+    wall = summary.pop("sim_wall_s")
+    print("\n".join(summary_lines(workload, cfg, summary, simulate)))
     if (joined := join_line(trace)) is not None:
         print(joined)
-    print(f"simulated in {summary.pop('sim_wall_s'):.2f} s", file=sys.stderr)  # wall time: stdout stays deterministic
+    print(f"simulated in {wall:.2f} s", file=sys.stderr)  # wall time: stdout stays deterministic
     print(json.dumps(summary, separators=(",", ":"), default=str))
     return 0

@@ -28,7 +28,9 @@ the noise there.
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 
+from ddpsim.sim import SimConfig
 from ddpsim.trace import Iteration, Trace
 
 LIMIT = 20.0  # the widest multiplier kept, either way (a micro-step 20x the median): outliers are clipped
@@ -88,10 +90,25 @@ def level(recorded: dict) -> dict:
     """The same recorded micro-steps with the rank-to-rank spread taken out: in micro-step ``i``
     every rank's forward, backward and gap are the ranks' mean for ``i``. A slow spell of the
     machine stays (it slowed every rank and made nobody wait); what a replay loses against this
-    is waiting for the slowest rank (``ddpsim.app.waiting.wait_s``)."""
+    is waiting for the slowest rank (``wait_s``)."""
     if not recorded:
         return {}
     ranks = list(recorded.values())
     n = min(len(r["forward"]) for r in ranks)
     mean = {k: [sum(r[k][i] for r in ranks) / len(ranks) for i in range(n)] for k in ("forward", "backward", "gap_s")}
     return {rank: {k: list(v) for k, v in mean.items()} for rank in recorded}
+
+
+def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
+    """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank:
+    against the same simulation without drawn noise, or, for a replay of the recorded ranks, with each
+    micro-step's ranks levelled to their mean (``learn.noise.level``)."""
+    if not summary.get("communicates", True):  # no collective: nobody waits for anybody
+        return 0.0
+    if cfg.recorded_ranks:
+        quiet = SimConfig(**{**asdict(cfg), "recorded_ranks": level(cfg.recorded_ranks)})
+    elif cfg.jitter:
+        quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
+    else:
+        return 0.0
+    return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])

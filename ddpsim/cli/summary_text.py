@@ -1,0 +1,25 @@
+"""The lines `ddpsim simulate` prints about one simulation, before its JSON summary: the time per
+iteration (per micro-step under no_sync), what waiting for the slowest rank costs (as the What-if page
+measures it: ``learn.noise.wait_s``), and the NCCL algorithm and protocol each bucket's allreduce ran."""
+from __future__ import annotations
+
+from collections import Counter
+
+from ddpsim.learn.noise import wait_s
+from ddpsim.sim import SimConfig
+
+
+def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]:
+    """``simulate_fn(work, cfg) -> (trace, summary)`` runs the simulation without rank noise, if any."""
+    step = (f"micro-step (a sync every {cfg.no_sync_every}; the times are per micro-step)"
+            if (cfg.no_sync_every or 1) > 1 else "iteration")
+    lines = [f"{step} {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
+             f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.0%}"]
+    if cfg.world_size > 1 and (cfg.jitter or cfg.recorded_ranks):
+        w, t = wait_s(simulate_fn, work, cfg, summary), summary["iteration_time_s"]
+        lines.append(f"waiting for stragglers: {w * 1e3:.3f} ms of the {t * 1e3:.3f} ms "
+                     f"({w / t:.1%}; every rank waits for the slowest of {cfg.world_size})")
+    algos = Counter(f"{n['algo']}/{n['proto']}" for n in summary.get("nccl") or [] if n.get("algo") != "none")
+    if algos:
+        lines.append("NCCL: " + ", ".join(f"{a} ({k} bucket{'s' * (k != 1)})" for a, k in algos.most_common()))
+    return lines
