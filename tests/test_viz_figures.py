@@ -81,6 +81,17 @@ def test_sweep_best_marked_and_series():
         figure_bytes(fig, "gif")
 
 
+def test_a_best_default_cap_with_find_unused_sits_on_its_level():
+    """ResNet-50 on 64 V100s: the best was find_unused at the default cap, and its star floated off every
+    line (only find_unused off had its default-cap level drawn)."""
+    rows = [{"bucket_cap_mb": c, "order": "torch", "find_unused_parameters": fu,
+             "iteration_time_s": (30 if c else 20 + 5 * (not fu)) / 1000, "exposed_comm_s": 0.001}
+            for c in (None, 1, 25) for fu in (False, True)]
+    fig = plot_sweep(rows)
+    level = gids(fig, "default:best")
+    assert len(level) == 2 and list(level[0].get_ydata()) == pytest.approx([20.0, 20.0])
+
+
 def test_the_best_label_stays_inside_its_panel():
     """With the smallest cap best, the label centred under its star covered the y axis's ticks."""
     for best in (0.25, 250):

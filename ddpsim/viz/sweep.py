@@ -49,6 +49,10 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
             _draw_series(panels, [r for r in rows if r.get("order", "torch") == order
                                   and bool(r.get("find_unused_parameters", False)) == fu], k, order, fu)
     best = best_row(rows)
+    if best["bucket_cap_mb"] is None and best.get("find_unused_parameters"):  # its level, or the star floats
+        color = SERIES[orders.index(best.get("order", "torch")) % len(SERIES)]
+        for ax, key in panels:
+            ax.axhline(best[key] * 1e3, color=color, ls=":", lw=1.3, gid="default:best")
     for ax, key in panels:
         ax.plot(_x(best), best[key] * 1e3, marker="*", ms=18, color="#F0E442",
                 mec=pal.TEXT, mew=1.2, ls="none", zorder=5, gid="best")
