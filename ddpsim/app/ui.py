@@ -114,7 +114,10 @@ def partial_note(trace: Trace) -> None:
             + ". The figures show what was recorded.", icon=":material/warning:")
 
 
-METRIC_HELP = {"overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
+METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. Under no_sync (a sync every n "
+                                    "micro-steps) each micro-step counts as an iteration: the time is per "
+                                    "micro-step, and n of them make one synced step.",
+               "overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
                                     "that overlaps compute, over all communication time, in the steady "
                                     "iterations (mean over ranks)."}
 
