@@ -144,6 +144,12 @@ def test_cli_says_the_waiting_and_nccls_choice_as_the_what_if_page_does(capsys):
     assert rc == 0 and f"waiting for stragglers: {page.waits[0] * 1e3:.3f} ms of the" in out, out
     assert "NCCL: ring/Simple (5 buckets)" in out
     rc, out, _ = run_cli(["simulate", "--arch", "resnet50", "--hardware", "v100-eth25", "--world-size", "64",
+                          "--comm-hook", "noop"], capsys)  # nothing sent: nobody waits, no algorithm runs
+    assert rc == 0 and "waiting for stragglers" not in out and "NCCL:" not in out
+    rc, out, _ = run_cli(["simulate", "--arch", "resnet50", "--hardware", "v100-eth25", "--world-size", "64",
+                          "--comm-hook", "fp16"], capsys)  # half-size collectives: the fp32 buckets' choice is not theirs
+    assert rc == 0 and "NCCL:" not in out and "waiting for stragglers" in out
+    rc, out, _ = run_cli(["simulate", "--arch", "resnet50", "--hardware", "v100-eth25", "--world-size", "64",
                           "--no-sync-every", "4"], capsys)
     assert rc == 0 and out.splitlines()[1].startswith("micro-step (a sync every 4; the times are per micro-step)")
 
@@ -271,6 +277,8 @@ def test_one_bucket_size_takes_its_latency_from_the_recordings_probe():
     ring = workload_from_trace(trace, shared_core=False).link
     assert ring.allreduce_s(4096, 2) == pytest.approx(latency, rel=1e-3)
     assert ring.allreduce_s(1 << 20, 2) > latency
+    trace.meta["hook_rates"]["allreduce_latency_s"] = 1.0  # a probe slower than the bucket: no flat line
+    assert workload_from_trace(trace, shared_core=False).link.alpha_s == 0.0
     del trace.meta["hook_rates"]  # an older recording: a line through the origin, as before
     assert workload_from_trace(trace, shared_core=False).link.alpha_s == 0.0
     assert workload_from_trace(load_trace(sample_path("05_convnet_torch_no_sync3"))).link.alpha_s == 0.0  # shared core

@@ -322,7 +322,8 @@ def test_page_kept_runs_with_different_choices_are_both_kept(monkeypatch):
         hook.set_value(choice).run()
         next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
     at.selectbox(key="ddpsim_wi_gpu").set_value("a100").run()
-    next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
+    for _ in range(2):  # the same run kept twice is one run
+        next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
     assert not at.exception and not at.error
     kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
     assert len(kept) == 3, kept
@@ -372,6 +373,8 @@ def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch):
     keep()  # the same choices, now priced by the measurement: kept beside the first, not over it
     kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
     assert len(kept) == 2 and kept[1] == kept[0] + " (2)", kept
+    next(s for s in at.selectbox if s.label == "Network").set_value("eth10").run()  # a datasheet network prices it
+    assert not any("priced from the measurement" in c.value for c in at.caption)
 
 
 def test_page_opens_a_run_that_synced_every_16_micro_steps(tmp_path, monkeypatch):
@@ -414,3 +417,15 @@ def test_the_nvlink_network_names_the_fabric_between_nodes():
         work = whatif.workload(base, None)
         times[net] = whatif.evaluate(work, base, None, config(base, work)).summary["iteration_time_s"]
     assert times["nvlink"] == times["ib100"]  # what the label now says
+
+
+def test_a_recorded_hook_reads_as_recorded_in_the_selector():
+    """A run recorded with PowerSGD replays its own rank and start step: the selector said "rank 1, from
+    step 2" for it, the what-if PowerSGD's settings."""
+    from ddpsim.app import whatif_widgets as widgets
+
+    recorded = whatif.Base("trace", config={"comm_hook": "powersgd", "world_size": 2})
+    assert widgets.hook_label("powersgd", recorded) == "powersgd (as recorded)"
+    assert widgets.hook_label("powersgd", whatif.Base("trace", config={"world_size": 2})).startswith(
+        "powersgd (rank 1, from step 2")
+    assert widgets.hook_label(None) == "none (DDP's own allreduce)"

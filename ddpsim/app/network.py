@@ -25,10 +25,11 @@ def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -
     return None if plan.action == "recorded" else plan
 
 
-def recorded_size_note(trace: Trace | None, world_size: int) -> str | None:
-    """At the recorded world size after a measurement here: the allreduce is priced from it (Note
-    [Calibrate alone] in learn/linkfit.py), not from the recording's own collectives; else None."""
-    if trace is None or int(world_size) != trace.world_size or not worldsize.is_local_cpu_run(trace):
+def recorded_size_note(trace: Trace | None, world_size: int, network: str) -> str | None:
+    """At the recorded world size and network after a measurement here: the allreduce is priced from it
+    (Note [Calibrate alone] in learn/linkfit.py), not from the recording's own collectives; else None."""
+    if (trace is None or network not in (AS_RECORDED, None, "") or int(world_size) != trace.world_size
+            or not worldsize.is_local_cpu_run(trace)):
         return None
     sizes = sorted(worldsize.measured_sizes(trace.meta.get("calibration")))
     if trace.world_size not in sizes:

@@ -49,11 +49,16 @@ def add_trace(label: str, trace: Trace, select: bool = True) -> str:
     return label
 
 
-def keep_trace(label: str, trace: Trace) -> str:
-    """Keep a simulated run under ``label`` without opening it; another run already kept under that name
-    (the same choices before a network was measured) stays, and this one gets ``label (2)``."""
-    kept = st.session_state.get("ddpsim_uploads", {}).get(label)
-    return add_trace(label if kept is None or kept is trace else free_label(label), trace, select=False)
+def keep_trace(label: str, trace: Trace, key: str) -> str:
+    """Keep a simulated run under ``label`` without opening it. ``key`` says what was simulated (the
+    source, its measured network, the configuration): the same again keeps its name; another run already
+    kept under that name (the same choices before a network was measured) stays, and this one gets
+    ``label (2)``."""
+    keys = st.session_state.setdefault("ddpsim_kept_keys", {})
+    if label in st.session_state.get("ddpsim_uploads", {}) and keys.get(label) != key:
+        label = next((name for name, k in keys.items() if k == key), None) or free_label(label)
+    keys[label] = key
+    return add_trace(label, trace, select=False)
 
 
 def _select(label: str) -> None:

@@ -19,8 +19,11 @@ def hook_options(base: Base) -> list:
     return list(HOOKS) + ([rec] if rec and rec not in HOOKS else [])
 
 
-def hook_label(hook: str | None) -> str:
-    """How a hook reads in the selectors: PowerSGD with the rank and start step it runs with here."""
+def hook_label(hook: str | None, base: Base | None = None) -> str:
+    """How a hook reads in the selectors: the recorded one as recorded, PowerSGD what-ifs with the rank
+    and start step they run with here."""
+    if hook and base is not None and hook == recorded_hook(base):
+        return f"{hook} (as recorded)"
     if hook == "powersgd":
         return f"powersgd (rank 1, from step {POWERSGD_START}; torch's default start is 1000)"
     return hook or "none (DDP's own allreduce)"

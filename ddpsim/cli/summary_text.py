@@ -15,11 +15,14 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
             if (cfg.no_sync_every or 1) > 1 else "iteration")
     lines = [f"{step} {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
              f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.0%}"]
+    if not summary.get("communicates", True):  # the noop hook: nothing sent, nobody waits for anybody
+        return lines
     if cfg.world_size > 1 and (cfg.jitter or cfg.recorded_ranks):
         w, t = wait_s(simulate_fn, work, cfg, summary), summary["iteration_time_s"]
         lines.append(f"waiting for stragglers: {w * 1e3:.3f} ms of the {t * 1e3:.3f} ms "
                      f"({w / t:.1%}; every rank waits for the slowest of {cfg.world_size})")
     algos = Counter(f"{n['algo']}/{n['proto']}" for n in summary.get("nccl") or [] if n.get("algo") != "none")
-    if algos:
+    fp32 = cfg.comm_hook in (None, "allreduce") or str(cfg.comm_hook).startswith("round-robin")
+    if algos and fp32:  # NCCL's choice for the fp32 buckets; a compressing hook sends other sizes
         lines.append("NCCL: " + ", ".join(f"{a} ({k} bucket{'s' * (k != 1)})" for a, k in algos.most_common()))
     return lines

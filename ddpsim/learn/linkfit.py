@@ -88,8 +88,8 @@ def collective_points(trace: Trace, sync_its, concurrency: int) -> list[tuple[in
 # CNN recorded in one 0.53 MiB bucket, three recordings at the default cap interleaved with three at
 # cap 0.25 (2026-11-28): through the origin it predicted 0.25's iteration +5% (16.5 ms against
 # 15.7 measured, means), exposed 2.4 ms (3.1) and overlap 77% (64%); through the probe, 17.9 ms
-# (+14%), 4.3 ms and 56%. The What-if page says so for such a run, and a measurement (`ddpsim
-# calibrate`, the page's button) separates the two with five sizes.
+# (+14%), 4.3 ms and 56%. A measurement (`ddpsim calibrate`, or the What-if page's button at another
+# world size) separates the two with five sizes.
 LATENCY_BYTES = 4096  # bytes of the probe's allreduce (hookprobe.SMALL_ELEMENTS float32 elements)
 
 
@@ -100,6 +100,8 @@ def with_latency(points: list[tuple[int, float]], trace: Trace) -> list[tuple[in
     rates = trace.meta.get("hook_rates")
     lat = rates.get("allreduce_latency_s") if isinstance(rates, dict) else None
     if len(sizes) != 1 or min(sizes) <= LATENCY_BYTES or not isinstance(lat, (int, float)) or not 0 < lat < 1e3:
+        return points
+    if lat >= statistics.median(y for _, y in points):  # a probe as slow as the bucket: a flat line, no slope
         return points
     return points + [(LATENCY_BYTES, float(lat))] * len(points)
 

@@ -54,7 +54,7 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
 hooks = widgets.hook_options(base)
 hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recorded_hook(base)), key=k + "hook",
-                    format_func=widgets.hook_label,
+                    format_func=lambda h: widgets.hook_label(h, base),
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
                          "over two process groups. Each hook's casts and matmuls cost what the recording measured in "
@@ -83,7 +83,7 @@ if base.kind != "trace":  # a GPU model: NCCL_ALGO, among what NCCL runs at this
                                "model). Offered: what NCCL runs at this size on this GPU (NVLS: one node with NVLink "
                                "SHARP; NVLS-tree: several).")
     if gone:
-        c3.caption(f"{gone} does not run at {world} ranks on {base.gpu}: back to NCCL's choice.")
+        c3.caption(f"{gone} does not run at {world} rank{'s' * (world != 1)} on {base.gpu}: back to NCCL's choice.")
     algo = None if choice == "auto" else choice
 
 measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
@@ -104,7 +104,7 @@ if plan is not None and plan.action == "measure" and hook != "noop":  # noop sen
         st.rerun()
 elif plan is not None and plan.action != "measure":
     st.caption(f"World size {world}: {plan.message}.")
-elif plan is None and (note := network_plan.recorded_size_note(trace, world)):
+elif plan is None and (note := network_plan.recorded_size_note(trace, world, network)):
     st.caption(note)
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
 sim_hook = widgets.simulated_hook(hook, base)
@@ -132,7 +132,7 @@ ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
     name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo)
-    name = keep_trace(name, out.sim)
+    name = keep_trace(name, out.sim, f"{source_key}:{cache.config_key(cfg)}")
     st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it beside the open trace
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
