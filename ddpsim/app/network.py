@@ -16,10 +16,15 @@ def calibration_key(trace: Trace | None) -> str:
     return ",".join(sorted(str(k) for k in (cal.get("world_sizes") or {}))) + str(cal.get("measured_for", ""))
 
 
+def as_recorded(network: str | None) -> bool:
+    """The network control left at the recording's own (fitted or measured), not a datasheet profile."""
+    return network in (AS_RECORDED, None, "")
+
+
 def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -> worldsize.Plan | None:
     """What another world size than the recorded one does (Note [Another world size on the user's path]),
     or None where it needs nothing (a GPU model, a chosen network, the recorded world size)."""
-    if base.kind != "trace" or network not in (AS_RECORDED, None, "") or trace is None:
+    if base.kind != "trace" or not as_recorded(network) or trace is None:
         return None
     plan = worldsize.plan(trace, int(world_size))
     return None if plan.action == "recorded" else plan
@@ -28,7 +33,7 @@ def world_plan(base: Base, trace: Trace | None, world_size: int, network: str) -
 def recorded_size_note(trace: Trace | None, world_size: int, network: str) -> str | None:
     """At the recorded world size and network after a measurement here: the allreduce is priced from it
     (Note [Calibrate alone] in learn/linkfit.py), not from the recording's own collectives; else None."""
-    if (trace is None or network not in (AS_RECORDED, None, "") or int(world_size) != trace.world_size
+    if (trace is None or not as_recorded(network) or int(world_size) != trace.world_size
             or not worldsize.is_local_cpu_run(trace)):
         return None
     sizes = sorted(worldsize.measured_sizes(trace.meta.get("calibration")))

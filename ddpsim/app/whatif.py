@@ -20,7 +20,7 @@ from ddpsim.learn import hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, comm_hooks, synthetic
-from ddpsim.sim.network import networks
+from ddpsim.sim.network import NCCL_ALGOS, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
 from ddpsim.trace import Trace
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
@@ -29,7 +29,6 @@ SWEEP_ORDERS = ("torch", "definition", "random")
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
 SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
-NCCL_ALGOS = (None, "ring", "tree", "nvls", "nvls_tree")  # a GPU model's NCCL_ALGO (None: NCCL's choice)
 SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
@@ -209,8 +208,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     out = []
     recorded = int(base.config.get("world_size", 2))
     if base.kind == "trace" and cfg.world_size > EXTRAPOLATE * recorded:
-        fitted = " and ".join(map(str, sorted(measured_sizes(trace.meta.get("calibration")) if trace else [])
-                                  or [recorded]))  # the sizes a measurement here timed, or the recorded one
+        measured = measured_sizes(trace.meta.get("calibration") if trace else None)  # timed here, if any
+        fitted = " and ".join(map(str, sorted(measured or {recorded})))
         out.append(f"Far beyond the recording: it ran {recorded} ranks, this asks for {cfg.world_size} "
                    f"({cfg.world_size / recorded:g}x). The allreduce cost at {cfg.world_size} ranks comes "
                    f"from a network model fitted at {fitted} ranks, not from a measurement there: read the "

@@ -48,7 +48,7 @@ def nccl_algos(base: Base, world: int) -> list[str]:
     if world <= 1:
         return ["auto"]  # one rank sends nothing: no algorithm to choose
     cluster = network_for(base.hardware, world).cluster
-    return ["auto"] + [a for a in NCCL_ALGOS if a and (cluster is None or nccl.runs(cluster, world, a))]
+    return [a for a in NCCL_ALGOS if cluster is None or nccl.runs(cluster, world, a)]
 
 
 def algo_gone(state, key: str, offered: list[str]) -> str | None:

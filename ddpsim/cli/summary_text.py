@@ -22,7 +22,8 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
         lines.append(f"waiting for stragglers: {w * 1e3:.3f} ms of the {t * 1e3:.3f} ms "
                      f"({w / t:.1%}; every rank waits for the slowest of {cfg.world_size})")
     algos = Counter(f"{n['algo']}/{n['proto']}" for n in summary.get("nccl") or [] if n.get("algo") != "none")
-    fp32 = cfg.comm_hook in (None, "allreduce") or str(cfg.comm_hook).startswith("round-robin")
-    if algos and fp32:  # NCCL's choice for the fp32 buckets; a compressing hook sends other sizes
+    hook = cfg.hook()
+    if algos and (hook is None or hook.name in ("allreduce", "round-robin")):  # DDP's own fp32 allreduce,
+        # as in sim/hooked.compresses: NCCL's choice is for the fp32 buckets; a compressing hook sends other sizes
         lines.append("NCCL: " + ", ".join(f"{a} ({k} bucket{'s' * (k != 1)})" for a, k in algos.most_common()))
     return lines

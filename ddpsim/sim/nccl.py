@@ -170,8 +170,7 @@ def choose(c: Cluster, nbytes: int, k: int, algo: str = "auto") -> tuple[str, st
     """
     if k <= 1:
         return "none", "none", 0.0
-    algos = ALGOS if algo == "auto" else (algo,)
-    t, a, p = min((time_us(c, a, p, nbytes, k), a, p) for a in algos for p in PROTOS)
+    t, a, p = _fastest(c, nbytes, k, algo)
     if t == float("inf"):
         raise ValueError(f"NCCL runs no {algo} allreduce over {k} ranks here "
                          f"({-(-k // c.gpus_per_node)} node(s), {c.arch}, nvls={c.nvls}): choose another NCCL algorithm (--algo)")
@@ -183,8 +182,13 @@ def runs(c: Cluster, k: int, algo: str) -> bool:
 
     NVLS needs NVLink SHARP in one node, NVLS-tree several such nodes (``bus_GBps``); one rank sends nothing.
     """
+    return k <= 1 or _fastest(c, 1 << 20, k, algo)[0] < float("inf")
+
+
+def _fastest(c: Cluster, nbytes: int, k: int, algo: str) -> tuple[float, str, str]:
+    """(microseconds, algorithm, protocol) of the fastest of ``algo``'s candidates (inf: none runs)."""
     algos = ALGOS if algo == "auto" else (algo,)
-    return k <= 1 or any(time_us(c, a, p, 1 << 20, k) < float("inf") for a in algos for p in PROTOS)
+    return min((time_us(c, a, p, nbytes, k), a, p) for a in algos for p in PROTOS)
 
 
 def allreduce_s(c: Cluster, nbytes: int, k: int, algo: str = "auto") -> float:

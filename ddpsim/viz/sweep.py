@@ -68,11 +68,12 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     ax_t.set_ylabel("iteration time (ms)")
     ax_e.set_ylabel("exposed communication (ms)")
     cap = "torch default (25 MiB, 1 MiB first)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g} MiB"
+    side = _label_side(best, rows)
     ax_t.annotate(f"best: {cap}, {best.get('order', 'torch')}"
                   f"{', find_unused' if best.get('find_unused_parameters') else ''}\n"
                   f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration",
-                  (_x(best), best["iteration_time_s"] * 1e3), xytext=(_nudge(best, rows), -34),
-                  textcoords="offset points", ha=_align(best, rows), fontsize=8.5, color=pal.TEXT,
+                  (_x(best), best["iteration_time_s"] * 1e3), xytext=(side[1], -34),
+                  textcoords="offset points", ha=side[0], fontsize=8.5, color=pal.TEXT,
                   bbox={"boxstyle": "round", "fc": "white", "ec": pal.GRID})
     fig.suptitle(title or "what bucket size is best?", x=0.01, ha="left", fontsize=11.5)
     handles = _legend_handles(rows, orders, fus, current)
@@ -81,14 +82,15 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     return fig
 
 
-def _align(best: dict, rows: list[dict]) -> str:
-    """The best label's side: centred under the star, but never over the axis's ticks at either end."""
+def _label_side(best: dict, rows: list[dict]) -> tuple[str, float]:
+    """(alignment, x offset in points) of the best label: centred under the star, but never over the
+    axis's ticks at either end, where it starts just beside the star instead."""
     xs = [_x(r) for r in rows]
-    return "left" if _x(best) == min(xs) < max(xs) else "right" if _x(best) == max(xs) > min(xs) else "center"
-
-
-def _nudge(best: dict, rows: list[dict]) -> float:
-    return {"left": -8, "right": 8, "center": 0}[_align(best, rows)]  # points: the box starts near the star
+    if _x(best) == min(xs) < max(xs):
+        return "left", -8
+    if _x(best) == max(xs) > min(xs):
+        return "right", 8
+    return "center", 0
 
 
 def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool) -> None:
