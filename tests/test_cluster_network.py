@@ -18,7 +18,10 @@ def test_profiles_give_two_level_clusters():
     polaris = network_for("polaris-ss11", 8).cluster
     assert (polaris.gpus_per_node, polaris.nics_per_node, polaris.cpu) == (4, 2, "amd")
     assert network_for("h100-nvlink", 8).cluster.nvls and network_for("a100-nvlink", 64).algo == "auto"
-    assert network_for("a100-cpugloo", 8).cluster is None  # this CPU machine's gloo stays the flat link
+    with pytest.raises(ValueError, match="cpugloo is this CPU machine's loopback gloo, not a network between GPUs"):
+        network_for("a100-cpugloo", 8)  # it prices a CPU trace's replay, not GPUs
+    from ddpsim.app.whatif_widgets import network_names
+    assert "cpugloo" in network_names() and "cpugloo" not in network_names(gpu_model=True)  # the What-if page's lists
 
 
 def run(capsys, *args):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ddpsim.app.state import SIMULATED_PREFIX
 from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, Base
 from ddpsim.sim import nccl
-from ddpsim.sim.network import gpus, network_for, networks
+from ddpsim.sim.network import gpu_networks, gpus, network_for, networks
 
 
 def recorded_hook(base: Base) -> str | None:
@@ -65,8 +65,9 @@ def gpu_names() -> list[str]:
     return list(gpus())
 
 
-def network_names() -> list[str]:
-    return list(networks())
+def network_names(gpu_model: bool = False) -> list[str]:
+    """The Network selector's choices: a GPU model's exclude this CPU machine's loopback gloo."""
+    return gpu_networks() if gpu_model else list(networks())
 
 
 def network_label(name: str, gpu: str | None = None) -> str:

@@ -208,17 +208,26 @@ def networks() -> dict:
     return _load("networks.json")
 
 
+def gpu_networks() -> list[str]:
+    """The networks GPUs can be joined by: all but ``cpu_only`` ones (``cpugloo``, this CPU machine's
+    loopback gloo, which prices a CPU trace's replay, not a link between GPUs)."""
+    return [n for n, p in networks().items() if not p.get("cpu_only")]
+
+
 def hardware_names() -> list[str]:
     """``gpu-network`` names accepted by --hardware, e.g. ``a100-nvlink``."""
-    return [f"{g}-{n}" for g in gpus() for n in networks()]
+    return [f"{g}-{n}" for g in gpus() for n in gpu_networks()]
 
 
 def parse_hardware(spec: str) -> tuple[dict, str]:
     """``'a100-ib200'`` -> (gpu profile, network name)."""
     gpu, _, net = spec.lower().partition("-")
+    if gpu in gpus() and net in networks() and net not in gpu_networks():
+        raise ValueError(f"hardware {spec!r}: {net} is this CPU machine's loopback gloo, not a network between "
+                         f"GPUs; use NETWORK one of {', '.join(gpu_networks())}")
     if gpu not in gpus() or net not in networks():
         raise ValueError(f"unknown hardware {spec!r}: use GPU-NETWORK with GPU one of "
-                         f"{', '.join(gpus())} and NETWORK one of {', '.join(networks())}")
+                         f"{', '.join(gpus())} and NETWORK one of {', '.join(gpu_networks())}")
     return gpus()[gpu], net
 
 
@@ -243,12 +252,9 @@ def network_for(spec: str, world_size: int) -> Link:
 
     NCCL's model on the node of ``gpu`` (gpus.json) joined by the fabric: ``nvlink``
     alone means the GPU's default fabric beyond one node. The flat alpha and
-    bandwidth shown with it are NVLink's on one node, one NIC's beyond. ``cpugloo``
-    stays the flat gloo link of this CPU machine.
+    bandwidth shown with it are NVLink's on one node, one NIC's beyond.
     """
     gpu, net = parse_hardware(spec)
-    if net == "cpugloo":
-        return link_from_profile(networks()[net], networks()[net].get("name", net))
     fabric_name = gpu.get("default_fabric", "ib200") if net == "nvlink" else net
     fabric = networks()[fabric_name]
     cluster = cluster_for(gpu, fabric)

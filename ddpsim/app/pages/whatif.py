@@ -26,7 +26,7 @@ else:
     arch = c1.selectbox("Model", whatif.ARCHS, key="ddpsim_wi_arch")
     gpus = widgets.gpu_names()
     gpu = c2.selectbox("GPU", gpus, index=gpus.index("v100") if "v100" in gpus else 0, key="ddpsim_wi_gpu")
-    nets = widgets.network_names()
+    nets = widgets.network_names(gpu_model=True)
     net = c3.selectbox("Network", nets, index=nets.index("eth25") if "eth25" in nets else 0,
                        format_func=lambda n: widgets.network_label(n, gpu), key="ddpsim_wi_net")
     base = whatif.Base("synthetic", arch, gpu, net, None, {"world_size": 64})
