@@ -139,6 +139,8 @@ def test_whatif_gpu_model_sweep_and_keep_for_compare():
     at.multiselect(key="ddpsim_compare_runs").set_value([SIM, kept[0]]).run()
     ok(at)
     assert len(at.dataframe[0].value) == 2
+    noise = next(c.value for c in at.caption if "Single iterations vary" in c.value)
+    assert "not at all (simulated: its 2 steady iterations repeat)" in noise and "±0%" not in noise
 
 
 def test_whatif_offers_the_nccl_algorithms_that_run_at_the_world_size():

@@ -41,6 +41,13 @@ def _one_place(value):
     return None if value is None else round(value, 1)  # None: no collective took time (shown empty)
 
 
+def _varies(row) -> str:
+    """How much a run's single iterations vary; a simulated run whose steps repeat has no noise to show."""
+    if row["kind"] == "simulated" and row["spread_pct"] < 0.05:
+        return f"{pretty(row['run'])} not at all (simulated: its {row['n_iterations']} steady iterations repeat)"
+    return f"{pretty(row['run'])} ±{row['spread_pct']:.0f}% over {row['n_iterations']} iterations"
+
+
 rows = compare_rows(runs)
 NAME_CHARS = 48  # a run's name in the table: its start and its end (a kept what-if's settings) around "…"
 names = short_names([pretty(r["run"]) for r in rows], NAME_CHARS)
@@ -63,8 +70,7 @@ st.caption("Medians over each run's steady-state iterations (after the rebuild);
            "run. **Comm hook**: what each run registered with `register_comm_hook` (none: DDP's own fp32 "
            "allreduce); **sent per step**: the bytes its gradient collectives sent in a synced step (rank 0); "
            "an empty **overlap**: no collective took time, so there was nothing to overlap (the noop hook). "
-           "**Single iterations vary**: " + ", ".join(
-               f"{pretty(r['run'])} ±{r['spread_pct']:.0f}% over {r['n_iterations']} iterations" for r in rows)
+           "**Single iterations vary**: " + ", ".join(_varies(r) for r in rows)
            + ". A Δ smaller than the ranges is within run-to-run noise. The figure draws one iteration "
            "per run (the most typical: closest to its medians) with its own time in its header, so it "
            "can differ from the table by up to those ranges.")
