@@ -50,6 +50,7 @@ class Result:
     trace_kept: bool
     victim_marked: str | None  # the victim's error in the kept trace
     leftover: list[int]
+    iterations_kept: int = 0  # iterations in the kept trace, all ranks: none, and it keeps each rank's fate
 
     def ok(self, timeout_s: float) -> bool:
         return (self.named == self.victim and self.seconds_to_gone <= timeout_s + 5
@@ -211,15 +212,16 @@ def trial(workdir, sig: str, when: str, seed: int, timeout_s: float = 10.0, worl
         _cleanup(launcher, ranks)
     message = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     found = re.search(r"error: rank (\d+)", message)
-    kept, marked = out.exists(), None
+    kept, marked, iterations = out.exists(), None, 0
     if kept:
         from ddpsim import load_trace
 
         trace = load_trace(out)
         kept = not trace.complete
         marked = next((r.error for r in trace.ranks if r.rank == victim), None)
+        iterations = sum(len(r.iterations) for r in trace.ranks)
     return Result(sig, really, victim, int(found.group(1)) if found else None, gone, launcher.returncode,
-                  message, kept, marked, leftover)
+                  message, kept, marked, leftover, iterations)
 
 
 def _cleanup(launcher, ranks) -> None:

@@ -54,7 +54,10 @@ def test_a_failing_rank_stops_the_run_cleanly(tmp_path, factory, cause):
     assert not trace.complete
     by_rank = {r.rank: r for r in trace.ranks}
     assert cause.split(":")[0] in by_rank[1].error
-    assert [it.iteration for it in by_rank[0].iterations][:2] == [0, 1]
+    assert [it.iteration for it in by_rank[1].iterations] == [0, 1]  # what rank 1 wrote before it failed
+    # rank 0 wrote iteration 0 before it joined iteration 1's allreduce, which rank 1 completed; whether it
+    # wrote iteration 1 before it was stopped is a race
+    assert [it.iteration for it in by_rank[0].iterations][:1] == [0]
     assert (tmp_path / "run.json.rank0.jsonl").exists(), "the raw shards are kept too"
     pids = [r.pid for r in trace.ranks]
     assert live_pids(pids) == [], "no orphan rank processes"

@@ -115,7 +115,8 @@ def test_two_nodes_record_merge_and_share_one_clock(tmp_path):
     # the clock: aligned across the two "hosts" by the barrier estimate; the truth is 0 here
     clock = trace.meta["clock"]
     assert clock["method"] == "barrier"
-    assert all(abs(off) <= clock["skew_ns"] for off in clock["offsets_ns"].values()), clock
+    # within the rounds' spread, or 1 ms where co-located ranks wake in the same order every round (2 cores)
+    assert all(abs(off) <= max(clock["skew_ns"], 1_000_000) for off in clock["offsets_ns"].values()), clock
     for rank in trace.ranks:
         for it in rank.iterations:
             assert all(g.t_ns >= it.backward.start_ns for g in it.grad_ready), (rank.rank, it.iteration)

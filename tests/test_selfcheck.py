@@ -14,7 +14,7 @@ import torch
 
 from ddpsim.experiments.selfcheck import forward_lags_us, lag_problems, trace_problems
 from ddpsim.samples import BUNDLED_DIR
-from ddpsim.trace import from_dict
+from ddpsim.trace import from_dict, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_SAMPLE = BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json"
@@ -103,7 +103,11 @@ def test_cpu_selfcheck_records_checks_and_compares_with_the_profiler(tmp_path):
                                                                        "profiler truth convnet x2"]
     truth = report["checks"][1]
     assert truth["grad_ready"]["n"] > 0 and truth["allreduce_end"]["n"] > 0
-    assert truth["offset_spread_ms"] < 1.0  # the iterations were paired right
+    # The iterations were paired right: one pair off by an iteration would move its clock offset by a whole
+    # iteration; a preemption in one window (a few ms on 2 busy cores) may not fail it.
+    run = load_trace(tmp_path / "truth" / "run.json")
+    iteration_ms = min(it.optimizer.end_ns - it.forward.start_ns for r in run.ranks for it in r.iterations) / 1e6
+    assert truth["offset_spread_ms"] < iteration_ms / 2, (truth["offset_spread_ms"], iteration_ms)
     assert (tmp_path / "gloo_cpu_convnet_x2.json").is_file() and (tmp_path / "truth" / "profile_rank0.json").is_file()
 
 

@@ -199,7 +199,7 @@ def consume_whatif(trace):
     base = whatif.base_for(trace)
     try:
         cfg = whatif.sim_config(base)
-        cfg.max_events = 200_000
+        cfg.max_events, cfg.time_limit_s = 200_000, 5.0  # the page's own limit is HANG_S: stop well before
         return _loads_back(whatif.run(whatif.workload(base, trace), cfg))
     except ValueError as e:  # the page shows these as one st.error line (e.g. an unknown GPU in the spec)
         if isinstance(e, PLAIN) or "\n" in str(e):
