@@ -5,13 +5,12 @@
 
 ``fn(rank, world_size, *args)`` must be a picklable top-level function; it runs after
 ``init_process_group("gloo")`` through a FileStore in a private folder (no port: two runs cannot
-race for one), gloo's sockets on loopback, and ``torch.set_num_threads(1)``,
-on the CPU with the GPUs hidden
-(``setup(rank)``, if given, runs before that: pinning to a core, environment). Its return
-value (picklable) is rank ``rank``'s result. If a rank raises, dies or the timeout passes,
-every rank is stopped and ``RankFailure`` names the rank and why, with its traceback
-(``not_implemented`` is set when it raised NotImplementedError, so a grader can say so
-in one line). Used by the autograder, the tests and the calibration.
+race for one), gloo's sockets on loopback, and ``torch.set_num_threads(1)``, on the CPU with the GPUs
+hidden (``setup(rank)``, if given, runs before that: pinning to a core, environment). Its return
+value (picklable) is rank ``rank``'s result. If a rank raises, dies or the timeout passes, every
+rank is stopped and ``RankFailure`` names the rank and why (the cause, not a peer that lost it),
+with its traceback (``not_implemented`` is set when it raised NotImplementedError, so a grader
+can say so in one line). Used by the autograder, the tests and the calibration.
 
 Note [Ranks forked from a server that imported torch]: a spawned rank starts a new
 interpreter and imports torch, 2 CPU-seconds each, more than most ranks' work here.
@@ -40,6 +39,7 @@ import os
 import pickle
 import queue
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -137,7 +137,7 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
                 _check_alive(procs, outs, results, deadline, timeout)
                 continue
             if not ok:
-                raise RankFailure(rank, value, ni, summary)
+                raise _root_cause(RankFailure(rank, value, ni, summary), procs, outs, results)
             outs[rank] = value
         return [outs[r] for r in range(world_size)]
     finally:
@@ -247,14 +247,46 @@ def _check_alive(procs, outs, results, deadline, timeout) -> None:
             try:  # its message may still be in flight
                 rank2, ok, value, ni, summary = results.get(timeout=1.0)
             except queue.Empty:
-                raise RankFailure(rank, f"process exited with code {p.exitcode} without a result") from None
+                raise RankFailure(rank, _exited(p.exitcode)) from None
             if not ok:
-                raise RankFailure(rank2, value, ni, summary)
+                raise _root_cause(RankFailure(rank2, value, ni, summary), procs, outs, results)
             outs[rank2] = value
             return
     if time.monotonic() > deadline:
         raise RankFailure(-1, f"timed out after {timeout:.0f} s (a rank hangs: "
                               "waiting for a bucket that never launches?)")
+
+
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")  # gloo, a peer gone
+ABORT_HINT = "gloo aborts a rank like this on a collective mismatch: the ranks allreduced other sizes or in another order"
+
+
+def _root_cause(failure: RankFailure, procs, outs, results, wait_s: float = 5.0) -> RankFailure:
+    """A rank that failed because a peer went away names the peer, where one died or failed in the next
+    ``wait_s``: the first to report is often the survivor ("Connection reset by peer")."""
+    if not any(p in failure.summary for p in PEER_GONE):
+        return failure
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        for rank, p in enumerate(procs):
+            if rank != failure.rank and rank not in outs and p.exitcode is not None and p.exitcode < 0:
+                why = _exited(p.exitcode)
+                return RankFailure(rank, why + f"; rank {failure.rank} then lost it: {failure.summary}", summary=why)
+        try:
+            rank, ok, value, ni, summary = results.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if not ok and not any(p in (summary or "") for p in PEER_GONE):
+            return RankFailure(rank, value, ni, summary)
+    return failure
+
+
+def _exited(code: int) -> str:
+    """Why a rank process ended without a result, from its exit code (negative: the signal)."""
+    if code >= 0:
+        return f"process exited with code {code} without a result"
+    name = next((s.name for s in signal.Signals if s == -code), str(-code))
+    return f"died from signal {name}" + (f" ({ABORT_HINT})" if name == "SIGABRT" else "")
 
 
 def _stop(procs, grace: float) -> None:

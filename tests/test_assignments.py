@@ -76,6 +76,32 @@ def test_wrong_part2_solution_fails_its_check(name, tmp_path):
 
 
 @pytest.mark.slow
+def test_part1_answer_in_lists_as_the_handout_allows_gets_full_marks(tmp_path):
+    """The handout says "lists, as torch does"; a pair returned as a list scored 2/28 ("must return a
+    pair ..., got [[[0, 1, 2]], [26214400]]")."""
+    lists = tmp_path / "buckets.py"
+    lists.write_text(f"import importlib.util\n"
+                     f"spec = importlib.util.spec_from_file_location('ref', {str(REFERENCES['part1'])!r})\n"
+                     "ref = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(ref)\n\n\n"
+                     "def compute_bucket_assignment_by_size(*args):\n"
+                     "    return list(ref.compute_bucket_assignment_by_size(*args))\n")
+    rc, results, stdout = grade("part1", lists, tmp_path)
+    assert rc == 0 and results["score"] == results["max_score"], stdout
+
+
+@pytest.mark.slow
+def test_a_layout_mistake_costs_its_checks_not_the_run(tmp_path):
+    """Counting the tied weight twice scored 0/30: the trace it reported would not load, and that failed
+    every check of the 2-rank run. Now the run is graded: it trains right, and the checks that read the
+    layout say what is wrong."""
+    rc, results, stdout = grade("part2", WRONG / "part2_tied_twice.py", tmp_path)
+    assert validate_results(results) == [] and rc == 1
+    failed = {t["number"]: t["output"] for t in results["tests"] if t["score"] < t["max_score"]}
+    assert set(failed) == {"2.1", "2.6", "2.7", "2.8"}, stdout  # the run trains as single-process training
+    assert "tied counted once" in stdout and "must name DDP's parameters, 0..12" in failed["2.6"], stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("part,name", sorted(WRONG_OTHER))
 def test_wrong_part1_part3_solution_fails_its_check(part, name, tmp_path):
     rc, results, stdout = grade(part, WRONG / name, tmp_path)

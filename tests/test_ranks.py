@@ -21,6 +21,22 @@ def test_a_failing_rank_is_named_by_its_exception_and_cpu_ranks_see_no_gpu():
     assert run_ranks(_fails_with_a_long_message, 1, timeout=120) == [""]
 
 
+def _mismatched_allreduce(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(64 if rank == 0 else 4096))  # the ranks' collectives do not match
+
+
+def test_a_collective_mismatch_names_the_rank_gloo_aborted_not_the_one_that_lost_it():
+    """gloo aborts the rank that receives a mismatched allreduce (C++, SIGABRT); the survivor, reporting
+    first, said "Connection reset by peer", which named the wrong rank and no cause."""
+    with pytest.raises(RankFailure) as info:
+        run_ranks(_mismatched_allreduce, 2, timeout=60)
+    assert "died from signal SIGABRT" in info.value.summary and "collective mismatch" in info.value.summary
+    assert "Connection reset" not in info.value.summary
+
+
 def _env_and_hash(rank, world_size):
     import os
     return os.environ.get("DDPSIM_TEST_VALUE"), hash("ddpsim")
