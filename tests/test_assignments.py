@@ -90,6 +90,31 @@ def test_part1_answer_in_lists_as_the_handout_allows_gets_full_marks(tmp_path):
 
 
 @pytest.mark.slow
+def test_part2_keeps_the_students_run_to_open_in_the_app(tmp_path):
+    """The handout says a student can look at their own run; the grader deleted it with its scratch folder."""
+    from ddpsim import load_trace
+
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part2", str(REFERENCES["part2"]), "--keep",
+                           str(tmp_path / "mine"), "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "open it in the app" in proc.stdout, proc.stdout + proc.stderr
+    trace = load_trace(tmp_path / "mine" / "run.json")
+    assert trace.complete and [len(r.iterations) for r in trace.ranks] == [5, 5]
+
+
+@pytest.mark.slow
+def test_an_error_inside_a_rank_names_the_students_line(tmp_path):
+    """A rank's error said what but not where ("rank 1: RuntimeError: cannot register a hook on a tensor
+    that doesn't require gradient"), while an error in the grader's own process has "(at FILE:LINE)"."""
+    text = REFERENCES["part2"].read_text()
+    frozen_kept = tmp_path / "bucketed_ddp.py"  # keeps the frozen layer: its hook cannot be registered
+    frozen_kept.write_text(text.replace("if p.requires_grad and id(p) not in seen", "if id(p) not in seen"))
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "register_post_accumulate_grad_hook(" in t)
+    _, results, stdout = grade("part2", frozen_kept, tmp_path)
+    failed = [t["output"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert any(f"doesn't require gradient (at bucketed_ddp.py:{line})" in o for o in failed), stdout
+
+
+@pytest.mark.slow
 def test_a_layout_mistake_costs_its_checks_not_the_run(tmp_path):
     """Counting the tied weight twice scored 0/30: the trace it reported would not load, and that failed
     every check of the 2-rank run. Now the run is graded: it trains right, and the checks that read the

@@ -50,6 +50,20 @@ def test_starters_and_handouts_are_in_place():
     assert not (A / "solutions").exists(), "solutions belong in tests/instructor/ (left out of releases)"
 
 
+@pytest.mark.slow
+def test_a_solution_that_fails_on_several_generated_inputs_says_where_in_one_message(tmp_path):
+    """Hypothesis raises an ExceptionGroup when it finds several distinct failures; the student saw
+    "ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions) (at core.py:2334)"."""
+    crash = tmp_path / "buckets.py"
+    crash.write_text("def compute_bucket_assignment_by_size(tensors, limits, sparse=(), indices=()):\n"
+                     "    out = [[i] for i in range(len(tensors))]\n"
+                     "    return out, [limits[i] for i in range(len(out))]  # IndexError past the limits\n")
+    _, results = grade("part1", crash, tmp_path)
+    outputs = [t["output"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert outputs and not any("ExceptionGroup" in o or "core.py" in o for o in outputs), outputs
+    assert any("(at buckets.py:3)" in o for o in outputs) and any("other failure" in o for o in outputs), outputs
+
+
 def test_validate_results_catches_bad_json():
     good = {"score": 1.0, "tests": [{"name": "a", "score": 1.0, "max_score": 1.0, "output": "ok"}]}
     assert validate_results(good) == []

@@ -11,6 +11,8 @@ Run: python -m ddpsim.grade part2 path/to/bucketed_ddp.py [--json results.json]
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 from ddpsim.grade import points
 from ddpsim.grade import part2_harness as H
@@ -40,13 +42,21 @@ def real_run(ctx):
             if e.not_implemented:
                 raise NotImplementedError(e.not_implemented) from None
             who = f"rank {e.rank}: " if e.rank >= 0 else ""
-            raise AssertionError(f"the 2-rank run failed: {who}{e.summary}") from None
+            raise AssertionError(f"the 2-rank run failed: {who}{e.summary}{_where(e.error, ctx.path)}") from None
         try:
             trace = merge_files([template.format(rank=r) for r in range(2)], ctx.tmp / "run.json")
         except TraceFormatError as e:  # only the trace check reads it: the others grade the run
             trace = e
         return outs, trace
     return ctx.shared("run", compute)
+
+
+def _where(traceback_text: str, student) -> str:
+    """" (at FILE:LINE)": the student's innermost line in a rank's traceback, if it is there."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', traceback_text)
+    name = Path(student).name
+    line = next((n for f, n in reversed(frames) if Path(f).resolve() == Path(student).resolve()), None)
+    return f" (at {name}:{line})" if line else ""
 
 
 def close(a, b):

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tests", metavar="DIR", help="folder with autograder.py (default: assignments/PART)")
     p.add_argument("--rank-timeout", metavar="S", type=float, default=90.0,
                    help="stop a multi-process run (every rank) after S seconds (default 90)")
+    p.add_argument("--keep", metavar="DIR", help="keep the run's trace there (part 2: DIR/run.json, your "
+                                                 "recorder calls) to open in the app")
     p.add_argument("--quiet", action="store_true", help="print only the total")
     args = p.parse_args(argv)
     path = Path(args.student_file)
@@ -35,13 +37,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddpsim.grade: error: --rank-timeout must be > 0, got {args.rank_timeout:g}",
               file=sys.stderr)
         return 2
-    result = grade(args.part, path, tests_dir=args.tests, rank_timeout=args.rank_timeout)
+    result = grade(args.part, path, tests_dir=args.tests, rank_timeout=args.rank_timeout, keep=args.keep)
     if result.error:
         print(f"ddpsim.grade: error: {result.error}", file=sys.stderr)
     if args.quiet:
         print(f"{args.part}: {result.score:g}/{result.max_score:g}")
     else:
         print(result.table())
+    if args.keep:
+        print(f"kept {', '.join(map(str, result.kept))}: open it in the app: the sidebar's 'Or upload your own trace'" if result.kept
+              else f"no trace to keep in {args.keep}: the run did not get that far")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results_json(result), indent=2))

@@ -55,6 +55,7 @@ class GradeResult:
     tests: list[TestResult] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None  # one line, when the student's file could not be graded at all
+    kept: list = field(default_factory=list)  # the run's traces copied to grade(keep=...)
 
     @property
     def score(self) -> float:
@@ -78,6 +79,8 @@ class GradeResult:
             lines.append(f"  {t.number:>4} {t.name:<{width}}  {t.score:>4g}/{t.max_score:<4g} {mark}")
             if not t.passed and not self.error:
                 lines += [f"         {line}" for line in t.output.strip().splitlines()[:12]]
+            elif t.passed and t.output.strip() != "passed":  # what a check measured: "passed: measured ..."
+                lines += [f"         {line}" for line in t.output.strip().splitlines()[:3]]
         lines.append(f"  total {self.score:g}/{self.max_score:g} in {self.seconds:.1f} s")
         return "\n".join(lines)
 
@@ -119,7 +122,11 @@ def load_file(path: Path, name: str):
 
 
 def describe_failure(e: BaseException) -> str:
-    """One clear message: 'not implemented: ...' for a TODO left, else the error itself."""
+    """One clear message: 'not implemented: ...' for a TODO left, else the error itself, with the input
+    hypothesis found it on; of several failures (an ExceptionGroup), the first."""
+    if isinstance(e, BaseExceptionGroup) and e.exceptions:
+        more = len(e.exceptions) - 1
+        return describe_failure(e.exceptions[0]) + (f" (and {more} other failure{'s' * (more > 1)})" if more else "")
     text = _not_implemented(e)
     if text is not None:
         return f"{NOT_IMPLEMENTED}: {text}"
@@ -132,7 +139,8 @@ def describe_failure(e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
                   if not f.filename.startswith("<frozen")), "")
-    return f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")
+    example = next((" ".join(n.split()) for n in getattr(e, "__notes__", []) if n.startswith("Falsifying")), "")
+    return f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "") + (f"; {example}" if example else "")
 
 
 def _not_implemented(e: BaseException) -> str | None:
@@ -199,8 +207,9 @@ def collect_tests(autograder) -> list:
 
 
 def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = None,
-          rank_timeout: float = 90.0) -> GradeResult:
-    """Run ``part``'s autograder on ``student_file``; never raises for a student's error."""
+          rank_timeout: float = 90.0, keep: str | Path | None = None) -> GradeResult:
+    """Run ``part``'s autograder on ``student_file``; never raises for a student's error. ``keep``: a
+    folder the run's traces (``*.json``, e.g. part 2's ``run.json``) are copied to, to open in the app."""
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}: choose one of {', '.join(PARTS)}")
     path = Path(student_file).resolve()
@@ -227,6 +236,9 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
             result.tests.append(_run_one(fn, ctx, f"{PARTS.index(part) + 1}.{i}"))
     finally:
         result.seconds = time.monotonic() - start
+        if keep is not None:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            result.kept = [shutil.copy2(f, Path(keep) / f.name) for f in sorted(tmp.glob("*.json"))]
         shutil.rmtree(tmp, ignore_errors=True)
     return result
 
