@@ -284,9 +284,8 @@ def _jitter(clean, min_groups: int = 3) -> float:
     extra 0.1 of jitter moves a prediction by several percent. So the variance is
     taken across the ranks of each iteration (the sample variance, averaged over
     iterations) and divided by the mean compute; with fewer than ``min_groups`` iterations
-    seen on several ranks, the spread over all of them. One rank shows no rank-to-rank
-    spread at all: 0 (its iterations' spread, a profiler's warm-up step among them, made a
-    1-rank H100 import wait 6.3 ms of 72 ms for stragglers at 8 ranks).
+    seen on several ranks, the spread over all of them. One rank shows no rank-to-rank spread:
+    0 (its iterations' spread made a 1-rank H100 import wait 6.3 of 72 ms at 8 ranks).
     """
     computes = [it.forward_compute_ns + it.backward_compute_end_ns - it.backward.start_ns for it in clean]
     mean = statistics.mean(computes) if len(computes) >= 3 else 0.0
@@ -296,7 +295,5 @@ def _jitter(clean, min_groups: int = 3) -> float:
     for it, c in zip(clean, computes):
         by_iteration.setdefault(it.iteration, []).append(c)
     within = [statistics.variance(v) for v in by_iteration.values() if len(v) >= 2]
-    if not within:  # no iteration seen on two ranks: nothing rank-to-rank to learn from
-        return 0.0
     spread = statistics.mean(within) ** 0.5 if len(within) >= min(min_groups, 3) else statistics.pstdev(computes)
-    return spread / mean
+    return spread / mean if within else 0.0  # within empty: no iteration on two ranks, nothing to learn
