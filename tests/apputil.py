@@ -6,13 +6,21 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
-def compare_page(uploads: dict):
-    """The Compare page with ``uploads`` (label -> Trace) in the session and all of them picked."""
+def with_uploads(uploads: dict, page: str, source: str | None = None):
+    """The app on ``page`` (a file in ddpsim/app/pages) with ``uploads`` (label -> Trace) in the
+    session and ``source`` (one of them) open."""
     at = AppTest.from_file(APP, default_timeout=90)
     at.session_state["ddpsim_uploads"] = uploads
     at.session_state["ddpsim_trace_ids"] = {k: i for i, k in enumerate(uploads)}
     at.session_state["ddpsim_trace_counter"] = len(uploads)
+    if source is not None:
+        at.session_state["ddpsim_source"] = source
     at.run()
-    at.switch_page("ddpsim/app/pages/compare.py").run()
+    return at.switch_page(f"ddpsim/app/pages/{page}").run()
+
+
+def compare_page(uploads: dict):
+    """The Compare page with ``uploads`` (label -> Trace) in the session and all of them picked."""
+    at = with_uploads(uploads, "compare.py")
     at.multiselect(key="ddpsim_compare_runs").set_value(list(uploads)).run()
     return at

@@ -2,11 +2,11 @@
 in ddpsim/sim/stragglers.py), without Streamlit.
 
 The rank-to-rank spread comes from the recording (``jitter_estimated``: between the ranks of each
-recorded iteration) or, for a GPU model, from its GPU profile (``rank_spread``); at the recorded
-world size, ranks that had a CPU core each keep their own measured speeds instead. Every rank then waits for
-the expected slowest of the what-if's world size, and the wait is the iteration time with the
-spread minus the same simulation without it (for the recorded ranks: with each micro-step's ranks
-levelled to their mean, ``learn.noise.level``).
+recorded iteration; one recorded rank measures none, and the sentence says so) or, for a GPU model,
+from its GPU profile (``rank_spread``); at the recorded world size, ranks that had a CPU core each
+keep their own measured speeds instead. Every rank then waits for the expected slowest of the what-if's
+world size, and the wait is the iteration time with the spread minus the same simulation without it
+(for the recorded ranks: with each micro-step's ranks levelled to their mean, ``learn.noise.level``).
 """
 from __future__ import annotations
 
@@ -24,8 +24,17 @@ def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
         measured = float(work.meta.get("jitter_estimated", 0.0)) if world_size > 1 else 0.0
         if replays_recorded_ranks(work, world_size):  # as replay_config simulates it
             return measured, "the recorded ranks' own speeds"
-        return measured, "measured between the recorded ranks"
+        return measured, _drawn_from(work, measured)
     return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
+
+
+def _drawn_from(work, spread: float) -> str:
+    """Where a recording's drawn spread comes from: its ranks when it holds two or more; one rank has
+    nobody to differ from, so a spread there was not measured (learn's choice: none, or an assumed one)."""
+    held = len(work.meta.get("recorded_ranks") or {}) or int(work.meta.get("recorded_world_size") or 1)
+    if held >= 2:
+        return "measured between the recorded ranks"
+    return ("not measured" if spread > 0 else "none measured") + ": the recording holds one rank"
 
 
 def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
-from ddpsim.app import waiting
-from ddpsim.experiments.worldsize import measured_sizes
+from ddpsim.app import beyond, waiting
 from ddpsim.learn import hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
@@ -164,9 +163,6 @@ def world_options(base: Base) -> list[int]:
     return sorted(set(WORLD_SIZES) | {int(base.config.get("world_size", 2))})
 
 
-EXTRAPOLATE = 4  # a what-if at more than this many times the recorded ranks gets a caution
-
-
 @dataclass
 class Outcome:
     """A what-if against the unchanged configuration simulated from the same calibration.
@@ -205,19 +201,9 @@ def _rel(a: dict, b: dict) -> dict:
 
 def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list[str]:
     """Plain warnings when the what-if reaches far beyond what was recorded."""
-    out = []
     recorded = int(base.config.get("world_size", 2))
-    if base.kind == "trace" and cfg.world_size > EXTRAPOLATE * recorded:
-        measured = measured_sizes(trace.meta.get("calibration") if trace else None)  # timed here, if any
-        fitted = " and ".join(map(str, sorted(measured or {recorded})))
-        out.append(f"Far beyond the recording: it ran {recorded} ranks, this asks for {cfg.world_size} "
-                   f"({cfg.world_size / recorded:g}x). The allreduce cost at {cfg.world_size} ranks comes "
-                   f"from a network model fitted at {fitted} ranks, not from a measurement there: read the "
-                   "result as a trend, not a prediction.")
-        if trace is not None and str(trace.meta.get("backend", "")) == "gloo":
-            out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
-                       f"{cfg.world_size} such ranks are no real machine. For GPU clusters start from "
-                       "a GPU model or a GPU recording.")
+    out = beyond.far_cautions(trace, work, recorded, cfg.world_size, cfg.bandwidth_gbps is not None) \
+        if base.kind == "trace" else []
     out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:

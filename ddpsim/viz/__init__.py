@@ -17,7 +17,7 @@ app, or ``fig.savefig(...)`` anywhere else (``figure_bytes`` gives PNG/SVG bytes
 Bucket ``i`` has the colour ``bucket_color(i)`` in every view.
 """
 from ddpsim.viz.accuracy import plot_accuracy
-from ddpsim.viz.buckets import bucket_rows, plot_buckets
+from ddpsim.viz.buckets import bucket_rows, numbering, plot_buckets
 from ddpsim.viz.compression import plot_compression
 from ddpsim.viz.compare import (compare_rows, short_names, typical_iteration, plot_compare, steady_iteration,
                                  usable_runs)
@@ -29,6 +29,6 @@ from ddpsim.viz.palette import bucket_color
 from ddpsim.viz.sweep import plot_sweep
 from ddpsim.viz.timeline import plot_timeline
 
-__all__ = ["bucket_color", "bucket_rows", "compare_rows", "describe_iteration", "figure_bytes",
+__all__ = ["bucket_color", "bucket_rows", "compare_rows", "describe_iteration", "figure_bytes", "numbering",
            "short_names", "typical_iteration", "plot_accuracy", "plot_buckets", "plot_compare", "plot_compression", "plot_dataparallel",
            "plot_ladder", "plot_sweep", "plot_timeline", "steady_iteration", "usable_runs"]

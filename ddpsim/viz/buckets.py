@@ -3,7 +3,8 @@
 ``plot_buckets`` draws three panels for one rank:
   gradient arrival   each parameter's definition index against the order its gradient
                      became ready: a falling diagonal, because backward runs the model
-                     back to front; dots in their bucket's colour (final layout)
+                     back to front; dots in their bucket's colour (final layout). An
+                     imported trace's indices come from the order itself (``numbering``)
   construction       the layout DDP built at construction (bucket 0 = last-defined params)
   rebuilt            the layout rebuilt from iteration 0's arrival order (if any)
 Each layout panel has one bar per bucket, top = launched first, made of one segment
@@ -33,6 +34,23 @@ def arrival_order(trace: Trace, rank: int = 0, iteration: int | None = None) -> 
     if not its:
         return []
     return [g.param for g in sorted(its[0].grad_ready, key=lambda g: (g.t_ns, -g.param))]
+
+
+def numbering(trace: Trace) -> str:
+    """Where the parameter indices come from: "definition" (DDP's own, recorded); for a trace made by
+    ``ddpsim import`` (a profile has shapes, not names, docs/trace-format.md) "arrival": index n-1-k for
+    the k-th gradient ready, or "model" (``import --model``): the model's indices in the model's own
+    ready order, read on the meta device. An import's arrival plot is then that order, not a finding."""
+    if "source_format" not in trace.meta:
+        return "definition"
+    return "model" if (trace.meta.get("sizes") or {}).get("params") == "model" else "arrival"
+
+
+ARRIVAL_AXES = {  # numbering -> (the arrival panel's title, its y label)
+    "definition": ("gradients arrive in reverse", "parameter index (definition order)"),
+    "arrival": ("numbered by arrival (import)", "parameter index (n-1-k, from arrival)"),
+    "model": ("the model's ready order (import --model)", "parameter index (the model's)"),
+}
 
 
 def layouts(trace: Trace, rank: int = 0) -> list[Layout]:
@@ -138,9 +156,10 @@ def plot_buckets(trace: Trace, rank: int = 0) -> Figure:
         ax.scatter(xs, order, c=[pal.bucket_color(final.get(p, 0)) for p in order], s=22,
                    edgecolors=pal.TEXT, linewidths=0.4, zorder=3, gid="arrival")
         ax.plot(xs, order, color=pal.GRID, lw=1, zorder=2)
+    title, ylabel = ARRIVAL_AXES[numbering(trace)]
     ax.set_xlabel("gradient arrival (1st, 2nd, ...)")
-    ax.set_ylabel("parameter index (definition order)")
-    ax.set_title("gradients arrive in reverse", loc="left", fontsize=10.5)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, loc="left", fontsize=10.5)
     ax.grid(color=pal.GRID)
     ax.set_axisbelow(True)
     for lay, axl, xmax in zip(lays, axes[1:], panel_scales(lays)):

@@ -69,7 +69,8 @@ st.dataframe([{"run": name,  # what people compare first, then how each run was 
 st.caption("Medians over each run's steady-state iterations (after the rebuild); Δ is against the first "
            "run. **Comm hook**: what each run registered with `register_comm_hook` (none: DDP's own fp32 "
            "allreduce); **sent per step**: the bytes its gradient collectives sent in a synced step (rank 0); "
-           "an empty **overlap**: no collective took time, so there was nothing to overlap (the noop hook). "
+           "an empty **overlap**: no collective took time (the noop hook, or one rank), so there was nothing "
+           "to overlap. "
            "**Single iterations vary**: " + ", ".join(_varies(r) for r in rows)
            + ". A Δ smaller than the ranges is within run-to-run noise. The figure draws one iteration "
            "per run (the most typical: closest to its medians) with its own time in its header, so it "

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.analysis import iteration_report, steady_summary
-from ddpsim.app import ui
+from ddpsim.app import timeline_notes as notes, ui
 from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import typical_iteration, plot_timeline
 
@@ -29,13 +29,17 @@ with right:
 STEADY_HOW = {"iteration_time_s": "median over", "exposed_comm_s": "median over",
               "overlap_fraction": "HTA's overlap over"}
 report = iteration_report(trace, iteration)
+talked = {"this": notes.communicates(trace, iteration), "steady": bool(steady and steady["communicates"])}
 cols = st.columns(3)
 for col, key, name, fmt, scale in (
         (cols[0], "iteration_time_s", "Iteration time", "{:.1f} ms", 1e3),
         (cols[1], "exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3),
         (cols[2], "overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1)):
     value = report["metrics"][key] * scale if report["metrics"][key] is not None else None
-    base = steady[key] * scale if steady else None
+    base = steady[key] * scale if steady and (key != "overlap_fraction" or talked["steady"]) else None
+    if key == "overlap_fraction" and value is not None and not talked["this"]:  # 0% of nothing
+        col.metric(f"{name}, iteration {iteration}", "none", help=notes.NO_OVERLAP)
+        continue
     col.metric(
         f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value),
         delta=None if value is None or base is None else fmt.format(value - base).replace("%", " pts"),
@@ -44,10 +48,10 @@ for col, key, name, fmt, scale in (
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
              "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
 
-if (gap := report["enqueue_gap"]):  # GPU traces: the hooks ran when the CPU queued the work
-    st.info(f"Times here are the GPU's. The CPU queued each gradient's work earlier: its hook ran "
-            f"{gap['median_ms']:.2f} ms (median; up to {gap['max_ms']:.2f} ms) before the GPU finished it. "
-            "A recorder that only reads CPU clocks would show the backward ending too soon.")
+if (gap := report["enqueue_gap"]):  # GPU traces: the CPU's time for each gradient beside the GPU's
+    st.info(notes.gpu_clock_note(trace, gap, report["metrics"]["iteration_time_s"]))
+if (said := notes.import_notes(trace)):  # what the profile could not say (docs/trace-format.md)
+    st.info(said, icon=":material/input:")
 
 # Zoom: a window in ms since the iteration start.
 span_ms = report["span_ms"]

@@ -1,0 +1,51 @@
+"""A what-if far beyond its recording: the What-if page's caution, and where its allreduce cost comes
+from (no Streamlit).
+
+Where the cost at another world size comes from, in the order the simulation takes it: a network
+picked on the page (its profile's datasheet figures); a calibration of the trace (measured here, or
+by ``ddpsim calibrate``); the line fitted through the recording's own collectives; or nothing, where
+no collective crossed a network (one rank, ``comm_fit["from"] == "none"``: Note [No network from one
+rank] in learn/linkfit.py).
+"""
+from __future__ import annotations
+
+from ddpsim.experiments.worldsize import measured_sizes
+from ddpsim.trace import Trace
+
+EXTRAPOLATE = 4  # a what-if at more than this many times the recorded ranks gets a caution
+
+
+def ranks(n: int) -> str:
+    """``n`` ranks in words: "1 rank", "2 ranks"."""
+    return f"{n} rank{'s' * (n != 1)}"
+
+
+def far_cautions(trace: Trace | None, work, recorded: int, world_size: int, chosen_network: bool) -> list[str]:
+    """The cautions for a what-if of a recording (``work`` learnt from ``trace``, ``recorded`` ranks)
+    at ``world_size`` ranks: none within ``EXTRAPOLATE`` times the recording."""
+    if world_size <= EXTRAPOLATE * recorded:
+        return []
+    out = [f"Far beyond the recording: it ran {ranks(recorded)}, this asks for {world_size} "
+           f"({world_size / recorded:g}x). {_allreduce_from(trace, work, recorded, world_size, chosen_network)} "
+           "Read the result as a trend, not a prediction."]
+    meta = trace.meta if trace is not None else {}
+    if str(meta.get("backend", "")) == "gloo" and (meta.get("placement") or {}).get("device") != "cuda":
+        out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
+                   f"{world_size} such ranks are no real machine. For GPU clusters start from "
+                   "a GPU model or a GPU recording.")
+    return out
+
+
+def _allreduce_from(trace: Trace | None, work, recorded: int, world_size: int, chosen_network: bool) -> str:
+    """Where the allreduce cost at ``world_size`` comes from, in one sentence (module docstring)."""
+    if chosen_network:
+        return f"Nothing was measured at {world_size} ranks: the allreduce cost there is the chosen network's."
+    measured = measured_sizes(trace.meta.get("calibration") if trace is not None else None)  # timed here, if any
+    fit = (work.meta.get("comm_fit") or {}) if work is not None else {}
+    if not measured and fit.get("from") == "none":
+        return (f"No network model was fitted from it: its {ranks(recorded)} sent nothing over a network, so the "
+                f"allreduce cost at {world_size} ranks is not known from the recording.")
+    sizes = sorted(measured or {recorded})
+    return (f"The allreduce cost at {world_size} ranks comes from a network model fitted at "
+            f"{' and '.join(map(str, sizes[:-1]))}{' and ' * (len(sizes) > 1)}{ranks(sizes[-1])}, not from a "
+            "measurement there.")

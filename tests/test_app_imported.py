@@ -1,0 +1,115 @@
+"""The app on traces made by ``ddpsim import`` from the bundled H100 profiles (ddpsim/samples/h100):
+what each page says must hold for a profile of one rank, where NCCL runs no kernel and the import, not
+the model, numbers the parameters.
+"""
+import dataclasses
+
+import pytest
+
+from apputil import compare_page, with_uploads
+from ddpsim import samples
+from ddpsim.app import beyond, timeline_notes, waiting, whatif
+from ddpsim.trace import load_trace
+from ddpsim.trace.profile_import import import_profiles
+from ddpsim.viz import numbering
+
+ONE = "resnet50_nccl_ws1"  # one rank, NCCL: its allreduces launched no GPU work
+NO_KERNEL = "NCCL with one rank runs no kernel"  # from the import's own note (meta.import_notes)
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    return import_profiles([samples.H100_DIR / f"{ONE}_rank0.kineto.json.gz"])
+
+
+def learnt(trace, jitter: float):
+    """The What-if's Base and workload for ``trace``, its learnt rank-to-rank spread set to ``jitter``
+    (whatever ddpsim.learn makes of one rank, the sentence must name where the spread came from)."""
+    base = whatif.base_for(trace)
+    work = whatif.workload(base, trace)
+    return base, dataclasses.replace(work, meta={**work.meta, "jitter_estimated": jitter})
+
+
+def test_one_rank_spread_is_not_said_measured_between_ranks(one_rank):
+    base, work = learnt(one_rank, 0.072)
+    cfg = whatif.sim_config(base, None, "torch", False, 1, 8, "ib100", work=work, trace=one_rank)
+    text = whatif.describe_stragglers(whatif.evaluate(work, base, one_rank, cfg))
+    assert "rank-to-rank spread 7.2%, not measured: the recording holds one rank" in text
+    assert "between the recorded ranks" not in text
+    assert waiting.rank_noise("trace", "", learnt(one_rank, 0.0)[1], 8) == (0.0, "none measured: the recording holds one rank")
+    two = load_trace(samples.BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json")
+    assert waiting.rank_noise("trace", "", learnt(two, 0.05)[1], 8)[1] == "measured between the recorded ranks"
+
+
+def test_far_caution_for_one_rank_says_nothing_was_fitted(one_rank):
+    base, work = learnt(one_rank, 0.0)
+    cfg = lambda net: whatif.sim_config(base, None, "torch", False, 1, 8, net, work=work, trace=one_rank)  # noqa: E731
+    recorded = " ".join(whatif.cautions(base, one_rank, cfg(whatif.AS_RECORDED), work))
+    assert "it ran 1 rank, this asks for 8" in recorded and "No network model was fitted" in recorded
+    assert "fitted at 1" not in recorded and "1 ranks" not in recorded
+    gloo_on_gpus = load_trace(samples.BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json")  # gloo, CUDA tensors
+    assert not any("CPU run" in c for c in beyond.far_cautions(gloo_on_gpus, None, 2, 16, True))
+    at = with_uploads({ONE: one_rank}, "whatif.py", ONE)
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(8).run()
+    next(s for s in at.selectbox if s.label == "Network").set_value("ib100").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    far = next(w.value for w in at.warning if w.value.startswith("Far beyond"))
+    assert "it ran 1 rank," in far and "fitted" not in far and "the chosen network's" in far
+
+
+@pytest.fixture(scope="module")
+def timeline(one_rank):
+    at = with_uploads({ONE: one_rank}, "timeline.py", ONE)
+    assert not at.exception and not at.error
+    return at
+
+
+def test_timeline_overlap_of_a_one_rank_nccl_import_is_none(timeline):
+    overlap = next(m for m in timeline.metric if m.label.startswith("Comm. overlapped"))
+    assert overlap.value == "none"  # as the What-if's metric and Compare's empty cell say: nothing to overlap
+
+
+def test_timeline_shows_the_imports_notes_once(timeline, one_rank):
+    assert any(NO_KERNEL in n for n in one_rank.meta["import_notes"])
+    for note in one_rank.meta["import_notes"]:
+        assert sum(note in i.value for i in timeline.info) == 1, note
+
+
+def test_timeline_gpu_clock_note_of_an_import(timeline):
+    clock = next(i.value for i in timeline.info if i.value.startswith("Times here are the GPU's"))
+    assert "AccumulateGrad" in clock and "hook" not in clock  # an import's CPU time is its op's end
+    assert "half the gradients within 0.00 ms of the time its AccumulateGrad op ended" in clock  # the median lag
+
+
+def test_a_recorded_trace_shows_no_import_note_and_keeps_its_overlap():
+    trace = load_trace(samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
+    assert timeline_notes.import_notes(trace) is None
+    assert timeline_notes.communicates(trace, 2)  # a recorded 1-rank NCCL allreduce still took time
+
+
+def test_the_gpu_clock_note_follows_its_numbers():
+    recorded = load_trace(samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
+    note = lambda med, top: timeline_notes.gpu_clock_note(recorded, {"median_ms": med, "max_ms": top}, 0.05)  # noqa: E731
+    assert "The CPU ran ahead of the GPU: for each gradient, its hook ran a median 2.00 ms" in note(2.0, 5.0)
+    assert "half the gradients within 0.00 ms of the time its hook ran, and the rest up to 5.00 ms" in note(0.0, 5.0)
+    quiet = note(0.1, 0.2)  # under 1% of a 50 ms iteration
+    assert "about the same" in quiet and "too soon" not in quiet
+
+
+def test_compare_says_one_rank_may_leave_nothing_to_overlap(one_rank):
+    other = load_trace(samples.BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json")
+    at = compare_page({ONE: one_rank, "resnet18": other})
+    rows = at.dataframe[0].value
+    assert rows["overlap (%)"].isna().tolist() == [True, False]
+    assert any("no collective took time (the noop hook, or one rank)" in c.value for c in at.caption)
+
+
+def test_buckets_page_says_an_import_numbers_parameters_by_arrival(one_rank):
+    at = with_uploads({ONE: one_rank}, "buckets.py", ONE)
+    assert not at.exception and not at.error
+    caption = next(c.value for c in at.caption if c.value.startswith("Left:"))
+    assert "numbered the parameters by arrival" in caption and "reverse of its definition order" not in caption
+    assert numbering(one_rank) == "arrival"
+    modelled = dataclasses.replace(one_rank, meta={**one_rank.meta, "sizes": {"params": "model", "buckets": "model"}})
+    assert numbering(modelled) == "model"
+    assert numbering(load_trace(samples.BUNDLED_DIR / "01_mlp_torch_default.json")) == "definition"
