@@ -8,13 +8,13 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
 from ddpsim import load_trace
 from ddpsim.analysis import summarize
+from ddpsim.analysis.period import step_period_s
 from ddpsim.trace.profile_import import import_profiles
 from ddpsim.trace import TraceFormatError, save_trace
 
@@ -112,10 +112,22 @@ def test_iterations_and_spans(imported):
             for it in r.iterations:
                 assert it.forward.start_ns < it.forward.end_ns == it.backward.start_ns < it.backward.end_ns
                 assert it.optimizer and it.optimizer.start_ns >= it.backward.end_ns
-        t = truth(stem, 0)
-        for it in trace.ranks[0].iterations:  # the forward span is the GPU's (within 15%)
-            want = next(x for x in t["iterations"] if x["iteration"] == it.iteration)["gpu_forward_ms"]
-            assert abs(it.forward.duration_ns / 1e6 - want) < 0.15 * want
+
+
+@pytest.mark.parametrize("stem", RUNS)
+def test_forward_and_iteration_are_the_cuda_events(imported, stem):
+    """Note [A span starts when its call does]: the forward starts when DDP's forward is called
+    (the truth's event before ``ddp(x)``), GPU idle time while it launches included. Measured
+    within 0.02-0.17 ms on every iteration; from the first kernel it was 0.5-1.6 ms short. The
+    iteration (forward start to the optimizer's GPU end) against the truth's CPU time from before
+    ``ddp(x)`` to ``cuda.synchronize()`` after the optimizer: 0.1-0.3 ms short (0.6-1.8 before)."""
+    for r in RUNS[stem]:
+        t = {x["iteration"]: x for x in truth(stem, r)["iterations"]}
+        for it in imported[stem].ranks[r].iterations:
+            want = t[it.iteration]
+            fwd = it.forward.duration_ns / 1e6 - want["gpu_forward_ms"]
+            whole = (it.optimizer.end_ns - it.forward.start_ns) / 1e6 - want["cpu_iter_ms_synced"]
+            assert abs(fwd) < 0.25 and abs(whole) < 0.45, (r, it.iteration, fwd, whole)
 
 
 def test_backward_ends_when_backward_returns(imported):
@@ -138,7 +150,11 @@ def test_cli_import_then_open_and_simulate(tmp_path):
     assert "2 rank(s), 3 iterations per rank, 62 parameters, times on the gpu clock" in result.stdout
     trace = load_trace(out)
     assert trace.meta["source_format"] == "kineto" and trace.meta["import_notes"]
-    assert summarize(trace)["iteration_time_s"] > 0
+    s, period = summarize(trace), step_period_s(trace)
+    # record's headline numbers, and the step period: the capture made each batch between steps
+    assert (f"iteration {s['iteration_time_s'] * 1e3:.1f} ms, exposed comm {s['exposed_comm_s'] * 1e3:.1f} ms, "
+            f"overlap {s['overlap_fraction']:.0%}") in result.stdout
+    assert period > 1.5 * s["iteration_time_s"] and f"\nstep period {period * 1e3:.1f} ms" in result.stdout
     # the files by name only (Note [No paths in a trace]), so the bundled sample is this import
     assert trace.meta["imported_from"] == [p.name for p in profiles("resnet18_gloo_ws2")]
     assert str(GPU_TRACES.parent) not in out.read_text()

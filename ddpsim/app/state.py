@@ -137,7 +137,7 @@ def accept_upload(name: str, data: bytes) -> str | None:
         if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
             raise TraceFormatError(f"{name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_UPLOAD_MB} MB")
         # JSON only: nothing in an upload is executed; a child process, given up after UPLOAD_PARSE_S
-        trace = parse_trace_within(data, UPLOAD_PARSE_S, name=name)
+        trace = parse_trace_within(data, UPLOAD_PARSE_S, name=name, max_bytes=MAX_UPLOAD_MB * 1024 * 1024)
     except TraceFormatError as e:
         message = f"Could not open the upload: {str(e).splitlines()[0]}. Still showing the previous trace."
         st.error(message, icon="⚠️")
@@ -151,8 +151,10 @@ def sidebar() -> None:
     with st.sidebar:
         chooser = st.container()
         upload = st.file_uploader(
-            "Or upload your own trace", type=["json"], max_upload_size=MAX_UPLOAD_MB,
-            help="A ddpsim trace JSON (up to 50 MB), e.g. one written by `python -m ddpsim record`.")
+            "Or upload your own trace", type=["json", "gz"], max_upload_size=MAX_UPLOAD_MB,
+            help="A ddpsim trace JSON, .json or .json.gz (up to 50 MB, and 50 MB once decompressed), e.g. one "
+                 "written by `python -m ddpsim record` or `python -m ddpsim import` (which turns "
+                 "PyTorch-profiler traces into one).")
         downloads = st.container()
     _handle_upload(upload)  # before the selectbox exists, so it may select the upload
     saved_recordings()  # the runs folder, read once per run (all_labels reads what this found)

@@ -14,6 +14,7 @@ import streamlit as st
 from matplotlib.figure import Figure
 
 from ddpsim.app import learn
+from ddpsim.analysis.period import ITERATION_TIME
 from ddpsim.errors import first_line
 from ddpsim.trace.export import to_chrome
 from ddpsim.trace import Trace
@@ -114,9 +115,9 @@ def partial_note(trace: Trace) -> None:
             + ". The figures show what was recorded.", icon=":material/warning:")
 
 
-METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. Under no_sync (a sync every n "
-                                    "micro-steps) each micro-step counts as an iteration: the time is per "
-                                    "micro-step, and n of them make one synced step.",
+METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. " + ITERATION_TIME + " Under no_sync "
+                                    "(a sync every n micro-steps) each micro-step counts as an iteration: the "
+                                    "time is per micro-step, and n of them make one synced step.",
                "overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
                                     "that overlaps compute, over all communication time, in the steady "
                                     "iterations (mean over ranks)."}

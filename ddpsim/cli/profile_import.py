@@ -1,6 +1,7 @@
 """``python -m ddpsim import``: PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace."""
 from __future__ import annotations
 
+from ddpsim.cli.headline import headline_lines
 from ddpsim.trace import save_trace
 from ddpsim.trace.profile_import import import_or_carried
 from ddpsim.trace.profile_sizes import unknown_sizes
@@ -29,12 +30,14 @@ def main(args) -> int:
     counts = sorted({len(r.iterations) for r in trace.ranks})
     its = f"{counts[0]} iterations per rank" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} iterations per rank"
     if carried:  # a ddpsim export: the trace it carries, whole
-        print(f"wrote {args.out}: the trace the ddpsim export carries ({len(trace.ranks)} rank(s), {its}), "
-              "unchanged" + ("; --model is not needed for it" if model else ""))
+        print("\n".join(headline_lines(trace, f"wrote {args.out}: the trace the ddpsim export carries ("
+                                              f"{len(trace.ranks)} rank(s), {its}), unchanged"
+                                              + ("; --model is not needed for it" if model else ""))))
         return 0
-    print(f"wrote {args.out}: {len(trace.ranks)} rank(s), {its}, {len(trace.params)} parameters, "
-          f"times on the {trace.meta['timebase']['grad_ready']} clock; "
-          f"{len(trace.meta['import_notes'])} notes in meta.import_notes")
+    print("\n".join(headline_lines(trace, f"wrote {args.out}: {len(trace.ranks)} rank(s), {its}, "
+                                          f"{len(trace.params)} parameters, times on the "
+                                          f"{trace.meta['timebase']['grad_ready']} clock; "
+                                          f"{len(trace.meta['import_notes'])} notes in meta.import_notes")))
     sizes = trace.meta["sizes"]
     print(f"sizes: parameters from {sizes['params']}, allreduces from {sizes['buckets']}")
     if (why := unknown_sizes(trace)) is not None:

@@ -11,9 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from ddpsim.analysis import summarize
-from ddpsim.analysis.join import join_line
-from ddpsim.errors import CLIError, PartialTraceError
+from ddpsim.cli.headline import headline_lines
+from ddpsim.errors import CLIError
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
 from ddpsim.record.merge import merge_files
@@ -60,16 +59,7 @@ def main(args) -> int:
     show = progress_bar if sys.stderr.isatty() else None
     trace = record(cfg, out, progress=show, master_port=args.master_port)
     head = f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} rank{'s' if cfg.world_size != 1 else ''}, {cfg.iters} iterations"
-    try:
-        summary = summarize(trace)
-    except PartialTraceError:  # e.g. --iters 2 --no-sync-every 4: every step accumulated under no_sync
-        print(f"{head}; no synced iteration (every step accumulated under no_sync), so no iteration "
-              "time to report")
-        return 0
-    print(f"{head}; iteration {summary['iteration_time_s'] * 1e3:.1f} ms, "
-          f"exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, overlap {summary['overlap_fraction']:.0%}")
-    if (joined := join_line(trace)) is not None:
-        print(joined)
+    print("\n".join(headline_lines(trace, head)))
     return 0
 
 

@@ -3,8 +3,9 @@
 One profile per rank (``export_chrome_trace`` / ``tensorboard_trace_handler`` output, .json or
 .json.gz). From each ``ProfilerStep#N`` it recovers one iteration:
 
-- forward: ``DistributedDataParallel.forward`` to the start of the backward, on the GPU when the
-  profile has GPU events (Note [GPU completion from a profile] in ``ddpsim.trace.kineto``);
+- forward: ``DistributedDataParallel.forward``'s call to the start of the backward, on the GPU when
+  the profile has GPU events (Notes [GPU completion from a profile] and [A span starts when its
+  call does] in ``ddpsim.trace.kineto``);
 - backward: the autograd engine's ops (``autograd::engine::evaluate_function: ...``);
 - gradient ready: the end of each ``torch::autograd::AccumulateGrad`` op, turned into the GPU
   time the gradient was really computed (the CUDA event a ready hook would have recorded);
@@ -76,7 +77,7 @@ class RankImport:
         limit = opt[0].start if opt else step.end
         copies = [o.end for o in p.named(FINALIZE, within=step) if bwd_start <= o.start <= limit]
         cpu_end = max([bwd_end, *copies])
-        f0 = p.first_gpu_start_after(fwd[0].start, fwd[0].start) if self.gpu else fwd[0].start
+        f0 = self._t(fwd[0].start)  # Note [A span starts when its call does]
         b0 = self._t(self._forward_end(step, fwd[0], bwd_start))
         grads = [o for o in p.named(ACCUMULATE) if bwd_start <= o.start <= bwd_end]
         ready = [self._t(o.end) for o in grads]
@@ -94,8 +95,7 @@ class RankImport:
               "buckets": buckets, "graph_search": None, "bitmap_allreduce": bitmap, "optimizer": None}
         if opt:
             end = (zero[-1] if zero and zero[-1].start >= opt[0].start else opt[-1]).end
-            o0 = max(p.first_gpu_start_after(opt[0].start, opt[0].start) if self.gpu else opt[0].start,
-                     self._t(cpu_end))
+            o0 = self._t(max(opt[0].start, cpu_end))
             it["optimizer"] = _span(o0, max(self._t(end), o0))
         return it
 

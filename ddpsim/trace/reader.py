@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpsim.buckets import SCALAR_TYPES
-from ddpsim.trace.jsontext import MAX_DEPTH, json_depth, loads_limited
+from ddpsim.trace.jsontext import GZIP_MAGIC, MAX_DEPTH, PROFILE_HINT, gunzip_limited, json_depth, loads_limited
 from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_meta
 from ddpsim.trace.hookfields import hook_fields
 from ddpsim.trace.types import (CARRIED, FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
@@ -37,22 +37,23 @@ MAX_BYTES = 2**50  # bytes (1 PiB): a parameter, a bucket, a collective, all par
 
 
 def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
-    """Load a trace file, raising TraceFormatError with the problem named."""
+    """Load a trace file (gzipped or not), raising TraceFormatError with the problem named."""
     path = Path(path)
     try:
         size = path.stat().st_size
         if size > max_bytes:
             raise TraceFormatError(f"{path} is {size / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise TraceFormatError(f"cannot read trace {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise TraceFormatError(f"{path} is not a text file, so not a ddpsim trace") from None
-    return parse_trace(text, name=str(path), max_bytes=max_bytes)
+    return parse_trace(data, name=str(path), max_bytes=max_bytes)
 
 
 def parse_trace(text: str | bytes, name: str = "trace", max_bytes: int = MAX_TRACE_BYTES) -> Trace:
-    """Parse trace JSON text (e.g. an upload) into a Trace."""
+    """Parse trace JSON text (e.g. an upload; gzipped bytes are decompressed, at most ``max_bytes``)
+    into a Trace."""
+    if isinstance(text, bytes) and text[:2] == GZIP_MAGIC:
+        text = gunzip_limited(text, max_bytes, name)
     if len(text) > max_bytes:
         raise TraceFormatError(f"{name} is {len(text) / 2**20:.0f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
     if isinstance(text, bytes):
@@ -74,8 +75,7 @@ def from_dict(raw: Any, name: str = "trace", depth_checked: bool = False) -> Tra
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         chrome = (isinstance(raw, dict) and "traceEvents" in raw) or (
             isinstance(raw, list) and bool(raw) and all(isinstance(e, dict) and "ph" in e for e in raw[:5]))
-        hint = ("; it looks like a Chrome trace (what torch.profiler writes): turn one per rank into a ddpsim "
-                "trace with `ddpsim import RANK0.json RANK1.json ... --out run.json`") if chrome else ""
+        hint = f"; {PROFILE_HINT}" if chrome else ""
         raise TraceFormatError(f"{name} is not a ddpsim trace (no \"format\": \"{FORMAT}\"){hint}")
     version = raw.get("version")
     if type(version) is not int or version != VERSION:

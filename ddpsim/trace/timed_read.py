@@ -2,19 +2,21 @@
 dashboard's upload): ``parse_trace`` in a child process, given up at the limit."""
 from __future__ import annotations
 
-from ddpsim.trace.reader import parse_trace
+from ddpsim.trace.reader import MAX_TRACE_BYTES, parse_trace
 from ddpsim.trace.types import Trace, TraceFormatError
 
 
-def parse_trace_within(text: str | bytes, seconds: float, name: str = "trace") -> Trace:
+def parse_trace_within(text: str | bytes, seconds: float, name: str = "trace",
+                       max_bytes: int = MAX_TRACE_BYTES) -> Trace:
     """``parse_trace`` in a child process stopped after ``seconds``: a server (the dashboard's
     upload) is never held by one file. The parse is linear, so a 50 MB trace takes a few seconds;
-    the limit is for what nobody has thought of yet. Raises TraceFormatError (one line) at the limit."""
+    the limit is for what nobody has thought of yet. Raises TraceFormatError (one line) at the limit.
+    ``max_bytes``: the most text it reads, a gzipped file's once decompressed."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")  # the text is already in memory: no copy through a pipe
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_parse_into, args=(send, text, name), daemon=True)
+    child = ctx.Process(target=_parse_into, args=(send, text, name, max_bytes), daemon=True)
     child.start()
     send.close()
     try:
@@ -33,9 +35,9 @@ def parse_trace_within(text: str | bytes, seconds: float, name: str = "trace") -
     return result
 
 
-def _parse_into(send, text, name) -> None:
+def _parse_into(send, text, name, max_bytes) -> None:
     try:
-        send.send((True, parse_trace(text, name=name)))
+        send.send((True, parse_trace(text, name=name, max_bytes=max_bytes)))
     except TraceFormatError as e:
         send.send((False, str(e)))
     except Exception as e:  # noqa: BLE001 - reported as one line in the parent

@@ -1,0 +1,66 @@
+"""Gzipped files where a ddpsim trace is read (``load_trace``, ``simulate --trace``, the app's upload):
+a gzipped trace reads as the trace; a gzipped PyTorch profile (what ``tensorboard_trace_handler``
+writes) gets the hint a plain one gets, to run ``ddpsim import``; the inflating stops at the limit."""
+import gzip
+import subprocess
+import sys
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+from ddpsim import samples
+from ddpsim.samples import H100_DIR
+from ddpsim.trace import TraceFormatError, load_trace, parse_trace
+
+PROFILE = H100_DIR / "resnet50_nccl_ws1_rank0.kineto.json.gz"
+FIXTURES = ROOT / "tests" / "fixtures"
+TINY = FIXTURES / "tiny_trace.json"
+HINT = "it looks like a Chrome trace (what torch.profiler writes): turn one per rank into a ddpsim trace with `ddpsim import"
+
+
+def test_a_gzipped_trace_reads_as_the_trace(tmp_path):
+    path = tmp_path / "run.json.gz"
+    path.write_bytes(gzip.compress(TINY.read_bytes()))
+    assert load_trace(path) == load_trace(TINY)
+    text = TINY.read_bytes()  # a file of two gzip members, as `cat a.gz b.gz` makes
+    assert parse_trace(gzip.compress(text[:100]) + gzip.compress(text[100:])) == load_trace(TINY)
+
+
+def test_a_gzipped_profile_says_to_import_it():
+    with pytest.raises(TraceFormatError, match="not a ddpsim trace") as err:
+        load_trace(PROFILE)
+    assert HINT in str(err.value)
+    result = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(PROFILE)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert HINT in result.stderr
+
+
+def test_inflating_stops_at_the_limit():
+    spaces = gzip.compress(b" " * (2 << 20))  # 2 MiB in 2 KB
+    with pytest.raises(TraceFormatError, match=r"bomb\.gz holds more than 1 MiB of text once decompressed"):
+        parse_trace(spaces, name="bomb.gz", max_bytes=1 << 20)
+    profile = gzip.compress(b'{"traceEvents": [' + b" " * (2 << 20) + b"]}")  # a large profile: the hint still
+    with pytest.raises(TraceFormatError, match="`ddpsim import"):
+        parse_trace(profile, name="big.pt.trace.json.gz", max_bytes=1 << 20)
+    with pytest.raises(TraceFormatError, match="truncated: its gzip data ends early"):
+        parse_trace(gzip.compress(TINY.read_bytes())[:300])
+    with pytest.raises(TraceFormatError, match="not a valid gzip file"):
+        parse_trace(b"\x1f\x8b" + b"\x00" * 40)
+
+
+@pytest.fixture
+def app(monkeypatch):
+    monkeypatch.setenv(samples.ENV_VAR, str(FIXTURES))
+    return AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+
+
+def test_the_app_opens_a_gzipped_trace_and_hints_at_import_for_a_gzipped_profile(app):
+    app.file_uploader[0].set_value((PROFILE.name, PROFILE.read_bytes(), "application/gzip")).run()
+    assert not app.exception, [e.message for e in app.exception]
+    assert len(app.error) == 1 and HINT in app.error[0].value
+    assert app.selectbox(key="ddpsim_source").value == "tiny_trace"  # the trace open before stays
+    app.file_uploader[0].set_value(("run.json.gz", gzip.compress(TINY.read_bytes()), "application/gzip")).run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert app.selectbox(key="ddpsim_source").value == "upload: run.json.gz"
