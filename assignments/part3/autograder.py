@@ -1,7 +1,8 @@
 """Part 3 autograder: predict with the simulator, then measure with a real run.
 
 The autograder recomputes the simulator's sweep for the given model and network (the baseline
-trace in this folder) and checks the student's rows and choice against its own numbers, not the
+trace in this folder, learnt as ``validate`` and the What-if page learn a recording:
+``ddpsim.learn``) and checks the student's rows and choice against its own numbers, not the
 student's; then it runs the student's ``confirm`` and checks that the trace is a real run made
 now (its creation time falls inside the call) whose buckets were built under the chosen cap.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import re
 
 from ddpsim import load_trace
@@ -21,32 +23,39 @@ BASELINE = assignments_dir() / "part3" / "baseline.json"
 CANDIDATES_MB = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 25]
 WORLD_SIZE = 2
 MODEL = "transformer"
-TOLERANCE = 0.03  # a choice within 3% of the best simulated iteration time is accepted
+# A choice within 1% of the fastest simulated candidate is accepted: caps that give the same
+# buckets tie exactly, and one a fraction of a percent behind them is as good a choice.
+TOLERANCE = 0.01
 LINK = {"shared_core": False, "bandwidth_gbps": 0.25, "latency_us": 3000.0}  # as in predict.py
 ROW_TOLERANCE = 0.01  # the student's simulated times must match the autograder's within 1%
+MIN_WORDS, MAX_WORDS = 80, 200  # the written answer's length, as the handout asks
 MIB = 1024 * 1024
+
+
+def reference_rows(link: dict | None = None, baseline=BASELINE) -> list[dict]:
+    """The simulator's sweep of the candidates on the baseline run: replayed as recorded (its ranks
+    and steps, its network as its own ranks measured it) with each cap, on this machine or with
+    the what-if ``link``; what ``python -m ddpsim sweep --trace`` and the What-if page compute."""
+    from ddpsim.learn import sweep
+
+    return sweep(load_trace(baseline), {"bucket_cap_mb": CANDIDATES_MB}, dict(link or {}))
 
 
 def simulator_rows(ctx, link: dict | None = None):
     """The autograder's own sweep on the baseline: this machine, or over ``link``."""
-    def compute():
-        from ddpsim.learn import sweep, workload_from_trace
-        from ddpsim.sim import SimConfig
-
-        w = workload_from_trace(load_trace(BASELINE))
-        return sweep(w, {"bucket_cap_mb": CANDIDATES_MB},
-                     SimConfig(world_size=WORLD_SIZE, iters=4, **(link or {})))
-    return ctx.shared(f"rows {link}", compute)
+    return ctx.shared(f"rows {link}", lambda: reference_rows(link))
 
 
 def check_choice(rows, pick, where: str) -> str:
-    best = min(rows, key=lambda r: r["iteration_time_s"])
+    """Passed if ``pick`` is within TOLERANCE of the fastest candidate; a miss says by how much,
+    not which candidate is fastest (the student finds that in their own sweep)."""
+    best = min(r["iteration_time_s"] for r in rows)
     row = next((r for r in rows if math.isclose(float(r["bucket_cap_mb"]), pick)), None)
     assert row is not None, f"{pick} MiB is not one of the candidates {CANDIDATES_MB}"
-    slower = row["iteration_time_s"] / best["iteration_time_s"] - 1
+    slower = row["iteration_time_s"] / best - 1
     assert slower <= TOLERANCE, (
-        f"{where}, {pick} MiB is predicted {slower:.0%} slower than the optimum {best['bucket_cap_mb']} "
-        f"MiB ({row['iteration_time_s'] * 1e3:.1f} ms vs {best['iteration_time_s'] * 1e3:.1f} ms)")
+        f"{where}, {pick} MiB ({row['iteration_time_s'] * 1e3:.1f} ms) is predicted {slower:.1%} slower than "
+        f"the fastest candidate (accepted: within {TOLERANCE:.0%}); look at your sweep again")
     return f"passed: {pick} MiB, predicted {row['iteration_time_s'] * 1e3:.1f} ms/iteration {where}"
 
 
@@ -83,28 +92,28 @@ def test_sweep_rows(ctx):
         want = ours[float(r["bucket_cap_mb"])]
         assert math.isclose(r["iteration_time_s"], want, rel_tol=ROW_TOLERANCE), (
             f"cap {r['bucket_cap_mb']} MiB: your row says {r['iteration_time_s'] * 1e3:.2f} ms, the "
-            f"simulator on the baseline says {want * 1e3:.2f} ms (use workload_from_trace(BASELINE) "
-            f"and SimConfig(world_size={WORLD_SIZE}, iters=SIM_ITERS))")
+            f"simulator on the baseline says {want * 1e3:.2f} ms (use ddpsim.learn.sweep(load_trace(BASELINE), "
+            f"{{'bucket_cap_mb': CANDIDATES_MB}}): the recorded run replayed with each cap)")
 
 
-@points(2, name="this machine: the chosen cap is the simulator's optimum (within 3%)")
+@points(2, name="this machine: the chosen cap is the simulator's optimum (within 1%)")
 def test_choice(ctx):
     return check_choice(simulator_rows(ctx), chosen(ctx), "on this machine")
 
 
-@points(4, name="over LINK: the chosen cap is the simulator's optimum (within 3%)")
+@points(4, name="over LINK: the chosen cap is the simulator's optimum (within 1%)")
 def test_link_choice(ctx):
     return check_choice(simulator_rows(ctx, LINK), float(ctx.student.choose_link_cap_mb()),
                         "over LINK")
 
 
-@points(3, name="written answer (80-200 words; content graded by hand)")
+@points(3, name=f"written answer ({MIN_WORDS}-{MAX_WORDS} words; content graded by hand)")
 def test_answer(ctx):
     text = getattr(ctx.student, "ANSWER", "") or ""
     if "TODO" in text:
         raise NotImplementedError("TODO 3: write ANSWER in predict.py")
     words = len(re.findall(r"[A-Za-z0-9.]+", text))
-    assert 80 <= words <= 260, f"ANSWER has {words} words; write 80-200"
+    assert MIN_WORDS <= words <= MAX_WORDS, f"ANSWER has {words} words; write {MIN_WORDS}-{MAX_WORDS}"
     return f"passed: {words} words (the content is read by the instructor)"
 
 
@@ -133,8 +142,26 @@ def test_real_run(ctx):
                                  "only a layout's leftover bucket may: not a run at this cap")
     measured = summarize(trace)["iteration_time_s"]
     row = next(r for r in simulator_rows(ctx) if math.isclose(float(r["bucket_cap_mb"]), pick))
-    return (f"passed: measured {measured * 1e3:.1f} ms/iteration, predicted "
-            f"{row['iteration_time_s'] * 1e3:.1f} ms ({len(last.buckets)} buckets)")
+    return f"passed: {len(last.buckets)} bucket(s); {against_prediction(measured, row['iteration_time_s'])}"
+
+
+def against_prediction(measured: float, predicted: float) -> str:
+    """The real run beside the prediction, with what else moves it: the prediction replays the
+    baseline, recorded on a quiet machine, and a run made at another moment on this shared 2-core
+    machine differs from it by a few percent when the machine is quiet, by up to 2x while other
+    jobs share its cores (INSTRUCTORS.md, part 3)."""
+    base = summarize(load_trace(BASELINE))["iteration_time_s"]
+    return (f"measured {measured * 1e3:.1f} ms/iteration, predicted {predicted * 1e3:.1f} ms "
+            f"({measured / predicted - 1:+.0%}); the baseline took {base * 1e3:.1f} ms at the default cap when it "
+            f"was recorded on a quiet machine, and runs made at different moments here differ by a few percent "
+            f"on a quiet machine, by up to 2x under other jobs (load average now {_load():.1f})")
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not on every platform
+        return math.nan
 
 
 def _created(trace):

@@ -13,7 +13,8 @@ recorded collectives), refine (one fixed-point step against the recorded phases)
 jitter (the rank-speed spread that reproduces a recorded run).
 
 ``simulate`` and ``sweep`` here are ``ddpsim.sim``'s, taking a Workload *or* a
-recorded Trace (whose workload is learnt first with ``workload_from_trace``).
+recorded Trace (whose workload is learnt first with ``learn``); ``sweep`` on a Trace with
+a dict of changes replays the run, as ``sweep --trace`` and the What-if page do.
 """
 from __future__ import annotations
 
@@ -47,13 +48,18 @@ def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric:
           refused: list | None = None, trace=None):
     """``ddpsim.sim.sweep`` on a Workload or a recorded Trace.
 
-    With a recorded run (``source``, or ``trace`` beside a workload learnt from it) ``base`` is a
-    dict of SimConfig fields, and every combination is ``replay_config(w, run, **base, **values)``:
-    the run's options and, at its world size, its recorded ranks."""
+    With a recorded run (``source``, or ``trace`` beside a workload learnt from it) and ``base`` a
+    dict of SimConfig fields (or None), every combination is ``replay_config(w, run, **base,
+    **values)``: the run's options and, at its world size, its recorded ranks (what ``validate``,
+    ``sweep --trace`` and the What-if page simulate). A SimConfig ``base`` is a whole configuration,
+    as ``simulate`` takes one: each combination is that SimConfig with the grid's values, on the
+    learnt workload, without the run's options or ranks. Without a run, as ``ddpsim.sim.sweep``."""
     w = as_workload(source)
     run = source if trace is None and not isinstance(source, Workload) else trace
-    if run is None:
-        return _sim_sweep(w, grid, base, metric, refused)
+    if base is not None and not isinstance(base, (dict, _api.SimConfig)):
+        raise TypeError(f"base must be a SimConfig or a dict of SimConfig fields, not {type(base).__name__}")
+    if run is None or isinstance(base, _api.SimConfig):
+        return _sim_sweep(w, grid, _api.SimConfig(**base) if isinstance(base, dict) else base, metric, refused)
     fields = dict(base or {})
     return _sim_sweep(w, grid, None, metric, refused, make=lambda values: replay_config(w, run, **{**fields, **values}))
 

@@ -4,51 +4,48 @@ from __future__ import annotations
 
 from ddpsim import load_trace
 from ddpsim.grade import assignments_dir
+from ddpsim.learn import sweep
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.launcher import record
-from ddpsim.learn import sweep, workload_from_trace
-from ddpsim.sim import SimConfig
 
 # Given: the model, the network and the candidates (do not change).
 MODEL = "transformer"  # ddpsim's zoo transformer (tied embedding/head)
 WORLD_SIZE = 2  # two ranks on this machine's loopback gloo network
-BASELINE = assignments_dir() / "part3" / "baseline.json"  # a real run at the default cap
+# A real run at the default cap whose ranks also timed allreduces of 4 KiB to 8 MiB between its
+# iterations (meta.calibration: this machine's allreduce latency and bandwidth).
+BASELINE = assignments_dir() / "part3" / "baseline.json"
 CANDIDATES_MB = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 25]
-SIM_ITERS = 4
-REAL_ITERS = 5
+REAL_ITERS = 20
 # The link you are sizing for next: the same model on 2 machines joined by a slow link
 # (250 Mbit/s, 3 ms per message), each with communication off the compute core (like a GPU's
-# own copy engines): the simulator's what-if options, passed to SimConfig.
+# own copy engines): the simulator's what-if options, SimConfig fields given as a dict.
 LINK = {"shared_core": False, "bandwidth_gbps": 0.25, "latency_us": 3000.0}
 
 
-def predict_sweep() -> list[dict]:
-    workload = workload_from_trace(load_trace(BASELINE))
-    return sweep(workload, {"bucket_cap_mb": CANDIDATES_MB},
-                 SimConfig(world_size=WORLD_SIZE, iters=SIM_ITERS))
+def predict_sweep(base: dict | None = None) -> list[dict]:
+    return sweep(load_trace(BASELINE), {"bucket_cap_mb": CANDIDATES_MB}, base)
 
 
 def choose_bucket_cap_mb() -> float:
-    rows = predict_sweep()
-    return min(rows, key=lambda r: r["iteration_time_s"])["bucket_cap_mb"]
+    return min(predict_sweep(), key=lambda r: r["iteration_time_s"])["bucket_cap_mb"]
 
 
 def choose_link_cap_mb() -> float:
-    rows = sweep(workload_from_trace(load_trace(BASELINE)), {"bucket_cap_mb": CANDIDATES_MB},
-                 SimConfig(world_size=WORLD_SIZE, iters=SIM_ITERS, **LINK))
-    return min(rows, key=lambda r: r["iteration_time_s"])["bucket_cap_mb"]
+    return min(predict_sweep(LINK), key=lambda r: r["iteration_time_s"])["bucket_cap_mb"]
 
 
 ANSWER = """
-On this machine the simulator predicts every candidate within a fraction of a percent: each
-rank has one core, and gloo's communication threads share it with the backward, so the same
-work is done on it whatever the layout. I keep a cap near torch's default here. Over LINK,
-communication runs beside compute, and the sweep is a U: 0.5 MiB is best. Very small buckets
-pay the 3 ms per-message latency many times (0.05 MiB is about 8 percent slower); one big
-bucket cannot start until the whole backward is over, so nothing overlaps (25 MiB is about
-half as slow again). The real run at my cap came close to the prediction for this machine;
-iteration times here are noisy (about 10 percent run to run), so it confirms the size of the
-number, and the lesson that bucket size matters when communication can run beside compute.
+I chose 2 MiB for this machine and 0.5 MiB for LINK. Here one allreduce costs about 2 ms plus
+0.8 ms per MiB (the baseline's own ranks timed it), so nine 0.05 MiB buckets pay that latency nine
+times: the simulator puts 0.05 MiB about 5 percent behind one bucket. The larger caps are within
+half a percent of each other, because gloo's threads share each rank's core with the backward:
+overlapping communication with compute saves little, and one bucket after the backward costs
+about what two cost. Over LINK communication runs beside compute and the sweep is a U: 0.05 MiB
+pays the 3 ms message latency nine times (about 5 percent slower), and one big bucket starts only
+after the whole backward and overlaps nothing (about 47 percent slower). My real run at 2 MiB
+came within ten percent of the predicted 64 ms. One run cannot show more here: launches of one
+configuration differ by a few percent on a quiet machine and by up to 2x under other jobs, so
+comparing two caps needs them recorded together.
 """
 
 

@@ -1,0 +1,83 @@
+"""Part 3's course material against what the simulator really predicts (no solution needed): the
+autograder's sweep learns the baseline as `validate` and the What-if page do, so it replays the
+baseline's own run and tells the caps apart; a wrong choice is told how far off it is, not the
+answer; the word limit is the one its message states; the starter names the API it imports."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ddpsim.analysis import summarize
+from ddpsim.grade.core import load_file
+from ddpsim.learn import learn
+from ddpsim.trace import load_trace
+
+PART3 = Path(__file__).resolve().parent.parent / "assignments" / "part3"
+
+
+@pytest.fixture(scope="module")
+def grader():
+    return load_file(PART3 / "autograder.py", "ddpsim_autograder_part3_test")
+
+
+@pytest.fixture(scope="module")
+def rows(grader):
+    return grader.reference_rows()
+
+
+def test_the_sweep_replays_the_baseline_it_learns_from(grader, rows):
+    """Learnt with workload_from_trace alone, the baseline had no allreduce latency (alpha 0): every
+    candidate came out 61.2 ms, the baseline's own two buckets too, against 68.8 ms measured."""
+    base = load_trace(grader.BASELINE)
+    assert learn(base).link.alpha_s > 0, "the baseline's measured allreduce latency is not used"
+    recorded = len(base.ranks[0].layouts[-1].buckets)
+    same = [r for r in rows if r["bucket_cap_mb"] == 1]  # 1 MiB: the default's first bucket, so its layout
+    assert same and same[0]["n_buckets"] == recorded
+    measured = summarize(base)["iteration_time_s"]
+    assert abs(same[0]["iteration_time_s"] / measured - 1) < 0.03, (same[0], measured)
+    times = [r["iteration_time_s"] for r in rows]
+    assert max(times) / min(times) > 1.03, "the sweep cannot tell the caps apart"
+
+
+def test_a_wrong_choice_is_told_how_far_off_not_the_answer(grader, rows):
+    best = min(rows, key=lambda r: r["iteration_time_s"])
+    worst = max(rows, key=lambda r: r["iteration_time_s"])
+    with pytest.raises(AssertionError) as e:
+        grader.check_choice(rows, float(worst["bucket_cap_mb"]), "on this machine")
+    message = str(e.value)
+    slower = worst["iteration_time_s"] / best["iteration_time_s"] - 1
+    assert f"{worst['bucket_cap_mb']:g} MiB" in message and f"{slower:.1%} slower" in message, message
+    ties = [r for r in rows if r["iteration_time_s"] <= best["iteration_time_s"] * (1 + grader.TOLERANCE)]
+    named = {float(c) for c in re.findall(r"(?<![\d.])(\d+(?:\.\d+)?) MiB", message)}
+    assert named == {float(worst["bucket_cap_mb"])}, message  # the choice only, no candidate to take instead
+    for r in ties:
+        assert f"{r['iteration_time_s'] * 1e3:.1f} ms" not in message, message
+    assert grader.check_choice(rows, float(best["bucket_cap_mb"]), "here").startswith("passed")
+
+
+@pytest.mark.parametrize("words, passes", [(79, False), (80, True), (200, True), (201, False), (260, False)])
+def test_the_word_limit_is_the_one_the_message_states(grader, words, passes):
+    ctx = SimpleNamespace(student=SimpleNamespace(ANSWER=" ".join(["word"] * words)))
+    if passes:
+        assert grader.test_answer(ctx).startswith(f"passed: {words} words")
+    else:
+        with pytest.raises(AssertionError, match=f"^ANSWER has {words} words; write 80-200$"):
+            grader.test_answer(ctx)
+
+
+def dotted_names(text: str) -> set[str]:
+    return set(re.findall(r"\bddpsim(?:\.\w+)+", text))
+
+
+def test_the_starter_and_handout_name_the_sweep_the_starter_imports():
+    """The starter imported ddpsim.learn.sweep while its TODO 1 said ddpsim.sim.sweep."""
+    starter = (PART3 / "predict.py").read_text()
+    imported = {f"{node.module}.{a.name}" for node in ast.walk(ast.parse(starter))
+                if isinstance(node, ast.ImportFrom) and node.module for a in node.names}
+    assert "ddpsim.learn.sweep" in imported
+    named = {n for n in dotted_names(starter + (PART3 / "HANDOUT.md").read_text()) if n.endswith(".sweep")}
+    assert named == {"ddpsim.learn.sweep"}, named
