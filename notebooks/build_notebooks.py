@@ -585,7 +585,7 @@ print("buckets after the rebuild:", len(runs[0].ranks[0].layouts[-1].buckets))''
     M("""The last line is the check that matters. In every group of runs we recorded together on a
 quiet machine, one bucket measured faster than two by more than the sweep says (4-10%, where
 the sweep predicted under 1%), and the smallest caps slower (16-18% behind the fastest, 5-8%
-predicted; `assignments/INSTRUCTORS.md`, part 3): the sweep orders the caps as this machine
+predicted): the sweep orders the caps as this machine
 does, but understates the gaps. That is what a simulator is
 for, and where it stops: it ranks configurations in seconds, and the one you pick still
 deserves a real run recorded beside the one you had."""),
@@ -821,7 +821,7 @@ says nothing; the paper's lesson shows where communication is exposed, e.g. on 1
 - Force NCCL's algorithm with `algo="ring"` at 4096 ranks: what does the tree save?
 - The default 25 MiB is debated (pytorch/pytorch issue 118421 proposes larger buckets): what do your sweeps say for H100s on `ib400`?
 
-Next: notebook 06, communication hooks. The course assignments are in `assignments/` (see `assignments/INSTRUCTORS.md`)."""),
+Next: notebook 06, communication hooks. The course assignments are in `assignments/` (see `assignments/README.md`)."""),
     C(CLEANUP),
 ]
 

@@ -46,7 +46,7 @@ def test_starters_and_handouts_are_in_place():
     for part, starter in STARTERS.items():
         assert "NotImplementedError" in starter.read_text()
         assert (A / part / "HANDOUT.md").is_file() and (A / part / "autograder.py").is_file()
-    assert (A / "INSTRUCTORS.md").is_file()
+    assert (A / "README.md").is_file()  # the students' overview (INSTRUCTORS.md is left out of their copy)
     assert not (A / "solutions").exists(), "solutions belong in tests/instructor/ (left out of releases)"
 
 
@@ -200,6 +200,8 @@ def test_release_leaves_every_instructor_file_out(tmp_path):
         with open(path, "rb") as f:
             assert not f.readline().startswith(INSTRUCTOR_ONLY.encode()), rel
     assert not (r.outdir / "tests" / "instructor").exists()
+    # the guide names part 3's answers: the students get assignments/README.md instead
+    assert "assignments/INSTRUCTORS.md" in r.left_out and "assignments/README.md" in r.copied
     assert {str(p.relative_to(ROOT)) for p in STARTERS.values()} <= set(r.copied)
     proc = run_cli("part1", "assignments/part1/buckets.py", "--quiet", cwd=r.outdir)
     assert proc.returncode == 1 and proc.stdout.strip() == "part1: 0/28", proc.stdout + proc.stderr

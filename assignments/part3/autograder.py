@@ -149,7 +149,7 @@ def against_prediction(measured: float, predicted: float) -> str:
     """The real run beside the prediction, with what else moves it: the prediction replays the
     baseline, recorded on a quiet machine, and a run made at another moment on this shared 2-core
     machine differs from it by a few percent when the machine is quiet, by up to 2x while other
-    jobs share its cores (INSTRUCTORS.md, part 3)."""
+    jobs share its cores."""
     base = summarize(load_trace(BASELINE))["iteration_time_s"]
     return (f"measured {measured * 1e3:.1f} ms/iteration, predicted {predicted * 1e3:.1f} ms "
             f"({measured / predicted - 1:+.0%}); the baseline took {base * 1e3:.1f} ms at the default cap when it "

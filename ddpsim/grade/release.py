@@ -38,9 +38,12 @@ def repo_root() -> Path:
 
 
 def is_instructor_only(path: Path) -> bool:
+    """Its first line starts with ``INSTRUCTOR_ONLY``, or holds it in a Markdown comment (``<!-- # ...``),
+    hidden where the file is rendered."""
     try:
         with open(path, encoding="utf-8") as f:
-            return f.readline().startswith(INSTRUCTOR_ONLY)
+            first = f.readline()
+        return first.removeprefix("<!-- ").startswith(INSTRUCTOR_ONLY)
     except (UnicodeDecodeError, OSError):
         return False  # binary files are never marked
 
