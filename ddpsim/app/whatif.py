@@ -207,8 +207,12 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and cfg.bandwidth_gbps is not None:
+        learnt = float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0)
+        slowdown = (f", less the {learnt:.0%} it slowed down while the recorded collectives ran (the chosen "
+                    f"network's slowdown: {cfg.interference or 0:.0%})"
+                    if abs(learnt - (cfg.interference or 0.0)) > 0.005 else "")
         out.append("The network is not the recorded one: the allreduce times come from the chosen "
-                   "profile's datasheet figures, the compute from the recording.")
+                   f"profile's datasheet figures, the compute from the recording{slowdown}.")
     return out
 
 
