@@ -1,6 +1,6 @@
-"""The step period: a steady step's time from one forward start to the next, beside the iteration time,
-which leaves out the time between steps (``ITERATION_TIME``, the one definition the app's metric help,
-the CLI and docs/usage.md use)."""
+"""The time between steps: after one step's optimizer, before the next step's forward, which the
+iteration time leaves out (``ITERATION_TIME``, the one definition the app's metric help, the CLI
+and docs/usage.md use)."""
 from __future__ import annotations
 
 import statistics
@@ -8,22 +8,23 @@ import statistics
 from ddpsim.analysis.metrics import steady_cycles
 from ddpsim.trace import Trace
 
-# The iteration time's one definition, in the app's metric help and docs/usage.md alike (the step
-# period's line below says it with the trace's numbers).
 ITERATION_TIME = ("The iteration time runs from the forward's start to the optimizer's end, so it leaves out "
                   "the time between steps (data loading, the profiler's step, the rest of the training loop): "
-                  "a throughput is the batch over the step period, forward start to the next forward start.")
-PERIOD_SHOWN = 1.05  # the step period is printed when it is longer than the iteration time by more than 5%
+                  "a throughput is the batch over the iteration time plus that time between steps.")
+BETWEEN_SHOWN = 0.05  # the time between steps is printed where it is more than 5% of the iteration time
 
 
-def step_period_s(trace: Trace) -> float | None:
-    """The median time from a steady cycle's first forward start (the earliest rank's) to the next
-    cycle's, per micro-step (as the iteration time is); None without two consecutive steady cycles."""
+def between_steps_s(trace: Trace) -> float | None:
+    """The median time from a steady cycle's end (its last rank's) to the next cycle's first forward
+    start (its first rank's), per micro-step as the iteration time is; None without two consecutive
+    steady cycles. Each gap is one pair's own, so it never mixes two sets of iterations."""
     cycles = steady_cycles(trace)
     starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
     for rank in trace.ranks:
         for it in rank.iterations:
             starts[it.iteration] = min(starts.get(it.iteration, it.forward.start_ns), it.forward.start_ns)
-    periods = [(starts[b[0]] - starts[a[0]]) / len(a) for a, b in zip(cycles, cycles[1:])
-               if b[0] == a[-1] + 1 and a[0] in starts and b[0] in starts]
-    return statistics.median(periods) * 1e-9 if periods else None
+            ends[it.iteration] = max(ends.get(it.iteration, it.end_ns), it.end_ns)
+    gaps = [max(0, starts[b[0]] - ends[a[-1]]) / len(a) for a, b in zip(cycles, cycles[1:])
+            if b[0] == a[-1] + 1 and a[-1] in ends and b[0] in starts]
+    return statistics.median(gaps) * 1e-9 if gaps else None
