@@ -258,7 +258,7 @@ def _check_alive(procs, outs, results, deadline, timeout) -> None:
 
 
 PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")  # gloo, a peer gone
-ABORT_HINT = "gloo aborts a rank like this on a collective mismatch: the ranks allreduced other sizes or in another order"
+ABORT_HINT = "often gloo's abort on a collective mismatch: the ranks allreduced other sizes or in another order"
 
 
 def _root_cause(failure: RankFailure, procs, outs, results, wait_s: float = 5.0) -> RankFailure:
@@ -268,16 +268,16 @@ def _root_cause(failure: RankFailure, procs, outs, results, wait_s: float = 5.0)
         return failure
     end = time.monotonic() + wait_s
     while time.monotonic() < end:
+        try:  # a rank's own error first, then a rank that died
+            rank, ok, value, ni, summary = results.get(timeout=0.1)
+            if not ok and not any(p in (summary or "") for p in PEER_GONE):
+                return RankFailure(rank, value, ni, summary)
+        except queue.Empty:
+            pass
         for rank, p in enumerate(procs):
             if rank != failure.rank and rank not in outs and p.exitcode is not None and p.exitcode < 0:
                 why = _exited(p.exitcode)
                 return RankFailure(rank, why + f"; rank {failure.rank} then lost it: {failure.summary}", summary=why)
-        try:
-            rank, ok, value, ni, summary = results.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        if not ok and not any(p in (summary or "") for p in PEER_GONE):
-            return RankFailure(rank, value, ni, summary)
     return failure
 
 

@@ -582,7 +582,7 @@ for name, m, p in zip((f"cap {best['bucket_cap_mb']} MiB", "default cap"), real,
 print(f"best against default: predicted {sim[0] / sim[1] - 1:+.1%}, measured {real[0] / real[1] - 1:+.1%} "
       f"(recorded together; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 print("buckets after the rebuild:", len(runs[0].ranks[0].layouts[-1].buckets))'''),
-    M("""The last line is the check that matters. In every group of runs we recorded together on a
+    M("""The line before last is the check that matters. In every group of runs we recorded together on a
 quiet machine, one bucket measured faster than two by more than the sweep says (4-10%, where
 the sweep predicted under 1%), and the smallest caps slower (16-18% behind the fastest, 5-8%
 predicted): the sweep orders the caps as this machine

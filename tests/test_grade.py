@@ -86,6 +86,9 @@ def test_grade_command_usage_errors(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     proc = run_cli("part1", str(STARTERS["part1"]), "--rank-timeout", "0")
     assert proc.returncode == 2 and "--rank-timeout must be > 0" in proc.stderr
+    (tmp_path / "afile").write_text("x")
+    proc = run_cli("part1", str(STARTERS["part1"]), "--keep", str(tmp_path / "afile"))
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("afile is a file, not a folder"), proc.stderr
 
 
 def test_a_file_that_does_not_import_fails_every_test_with_one_line(tmp_path):

@@ -65,7 +65,7 @@ def test_the_word_limit_is_the_one_the_message_states(grader, words, passes):
     if passes:
         assert grader.test_answer(ctx).startswith(f"passed: {words} words")
     else:
-        with pytest.raises(AssertionError, match=f"^ANSWER has {words} words; write 80-200$"):
+        with pytest.raises(AssertionError, match=fr"^ANSWER has {words} words \(counted as wc -w does\); write 80-200$"):
             grader.test_answer(ctx)
 
 
@@ -81,3 +81,9 @@ def test_the_starter_and_handout_name_the_sweep_the_starter_imports():
     assert "ddpsim.learn.sweep" in imported
     named = {n for n in dotted_names(starter + (PART3 / "HANDOUT.md").read_text()) if n.endswith(".sweep")}
     assert named == {"ddpsim.learn.sweep"}, named
+
+
+def test_words_are_counted_as_wc_counts_them(grader):
+    """A regex split "don't", "gloo's" and "0.05-0.1" into several words: 190 words by wc failed as 210."""
+    ctx = SimpleNamespace(student=SimpleNamespace(ANSWER=" ".join(["don't 0.05-0.1 ms/MiB gloo's"] * 50)))
+    assert grader.test_answer(ctx).startswith("passed: 200 words")

@@ -154,6 +154,19 @@ def test_cli_says_the_waiting_and_nccls_choice_as_the_what_if_page_does(capsys):
     assert rc == 0 and out.splitlines()[1].startswith("micro-step (a sync every 4; the times are per micro-step)")
 
 
+def test_cli_says_one_recorded_rank_adds_no_waiting(capsys):
+    """One rank shows no rank-to-rank spread (learn.extract._jitter: 0): at 8 ranks `simulate` said
+    nothing of the waiting it left out."""
+    from ddpsim.samples import BUNDLED_DIR
+
+    one = str(BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
+    rc, out, _ = run_cli(["simulate", "--trace", one, "--world-size", "8", "--hardware", "h100-nvlink"], capsys)
+    assert rc == 0 and "waiting for stragglers: not included (one recorded rank" in out, out
+    rc, out, _ = run_cli(["simulate", "--trace", one, "--world-size", "8", "--hardware", "h100-nvlink",
+                          "--jitter", "0.05"], capsys)
+    assert rc == 0 and "waiting for stragglers: " in out and "not included" not in out, out
+
+
 def test_cli_subprocess_end_to_end(recorded, tmp_path):
     path, _, _ = recorded
     p = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(path),

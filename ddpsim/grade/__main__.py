@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         print(f"ddpsim.grade: error: {path} does not exist", file=sys.stderr)
         return 2
+    if args.keep and Path(args.keep).exists() and not Path(args.keep).is_dir():
+        print(f"ddpsim.grade: error: --keep {args.keep} is a file, not a folder", file=sys.stderr)
+        return 2
     if args.rank_timeout <= 0:
         print(f"ddpsim.grade: error: --rank-timeout must be > 0, got {args.rank_timeout:g}",
               file=sys.stderr)
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(result.table())
     if args.keep:
         print(f"kept {', '.join(map(str, result.kept))}: open it in the app: the sidebar's 'Or upload your own trace'" if result.kept
-              else f"no trace to keep in {args.keep}: the run did not get that far")
+              else f"no trace to keep in {args.keep}: " + ("part 1 runs no processes" if args.part == "part1"
+                                                           else "the run did not get that far"))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results_json(result), indent=2))
@@ -60,7 +64,7 @@ def release_main(argv: list[str]) -> int:
         prog="python -m ddpsim.grade release",
         description="Write the students' copy of this repository into OUTDIR: every tracked file "
                     "except the instructor-only ones (reference and wrong solutions, the tests "
-                    "that grade them). See assignments/INSTRUCTORS.md.")
+                    "that grade them), each marked on its first line.")
     p.add_argument("outdir", help="a new or empty folder outside this repository")
     args = p.parse_args(argv)
     try:

@@ -236,10 +236,12 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
             result.tests.append(_run_one(fn, ctx, f"{PARTS.index(part) + 1}.{i}"))
     finally:
         result.seconds = time.monotonic() - start
-        if keep is not None:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            result.kept = [shutil.copy2(f, Path(keep) / f.name) for f in sorted(tmp.glob("*.json"))]
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            if keep is not None:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                result.kept = [shutil.copy2(f, Path(keep) / f.name) for f in sorted(tmp.glob("*.json"))]
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 

@@ -272,7 +272,7 @@ def _phase_times(trace: Trace, its, sync, steady: set[int], jobs: dict | None) -
 
 def _jitter(clean, min_groups: int = 3) -> float:
     """The rank noise: the coefficient of variation of per-iteration compute (forward +
-    backward compute) *between ranks in the same iteration*; with one rank, over iterations.
+    backward compute) *between ranks in the same iteration*; with one rank, none (0).
 
     Note [Only rank-to-rank noise makes ranks wait]: the simulator draws each rank's
     compute multiplier ``1 + jitter·z`` independently, and a collective waits for the

@@ -13,6 +13,7 @@ from ddpsim.trace.types import TraceFormatError
 
 MAX_DEPTH = 64  # JSON nesting levels (a trace needs about 8; Python's json recursion ends near 1000)
 MAX_INT_DIGITS = 19  # digits of a JSON integer (int64); Python refuses > 4300 with a traceback
+MAX_GZIP_MEMBERS = 64  # gzip members read from one file (gzip writes 1; `cat a.gz b.gz` a few)
 GZIP_MAGIC = b"\x1f\x8b"
 PROFILE_HINT = ("it looks like a Chrome trace (what torch.profiler writes): turn one per rank into a ddpsim "
                 "trace with `ddpsim import RANK0.json RANK1.json ... --out run.json`")
@@ -21,21 +22,27 @@ PROFILE_HINT = ("it looks like a Chrome trace (what torch.profiler writes): turn
 def gunzip_limited(data: bytes, max_bytes: int, name: str) -> bytes:
     """The text of a gzipped file (every member), refused past ``max_bytes`` without inflating the
     rest: a small file cannot fill the memory. A profiler trace too large says how to import it."""
-    out, rest = b"", data
-    while rest[:2] == GZIP_MAGIC:
+    chunks, size, rest = [], 0, data
+    for _ in range(MAX_GZIP_MEMBERS):  # each member copies the rest once: a bounded count keeps it linear
+        if rest[:2] != GZIP_MAGIC:
+            return b"".join(chunks)
         inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         try:
-            out += inflate.decompress(rest, max_bytes + 1 - len(out))
+            chunks.append(inflate.decompress(rest, max_bytes + 1 - size))
         except zlib.error as e:
             raise TraceFormatError(f"{name} is not a valid gzip file: {e}") from None
-        if len(out) > max_bytes:
-            hint = f"; {PROFILE_HINT}" if b'"traceEvents"' in out[:1 << 16] else ""
+        size += len(chunks[-1])
+        if size > max_bytes:
+            hint = f"; {PROFILE_HINT}" if b'"traceEvents"' in chunks[0][:1 << 16] else ""
             raise TraceFormatError(f"{name} holds more than {max_bytes / 2**20:.0f} MiB of text once "
                                    f"decompressed; the limit is {max_bytes / 2**20:.0f} MiB{hint}")
         if not inflate.eof:
             raise TraceFormatError(f"{name} is truncated: its gzip data ends early")
         rest = inflate.unused_data
-    return out
+    if rest[:2] == GZIP_MAGIC:
+        raise TraceFormatError(f"{name} is more than {MAX_GZIP_MEMBERS} gzip files joined together; "
+                               "decompress it first")
+    return b"".join(chunks)
 
 
 def loads_limited(text: str, name: str) -> Any:

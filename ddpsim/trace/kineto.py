@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def read_profile(path: str | Path) -> dict:
         data = json.loads(raw)
     except OSError as e:
         raise TraceFormatError(f"cannot read profile {path}: {e.strerror or e}") from None
-    except (ValueError, EOFError) as e:
+    except (ValueError, EOFError, zlib.error) as e:  # zlib.error: a corrupt gzip stream
         raise TraceFormatError(f"{path} is not a JSON (or gzipped JSON) profiler trace: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceFormatError(f"{path} is not a PyTorch profiler trace (no traceEvents list)")
