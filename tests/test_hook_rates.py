@@ -176,3 +176,18 @@ def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_ratio():
     assert rank_iteration_s(odd) > rank_iteration_s(plain)
     assert noise(odd, plain) == pytest.approx(1 / 6, rel=1e-6)
     assert noise(times(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-12)
+
+
+def test_a_rate_the_trace_leaves_null_is_unknown_not_a_crash():
+    """The reader takes null for an unknown rate; learning the trace crashed on float(None) (the fuzzer's
+    case: sample 04 with meta.hook_rates.cast_s_per_byte null)."""
+    from ddpsim.learn import hookrates
+    from ddpsim.learn.extract import config_from_trace
+    from ddpsim.samples import BUNDLED_DIR
+    from ddpsim.trace import parse_trace
+
+    raw = json.loads((BUNDLED_DIR / "04_branchy_torch_find_unused.json").read_text())
+    raw["meta"]["hook_rates"]["cast_s_per_byte"] = None
+    trace = parse_trace(json.dumps(raw))
+    assert "cast_s_per_byte" not in hookrates.recorded(trace)["hook_rates"]
+    assert "matmul_s_per_flop" in config_from_trace(trace)["hook_rates"]

@@ -26,7 +26,7 @@ def recorded(trace: Trace) -> dict:
     rates = trace.meta.get("hook_rates")
     if not isinstance(rates, dict) or not rates:
         return {}
-    return {"hook_rates": {k: float(v) for k, v in rates.items() if k in RATES}}
+    return {"hook_rates": {k: float(v) for k, v in rates.items() if k in RATES and v is not None}}  # null: unknown
 
 
 def in_replay(w: Workload, cfg: dict) -> dict:
