@@ -10,15 +10,10 @@ MATERIAL = 0.01  # a lag under this share of the iteration is a pixel or two on 
 NO_OVERLAP = "No collective took time in this iteration (the noop hook, or one rank): there is nothing to overlap."
 
 
-def imported(trace: Trace) -> bool:
-    """A trace made by ``ddpsim import`` from a PyTorch profile (docs/trace-format.md)."""
-    return "source_format" in trace.meta
-
-
 def import_notes(trace: Trace) -> str | None:
     """The import's ``meta.import_notes`` as one markdown block, each note once; None for a recording."""
     notes = list(dict.fromkeys(str(n) for n in trace.meta.get("import_notes") or []))
-    if not imported(trace) or not notes:
+    if not trace.imported or not notes:
         return None
     files = ", ".join(trace.meta.get("imported_from") or []) or "a PyTorch profile"
     return (f"**Imported** from {files} with `ddpsim import`. What the import says about it:\n\n"
@@ -35,7 +30,7 @@ def gpu_clock_note(trace: Trace, gap: dict, iteration_s: float) -> str:
     follow its numbers: a lag is called material from ``MATERIAL`` of the iteration ``iteration_s``."""
     med, top = gap["median_ms"], gap["max_ms"]
     material = MATERIAL * iteration_s * 1e3
-    when = "its AccumulateGrad op ended" if imported(trace) else "its hook ran"  # cpu_t_ns: docs/trace-format.md
+    when = "its AccumulateGrad op ended" if trace.imported else "its hook ran"  # cpu_t_ns: docs/trace-format.md
     head = "Times here are the GPU's."
     if med >= material:
         return (f"{head} The CPU ran ahead of the GPU: for each gradient, {when} a median {med:.2f} ms (up to "

@@ -83,7 +83,7 @@ def ran_on_cpu(trace: Trace) -> bool:
     """A real run whose ranks computed on CPU cores (gloo, not an imported GPU profile)."""
     placement = (trace.meta.get("placement") or {}).get("device")
     return (trace.source == "real" and str(trace.meta.get("backend", "gloo")) == "gloo"
-            and "source_format" not in trace.meta and placement != "cuda")
+            and not trace.imported and placement != "cuda")
 
 
 def has_iterations(trace: Trace) -> bool:

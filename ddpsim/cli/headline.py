@@ -15,7 +15,7 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
     try:
         summary = summarize(trace)
     except PartialTraceError:  # e.g. --iters 2 --no-sync-every 4: every step accumulated under no_sync
-        why = ("the profile shows no allreduce in any step" if "source_format" in trace.meta  # an import
+        why = ("the profile shows no allreduce in any step" if trace.imported
                else "no step ran an allreduce: every step accumulated under no_sync")
         return [f"{head}; no synced iteration ({why}), so no iteration time to report"]
     t = summary["iteration_time_s"]

@@ -54,7 +54,7 @@ def is_local_cpu_run(trace: Trace) -> bool:
     placement = (trace.meta.get("placement") or {}).get("device")
     hosts = set(trace.meta.get("hosts") or [r.host for r in trace.ranks])
     return (trace.source == "real" and str(trace.meta.get("backend")) == "gloo" and placement != "cuda"
-            and "source_format" not in trace.meta and hosts == {socket.gethostname()})
+            and not trace.imported and hosts == {socket.gethostname()})
 
 
 def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
@@ -85,7 +85,7 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
         return Plan("uncalibrated", f"nothing was measured at {world_size} ranks: the allreduce cost is the ring "
                                     f"model fitted at {k} ranks (leave out --no-calibrate to measure it)")
     hosts = ", ".join(sorted(set(trace.meta.get("hosts") or []))) or "unknown"
-    where = ("a GPU trace" if str(trace.meta.get("backend")) == "nccl" or "source_format" in trace.meta
+    where = ("a GPU trace" if str(trace.meta.get("backend")) == "nccl" or trace.imported
              else "a simulated trace" if trace.source != "real" else f"recorded on another host ({hosts})")
     why = f"the trace is {where} and has no calibration at {world_size} ranks"
     return Plan("refuse", f"{why}: give a network (the What-if page's Network; --hardware GPU-NETWORK such as h100-nvlink, --bandwidth-gbps G "

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace import TraceFormatError
+from ddpsim.trace.jsontext import GZIP_MAGIC
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
@@ -42,7 +43,7 @@ def read_profile(path: str | Path) -> dict:
     path = Path(path)
     try:
         raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
+        if raw[:2] == GZIP_MAGIC:
             raw = gzip.decompress(raw)
         data = json.loads(raw)
     except OSError as e:

@@ -218,6 +218,11 @@ class Trace:
         return all(r.complete for r in self.ranks)
 
     @property
+    def imported(self) -> bool:
+        """Made by ``ddpsim import`` from PyTorch-profiler traces (``meta.source_format``), not recorded."""
+        return "source_format" in self.meta
+
+    @property
     def world_size(self) -> int:
         ws = self.meta.get("world_size")
         return int(ws) if ws is not None else len(self.ranks)

@@ -41,7 +41,7 @@ def numbering(trace: Trace) -> str:
     ``ddpsim import`` (a profile has shapes, not names, docs/trace-format.md) "arrival": index n-1-k for
     the k-th gradient ready, or "model" (``import --model``): the model's indices in the model's own
     ready order, read on the meta device. An import's arrival plot is then that order, not a finding."""
-    if "source_format" not in trace.meta:
+    if not trace.imported:
         return "definition"
     return "model" if (trace.meta.get("sizes") or {}).get("params") == "model" else "arrival"
 

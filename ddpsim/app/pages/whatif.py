@@ -1,7 +1,7 @@
 """What-if page: change DDP's options, see the simulated timeline beside the run it came from."""
 import streamlit as st
 
-from ddpsim.app import cache, ui, whatif
+from ddpsim.app import beyond, cache, ui, whatif
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn.buffers import has_buffers
@@ -83,7 +83,7 @@ if base.kind != "trace":  # a GPU model: NCCL_ALGO, among what NCCL runs at this
                                "model). Offered: what NCCL runs at this size on this GPU (NVLS: one node with NVLink "
                                "SHARP; NVLS-tree: several).")
     if gone:
-        c3.caption(f"{gone} does not run at {world} rank{'s' * (world != 1)} on {base.gpu}: back to NCCL's choice.")
+        c3.caption(f"{gone} does not run at {beyond.ranks(world)} on {base.gpu}: back to NCCL's choice.")
     algo = None if choice == "auto" else choice
 
 measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
@@ -94,8 +94,7 @@ if plan is not None and plan.action == "refuse":
     st.error(f"{plan.short[0].upper()}{plan.short[1:]}: pick a network above.")
     st.stop()
 if plan is not None and plan.action == "measure" and hook != "noop":  # noop sends no allreduce to measure
-    at = f"{world} rank{'s' if world != 1 else ''}"
-    st.info(f"Nothing was measured at {at} yet: the allreduce cost there is the ring model fitted at "
+    st.info(f"Nothing was measured at {beyond.ranks(world)} yet: the allreduce cost there is the ring model fitted at "
             f"{trace.world_size} ranks. This is a CPU run recorded on this machine, so it can be measured.")
     what = network_plan.measured_at(trace, world)
     if st.button(f"Measure the allreduce at {what} (about 10-40 s)", key=k + "measure", type="primary"):
