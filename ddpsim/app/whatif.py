@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import beyond, waiting
-from ddpsim.learn import hookrates, learn, replay_config, simulate, sweep
+from ddpsim.learn import hardware, hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, comm_hooks, synthetic
-from ddpsim.sim.network import NCCL_ALGOS, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
+from ddpsim.sim.network import NCCL_ALGOS, network_for, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
 from ddpsim.trace import Trace
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
@@ -93,7 +93,9 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
         changes.update(comm_hook=comm_hook, powersgd_start_iter=POWERSGD_START)
     if base.kind == "trace" and work is not None and trace is not None:
-        if network not in (AS_RECORDED, None, ""):
+        if network not in (AS_RECORDED, None, "") and (spec := hardware.hardware_of(trace, network)):
+            changes["hardware"] = spec  # a GPU recording: NCCL on its GPU's nodes, as simulate --hardware
+        elif network not in (AS_RECORDED, None, ""):  # a CPU recording: the profile as one flat link
             prof = networks()[network]
             changes.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
                             "concurrency": int(prof.get("concurrency", 1)),
@@ -202,18 +204,26 @@ def _rel(a: dict, b: dict) -> dict:
 def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list[str]:
     """Plain warnings when the what-if reaches far beyond what was recorded."""
     recorded = int(base.config.get("world_size", 2))
-    out = beyond.far_cautions(trace, work, recorded, cfg.world_size, cfg.bandwidth_gbps is not None) \
-        if base.kind == "trace" else []
+    chosen = cfg.bandwidth_gbps is not None or cfg.hardware is not None
+    out = beyond.far_cautions(trace, work, recorded, cfg.world_size, chosen) if base.kind == "trace" else []
     out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
-    if base.kind == "trace" and cfg.bandwidth_gbps is not None:
-        learnt = float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0)
-        slowdown = (f", less the {learnt:.0%} it slowed down while the recorded collectives ran (the chosen "
-                    f"network's slowdown: {cfg.interference or 0:.0%})"
-                    if abs(learnt - (cfg.interference or 0.0)) > 0.005 else "")
-        out.append("The network is not the recorded one: the allreduce times come from the chosen "
-                   f"profile's datasheet figures, the compute from the recording{slowdown}.")
+    if base.kind == "trace" and chosen:
+        out.append(other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0)))
     return out
+
+
+def other_network(cfg: SimConfig, learnt: float) -> str:
+    """Where a recording's allreduce times come from on a chosen network, and whether its compute
+    keeps the slowdown its collectives caused (Note [The recorded slowdown goes with its collectives])."""
+    kept = abs(learnt - (cfg.interference or 0.0)) <= 0.005
+    slowdown = "" if learnt <= 0.005 else (
+        f", with the {learnt:.0%} it slowed down while its NCCL collectives ran" if kept else
+        f", less the {learnt:.0%} it slowed down while the recorded collectives ran (the chosen "
+        f"network's slowdown: {cfg.interference or 0:.0%})")
+    where = (f"{network_for(cfg.hardware, cfg.world_size).name} (NCCL's model, as `ddpsim simulate "
+             f"--hardware {cfg.hardware}`)" if cfg.hardware else "the chosen profile's datasheet figures, as one flat link")
+    return f"The network is not the recorded one: the allreduce times come from {where}, the compute from the recording{slowdown}."
 
 
 def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=None) -> Outcome:

@@ -32,8 +32,8 @@ def add_input_arguments(p) -> None:
     src.add_argument("--hardware",
                      help="GPU-NETWORK, e.g. v100-ib100, a100-nvlink, h100-ib400: --arch's GPU and network "
                           f"(default {DEFAULT_HARDWARE}); with --trace, the network to simulate other world "
-                          "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute, and "
-                          "its slowdown while collectives run, stay the recorded GPU's")
+                          "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute stays "
+                          "the recorded GPU's, with the slowdown its collectives caused where they were NCCL's")
     src.add_argument("--batch", type=int, help="per-rank batch size for --arch")
     src.add_argument("--tflops", type=float, help="effective device rate for --arch (overrides the profile)")
 
@@ -169,11 +169,7 @@ def learn_trace(trace, args, world_sizes: list[int]):
                               log=lambda msg: print(msg, file=sys.stderr, flush=True))
     conc = getattr(args, "concurrency", None)
     w = learn(trace) if not isinstance(conc, int) else learn_with_concurrency(trace, conc)
-    if args.hardware:
-        w.meta["hardware"] = args.hardware  # the link per world size (sim.plan.resolve_link)
-        if w.link.interference:  # the compute slowdown the run showed while its collectives ran stays
-            w.meta["learnt_interference"] = w.link.interference
-    return w
+    return w  # --hardware: SimConfig.hardware, the link per world size (learn/hardware.py)
 
 
 def learn_with_concurrency(trace, conc: int):
@@ -211,7 +207,7 @@ FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
           "uneven": "uneven", "join": "join", "comm_hook": "comm_hook", "powersgd_rank": "powersgd_rank",
           "powersgd_start_iter": "powersgd_start_iter",
           "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
-          "algo": "algo", "concurrency": "concurrency", "interference": "interference",
+          "algo": "algo", "hardware": "hardware", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}
 
 
@@ -254,8 +250,7 @@ def config_for(workload, trace, values: dict):
     if trace is None:
         cfg = SimConfig(**{**arch_defaults(workload, values.get("comm_hook"), values.get("powersgd_rank")), **values})
     else:
-        learnt = workload.meta.get("learnt_interference")
-        cfg = replay_config(workload, trace, **({"interference": learnt} if learnt else {}), **values)
+        cfg = replay_config(workload, trace, **values)
     cfg.validate()
     return cfg
 

@@ -50,7 +50,7 @@ def add_arguments(p) -> None:
 def fixed_options(args) -> dict:
     """The SimConfig fields the command line fixes for every row."""
     base = {"seed": args.seed, **({"iters": args.iters} if args.iters is not None else {})}
-    for k in ("max_events", "time_limit_s", "find_unused_parameters", "static_graph"):
+    for k in ("max_events", "time_limit_s", "find_unused_parameters", "static_graph", "hardware"):
         if getattr(args, k) is not None:
             base[k] = getattr(args, k)
     if args.naive:

@@ -112,9 +112,7 @@ def _simulate(trace, changes: dict, hardware: str | None = None) -> str:
 
     try:
         w = learn(trace)
-        if hardware:
-            w.meta["hardware"] = hardware
-        _, summary = simulate(w, replay_config(w, trace, **changes))
+        _, summary = simulate(w, replay_config(w, trace, **changes, **({"hardware": hardware} if hardware else {})))
     except ValueError as e:
         return "refused: " + str(e).split(": ", 1)[-1].split(" (")[0]
     return f"{summary['iteration_time_s'] * 1e3:.1f} ms, {summary['n_buckets']} buckets"

@@ -41,7 +41,7 @@ import statistics
 
 from ddpsim.analysis import comm_end_ns, steady_cycles
 from ddpsim.errors import PartialTraceError
-from ddpsim.learn import alone, contention, hookrates
+from ddpsim.learn import alone, contention, hardware, hookrates
 from ddpsim.learn.buffers import broadcast_seconds, buffer_bytes
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
@@ -108,12 +108,13 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     ranks that shared CPU cores, or ``noise="drawn"``) the recorded ranks' median speeds where
     the world size matches (Note [Ranks are not equally fast]) and a drawn rank noise of the
     measured spread (``jitter_estimated``, Note [Only rank-to-rank noise makes ranks wait]).
+    On other GPU hardware (``hardware="h100-ib400"``), its collectives there: learn/hardware.py.
     """
     from ddpsim.sim.api import SimConfig
 
     if noise not in ("recorded", "drawn"):
         raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
-    cfg = hookrates.in_replay(w, {**config_from_trace(trace), **fields})
+    cfg = hookrates.in_replay(w, hardware.in_replay(w, trace, {**config_from_trace(trace), **fields}))
     if noise == "recorded" and "jitter" not in fields and replays_recorded_ranks(w, cfg["world_size"]):
         cfg.setdefault("recorded_ranks", {int(r): v for r, v in w.meta["recorded_ranks"].items()})
         cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))

@@ -110,7 +110,7 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
     missing = sorted(set(range(world)) - set(ranks))
     meta = {k: head[k] for k in ("torch_version", "python_version", "backend", "world_size", "impl",
                                  "model", "options", "config", "created", "command", "pinning", "allreduce_probe",
-                                 "placement", "timebase", "turns", "buffer_bytes", "hook_rates")
+                                 "placement", "gpu", "timebase", "turns", "buffer_bytes", "hook_rates")
             if k in head}
     meta["hosts"] = sorted({s["header"].get("host", "") for s in shards})
     clocks = [s["header"].get("clock", {}) for s in shards]

@@ -209,6 +209,7 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     if placement.device == "cuda":  # nccl: GPU local_rank; gloo --device cuda: GPUs shared round-robin
         device = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(device)
+        header["gpu"] = torch.cuda.get_device_name(device)  # its node for the What-if (learn/hardware.py)
     else:
         device = torch.device("cpu")
         if cfg.pin_cpus:  # the simulator needs to know which ranks shared a core

@@ -47,6 +47,9 @@ class SimConfig:
     bandwidth_gbps: float | None = None
     latency_us: float | None = None
     algo: str | None = None
+    # GPU-NETWORK (hardware/*.json): NCCL's model on that node and fabric prices a recorded workload's
+    # collectives, its compute stays recorded (learn/hardware.py); None: the workload's own link (not in torch)
+    hardware: str | None = None
     concurrency: int | None = None
     interference: float | None = None
     shared_core: bool | None = None  # None: the workload's; an explicit interference turns it off
@@ -87,6 +90,8 @@ class SimConfig:
             raise ValueError(f"jitter must be a finite number >= 0, not {self.jitter!r}")
         if self.jitter_mode not in stragglers.MODES:
             raise ValueError(f"jitter_mode must be one of {', '.join(stragglers.MODES)}, not {self.jitter_mode!r}")
+        if self.hardware is not None:
+            network.parse_hardware(self.hardware)  # a ValueError naming the choices
         if self.bandwidth_gbps is not None:
             network.check_positive(self.bandwidth_gbps, "bandwidth (Gbit/s)")
         if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):

@@ -219,6 +219,17 @@ def hardware_names() -> list[str]:
     return [f"{g}-{n}" for g in gpus() for n in gpu_networks()]
 
 
+# a GPU's name as torch reports it (torch.cuda.get_device_name) -> the node it comes in (gpus.json):
+# the H200's HGX node is the H100's (NVLink 4, NVSwitch, 8 GPUs); Polaris is a site, not a GPU name
+NODE_OF_NAME = {"v100": "v100", "a100": "a100", "h100": "h100", "h200": "h100", "b200": "b200"}
+
+
+def node_named(device_name) -> str | None:
+    """The gpus.json node of a GPU named ``device_name`` ("NVIDIA H100 80GB HBM3" -> "h100"), or None."""
+    words = str(device_name or "").lower().replace("-", " ").split()
+    return next((NODE_OF_NAME[w] for w in words if w in NODE_OF_NAME), None)
+
+
 def parse_hardware(spec: str) -> tuple[dict, str]:
     """``'a100-ib200'`` -> (gpu profile, network name)."""
     gpu, _, net = spec.lower().partition("-")

@@ -42,8 +42,8 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     if (link.shared_core and cfg.world_size != w.meta.get("recorded_world_size")
             and netmodel.covers(cal, cfg.world_size)):  # the target world size's network
         link = netmodel.link_at(cal, cfg.world_size, link.concurrency, link.interference)
-    if w.meta.get("hardware"):
-        link = network.network_for(w.meta["hardware"], cfg.world_size)
+    if cfg.hardware or w.meta.get("hardware"):  # a GPU model's own, or a recording's chosen one
+        link = network.network_for(cfg.hardware or w.meta["hardware"], cfg.world_size)
     elif w.meta.get("no_network") and cfg.world_size > 1 and cfg.bandwidth_gbps is None:
         # learn.linkfit's Note [No network from one rank]
         raise ValueError(str(w.meta["no_network"]).format(world_size=cfg.world_size))

@@ -68,8 +68,9 @@ world = c1.select_slider("World size (ranks)", whatif.world_options(base), value
 n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", sorted({*range(1, 9), now["no_sync_every"]}),
                           value=now["no_sync_every"], key=k + "nosync")  # the recorded value, even beyond 8
 if base.kind == "trace":
-    nets = [whatif.AS_RECORDED] + widgets.network_names()
-    network = c3.selectbox("Network", nets, format_func=widgets.network_label, key=k + "net")
+    node = widgets.trace_node(trace)  # a GPU recording's node: its networks are NCCL's between such nodes
+    nets = [whatif.AS_RECORDED] + widgets.network_names(gpu_model=node is not None)
+    network = c3.selectbox("Network", nets, format_func=lambda n: widgets.network_label(n, node), key=k + "net")
 else:
     network = base.network
     c3.markdown(f"**Network:** {widgets.network_label(network, base.gpu)}  \n**GPU:** {base.gpu}")
