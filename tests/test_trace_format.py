@@ -114,6 +114,10 @@ def test_sizes_beyond_a_pebibyte_are_refused_in_one_line():
         p["bytes"] = 2**49
     with pytest.raises(TraceFormatError, match="the parameters hold .* bytes together"):
         parse_trace(json.dumps(raw))
+    raw = _sample()  # the fuzz found it: the simulation's buffer broadcast of 2^62 bytes did not read back
+    raw["meta"]["buffer_bytes"] = 2**62
+    with pytest.raises(TraceFormatError, match=r"meta.buffer_bytes should be <= 1125899906842624"):
+        parse_trace(json.dumps(raw))
 
 
 def test_save_refuses_a_trace_it_could_not_read_and_writes_nothing(tmp_path):

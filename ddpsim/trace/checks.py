@@ -17,6 +17,7 @@ META_FIELDS = {
     "calibration": (dict, None), "workload": (dict, None), "allreduce_probe": (list, None),
     "rank_groups": (list, None), "ranks_included": (list, None), "missing_ranks": (list, None),
     "placement": (dict, None), "timebase": (dict, None), "hook_rates": (dict, None),
+    "buffer_bytes": (int, 0), "gpu": (str, None),
 }
 NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
     ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
@@ -48,7 +49,7 @@ NESTED_MAX = {"bucket_cap_mb": 1e6, "no_sync_every": 1_000_000, "concurrency": 6
 def check_meta(r, meta: dict) -> None:
     for key, (typ, lo) in META_FIELDS.items():
         r.value(meta, key, typ, "meta", optional=True, lo=lo,
-                hi=MAX_WORLD_SIZE if key == "world_size" else None)
+                hi={"world_size": MAX_WORLD_SIZE, "buffer_bytes": r.max_bytes}.get(key))
     for (outer, key), (typ, lo) in NESTED_FIELDS.items():
         if isinstance(meta.get(outer), dict):
             r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo, hi=NESTED_MAX.get(key))
