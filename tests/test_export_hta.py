@@ -6,6 +6,7 @@ overlap (``summarize``'s ``overlap_fraction``) is that, averaged over ranks. Che
 within HTA's rounding, and the headline within 2 points of HTA's mean over ranks.
 """
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,22 @@ from ddpsim.analysis import comm_weighted_overlap, summarize
 from ddpsim.trace.export import steady_iterations, write_per_rank
 
 hta = pytest.importorskip("hta.trace_analysis")
+NS_FLAG = "HTA_DISABLE_NS_ROUNDING"  # hta/configs/env_options.py
 SAMPLES = Path(__file__).resolve().parents[1] / "ddpsim" / "samples"
 
 
-def hta_on(trace, tmp_path):
+def hta_on(trace, tmp_path, ns: bool = False):
+    """HTA on ``trace``'s per-rank export; ``ns``: at the export's nanoseconds, not HTA's default of
+    rounding every event inward to whole microseconds (its start up, its end down)."""
+    if ns:
+        os.environ[NS_FLAG] = "1"
+    try:
+        return _hta(trace, tmp_path)
+    finally:
+        os.environ.pop(NS_FLAG, None)
+
+
+def _hta(trace, tmp_path):
     keep = steady_iterations(trace)
     write_per_rank(trace, tmp_path, keep)
     logging.getLogger("hta").setLevel(logging.ERROR)
@@ -39,20 +52,37 @@ def _traces():
 TRACES = _traces()
 
 
+def compute_us(it) -> float:
+    """What the export draws as compute (Note [Compute is the GPU's busy kernels]): forward, backward
+    up to its last gradient and optimizer, or an import's busy kernels over the whole iteration."""
+    if it.compute_busy is not None:
+        return sum(e - s for s, e in it.busy(it.forward.start_ns, it.end_ns)) / 1000
+    return (it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns
+            + (it.optimizer.duration_ns if it.optimizer else 0)) / 1000
+
+
 @pytest.mark.parametrize("name", TRACES)
 def test_hta_overlap_is_ddpsims(name, tmp_path):
     trace = TRACES[name]
-    keep, hta_pct, breakdown = hta_on(trace, tmp_path)
-    for rank in trace.ranks:  # the same definition: equal to within HTA's rounding
+    keep, hta_pct, breakdown = hta_on(trace, tmp_path, ns=True)
+    for rank in trace.ranks:  # the same definition: equal to within HTA's rounding of its percentage
         ours = 100 * comm_weighted_overlap(rank, keep)
-        assert abs(hta_pct[rank.rank] - ours) < 0.5, (rank.rank, hta_pct[rank.rank], ours)
+        assert abs(hta_pct[rank.rank] - ours) < 0.01, (rank.rank, hta_pct[rank.rank], ours)
     # the temporal breakdown saw every compute span: forward, backward compute, optimizer
     for rank in trace.ranks:
-        compute_us = sum((it.forward.duration_ns + it.backward_compute_end_ns - it.backward.start_ns
-                          + (it.optimizer.duration_ns if it.optimizer else 0)) / 1000
-                         for it in rank.iterations if it.iteration in keep)
+        ours = sum(compute_us(it) for it in rank.iterations if it.iteration in keep)
         row = breakdown[breakdown["rank"] == rank.rank].iloc[0]
-        assert abs(row["compute_time(us)"] - compute_us) <= 0.01 * compute_us + 2 * len(keep)
+        assert abs(row["compute_time(us)"] - ours) <= 0.01 * ours + 2 * len(keep)
+
+
+def test_htas_default_microseconds_move_an_imports_figure_by_under_a_point(tmp_path):
+    """HTA rounds every event inward to whole microseconds by default; on the import's short kernels
+    (ResNet-18, 400 busy spans an iteration) that lowers its figure a little: 20.8% against 21.65%."""
+    trace = TRACES["imported H100 resnet18 (gloo, 2 ranks)"]
+    keep, rounded, _ = hta_on(trace, tmp_path)
+    for rank in trace.ranks:
+        ours = 100 * comm_weighted_overlap(rank, keep)
+        assert 0 < ours - rounded[rank.rank] < 1, (rank.rank, rounded[rank.rank], ours)
 
 
 @pytest.mark.parametrize("name", ["simulated resnet50", "recorded mlp (CPU)", "recorded transformer (CPU)",

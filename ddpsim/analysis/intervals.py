@@ -21,3 +21,27 @@ def covered_ns(spans, lo: int, hi: int) -> int:
 def covered_fraction(spans, lo: int, hi: int) -> float:
     """Fraction of [lo, hi] covered by ``spans`` (0 for an empty interval)."""
     return covered_ns(spans, lo, hi) / (hi - lo) if hi > lo else 0.0
+
+
+def merged(spans) -> list[tuple[int, int]]:
+    """``spans`` as disjoint spans in time order."""
+    out: list[list[int]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def overlap_ns(a, b) -> int:
+    """Length of time covered by both ``a`` and ``b`` (each's overlaps counted once); linear after sorting."""
+    a, b = merged(a), merged(b)
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total

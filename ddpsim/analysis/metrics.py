@@ -20,7 +20,19 @@ Definitions (all per rank, then combined across ranks as stated):
   then the mean over ranks (``comm_overlap``). Within an iteration the compute an
   allreduce can overlap is the backward up to its last gradient (DDP's finalize
   waits for the allreduces before the optimizer runs), so the overlapped part of an
-  allreduce is its part before the backward compute end (``overlap_fraction``).
+  allreduce is its part before the backward compute end (``overlap_fraction``);
+  an imported GPU profile's compute is its kernels' busy time instead (below).
+
+Note [Compute is the GPU's busy kernels]: HTA takes compute to be the GPU's computation
+kernels (every GPU op but NCCL's kernels, copies, memsets and syncs), merged. A recording
+or a simulation has no kernels, and its compute runs all through the backward; an import
+from a GPU profile has them, and keeps their busy time per iteration (``compute_busy``,
+``ddpsim.trace.kineto.NOT_COMPUTE``). There an allreduce's overlapped part is its time
+inside that busy time: HTA's own figure wherever the allreduce spans are its
+communication kernels, and HTA's definition on the allreduce spans ddpsim imported where
+there are none (gloo, which reduces on the host). On the bundled H100 ResNet-18 profiles
+(two ranks sharing one GPU) the GPU idles between a rank's kernels: 62% through the
+backward, and by its busy kernels far less (docs/accuracy.md).
 - *steady state*: cycles that do not contain iteration 0 and whose layout is the
   final layout (so the iteration-0 single bucket and the rebuild are excluded); with
   PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
@@ -31,7 +43,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.analysis.intervals import union_ns
+from ddpsim.analysis.intervals import overlap_ns, union_ns
 from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Iteration, RankTrace, Trace
 
@@ -83,22 +95,24 @@ def exposed_comm_ns(it: Iteration) -> int:
     return 0 if end is None else max(0, end - it.backward_compute_end_ns)
 
 
+def comm_spans(it: Iteration) -> list[tuple[int, int]]:
+    """The iteration's collectives in flight: its buckets' allreduces and the used-parameter bitmap."""
+    spans = [(b.launch_ns, b.complete_ns) for b in it.buckets]
+    if it.bitmap_allreduce:
+        spans.append((it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns))
+    return spans
+
+
 def overlap_fraction(it: Iteration) -> float | None:
     """One iteration's communication overlapped with compute: the fraction of in-flight
-    allreduce time before the backward compute end (None without a collective)."""
-    spans = sorted((b.launch_ns, b.complete_ns) for b in it.buckets)
-    if it.bitmap_allreduce:
-        spans = sorted(spans + [(it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns)])
-    union, hidden, cur = 0, 0, None
-    cut = it.backward_compute_end_ns
-    for s, e in spans + [(None, None)]:
-        if cur and (s is None or s > cur[1]):
-            union += cur[1] - cur[0]
-            hidden += max(0, min(cur[1], cut) - cur[0])
-            cur = None
-        if s is not None:
-            cur = [s, e] if cur is None else [cur[0], max(cur[1], e)]
-    return hidden / union if union > 0 else None
+    allreduce time inside the compute, the backward up to its compute end or, from a GPU
+    profile, its busy kernels (Note [Compute is the GPU's busy kernels]); None without a collective."""
+    spans = comm_spans(it)
+    union = union_ns(spans)
+    if union <= 0:
+        return None
+    until = it.backward_compute_end_ns if it.compute_busy is None else it.end_ns
+    return overlap_ns(spans, it.busy(it.forward.start_ns, until)) / union
 
 
 def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -> float | None:
@@ -111,10 +125,7 @@ def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -
             continue
         f = overlap_fraction(it)
         if f is not None:
-            spans = [(b.launch_ns, b.complete_ns) for b in it.buckets]
-            if it.bitmap_allreduce:
-                spans.append((it.bitmap_allreduce.launch_ns, it.bitmap_allreduce.complete_ns))
-            u = union_ns(spans)
+            u = union_ns(comm_spans(it))
             hidden, union = hidden + f * u, union + u
     return hidden / union if union else None
 

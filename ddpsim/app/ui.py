@@ -120,9 +120,10 @@ METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. " + I
                                     "time is per micro-step, and n of them make one synced step.",
                "overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
                                     "that overlaps compute, over all communication time, in the steady "
-                                    "iterations (mean over ranks), with compute taken as the backward up to "
-                                    "its last gradient. On a GPU profile whose backward leaves the GPU idle "
-                                    "between kernels, HTA's kernel-level figure is lower (docs/accuracy.md)."}
+                                    "iterations (mean over ranks). Compute is the GPU's compute kernels for a "
+                                    "trace imported from a GPU profile (and for simulations of one, its busy "
+                                    "time stretched with each phase), elsewhere the backward up to its last "
+                                    "gradient (docs/accuracy.md)."}
 
 
 def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> None:

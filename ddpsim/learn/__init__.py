@@ -18,6 +18,9 @@ a dict of changes replays the run, as ``sweep --trace`` and the What-if page do.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from ddpsim.analysis.busy import busy_patterns
 from ddpsim.learn.extract import config_from_trace, replay_config, workload_from_trace
 from ddpsim.learn.refine import measure_alone, refine
 from ddpsim.sim import api as _api
@@ -31,7 +34,8 @@ def learn(trace) -> Workload:
     phases with its recorded ranks in place (``refine``, Note [Self-calibration]), so that
     ``replay_config(w, trace)`` reproduces the run; with the compute alone measured where the run
     has it (Note [A run without collectives computes alone] in alone.py)."""
-    return measure_alone(refine(workload_from_trace(trace), trace), trace)
+    w = measure_alone(refine(workload_from_trace(trace), trace), trace)
+    return dataclasses.replace(w, busy=busy_patterns(trace))  # Note [The recorded busy time, stretched]
 
 
 def as_workload(source) -> Workload:

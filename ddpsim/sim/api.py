@@ -11,6 +11,7 @@ from dataclasses import asdict
 import simpy
 
 from ddpsim.analysis import summarize
+from ddpsim.analysis.busy import lay_busy
 from ddpsim.sim.budget import RUN_EVENTS_PER_ESTIMATED, SimulationTooLarge, count_actors, estimate_events, run_bounded
 from ddpsim.sim.config import SimConfig
 from ddpsim.sim.hooktrace import hook_fields
@@ -69,6 +70,8 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
                                      for p in plans)
     trace = build_trace(w, cfg, link, model, trace_layouts, groups)
     trace.meta["layouts_from"] = "recording" if replayed(w, cfg) is not None else "computed"
+    if w.busy:  # a GPU profile's idle time between kernels (Note [The recorded busy time, stretched])
+        lay_busy(trace, w.busy)
     summary = summarize(trace)
     summary.update(world_size=cfg.world_size, n_buckets=len(trace_layouts[-1].buckets),
                    link=link.to_dict(), actors=len(actors), simpy_events=simpy_events,

@@ -62,6 +62,9 @@ class Workload:
     # seconds one buffer broadcast took at the recorded world size (Note [A broadcast learnt from the
     # recording] in learn/extract.py); None: the link's model (Link.broadcast_s)
     buffer_broadcast_s: float | None = None
+    # a GPU profile's busy kernels: per recorded rank, per iteration, where each compute phase kept the GPU
+    # busy (analysis/busy.py, Note [The recorded busy time, stretched]); None: busy all through its phases
+    busy: list[list[dict]] | None = None
     meta: dict = field(default_factory=dict)  # where the numbers came from
 
     def __post_init__(self):

@@ -97,6 +97,12 @@ class _RankWriter:
             self.events.append({"ph": ph, "id": c, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g",
                                 "name": "ac2g", **({"bp": "e"} if ph == "f" else {})})
 
+    def compute(self, name: str, cat: str, it, start_ns: int, end_ns: int, args: dict) -> None:
+        """Compute on the compute stream over [start, end]: one kernel, or an import's busy kernels in it
+        (Note [Compute is the GPU's busy kernels] in ddpsim.analysis.metrics)."""
+        for s, e in (it.busy(start_ns, end_ns) if it.compute_busy is not None else [(start_ns, end_ns)]):
+            self.kernel(name, cat, COMPUTE_STREAM, s, e, args)
+
     def annotation(self, name: str, start_ns: int, end_ns: int, args: dict) -> None:
         self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": self.host,
                             "tid": HOST_TID, "ts": _us(start_ns), "dur": _us(end_ns - start_ns), "args": args})
@@ -140,22 +146,24 @@ class _RankWriter:
         bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
         base = {"iteration": n, "sync": it.sync}
         self.annotation("DistributedDataParallel.forward", it.forward.start_ns, it.forward.end_ns, base)
-        self.kernel("ddpsim::forward", "forward", COMPUTE_STREAM, it.forward.start_ns, it.forward.end_ns, base)
+        self.compute("ddpsim::forward", "forward", it, it.forward.start_ns, it.forward.end_ns, base)
         prev = it.backward.start_ns
         ready = sorted(it.grad_ready, key=lambda g: g.t_ns)
         for g in ready:
             name = trace.param_name(g.param)
             args = {**base, "param": g.param, "name": name, "bucket": bucket_of.get(g.param), "unused": g.unused}
             if g.t_ns > prev:
-                self.kernel(f"ddpsim::backward {name}", "backward", COMPUTE_STREAM, prev, g.t_ns, args)
+                self.compute(f"ddpsim::backward {name}", "backward", it, prev, g.t_ns, args)
                 prev = g.t_ns
             self.instant(name, "grad_ready", g.t_ns, args)
         if not ready:  # no per-gradient times (e.g. a no_sync step recorded without hooks)
-            self.kernel("ddpsim::backward", "backward", COMPUTE_STREAM, it.backward.start_ns, it.backward.end_ns, base)
+            self.compute("ddpsim::backward", "backward", it, it.backward.start_ns, it.backward.end_ns, base)
+        elif it.compute_busy is not None:  # a GPU's kernels after the last gradient (finalize's copies)
+            self.compute("ddpsim::backward (after the last gradient)", "backward", it, prev,
+                         it.optimizer.start_ns if it.optimizer else it.end_ns, base)
         if it.optimizer:
             self.annotation("Optimizer.step#SGD.step", it.optimizer.start_ns, it.optimizer.end_ns, base)
-            self.kernel("ddpsim::optimizer", "optimizer", COMPUTE_STREAM, it.optimizer.start_ns,
-                        it.optimizer.end_ns, base)
+            self.compute("ddpsim::optimizer", "optimizer", it, it.optimizer.start_ns, it.optimizer.end_ns, base)
         if it.graph_search:
             self.annotation("torch.distributed.ddp.reducer::search_unused_parameters",
                             it.graph_search.start_ns, it.graph_search.end_ns, base)

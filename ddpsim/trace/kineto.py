@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,9 @@ from ddpsim.trace import TraceFormatError
 from ddpsim.trace.jsontext import GZIP_MAGIC
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+# what HTA 0.5.0 does not count as computation (hta/utils/utils.py, is_compute_kernel): NCCL's kernels,
+# copies, memsets and syncs; every other GPU op is compute (Note [Compute is the GPU's busy kernels])
+NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
                "float64": 8, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8}
 
@@ -55,6 +59,21 @@ def read_profile(path: str | Path) -> dict:
     if isinstance(data.get("format"), str) and data.get("format") == "ddpsim-trace":
         raise TraceFormatError(f"{path} is already a ddpsim trace; open it directly")
     return data
+
+
+def profile_files(paths: list[str | Path]) -> list[Path]:
+    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
+    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 @dataclass
@@ -104,6 +123,7 @@ class Profile:
         self.gpu.sort(key=lambda o: o.start)
         self.compute_stream = self._busiest_stream()
         self._launched = self._launch_index()
+        self._busy = self._compute_busy()
 
     # -- lookups ---------------------------------------------------------------------------
     def named(self, name: str, within: Op | None = None, prefix: bool = False) -> list[Op]:
@@ -144,6 +164,29 @@ class Profile:
             starts.append(s)
             ends.append(latest)
         return starts, ends
+
+    def _compute_busy(self) -> list[tuple[float, float]]:
+        """The compute ops' (``NOT_COMPUTE``) time on any stream, merged into disjoint spans (us)."""
+        out: list[list[float]] = []
+        for g in self.gpu:  # sorted by start
+            if NOT_COMPUTE.match(g.name):
+                continue
+            if out and g.start <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], g.end)
+            else:
+                out.append([g.start, g.end])
+        return [(a, b) for a, b in out]
+
+    def compute_busy(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """The GPU's compute busy spans within [lo, hi] (us), clipped, in time order."""
+        k = max(0, bisect.bisect_right(self._busy, (lo, float("inf"))) - 1)
+        out = []
+        for a, b in self._busy[k:]:
+            if a >= hi:
+                break
+            if b > lo:
+                out.append((max(a, lo), min(b, hi)))
+        return out
 
     def done_by(self, t_cpu: float) -> float:
         """GPU time (us) when the compute-stream work launched before CPU time ``t_cpu`` is done

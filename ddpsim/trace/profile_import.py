@@ -12,7 +12,9 @@ One profile per rank (``export_chrome_trace`` / ``tensorboard_trace_handler`` ou
 - bucket allreduces: each ``c10d::allreduce_`` in the backward, sized from ``record_param_comms``,
   its input shape or its members (``ddpsim.trace.profile_sizes``: where each size comes from), timed by the GPU work it caused (NCCL kernel, or gloo's device<->host
   copies) and, without GPU work, by the CPU collective (``gloo:all_reduce``);
-- optimizer: ``Optimizer.step#...`` to the end of ``Optimizer.zero_grad#...``.
+- optimizer: ``Optimizer.step#...`` to the end of ``Optimizer.zero_grad#...``;
+- compute busy: the GPU's compute kernels from the forward to the iteration's end, merged
+  (Note [Compute is the GPU's busy kernels] in ``ddpsim.analysis.metrics``).
 
 What a profile cannot say is listed in ``meta.import_notes``: parameter names (the profile knows
 shapes, not names), DDP's options, and bucket members when the sizes do not add up.
@@ -20,12 +22,11 @@ shapes, not names), DDP's options, and bucket members when the sizes do not add 
 from __future__ import annotations
 
 import bisect
-
 import re
 from pathlib import Path
 
-from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, read_profile,
-                                  tensor_shape)
+from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, profile_files,
+                                  read_profile, tensor_shape)
 from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
 from ddpsim.trace.profile_meta import align, shift, trace_dict
 from ddpsim.trace.profile_sizes import UNKNOWN, layout_by_launch, layout_by_sizes, match_model, size_meta
@@ -97,6 +98,8 @@ class RankImport:
             end = (zero[-1] if zero and zero[-1].start >= opt[0].start else opt[-1]).end
             o0 = self._t(max(opt[0].start, cpu_end))
             it["optimizer"] = _span(o0, max(self._t(end), o0))
+        last = (it["optimizer"] or it["backward"])["end_ns"] / 1000
+        it["compute_busy"] = [_span(a, b) for a, b in p.compute_busy(f0, last)] if self.gpu else None
         return it
 
     def _forward_end(self, step: Op, fwd: Op, bwd_start: float) -> float:
@@ -147,21 +150,6 @@ class RankImport:
 
 def _span(a: float, b: float) -> dict:
     return {"start_ns": _ns(a), "end_ns": _ns(b)}
-
-
-def profile_files(paths: list[str | Path]) -> list[Path]:
-    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
-    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
-            out += found
-        else:
-            out.append(p)
-    return out
 
 
 def import_profiles(paths: list[str | Path], model=None) -> Trace:

@@ -211,7 +211,17 @@ class _Reader:
         return Iteration(self.count(d, "iteration", path), self.value(d, "sync", bool, path), forward, backward,
                          self.span(d, "optimizer", path, True), grads, buckets,
                          self.span(d, "graph_search", path, True), self.collective(d, "bitmap_allreduce", path),
-                         self.collective(d, "buffer_broadcast", path), self.count(d, "backward_cpu_ns", path, True))
+                         self.collective(d, "buffer_broadcast", path), self.count(d, "backward_cpu_ns", path, True),
+                         self.spans(d, "compute_busy", path))
+
+    def spans(self, d, key, path) -> list[Span] | None:
+        """An optional list of spans in time order (``compute_busy``), or None."""
+        if (items := self.get(d, key, list, path, True)) is None:
+            return None
+        out = [self.span_at(s, f"{path}.{key}[{i}]") for i, s in enumerate(items)]
+        if any(b.start_ns < a.end_ns for a, b in zip(out, out[1:])):
+            self.fail(f"{path}.{key}", "spans overlap or are out of time order")
+        return out
 
     def collective(self, d, key, path):
         """An optional collective that is not a bucket (``Collective``), or None."""

@@ -135,6 +135,16 @@ class Iteration:
     # CPU ranks: the CPU time of the thread that called backward(), over the call, ns (Note [The
     # backward's compute alone] in record/instrument.py); None: not measured
     backward_cpu_ns: int | None = None
+    # GPU imports: the compute kernels' busy time within the iteration, merged spans in time order (HTA's
+    # COMPUTATION kernels: Note [Compute is the GPU's busy kernels] in analysis/metrics.py); None: the
+    # compute runs all through its spans (recordings, simulations)
+    compute_busy: list[Span] | None = None
+
+    def busy(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The compute's busy time within [lo, hi]: ``compute_busy`` clipped to it, or all of it."""
+        if self.compute_busy is None:
+            return [(lo, hi)] if hi > lo else []
+        return [(max(lo, b.start_ns), min(hi, b.end_ns)) for b in self.compute_busy if b.end_ns > lo and b.start_ns < hi]
 
     @property
     def end_ns(self) -> int:
@@ -243,7 +253,7 @@ class Trace:
             if r["join"] is None:  # written only where there is one, like buffer_broadcast below
                 del r["join"]
             for it in r["iterations"]:
-                for key in ("buffer_broadcast", "backward_cpu_ns"):  # written only where there is one:
+                for key in ("buffer_broadcast", "backward_cpu_ns", "compute_busy"):  # written only where there is one:
                     if it[key] is None:  # older traces stay as they were
                         del it[key]
                 for b in it["buckets"]:  # the comm hook's and the host times, likewise
