@@ -10,9 +10,10 @@ import pytest
 
 from ddpsim import samples
 from ddpsim.analysis import summarize
-from ddpsim.analysis.busy import lay_over, pattern_of
+from ddpsim.analysis.busy import lay_busy, lay_over, pattern_of
 from ddpsim.learn import learn, replay_config, simulate
-from ddpsim.trace import GradReady, Iteration, Span, TraceFormatError, from_dict, load_trace, save_trace
+from ddpsim.trace import (GradReady, Iteration, RankTrace, Span, Trace, TraceFormatError, from_dict, load_trace,
+                          save_trace)
 from ddpsim.trace.profile_import import import_profiles
 
 hta_utils = pytest.importorskip("hta.utils.utils")
@@ -25,11 +26,11 @@ def imported():
 
 
 def raw_busy_ns(path) -> list[tuple[int, int]]:
-    """The profile's compute kernels as HTA classifies them (``is_compute_kernel``), merged, in ns."""
+    """The profile's compute kernels as HTA classifies them (``get_kernel_type``), merged, in ns."""
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     spans = sorted((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events
                    if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-                   and hta_utils.is_compute_kernel(e["name"]))
+                   and hta_utils.get_kernel_type(e["name"]) == "COMPUTATION")
     out = []
     for s, e in spans:
         if out and s <= out[-1][1]:
@@ -79,19 +80,44 @@ def test_the_replay_gives_the_recordings_figure_back(imported):
     assert flat["overlap_fraction"] - recorded > 0.3  # busy all through: the 60% of before
 
 
-def iteration(fwd, bwd, grads, opt, busy=None) -> Iteration:
-    return Iteration(0, True, Span(*fwd), Span(*bwd), Span(*opt), [GradReady(t, p) for p, t in grads], [],
+def iteration(fwd, bwd, grads, opt, busy=None, sync=True) -> Iteration:
+    return Iteration(0, sync, Span(*fwd), Span(*bwd), Span(*opt), [GradReady(t, p) for p, t in grads], [],
                      compute_busy=None if busy is None else [Span(*b) for b in busy])
 
 
 def test_a_phase_made_longer_keeps_its_share_of_idle_time():
     recorded = iteration((0, 100), (100, 300), [(1, 200), (0, 300)], (400, 500),
-                         busy=[(0, 50), (100, 150), (250, 300), (400, 500)])
+                         busy=[(0, 50), (100, 150), (250, 300), (350, 400), (400, 500)])
     pattern = pattern_of(recorded)
     assert pattern["forward"] == [(0.0, 0.5)] and pattern["backward"] == [(0.0, 0.25), (0.75, 1.0)]
-    assert pattern["after"] == [] and pattern["optimizer"] == [(0.0, 1.0)]
-    longer = iteration((0, 200), (200, 600), [(1, 400), (0, 600)], (600, 700))
-    assert [(s.start_ns, s.end_ns) for s in lay_over(longer, pattern)] == [(0, 100), (200, 300), (500, 700)]
+    assert pattern["after"] == [(50, 0)] and pattern["optimizer"] == [(0.0, 1.0)]  # after: ns before its end
+    longer = iteration((0, 200), (200, 600), [(1, 400), (0, 600)], (800, 900))
+    assert [(s.start_ns, s.end_ns) for s in lay_over(longer, pattern)] == [(0, 100), (200, 300), (500, 600), (750, 900)]
+
+
+def test_the_wait_after_the_last_gradient_is_not_counted_as_compute(imported):
+    """The time after the last gradient is mostly the wait for the allreduces: a longer wait is idle
+    (stretched, or busy by default, it counted exposed communication as overlapped: 84% at 64 ranks)."""
+    w = learn(imported)
+    cfg = replay_config(w, imported, hardware="h100-eth25", world_size=64)
+    _, laid = simulate(w, cfg)
+    _, whole = simulate(dataclasses.replace(w, busy=None), cfg)
+    assert laid["exposed_comm_s"] > 0.02 and laid["overlap_fraction"] < whole["overlap_fraction"] < 0.3
+    no_after = [[{k: v for k, v in p.items() if k != "after"} for p in rank] for rank in w.busy]
+    _, missing = simulate(dataclasses.replace(w, busy=no_after), cfg)
+    assert missing["overlap_fraction"] < whole["overlap_fraction"]
+
+
+def test_a_simulated_step_takes_a_recorded_step_of_its_kind():
+    patterns = [[{"sync": False, "forward": [(0.0, 0.5)]}, {"sync": True, "forward": [(0.5, 1.0)]}]]
+    its = [dataclasses.replace(iteration((k * 1000, k * 1000 + 100), (k * 1000 + 100, k * 1000 + 300),
+                                         [(0, k * 1000 + 300)], (k * 1000 + 300, k * 1000 + 400), sync=k % 2 == 1),
+                               iteration=k) for k in range(4)]
+    trace = Trace("simulated", {}, [], [RankTrace(rank=r, host="", layouts=[], iterations=its) for r in (0, 1)])
+    lay_busy(trace, patterns)  # rank 1 shares rank 0's iterations: laid once
+    forward = [[(s - it.forward.start_ns, e - it.forward.start_ns) for s, e in it.busy(it.forward.start_ns, it.forward.end_ns)]
+               for it in its]
+    assert forward == [[(0, 50)], [(50, 100)], [(0, 50)], [(50, 100)]]
 
 
 def test_busy_spans_read_back_and_bad_ones_are_one_line(imported, tmp_path):

@@ -2,7 +2,6 @@
 --hardware`` give one number (NCCL's model on the recording's GPU node, ddpsim/learn/hardware.py),
 and the compute keeps the slowdown its collectives caused only where they were NCCL's
 (Note [The recorded slowdown goes with its collectives])."""
-import dataclasses
 import json
 
 import pytest
@@ -23,7 +22,8 @@ MIB = 1024 * 1024
 
 @pytest.mark.parametrize("name, node", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h100"),
                                         ("Tesla V100-SXM2-16GB", "v100"), ("NVIDIA A100-SXM4-40GB", "a100"),
-                                        ("NVIDIA B200", "b200"), ("NVIDIA L4", None), (None, None)])
+                                        ("NVIDIA B200", "b200"), ("NVIDIA L4", None), (None, None),
+                                        ("NVIDIA H100 PCIe", None), ("NVIDIA GH200 480GB", None)])
 def test_a_gpu_name_finds_its_node(name, node):
     assert node_named(name) == node
 
@@ -51,6 +51,16 @@ def test_the_whatif_page_and_simulate_hardware_give_one_number(capsys, net, worl
     assert page == pytest.approx(cli_ms(capsys, "simulate", "--trace", str(path), "--hardware", f"h100-{net}",
                                         "--world-size", str(world)), abs=1e-6)
     assert any("NCCL on H100-SXM5 nodes" in c and f"--hardware h100-{net}" in c for c in said)
+
+
+def test_the_bundled_nccl_recording_is_priced_as_the_cli_prices_it(capsys):
+    """An NCCL recording on an H200 (meta.gpu): the page gave 69.7 ms at 8 ranks over a flat ib100 link,
+    ``simulate --hardware h100-ib100`` 30.6 ms; an NCCL recording keeps its learnt slowdown (none here)."""
+    path = samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json"
+    page, cfg, _ = whatif_ms(load_trace(path), "ib100", 8)
+    assert cfg.hardware == "h100-ib100"
+    assert page == pytest.approx(cli_ms(capsys, "simulate", "--trace", str(path), "--hardware", "h100-ib100",
+                                        "--world-size", "8"), abs=1e-6)
 
 
 def test_sweep_on_hardware_is_simulate_on_hardware(capsys):

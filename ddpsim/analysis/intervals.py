@@ -33,15 +33,3 @@ def merged(spans) -> list[tuple[int, int]]:
             out.append([s, e])
     return [(s, e) for s, e in out]
 
-
-def overlap_ns(a, b) -> int:
-    """Length of time covered by both ``a`` and ``b`` (each's overlaps counted once); linear after sorting."""
-    a, b = merged(a), merged(b)
-    i = j = total = 0
-    while i < len(a) and j < len(b):
-        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total

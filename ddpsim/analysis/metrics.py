@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.analysis.intervals import overlap_ns, union_ns
+from ddpsim.analysis.intervals import merged, union_ns
 from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Iteration, RankTrace, Trace
 
@@ -111,8 +111,9 @@ def overlap_fraction(it: Iteration) -> float | None:
     union = union_ns(spans)
     if union <= 0:
         return None
-    until = it.backward_compute_end_ns if it.compute_busy is None else it.end_ns
-    return overlap_ns(spans, it.busy(it.forward.start_ns, until)) / union
+    lo, until = it.forward.start_ns, it.backward_compute_end_ns if it.compute_busy is None else it.end_ns
+    hidden = sum(b - a for s, e in merged(spans) for a, b in it.busy(max(s, lo), min(e, until)))
+    return hidden / union
 
 
 def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -> float | None:

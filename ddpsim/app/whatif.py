@@ -216,7 +216,7 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
 def other_network(cfg: SimConfig, learnt: float) -> str:
     """Where a recording's allreduce times come from on a chosen network, and whether its compute
     keeps the slowdown its collectives caused (Note [The recorded slowdown goes with its collectives])."""
-    kept = abs(learnt - (cfg.interference or 0.0)) <= 0.005
+    kept = cfg.hardware is not None and abs(learnt - (cfg.interference or 0.0)) <= 0.005  # learn/hardware.py
     slowdown = "" if learnt <= 0.005 else (
         f", with the {learnt:.0%} it slowed down while its NCCL collectives ran" if kept else
         f", less the {learnt:.0%} it slowed down while the recorded collectives ran (the chosen "

@@ -168,15 +168,8 @@ def learn_trace(trace, args, world_sizes: list[int]):
             worldsize.prepare(trace, ws, calibrate=not getattr(args, "no_calibrate", False),
                               log=lambda msg: print(msg, file=sys.stderr, flush=True))
     conc = getattr(args, "concurrency", None)
-    w = learn(trace) if not isinstance(conc, int) else learn_with_concurrency(trace, conc)
+    w = learn(trace, conc if isinstance(conc, int) else None)
     return w  # --hardware: SimConfig.hardware, the link per world size (learn/hardware.py)
-
-
-def learn_with_concurrency(trace, conc: int):
-    from ddpsim.learn.extract import workload_from_trace
-    from ddpsim.learn.refine import refine
-
-    return refine(workload_from_trace(trace, conc), trace)
 
 
 def parse_order(value):

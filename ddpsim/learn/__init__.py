@@ -28,14 +28,16 @@ from ddpsim.sim.sweep import sweep as _sim_sweep
 from ddpsim.sim.workload import Workload
 
 
-def learn(trace) -> Workload:
+def learn(trace, concurrency: int | None = None) -> Workload:
     """The workload that ``simulate``, ``validate``, ``sweep`` and the What-if page learn from a
     recorded run: extracted (``workload_from_trace``), then self-calibrated against the run's own
     phases with its recorded ranks in place (``refine``, Note [Self-calibration]), so that
     ``replay_config(w, trace)`` reproduces the run; with the compute alone measured where the run
-    has it (Note [A run without collectives computes alone] in alone.py)."""
-    w = measure_alone(refine(workload_from_trace(trace), trace), trace)
-    return dataclasses.replace(w, busy=busy_patterns(trace))  # Note [The recorded busy time, stretched]
+    has it (Note [A run without collectives computes alone] in alone.py) and an import's busy GPU
+    kernels (Note [The recorded busy time, stretched] in analysis/busy.py). ``concurrency``:
+    collectives in flight at once instead of the backend's (``simulate --concurrency``)."""
+    w = measure_alone(refine(workload_from_trace(trace, concurrency), trace), trace)
+    return dataclasses.replace(w, busy=busy_patterns(trace))
 
 
 def as_workload(source) -> Workload:

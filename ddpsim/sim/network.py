@@ -225,9 +225,10 @@ NODE_OF_NAME = {"v100": "v100", "a100": "a100", "h100": "h100", "h200": "h100", 
 
 
 def node_named(device_name) -> str | None:
-    """The gpus.json node of a GPU named ``device_name`` ("NVIDIA H100 80GB HBM3" -> "h100"), or None."""
+    """The gpus.json node of a GPU named ``device_name`` ("NVIDIA H100 80GB HBM3" -> "h100"), or None
+    (a PCIe card has no NVLink switch: the profiles' nodes are SXM ones)."""
     words = str(device_name or "").lower().replace("-", " ").split()
-    return next((NODE_OF_NAME[w] for w in words if w in NODE_OF_NAME), None)
+    return None if "pcie" in words else next((NODE_OF_NAME[w] for w in words if w in NODE_OF_NAME), None)
 
 
 def parse_hardware(spec: str) -> tuple[dict, str]:

@@ -158,7 +158,8 @@ class _RankWriter:
             self.instant(name, "grad_ready", g.t_ns, args)
         if not ready:  # no per-gradient times (e.g. a no_sync step recorded without hooks)
             self.compute("ddpsim::backward", "backward", it, it.backward.start_ns, it.backward.end_ns, base)
-        elif it.compute_busy is not None:  # a GPU's kernels after the last gradient (finalize's copies)
+            prev = it.backward.end_ns
+        if it.compute_busy is not None:  # a GPU's kernels after the last gradient (finalize's copies)
             self.compute("ddpsim::backward (after the last gradient)", "backward", it, prev,
                          it.optimizer.start_ns if it.optimizer else it.end_ns, base)
         if it.optimizer:

@@ -35,9 +35,10 @@ from ddpsim.trace import TraceFormatError
 from ddpsim.trace.jsontext import GZIP_MAGIC
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-# what HTA 0.5.0 does not count as computation (hta/utils/utils.py, is_compute_kernel): NCCL's kernels,
-# copies, memsets and syncs; every other GPU op is compute (Note [Compute is the GPU's busy kernels])
-NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+# what HTA 0.5.0 does not count as computation (hta/utils/utils.py, get_kernel_type: its communication,
+# memory and not-compute patterns): NCCL's kernels, copies, memsets, DMA and syncs; every other GPU op
+# is compute (Note [Compute is the GPU's busy kernels] in ddpsim/analysis/metrics.py)
+NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(^dma)|(.*(Memcpy)|(Memset))|(.*Sync)")
 DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
                "float64": 8, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8}
 

@@ -5,6 +5,7 @@ field by field, in ``docs/trace-format.md``.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import asdict, dataclass, field
 
 FORMAT = "ddpsim-trace"
@@ -144,7 +145,12 @@ class Iteration:
         """The compute's busy time within [lo, hi]: ``compute_busy`` clipped to it, or all of it."""
         if self.compute_busy is None:
             return [(lo, hi)] if hi > lo else []
-        return [(max(lo, b.start_ns), min(hi, b.end_ns)) for b in self.compute_busy if b.end_ns > lo and b.start_ns < hi]
+        busy, out = self.compute_busy, []
+        k = bisect.bisect_right(busy, lo, key=lambda b: b.end_ns)  # disjoint and in order: ends ascend
+        while k < len(busy) and busy[k].start_ns < hi:
+            out.append((max(lo, busy[k].start_ns), min(hi, busy[k].end_ns)))
+            k += 1
+        return out
 
     @property
     def end_ns(self) -> int:
