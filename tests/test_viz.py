@@ -7,10 +7,11 @@ import matplotlib.colors as mcolors
 import pytest
 from matplotlib.figure import Figure
 
-from ddpsim import load_trace
+from ddpsim import load_trace, samples
 from ddpsim.analysis import exposed_comm_ns
 from ddpsim.trace import Collective, Span
 from ddpsim.viz import bucket_color, describe_iteration, plot_timeline
+from ddpsim.viz.busyband import BINS, busy_shares
 from ddpsim.viz.timeline import assign_lanes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_trace.json"
@@ -147,3 +148,17 @@ def test_a_ranks_error_is_one_short_line_in_its_header(trace):
     assert heads[0].startswith("rank 0  (incomplete: RuntimeError: Connection closed") and heads[0].endswith("…)")
     assert "\n" not in heads[0] and len(heads[0]) < 100
     assert heads[1] == "rank 1  (hung: ran out of data after iteration 1)"
+
+
+def test_an_imports_busy_kernels_are_a_band_in_its_compute_row(trace):
+    """An import shows where its GPU computed (the overlap's compute: Note [Compute is the GPU's busy
+    kernels]); each slice of the band is shaded by its busy share, which adds up to the busy time."""
+    imported = load_trace(samples.BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json")
+    bands = by_gid(plot_timeline(imported, 6), "compute_busy:")
+    assert sorted(b.get_gid() for b in bands) == ["compute_busy:r0", "compute_busy:r1"]
+    it = imported.ranks[0].iteration(6)
+    busy = sum(e - s for s, e in it.busy(it.forward.start_ns, it.end_ns)) / (it.end_ns - it.forward.start_ns)
+    assert sum(busy_shares(it)) / BINS == pytest.approx(busy, rel=1e-9) and 0.1 < busy < 0.4
+    alphas = [c[3] for c in next(b for b in bands if b.get_gid().endswith("r0")).get_facecolors()]
+    assert min(alphas) < 0.2 and max(alphas) > 0.9  # idle slices light, busy ones dark
+    assert by_gid(plot_timeline(trace, 1), "compute_busy:") == []  # a recording: compute all through

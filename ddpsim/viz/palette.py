@@ -24,6 +24,7 @@ OPTIMIZER = "#6E6E6E"
 GRAPH_SEARCH = "#FFFFFF"  # drawn with a dashed dark edge
 BITMAP = "#404040"
 BUFFERS = "#332288"  # the buffer broadcast at the forward's start (Tol's indigo, not a bucket colour)
+BUSY = "#1A1A1A"  # an import's busy compute kernels, a band along the compute bars (busyband.py)
 EXPOSED = "#B22222"  # exposed-communication outline/hatch (paired with a hatch, not colour alone)
 TEXT = "#1A1A1A"
 GRID = "#E8E8E8"

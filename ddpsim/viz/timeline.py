@@ -2,7 +2,8 @@
 
 For each rank, from top to bottom:
   compute          forward, backward and optimizer-step bars; a tick on the backward
-                   bar for every gradient that became ready (coloured by its bucket)
+                   bar for every gradient that became ready (coloured by its bucket);
+                   an import's busy GPU kernels as a band along them (``busyband.py``)
   buckets ready    a triangle when a bucket is full; a dashed tail while it waits
                    for lower-indexed buckets to launch first
   allreduce        one bar per bucket from launch to completion, in as many lanes as
@@ -26,6 +27,7 @@ from ddpsim.trace import Iteration, RankTrace, Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_iteration, describe_run
 from ddpsim.viz.exposed_label import place_label
+from ddpsim.viz.busyband import BAND as BUSY_BAND, draw_busy, legend_handles as busy_legend
 from ddpsim.viz.hookspan import assign_lanes, draw_hooked_bucket
 from ddpsim.viz.hookspan import legend_handles as hook_legend
 
@@ -136,6 +138,7 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
             continue
         _bar(ax, ms(span.start_ns), ms(span.end_ns), yc + pad, color, label, minlabel,
              gid=f"{label}:r{rank.rank}", text_y=yc + 0.5)
+    draw_busy(ax, rank.rank, it, yc + 1 - pad - BUSY_BAND, ms)  # an import's GPU kernels, inside the bars
     if it.graph_search:
         g = it.graph_search
         ax.add_patch(Rectangle((ms(g.start_ns), yc + 0.55), ms(g.end_ns) - ms(g.start_ns), 0.35,
@@ -276,7 +279,7 @@ def _legend_handles(trace: Trace, chosen, present: list[Iteration]) -> list:
                        label=f"allreduce b{k}"))
     if len(buckets) > 7:
         h.append(Patch(facecolor="white", edgecolor="white", label=f"... {len(buckets)} buckets"))
-    h += hook_legend(present)
+    h += hook_legend(present) + busy_legend(present)
     if any(it.bitmap_allreduce for it in present):
         h.append(Patch(facecolor=pal.BITMAP, edgecolor=pal.TEXT, label="used-param bitmap allreduce"))
     if any(it.buffer_broadcast for it in present):

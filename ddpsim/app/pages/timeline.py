@@ -69,5 +69,8 @@ else:
 st.caption("Grey bars are compute; coloured ticks mark gradients becoming ready, in their bucket's "
            "colour; triangles mark a full bucket; coloured bars are allreduces, from launch to "
            "completion. Hatching is exposed communication: the time after the last gradient is "
-           "ready that backward still waits for allreduces.")
+           "ready that backward still waits for allreduces."
+           + (" The band inside an imported profile's compute bars is its GPU's compute kernels, dark where "
+              "they ran and light where the GPU sat idle: the overlap counts only the dark part."
+              if any(it.compute_busy is not None for r in trace.ranks for it in r.iterations) else ""))
 ui.explain("reverse", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "no_sync")
