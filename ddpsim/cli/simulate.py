@@ -168,8 +168,7 @@ def learn_trace(trace, args, world_sizes: list[int]):
             worldsize.prepare(trace, ws, calibrate=not getattr(args, "no_calibrate", False),
                               log=lambda msg: print(msg, file=sys.stderr, flush=True))
     conc = getattr(args, "concurrency", None)
-    w = learn(trace, conc if isinstance(conc, int) else None)
-    return w  # --hardware: SimConfig.hardware, the link per world size (learn/hardware.py)
+    return learn(trace, conc if isinstance(conc, int) else None)  # --hardware: SimConfig.hardware (learn/hardware.py)
 
 
 def parse_order(value):

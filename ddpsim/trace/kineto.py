@@ -180,13 +180,12 @@ class Profile:
 
     def compute_busy(self, lo: float, hi: float) -> list[tuple[float, float]]:
         """The GPU's compute busy spans within [lo, hi] (us), clipped, in time order."""
-        k = max(0, bisect.bisect_right(self._busy, (lo, float("inf"))) - 1)
-        out = []
-        for a, b in self._busy[k:]:
-            if a >= hi:
-                break
-            if b > lo:
-                out.append((max(a, lo), min(b, hi)))
+        busy, out = self._busy, []
+        k = max(0, bisect.bisect_right(busy, (lo, float("inf"))) - 1)
+        while k < len(busy) and busy[k][0] < hi:  # no copy of the rest: a profile may hold many steps
+            if busy[k][1] > lo:
+                out.append((max(busy[k][0], lo), min(busy[k][1], hi)))
+            k += 1
         return out
 
     def done_by(self, t_cpu: float) -> float:
