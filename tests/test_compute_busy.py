@@ -10,7 +10,7 @@ import pytest
 
 from ddpsim import samples
 from ddpsim.analysis import summarize
-from ddpsim.analysis.busy import lay_busy, lay_over, pattern_of
+from ddpsim.analysis.busy import MIN_GAP_NS, lay_busy, lay_over, pattern_of
 from ddpsim.learn import learn, replay_config, simulate
 from ddpsim.trace import (GradReady, Iteration, RankTrace, Span, Trace, TraceFormatError, from_dict, load_trace,
                           save_trace)
@@ -85,14 +85,26 @@ def iteration(fwd, bwd, grads, opt, busy=None, sync=True) -> Iteration:
                      compute_busy=None if busy is None else [Span(*b) for b in busy])
 
 
+def us(*spans):
+    """Spans given in microseconds, in ns."""
+    return [(a * 1000, b * 1000) for a, b in spans]
+
+
 def test_a_phase_made_longer_keeps_its_share_of_idle_time():
-    recorded = iteration((0, 100), (100, 300), [(1, 200), (0, 300)], (400, 500),
-                         busy=[(0, 50), (100, 150), (250, 300), (350, 400), (400, 500)])
+    recorded = iteration(*us((0, 100), (100, 300)), [(1, 200_000), (0, 300_000)], *us((400, 500)),
+                         busy=us((0, 50), (100, 150), (250, 300), (350, 400), (400, 500)))
     pattern = pattern_of(recorded)
     assert pattern["forward"] == [(0.0, 0.5)] and pattern["backward"] == [(0.0, 0.25), (0.75, 1.0)]
-    assert pattern["after"] == [(50, 0)] and pattern["optimizer"] == [(0.0, 1.0)]  # after: ns before its end
-    longer = iteration((0, 200), (200, 600), [(1, 400), (0, 600)], (800, 900))
-    assert [(s.start_ns, s.end_ns) for s in lay_over(longer, pattern)] == [(0, 100), (200, 300), (500, 600), (750, 900)]
+    assert pattern["after"] == [(50_000, 0)] and pattern["optimizer"] == [(0.0, 1.0)]  # after: ns before its end
+    longer = iteration(*us((0, 200), (200, 600)), [(1, 400_000), (0, 600_000)], *us((800, 900)))
+    assert [(s.start_ns, s.end_ns) for s in lay_over(longer, pattern)] == us((0, 100), (200, 300), (500, 600), (750, 900))
+
+
+def test_gaps_between_back_to_back_kernels_stay_busy_in_a_simulation():
+    """Gaps under MIN_GAP_NS (most are the microsecond or two between back-to-back launches) close."""
+    recorded = iteration(*us((0, 100), (100, 300)), [(0, 300_000)], *us((300, 400)),
+                         busy=[(0, 10_000), (10_000 + MIN_GAP_NS - 1, 20_000), (30_000, 100_000)])
+    assert pattern_of(recorded)["forward"] == [(0.0, 0.2), (0.3, 1.0)]
 
 
 def test_the_wait_after_the_last_gradient_is_not_counted_as_compute(imported):

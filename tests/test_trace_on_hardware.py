@@ -28,46 +28,54 @@ def test_a_gpu_name_finds_its_node(name, node):
     assert node_named(name) == node
 
 
-def whatif_ms(trace, net: str, world: int) -> tuple[float, SimConfig, list[str]]:
+KEYS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
+
+
+def whatif_run(trace, net: str, world: int) -> tuple[dict, SimConfig, list[str]]:
+    """The What-if page's headline figures (iteration, exposed comm, overlap), config and cautions."""
     base = whatif.base_for(trace)
     work = whatif.workload(base, trace)
     cfg = whatif.sim_config(base, None, "torch", False, 1, world, net, work=work, trace=trace)
     out = whatif.evaluate(work, base, trace, cfg)
-    return out.summary["iteration_time_s"] * 1e3, cfg, out.cautions
+    return {k: out.summary[k] for k in KEYS}, cfg, out.cautions
 
 
-def cli_ms(capsys, *argv) -> float:
+def cli_run(capsys, *argv) -> dict:
     assert cli(list(argv)) == 0
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iteration_time_s"] * 1e3
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return {k: summary[k] for k in KEYS}
 
 
 @pytest.mark.parametrize("net, world", [("ib100", 8), ("ib400", 32), ("nvlink", 16)])
 def test_the_whatif_page_and_simulate_hardware_give_one_number(capsys, net, world):
     """Before, the page priced a GPU recording's ib100 as one flat datasheet link (27.4 ms at 8 ranks)
-    where ``simulate --hardware h100-ib100`` ran NCCL's two-level model (26.1 ms)."""
+    where ``simulate --hardware h100-ib100`` ran NCCL's two-level model (26.1 ms); and it summarised 2
+    simulated ranks where simulate summarises 8 (exposed comm 2.1 against 2.8 ms)."""
     path = samples.BUNDLED_DIR / GLOO_H100
-    page, cfg, said = whatif_ms(load_trace(path), net, world)
+    page, cfg, said = whatif_run(load_trace(path), net, world)
     assert cfg.hardware == f"h100-{net}" and cfg.bandwidth_gbps is None
-    assert page == pytest.approx(cli_ms(capsys, "simulate", "--trace", str(path), "--hardware", f"h100-{net}",
-                                        "--world-size", str(world)), abs=1e-6)
-    assert any("NCCL on H100-SXM5 nodes" in c and f"--hardware h100-{net}" in c for c in said)
+    assert page == pytest.approx(cli_run(capsys, "simulate", "--trace", str(path), "--hardware", f"h100-{net}",
+                                         "--world-size", str(world)), abs=1e-6)
+    said = next(c for c in said if c.startswith("The network is not the recorded one"))
+    assert "NCCL on H100-SXM5 nodes" in said and f"--hardware h100-{net}" in said
+    assert ("fit in one node of 8: only its NVLink is used" in said) == (world <= 8)  # ib100 = nvlink there
 
 
 def test_the_bundled_nccl_recording_is_priced_as_the_cli_prices_it(capsys):
     """An NCCL recording on an H200 (meta.gpu): the page gave 69.7 ms at 8 ranks over a flat ib100 link,
     ``simulate --hardware h100-ib100`` 30.6 ms; an NCCL recording keeps its learnt slowdown (none here)."""
     path = samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json"
-    page, cfg, _ = whatif_ms(load_trace(path), "ib100", 8)
+    page, cfg, _ = whatif_run(load_trace(path), "ib100", 8)
     assert cfg.hardware == "h100-ib100"
-    assert page == pytest.approx(cli_ms(capsys, "simulate", "--trace", str(path), "--hardware", "h100-ib100",
-                                        "--world-size", "8"), abs=1e-6)
+    assert page == pytest.approx(cli_run(capsys, "simulate", "--trace", str(path), "--hardware", "h100-ib100",
+                                         "--world-size", "8"), abs=1e-6)
 
 
 def test_sweep_on_hardware_is_simulate_on_hardware(capsys):
     """``sweep --trace --hardware`` dropped the recorded slowdown where ``simulate`` kept it: now one rule."""
     path = str(samples.BUNDLED_DIR / GLOO_H100)
-    one = cli_ms(capsys, "simulate", "--trace", path, "--hardware", "h100-ib100", "--world-size", "16",
-                 "--bucket-cap-mb", "5")
+    one = cli_run(capsys, "simulate", "--trace", path, "--hardware", "h100-ib100", "--world-size", "16",
+                  "--bucket-cap-mb", "5")["iteration_time_s"] * 1e3
     assert cli(["sweep", "--trace", path, "--hardware", "h100-ib100", "--world-size", "16", "--bucket-cap-mb", "5"]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["iteration_time_s"] * 1e3 == pytest.approx(one, abs=1e-6)
@@ -76,7 +84,7 @@ def test_sweep_on_hardware_is_simulate_on_hardware(capsys):
 def test_a_cpu_recording_keeps_the_flat_datasheet_link():
     trace = load_trace(samples.BUNDLED_DIR / "01_mlp_torch_default.json")
     assert hardware_of(trace, "ib100") is None
-    _, cfg, said = whatif_ms(trace, "ib100", 8)
+    _, cfg, said = whatif_run(trace, "ib100", 8)
     assert cfg.hardware is None and cfg.bandwidth_gbps == 90
     assert any("datasheet figures, as one flat link" in c for c in said)
 
@@ -116,3 +124,4 @@ def test_the_page_offers_a_gpu_recording_the_networks_between_gpus():
     assert not at.exception and not at.error, [e.value for e in at.error]
     said = " ".join(w.value for w in at.warning)
     assert "NCCL on H100-SXM5 nodes: NVLink x8" in said and "less the 131%" in said
+    assert any("keeps 2 of the ranks" in c.value and "(8 ranks kept)" in c.value for c in at.caption)

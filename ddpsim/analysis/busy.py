@@ -18,6 +18,11 @@ from __future__ import annotations
 
 from ddpsim.trace import Iteration, Span
 
+# ns: gaps between a recording's kernels shorter than this are kept busy in a simulation (most are the
+# 1-2.5 us between back-to-back launches; on the H100 ResNet-18 import 413 spans an iteration become
+# 114, 0.3 ms of its 38 ms idle is lost, and its replay's overlap is 21.4% where the exact pattern gave
+# 20.8% and the recording 20.1%; a 66-row What-if sweep at 8 ranks laid them for 10 s, now 3 s)
+MIN_GAP_NS = 2_000
 Phase = tuple[str, int, int]  # (name, start, end): "forward", "backward" (to its last gradient), "after", "optimizer"
 
 
@@ -33,33 +38,47 @@ def phases(it: Iteration) -> list[Phase]:
 
 def pattern_of(it: Iteration) -> dict:
     """Where ``it``'s GPU was busy in each phase: {name: [(a, b)]} as fractions of the phase, and
-    "after" as [(ns before the phase's end it started, ... it ended)]; "sync": the step's kind."""
+    "after" as [(ns before the phase's end it started, ... it ended)]; "sync": the step's kind.
+    Gaps under ``MIN_GAP_NS`` are closed (``closed``)."""
     out: dict = {"sync": it.sync}
     for name, lo, hi in phases(it):
         if name == "after":
-            out[name] = [(hi - s, hi - e) for s, e in it.busy(lo, hi)]
+            out[name] = [(hi - s, hi - e) for s, e in closed(it.busy(lo, hi))]
         elif hi > lo:
-            out[name] = [((s - lo) / (hi - lo), (e - lo) / (hi - lo)) for s, e in it.busy(lo, hi)]
+            out[name] = [((s - lo) / (hi - lo), (e - lo) / (hi - lo)) for s, e in closed(it.busy(lo, hi))]
+    return out
+
+
+def closed(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` (disjoint, in order) with the gaps under ``MIN_GAP_NS`` between them closed."""
+    out: list[tuple[int, int]] = []
+    for s, e in spans:
+        if out and s - out[-1][1] < MIN_GAP_NS:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
     return out
 
 
 def lay_over(it: Iteration, pattern: dict) -> list[Span]:
     """``pattern`` (``pattern_of`` a recorded iteration) laid over ``it``'s phases: its busy spans in
     time order. A compute phase the recording did not have is busy all through, an "after" idle."""
-    out: list[Span] = []
+    spans: list[tuple[int, int]] = []
     for name, lo, hi in phases(it):
         if hi <= lo:
             continue
         if name == "after":
-            spans = [(max(lo, hi - a), hi - b) for a, b in pattern.get(name, [])]
-        else:
-            spans = [(lo + round(a * (hi - lo)), lo + round(b * (hi - lo))) for a, b in pattern.get(name, [(0.0, 1.0)])]
-        for s, e in spans:
-            if out and s <= out[-1].end_ns:  # spans that meet at a phase boundary
-                out[-1] = Span(out[-1].start_ns, max(out[-1].end_ns, e))
-            elif e > s:
-                out.append(Span(s, e))
-    return out
+            spans += [(max(lo, hi - a), hi - b) for a, b in pattern.get(name, ())]
+        else:  # int(x + 0.5): round() is the slow part of a sweep's thousands of iterations
+            d = hi - lo
+            spans += [(lo + int(a * d + 0.5), lo + int(b * d + 0.5)) for a, b in pattern.get(name, ((0.0, 1.0),))]
+    out: list[list[int]] = []
+    for s, e in spans:
+        if out and s <= out[-1][1]:  # spans that meet at a phase boundary
+            out[-1][1] = max(out[-1][1], e)
+        elif e > s:
+            out.append([s, e])
+    return [Span(s, e) for s, e in out]
 
 
 def lay_busy(trace, patterns: list[list[dict]]) -> None:

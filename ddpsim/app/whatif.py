@@ -27,6 +27,7 @@ ORDERS = ("torch", "reverse", "definition", "ready", "random")
 SWEEP_ORDERS = ("torch", "definition", "random")
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
 SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
+SWEEP_RANKS = 2  # simulated ranks the sweep's 66 rows each keep and summarise (the what-if: simulate's 8)
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
 SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
@@ -78,7 +79,7 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
-               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=2, work=None,
+               no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=None, work=None,
                trace: Trace | None = None, algo=None, broadcast_buffers=None, comm_hook=None) -> SimConfig:
     """A SimConfig for the what-if choices. A recorded trace (``work`` learnt from ``trace``): its
     replay with the changes (``replay_config``: at its world size its ranks as recorded, a hook's
@@ -87,7 +88,9 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     ws = int(world_size or base.config.get("world_size", 2))
     changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
                "find_unused_parameters": bool(find_unused_parameters), "no_sync_every": int(no_sync_every),
-               "trace_ranks": trace_ranks, "time_limit_s": TIME_LIMIT_S}
+               "time_limit_s": TIME_LIMIT_S}
+    if trace_ranks is not None:  # None: SimConfig's, as simulate prints them (its exposed comm is the max over them)
+        changes["trace_ranks"] = int(trace_ranks)
     if broadcast_buffers is not None:  # None: as recorded
         changes["broadcast_buffers"] = bool(broadcast_buffers)
     if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
@@ -221,9 +224,14 @@ def other_network(cfg: SimConfig, learnt: float) -> str:
         f", with the {learnt:.0%} it slowed down while its NCCL collectives ran" if kept else
         f", less the {learnt:.0%} it slowed down while the recorded collectives ran (the chosen "
         f"network's slowdown: {cfg.interference or 0:.0%})")
-    where = (f"{network_for(cfg.hardware, cfg.world_size).name} (NCCL's model, as `ddpsim simulate "
-             f"--hardware {cfg.hardware}`)" if cfg.hardware else "the chosen profile's datasheet figures, as one flat link")
-    return f"The network is not the recorded one: the allreduce times come from {where}, the compute from the recording{slowdown}."
+    link = network_for(cfg.hardware, cfg.world_size) if cfg.hardware else None
+    where = (f"{link.name} (NCCL's model, as `ddpsim simulate --hardware {cfg.hardware}`)" if link else
+             "the chosen profile's datasheet figures, as one flat link")
+    one_node = (f" {cfg.world_size} ranks fit in one node of {link.cluster.gpus_per_node}: only its NVLink is "
+                "used, and every network between nodes gives the same time."
+                if link and cfg.world_size <= link.cluster.gpus_per_node else "")
+    return (f"The network is not the recorded one: the allreduce times come from {where}, the compute from the "
+            f"recording{slowdown}.{one_node}")
 
 
 def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=None) -> Outcome:

@@ -263,7 +263,8 @@ def main(args) -> int:
         paths = write_per_rank(trace, args.out, keep)
         which = f"steady iterations {min(keep)}-{max(keep)}" if keep else "every iteration"
         print(f"wrote {len(paths)} per-rank Kineto traces to {args.out}/ (rank<R>.json; {which}, so HTA's "
-              f"comm/compute overlap is ddpsim's): open one in https://ui.perfetto.dev or the folder with "
+              f"comm/compute overlap is ddpsim's, with HTA_DISABLE_NS_ROUNDING=1: by default HTA rounds each "
+              "event inward to whole microseconds): open one in https://ui.perfetto.dev or the folder with "
               "HolisticTraceAnalysis")
         return 0
     chrome = to_chrome(trace, keep)

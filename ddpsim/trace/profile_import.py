@@ -143,7 +143,7 @@ class RankImport:
         if self.gpu:
             self.notes.add("an allreduce launched no GPU work (NCCL with one rank runs no kernel): "
                            "it is shown with no duration, when its bucket was ready on the GPU; "
-                           "to simulate more ranks, give the network (simulate --bandwidth-gbps/--latency-us)")
+                           "to simulate more ranks, give the network (simulate --hardware GPU-NETWORK such as h100-nvlink)")
             return None, None  # placed at its bucket's ready time in finish()
         return op.start, op.end
 

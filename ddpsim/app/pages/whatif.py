@@ -140,7 +140,7 @@ if base.kind == "trace" and ui.ran_on_cpu(trace):
 
 st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above
-                              work=work if base.kind == "trace" else None, trace=trace, algo=algo,
+                              trace_ranks=whatif.SWEEP_RANKS, work=work if base.kind == "trace" else None, trace=trace, algo=algo,
                               broadcast_buffers=bufs, comm_hook=sim_hook)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
 if (verdict := whatif.describe_sweep(rows, out.summary, world)):
@@ -149,6 +149,10 @@ if (verdict := whatif.describe_sweep(rows, out.summary, world)):
                    lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
                                                   f"({world} ranks, SIMULATED)"),
                    "whatif_sweep", alt="Sweep of iteration time against bucket size")
+    if world > whatif.SWEEP_RANKS:
+        st.caption(f"Each of the sweep's {len(rows)} simulations keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
+                   "its exposed communication, the most any kept rank waits, can sit below the figure above "
+                   f"({min(world, cfg.trace_ranks)} ranks kept).")
 for note in notes:
     st.caption(f"Not in the sweep: {note}")
 ui.explain("bucket_size", "order", "find_unused", "no_sync", "simulated")
