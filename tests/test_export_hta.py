@@ -3,7 +3,8 @@
 HTA's ``get_comm_comp_overlap`` is, per rank, the communication time that overlaps compute over
 all communication time (its iterations weighted by their communication time); ddpsim's headline
 overlap (``summarize``'s ``overlap_fraction``) is that, averaged over ranks. Checked: per rank to
-within HTA's rounding, and the headline within 2 points of HTA's mean over ranks.
+within HTA's rounding of its percentage (HTA at the export's nanoseconds), and the headline within 2
+points of HTA's mean over ranks at HTA's default, which rounds every event to whole microseconds.
 """
 import logging
 import os
