@@ -16,6 +16,7 @@ same kind (synced or no_sync), in turn.
 """
 from __future__ import annotations
 
+from ddpsim.analysis.intervals import merged
 from ddpsim.trace import Iteration, Span
 
 # ns: gaps between a recording's kernels shorter than this are kept busy in a simulation (most are the
@@ -39,24 +40,13 @@ def phases(it: Iteration) -> list[Phase]:
 def pattern_of(it: Iteration) -> dict:
     """Where ``it``'s GPU was busy in each phase: {name: [(a, b)]} as fractions of the phase, and
     "after" as [(ns before the phase's end it started, ... it ended)]; "sync": the step's kind.
-    Gaps under ``MIN_GAP_NS`` are closed (``closed``)."""
+    Gaps under ``MIN_GAP_NS`` are closed."""
     out: dict = {"sync": it.sync}
     for name, lo, hi in phases(it):
         if name == "after":
-            out[name] = [(hi - s, hi - e) for s, e in closed(it.busy(lo, hi))]
+            out[name] = [(hi - s, hi - e) for s, e in merged(it.busy(lo, hi), MIN_GAP_NS)]
         elif hi > lo:
-            out[name] = [((s - lo) / (hi - lo), (e - lo) / (hi - lo)) for s, e in closed(it.busy(lo, hi))]
-    return out
-
-
-def closed(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``spans`` (disjoint, in order) with the gaps under ``MIN_GAP_NS`` between them closed."""
-    out: list[tuple[int, int]] = []
-    for s, e in spans:
-        if out and s - out[-1][1] < MIN_GAP_NS:
-            out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
+            out[name] = [((s - lo) / (hi - lo), (e - lo) / (hi - lo)) for s, e in merged(it.busy(lo, hi), MIN_GAP_NS)]
     return out
 
 
@@ -72,13 +62,7 @@ def lay_over(it: Iteration, pattern: dict) -> list[Span]:
         else:  # int(x + 0.5): round() is the slow part of a sweep's thousands of iterations
             d = hi - lo
             spans += [(lo + int(a * d + 0.5), lo + int(b * d + 0.5)) for a, b in pattern.get(name, ((0.0, 1.0),))]
-    out: list[list[int]] = []
-    for s, e in spans:
-        if out and s <= out[-1][1]:  # spans that meet at a phase boundary
-            out[-1][1] = max(out[-1][1], e)
-        elif e > s:
-            out.append([s, e])
-    return [Span(s, e) for s, e in out]
+    return [Span(s, e) for s, e in merged(spans) if e > s]  # spans that meet at a phase boundary: one
 
 
 def lay_busy(trace, patterns: list[list[dict]]) -> None:

@@ -23,11 +23,12 @@ def covered_fraction(spans, lo: int, hi: int) -> float:
     return covered_ns(spans, lo, hi) / (hi - lo) if hi > lo else 0.0
 
 
-def merged(spans) -> list[tuple[int, int]]:
-    """``spans`` as disjoint spans in time order."""
+def merged(spans, gap_ns: int = 1) -> list[tuple[int, int]]:
+    """``spans`` as disjoint spans in time order, those less than ``gap_ns`` apart joined (by default
+    those that overlap or meet)."""
     out: list[list[int]] = []
     for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
+        if out and s - out[-1][1] < gap_ns:
             out[-1][1] = max(out[-1][1], e)
         else:
             out.append([s, e])

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.analysis.intervals import merged, union_ns
+from ddpsim.analysis.intervals import merged
 from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Iteration, RankTrace, Trace
 
@@ -103,31 +103,32 @@ def comm_spans(it: Iteration) -> list[tuple[int, int]]:
     return spans
 
 
-def overlap_fraction(it: Iteration) -> float | None:
-    """One iteration's communication overlapped with compute: the fraction of in-flight
-    allreduce time inside the compute, the backward up to its compute end or, from a GPU
-    profile, its busy kernels (Note [Compute is the GPU's busy kernels]); None without a collective."""
-    spans = comm_spans(it)
-    union = union_ns(spans)
-    if union <= 0:
-        return None
+def hidden_comm_ns(it: Iteration) -> tuple[int, int]:
+    """(in-flight allreduce time inside the compute, all in-flight allreduce time) of one iteration,
+    in ns: the compute is the backward up to its compute end or, from a GPU profile, its busy
+    kernels (Note [Compute is the GPU's busy kernels])."""
+    comm = merged(comm_spans(it))
     lo, until = it.forward.start_ns, it.backward_compute_end_ns if it.compute_busy is None else it.end_ns
-    hidden = sum(b - a for s, e in merged(spans) for a, b in it.busy(max(s, lo), min(e, until)))
-    return hidden / union
+    hidden = sum(b - a for s, e in comm for a, b in it.busy(max(s, lo), min(e, until)))
+    return hidden, sum(e - s for s, e in comm)
+
+
+def overlap_fraction(it: Iteration) -> float | None:
+    """One iteration's communication overlapped with compute (``hidden_comm_ns``), as a fraction;
+    None without a collective."""
+    hidden, union = hidden_comm_ns(it)
+    return hidden / union if union > 0 else None
 
 
 def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -> float | None:
     """One rank's overlap fraction over several iterations, weighted by communication time
     (the hidden allreduce time over all in-flight time), as HTA's ``get_comm_comp_overlap``
     reports it for the rank."""
-    hidden = union = 0.0
+    hidden = union = 0
     for it in rank.iterations:
-        if iterations is not None and it.iteration not in iterations:
-            continue
-        f = overlap_fraction(it)
-        if f is not None:
-            u = union_ns(comm_spans(it))
-            hidden, union = hidden + f * u, union + u
+        if iterations is None or it.iteration in iterations:
+            h, u = hidden_comm_ns(it)
+            hidden, union = hidden + h, union + u
     return hidden / union if union else None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ddpsim.app.state import SIMULATED_PREFIX
 from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, Base
 from ddpsim.sim import nccl
-from ddpsim.sim.network import gpu_networks, gpus, network_for, networks, node_named
+from ddpsim.sim.network import gpu_networks, gpus, network_for, networks
 
 
 def recorded_hook(base: Base) -> str | None:
@@ -68,12 +68,6 @@ def gpu_names() -> list[str]:
 def network_names(gpu_model: bool = False) -> list[str]:
     """The Network selector's choices: a GPU model's exclude this CPU machine's loopback gloo."""
     return gpu_networks() if gpu_model else list(networks())
-
-
-def trace_node(trace) -> str | None:
-    """The gpus.json node of a GPU recording (``meta.gpu``), whose networks the What-if prices with
-    NCCL's model as ``simulate --hardware`` does (learn/hardware.py); None: a CPU run, an unknown GPU."""
-    return node_named(trace.meta.get("gpu")) if trace is not None else None
 
 
 def network_label(name: str, gpu: str | None = None) -> str:

@@ -39,5 +39,10 @@ def hardware_of(trace: Trace, net: str) -> str | None:
     """The GPU-NETWORK a GPU recording runs on over network ``net`` (its GPU's node from
     ``meta.gpu``, joined by ``net``), or None: a CPU recording, a GPU no profile describes, or a
     network that does not join GPUs; those take ``net``'s datasheet figures as one flat link."""
-    node = network.node_named(trace.meta.get("gpu"))
+    node = node_of(trace)
     return f"{node}-{net}" if node and net in network.gpu_networks() else None
+
+
+def node_of(trace: Trace | None) -> str | None:
+    """The gpus.json node of a GPU recording (``meta.gpu``); None: a CPU run, an unknown GPU."""
+    return network.node_named(trace.meta.get("gpu")) if trace is not None else None

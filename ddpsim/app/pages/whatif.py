@@ -4,6 +4,7 @@ import streamlit as st
 from ddpsim.app import beyond, cache, ui, whatif
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
+from ddpsim.learn import hardware
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
 from ddpsim.app.state import current_trace, keep_trace, pretty, trace_key
@@ -68,7 +69,7 @@ world = c1.select_slider("World size (ranks)", whatif.world_options(base), value
 n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", sorted({*range(1, 9), now["no_sync_every"]}),
                           value=now["no_sync_every"], key=k + "nosync")  # the recorded value, even beyond 8
 if base.kind == "trace":
-    node = widgets.trace_node(trace)  # a GPU recording's node: its networks are NCCL's between such nodes
+    node = hardware.node_of(trace)  # a GPU recording's node: its networks are NCCL's between such nodes
     nets = [whatif.AS_RECORDED] + widgets.network_names(gpu_model=node is not None)
     network = c3.selectbox("Network", nets, format_func=lambda n: widgets.network_label(n, node), key=k + "net")
 else:
