@@ -111,6 +111,8 @@ def test_whatif_on_real_trace_changes_with_bucket_cap():
     after = {m.label: m.value for m in at.metric}
     assert before.keys() == after.keys() and before != after
     assert "compete" in markdown(at)  # the CPU lesson
+    cmd = next(c.value for c in at.code if "ddpsim simulate" in c.value)  # the same on the command line
+    assert "--trace " in cmd and "--bucket-cap-mb 0.25" in cmd, cmd
 
 
 def test_whatif_gpu_model_sweep_and_keep_for_compare():

@@ -14,6 +14,8 @@ from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
 
+OWN = "the recorded ranks' own speeds"  # rank_noise's source where a replay keeps each recorded rank's speed
+
 
 def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
     """(coefficient of variation between ranks, where it comes from) for a what-if at ``world_size``;
@@ -23,7 +25,7 @@ def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
             return 0.0, "none"
         measured = float(work.meta.get("jitter_estimated", 0.0)) if world_size > 1 else 0.0
         if replays_recorded_ranks(work, world_size):  # as replay_config simulates it
-            return measured, "the recorded ranks' own speeds"
+            return measured, OWN
         return measured, _drawn_from(work, measured)
     return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
 
@@ -49,7 +51,7 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
     else:  # the slowest rank's lag grows with n; what it costs can shrink where communication sets the pace
         lag = slowest_factor(spread, n, micro_steps) - 1  # as the simulator plays it (sim/plan.py)
-        hidden = ", less where communication, not compute, sets the pace" if w < lag * t / 2 else ""
+        hidden = ", less where communication, not compute, sets the pace" if w < lag * t / 2 and source != OWN else ""
         text = (f"Waiting for stragglers: {_slowest(n, spread, lag, micro_steps, source)}, which costs "
                 f"{w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration ({_share(w, t)}){hidden}; "
                 f"unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
@@ -70,7 +72,11 @@ def _part_of_change(dw: float, dt: float) -> str:
 
 
 def _slowest(n: int, spread: float, lag: float, micro_steps: int, source: str) -> str:
-    """Who is waited for, and where the spread comes from."""
+    """Who is waited for, and where the spread comes from. A replay of the recorded ranks draws no lag:
+    each recorded iteration's slowest rank is the one waited for (the drawn formula's lag is not theirs)."""
+    if source == OWN:
+        return (f"every rank waits for each recorded iteration's slowest of {n} ranks, the recorded ranks keeping "
+                f"their own speeds (rank-to-rank spread {spread * 100:.1f}%, as measured between them)")
     if spread <= 0:
         return f"every rank waits for the slowest of {n} ({source})"
     window = f" (over {micro_steps} micro-steps)" if micro_steps > 1 else ""

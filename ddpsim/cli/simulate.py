@@ -42,7 +42,7 @@ def add_arguments(p) -> None:
     add_input_arguments(p)
     d = p.add_argument_group("DDP options and what-ifs (default: the trace's own)")
     d.add_argument("--world-size", type=int)
-    d.add_argument("--bucket-cap-mb", type=float)
+    d.add_argument("--bucket-cap-mb", type=cap_mb, help="MiB, or 'default' (torch's 25 MiB with a 1 MiB first bucket)")
     d.add_argument("--first-bucket-cap-mb", type=float, help="override the first bucket's cap")
     d.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
     d.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
@@ -82,6 +82,14 @@ def add_arguments(p) -> None:
     add_network_source_arguments(p)
     add_budget_arguments(p)
     p.add_argument("--out", help="write the simulated trace here (JSON)")
+
+
+DEFAULT_CAP = "default"  # --bucket-cap-mb default: torch's bucket_cap_mb=None, also over a trace recorded with a cap
+
+
+def cap_mb(value: str):
+    """--bucket-cap-mb's value: a number of MiB, or "default"."""
+    return DEFAULT_CAP if value == DEFAULT_CAP else float(value)
 
 
 def add_network_source_arguments(p) -> None:
@@ -209,7 +217,7 @@ def overrides_from_args(args) -> dict:
     for attr, field in FIELDS.items():
         v = getattr(args, attr, None)
         if v is not None:
-            values[field] = v
+            values[field] = None if v is DEFAULT_CAP else v
     order = parse_order(getattr(args, "order", None))
     if order is not None:
         values["order"] = order

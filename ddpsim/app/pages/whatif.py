@@ -1,7 +1,7 @@
 """What-if page: change DDP's options, see the simulated timeline beside the run it came from."""
 import streamlit as st
 
-from ddpsim.app import beyond, cache, ui, whatif
+from ddpsim.app import beyond, cache, command, ui, whatif
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware
@@ -138,6 +138,11 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
+with st.expander("The same on the command line"):
+    st.code(command.simulate_command(base, f"{ui.slug(label)}.json" if label else None, cap, order, fu, n_sync, world,
+                                     network, sim_hook, bufs, algo, trace), language="bash")
+    st.caption("It prints this what-if's iteration time and exposed communication" +
+               (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
 
 st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above

@@ -1,0 +1,66 @@
+"""The What-if page's simulation as one command line: ``python -m ddpsim simulate ...`` with the
+page's choices, which prints the same iteration time (the page and the command line are one model).
+
+Only what differs from the command's own defaults is written: for a trace, its recorded options
+(``replay_config``); for a GPU model, torch's defaults. The trace is the file the sidebar's
+"Trace (ddpsim JSON)" button downloads (``ui.trace_downloads``).
+"""
+from __future__ import annotations
+
+import shlex
+
+from ddpsim.app import whatif
+from ddpsim.learn import hardware
+from ddpsim.sim.network import networks
+
+
+def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str, fu: bool, n_sync: int,
+                     world: int, network: str, hook: str | None = None, bufs: bool | None = None,
+                     algo: str | None = None, trace=None) -> str:
+    """The command for the page's choices; ``hook`` is what the simulator plays
+    (``whatif_widgets.simulated_hook``)."""
+    args = ["python", "-m", "ddpsim", "simulate"]
+    if base.kind == "trace":
+        args += ["--trace", trace_file or "TRACE.json"]
+        now = whatif.choices(base)
+        recorded_order = base.config.get("order", "torch")
+    else:
+        args += ["--arch", base.arch, "--hardware", base.hardware, "--iters", str(whatif.SIM_ITERS)]
+        args += ["--batch", str(base.batch)] if base.batch else []
+        now = {"bucket_cap_mb": None, "find_unused_parameters": False, "no_sync_every": 1,
+               "broadcast_buffers": None}  # SimConfig's defaults, torch's
+        recorded_order = "torch"
+    args += ["--world-size", str(world)]
+    if cap != now["bucket_cap_mb"]:
+        args += ["--bucket-cap-mb", "default" if cap is None else f"{cap:g}"]
+    if order != recorded_order:
+        args += ["--order", order]
+    if bool(fu) != now["find_unused_parameters"]:
+        args += ["--find-unused-parameters" if fu else "--no-find-unused-parameters"]
+    if int(n_sync) != now["no_sync_every"]:
+        args += ["--no-sync-every", str(n_sync)]
+    if bufs is not None and bufs != now["broadcast_buffers"]:
+        args += ["--broadcast-buffers" if bufs else "--no-broadcast-buffers"]
+    if hook:
+        args += ["--comm-hook", hook] + (["--powersgd-start-iter", str(whatif.POWERSGD_START)] if hook == "powersgd" else [])
+    if algo:
+        args += ["--algo", algo]
+    if base.kind == "trace":
+        args += _network_args(trace, network, world)
+    return shlex.join(args)
+
+
+def _network_args(trace, network: str, world: int) -> list[str]:
+    """A recording's network, as ``whatif.sim_config`` sets it: NCCL between its GPU's nodes, a CPU
+    recording's profile as one flat link; at another world size over the recorded network, what the
+    page has (the trace's calibration, with any allreduce measured on the page, which the downloaded
+    trace holds; else the ring model fitted at the recorded size): ``--no-calibrate``, so the command
+    does not measure anew."""
+    if network not in (whatif.AS_RECORDED, None, ""):
+        if trace is not None and (spec := hardware.hardware_of(trace, network)):
+            return ["--hardware", spec]
+        prof = networks()[network]
+        return ["--bandwidth-gbps", f"{float(prof['bandwidth_gbps']):g}", "--latency-us", f"{float(prof['latency_us']):g}",
+                "--concurrency", str(int(prof.get("concurrency", 1))),
+                "--interference", f"{float(prof.get('interference', 0)):g}"]
+    return [] if trace is None or world == trace.world_size else ["--no-calibrate"]
