@@ -9,6 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from ddpsim.app import state
+from ddpsim.app.whatif_widgets import BUTTONS
 
 PAGES = Path(__file__).resolve().parent / "ddpsim" / "app" / "pages"
 
@@ -22,4 +23,5 @@ page = st.navigation([
     st.Page(PAGES / "learn.py", title="Learn", icon=":material/school:"),
 ])
 state.sidebar()
+state.keep_widgets("ddpsim_wi", BUTTONS)  # the What-if page's choices survive a visit to another page
 page.run()

@@ -115,6 +115,26 @@ def test_whatif_on_real_trace_changes_with_bucket_cap():
     assert "--trace " in cmd and "--bucket-cap-mb 0.25" in cmd, cmd
 
 
+def test_whatif_choices_survive_another_page_and_the_other_source():
+    """Leaving the What-if page, or switching "Start from" and back, reset every choice (a user's
+    gpt2 at 128 ranks came back as the open trace at its recorded size)."""
+    at = page("whatif.py")
+    next(s for s in at.select_slider if s.label == "Bucket cap (MiB)").set_value(0.25).run()
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    at.selectbox(key="ddpsim_wi_arch").set_value("gpt2").run()
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(128).run()
+    at.switch_page(PAGES + "timeline.py").run()
+    at.switch_page(PAGES + "whatif.py").run()
+    ok(at)
+    assert at.radio(key="ddpsim_wi_source").value == "a GPU model" and at.selectbox(key="ddpsim_wi_arch").value == "gpt2"
+    assert next(s for s in at.select_slider if s.label.startswith("World size")).value == 128
+    at.radio(key="ddpsim_wi_source").set_value("the open trace").run()
+    ok(at)
+    assert next(s for s in at.select_slider if s.label == "Bucket cap (MiB)").value == 0.25  # the trace's own choice
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    assert at.selectbox(key="ddpsim_wi_arch").value == "gpt2"
+
+
 def test_whatif_gpu_model_sweep_and_keep_for_compare():
     at = page("whatif.py")
     at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()

@@ -55,7 +55,7 @@ def test_whatif_switch_configuration_renders_chart(server, browser):
     browser.click_label("a GPU model")  # the GPU example, where bucket size matters ~2x
     gpu = browser.wait_rendered(min_images=2, changed_from=changed["srcs"], timeout_s=40)
     text = browser.eval("document.body.innerText")
-    assert "Best simulated" in text and "against the same configuration unchanged" in text, text[-3000:]
+    assert "Best simulated" in text and "the same as the configuration unchanged" in text, text[-3000:]
     assert gpu["images"] == 2
     shot = browser.screenshot(ARTIFACTS / "e2e_whatif.png", height=2200)
     assert shot.stat().st_size > 10_000

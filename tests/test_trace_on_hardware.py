@@ -65,8 +65,9 @@ def test_the_bundled_nccl_recording_is_priced_as_the_cli_prices_it(capsys):
     """An NCCL recording on an H200 (meta.gpu): the page gave 69.7 ms at 8 ranks over a flat ib100 link,
     ``simulate --hardware h100-ib100`` 30.6 ms; an NCCL recording keeps its learnt slowdown (none here)."""
     path = samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json"
-    page, cfg, _ = whatif_run(load_trace(path), "ib100", 8)
+    page, cfg, said = whatif_run(load_trace(path), "ib100", 8)
     assert cfg.hardware == "h100-ib100"
+    assert any("the recording's NVIDIA H200 is modelled as an H100 node" in c for c in said), said
     assert page == pytest.approx(cli_run(capsys, "simulate", "--trace", str(path), "--hardware", "h100-ib100",
                                          "--world-size", "8"), abs=1e-6)
 
@@ -123,5 +124,6 @@ def test_the_page_offers_a_gpu_recording_the_networks_between_gpus():
     next(s for s in at.selectbox if s.label == "Network").set_value("ib100").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     said = " ".join(w.value for w in at.warning)
-    assert "NCCL on H100-SXM5 nodes: NVLink x8" in said and "less the 131%" in said
+    assert "NCCL on H100-SXM5 nodes: NVLink x8" in said and "ran 2.31x as long" in said
+    assert "modelled as an H100 node" not in said  # an H100 recording on H100 nodes
     assert any("keeps 2 of the ranks" in c.value and "(8 ranks kept)" in c.value for c in at.caption)

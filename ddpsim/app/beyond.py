@@ -1,5 +1,5 @@
-"""A what-if far beyond its recording: the What-if page's caution, and where its allreduce cost comes
-from (no Streamlit).
+"""A what-if far beyond its recording: the What-if page's cautions, where its allreduce cost comes
+from, and what a network other than the recorded one keeps of the recording (no Streamlit).
 
 Where the cost at another world size comes from, in the order the simulation takes it: a network
 picked on the page (its profile's datasheet figures); a calibration of the trace (measured here, or
@@ -10,6 +10,8 @@ rank] in learn/linkfit.py).
 from __future__ import annotations
 
 from ddpsim.experiments.worldsize import measured_sizes
+from ddpsim.sim import SimConfig
+from ddpsim.sim.network import network_for
 from ddpsim.trace import Trace
 
 EXTRAPOLATE = 4  # a what-if at more than this many times the recorded ranks gets a caution
@@ -49,3 +51,25 @@ def _allreduce_from(trace: Trace | None, work, recorded: int, world_size: int, c
     return (f"The allreduce cost at {world_size} ranks comes from a network model fitted at "
             f"{' and '.join(map(str, sizes[:-1]))}{' and ' * (len(sizes) > 1)}{ranks(sizes[-1])}, not from a "
             "measurement there.")
+
+
+def other_network(cfg: SimConfig, learnt: float, gpu: str | None = None) -> str:
+    """Where a recording's allreduce times come from on a chosen network, and whether its compute
+    keeps the slowdown its collectives caused (Note [The recorded slowdown goes with its collectives]);
+    ``gpu``: the recording's GPU (``meta.gpu``), named where another GPU's node stands in for it."""
+    kept = cfg.hardware is not None and abs(learnt - (cfg.interference or 0.0)) <= 0.005  # learn/hardware.py
+    slowdown = "" if learnt <= 0.005 else (
+        f", which ran {1 + learnt:.2f}x as long while its NCCL collectives ran, and still does" if kept else
+        f", which ran {1 + learnt:.2f}x as long while the recorded collectives ran, at its own speed here (the "
+        f"chosen network's slowdown: {cfg.interference or 0:.0%})")
+    link = network_for(cfg.hardware, cfg.world_size) if cfg.hardware else None
+    node = cfg.hardware.partition("-")[0] if cfg.hardware else ""
+    stand_in = (f"; the recording's {gpu} is modelled as an {node.upper()} node, the nearest GPU profile"
+                if link and gpu and node not in str(gpu).lower().replace(" ", "") else "")
+    where = (f"{link.name} (NCCL's model, as `ddpsim simulate --hardware {cfg.hardware}`{stand_in})" if link else
+             "the chosen profile's datasheet figures, as one flat link")
+    one_node = (f" {cfg.world_size} ranks fit in one node of {link.cluster.gpus_per_node}: only its NVLink is "
+                "used, and every network between nodes gives the same time."
+                if link and cfg.world_size <= link.cluster.gpus_per_node else "")
+    return (f"The network is not the recorded one: the allreduce times come from {where}, the compute from the "
+            f"recording{slowdown}.{one_node}")

@@ -11,6 +11,8 @@ Session keys (all prefixed ``ddpsim_``):
   ddpsim_saved     {label: Path} of the recordings the app's other sessions finished
                    (``jobs.kept_recordings``, partial ones too): they stay in the chooser after a reload
   ddpsim_own_runs  the files of the recordings this session made (among ddpsim_uploads)
+  ddpsim_wi_networks  {trace_key: calibration}: the allreduces the What-if page measured for a trace
+  ddpsim_wi...     the What-if page's widgets, kept while another page is shown (``keep_widgets``)
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ UPLOAD_PREFIX = "upload: "
 RECORDED_PREFIX = "recorded: "
 PARTIAL_PREFIX = "recorded (partial): "  # what a failed or stopped recording kept
 SIMULATED_PREFIX = "simulated: "
+MEASURED = "ddpsim_wi_networks"  # session key: {trace_key: calibration} measured on the What-if page
 QUERY = "trace"  # the address's ?trace=: the open trace, so that a reload reopens it (samples, saved recordings)
 
 
@@ -182,7 +185,7 @@ def sidebar() -> None:
     if opened:
         from ddpsim.app import ui  # noqa: PLC0415 (ui imports this module)
 
-        ui.trace_downloads(downloads, *opened)
+        ui.trace_downloads(downloads, *opened, as_dict=lambda: download_dict(*opened))
 
 
 def pretty(label: str) -> str:
@@ -238,6 +241,24 @@ def trace_key(label: str) -> str:
         return f"file:{path}:{path.stat().st_mtime_ns}"
     except (ValueError, OSError):
         return f"missing:{label}"
+
+
+def download_dict(label: str, trace: Trace, session=None) -> dict:
+    """The open trace as the sidebar downloads it: with the allreduces the What-if page measured for it
+    (``meta.calibration``; the page's copy of a cached sample is not this one), so that the page's command
+    line (``app/command.py``) reproduces the page on the downloaded file. ``session``: st.session_state."""
+    d = trace.to_dict()
+    measured = (st.session_state if session is None else session).get(MEASURED, {}).get(trace_key(label))
+    return d if measured is None else {**d, "meta": {**d["meta"], "calibration": measured}}
+
+
+def keep_widgets(prefix: str, buttons: tuple[str, ...]) -> None:
+    """Keep the values of the widgets whose keys start with ``prefix`` while their page is not drawn:
+    Streamlit drops a widget's value on a run that does not draw it, so leaving the What-if page (or
+    switching its "Start from") reset every choice; assigning the value back keeps it (Streamlit's
+    "widget state across pages"). A button's value cannot be assigned: keys ending in ``buttons`` are left."""
+    for key in [k for k in st.session_state if str(k).startswith(prefix) and not str(k).endswith(buttons)]:
+        st.session_state[key] = st.session_state[key]
 
 
 def require_trace(iterations: bool = True) -> tuple[str, Trace]:

@@ -49,12 +49,13 @@ def show_figure(key: str, build: Callable[[], Figure], name: str, alt: str) -> N
                           key=f"svg:{key}", icon=":material/download:")
 
 
-def trace_downloads(container, label: str, trace: Trace) -> None:
-    """Download the open trace as ddpsim JSON and as a Chrome/Perfetto trace (made on click)."""
+def trace_downloads(container, label: str, trace: Trace, as_dict: Callable[[], dict] | None = None) -> None:
+    """Download the open trace as ddpsim JSON (``as_dict()``, default ``trace.to_dict()``) and as a
+    Chrome/Perfetto trace (made on click)."""
     name = slug(label)
     with container:
         st.caption("Download the open trace")
-        st.download_button("Trace (ddpsim JSON)", lambda: json.dumps(trace.to_dict()),
+        st.download_button("Trace (ddpsim JSON)", lambda: json.dumps((as_dict or trace.to_dict)()),
                            file_name=f"{name}.json", mime="application/json", on_click="ignore",
                            key="ddpsim_dl_trace", icon=":material/download:")
         st.download_button("Chrome / Perfetto trace", lambda: json.dumps(to_chrome(trace)),

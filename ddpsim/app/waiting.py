@@ -14,6 +14,7 @@ from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
 
+ONE_RANK = "the recording holds one rank"  # the end of rank_noise's source for a one-rank recording
 OWN = "the recorded ranks' own speeds"  # rank_noise's source where a replay keeps each recorded rank's speed
 
 
@@ -36,15 +37,17 @@ def _drawn_from(work, spread: float) -> str:
     held = len(work.meta.get("recorded_ranks") or {}) or int(work.meta.get("recorded_world_size") or 1)
     if held >= 2:
         return "measured between the recorded ranks"
-    return ("not measured" if spread > 0 else "none measured") + ": the recording holds one rank"
+    return ("not measured" if spread > 0 else "none measured") + ": " + ONE_RANK
 
 
 def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],
              spread: float, source: str, micro_steps: int = 1) -> str | None:
-    """One sentence on the waiting, what-if first; None when neither run has rank noise nor waits."""
+    """One sentence on the waiting, what-if first; None when neither run has rank noise nor waits (a
+    one-rank recording at more ranks says why none is included)."""
     (w, w0), (s, s0), (n, n0) = waits, summaries, worlds
     if spread <= 0 and not (w or w0):
-        return None
+        return (f"Waiting for stragglers: not included at {n} ranks ({source}, so there is no rank-to-rank spread "
+                "to draw from; the command line's `--jitter` sets one)." if n > 1 and source.endswith(ONE_RANK) else None)
     t, t0 = s["iteration_time_s"], s0["iteration_time_s"]
     if n == 1 or not s.get("communicates", True):  # nobody to wait for (no spread is simulated at one rank)
         why = "one rank waits for nobody" if n == 1 else "no collective makes a rank wait for another (the noop hook)"

@@ -19,7 +19,7 @@ from ddpsim.learn import hardware, hookrates, learn, replay_config, simulate, sw
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, comm_hooks, synthetic
-from ddpsim.sim.network import NCCL_ALGOS, network_for, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
+from ddpsim.sim.network import NCCL_ALGOS, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
 from ddpsim.trace import Trace
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
@@ -212,26 +212,9 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and chosen:
-        out.append(other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0)))
+        out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
+                                 trace.meta.get("gpu")))
     return out
-
-
-def other_network(cfg: SimConfig, learnt: float) -> str:
-    """Where a recording's allreduce times come from on a chosen network, and whether its compute
-    keeps the slowdown its collectives caused (Note [The recorded slowdown goes with its collectives])."""
-    kept = cfg.hardware is not None and abs(learnt - (cfg.interference or 0.0)) <= 0.005  # learn/hardware.py
-    slowdown = "" if learnt <= 0.005 else (
-        f", with the {learnt:.0%} it slowed down while its NCCL collectives ran" if kept else
-        f", less the {learnt:.0%} it slowed down while the recorded collectives ran (the chosen "
-        f"network's slowdown: {cfg.interference or 0:.0%})")
-    link = network_for(cfg.hardware, cfg.world_size) if cfg.hardware else None
-    where = (f"{link.name} (NCCL's model, as `ddpsim simulate --hardware {cfg.hardware}`)" if link else
-             "the chosen profile's datasheet figures, as one flat link")
-    one_node = (f" {cfg.world_size} ranks fit in one node of {link.cluster.gpus_per_node}: only its NVLink is "
-                "used, and every network between nodes gives the same time."
-                if link and cfg.world_size <= link.cluster.gpus_per_node else "")
-    return (f"The network is not the recorded one: the allreduce times come from {where}, the compute from the "
-            f"recording{slowdown}.{one_node}")
 
 
 def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=None) -> Outcome:
@@ -263,6 +246,9 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
 def describe_change(out: Outcome) -> str:
     """One sentence: the change in iteration time, with the run's noise band."""
     ch = out.change["iteration_time_s"] * 100
+    if out.summary["iteration_time_s"] == out.unchanged_summary["iteration_time_s"]:
+        return (f"Iteration time {out.summary['iteration_time_s'] * 1e3:.1f} ms, the same as the configuration "
+                "unchanged, both simulated: move a control above to see what it changes.")
     text = (f"Iteration time {ch:+.1f}% against the same configuration unchanged, both simulated "
             f"({out.unchanged_summary['iteration_time_s'] * 1e3:.1f} → {out.summary['iteration_time_s'] * 1e3:.1f} ms).")
     if out.noise is None:

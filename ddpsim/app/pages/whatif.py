@@ -7,7 +7,7 @@ from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
-from ddpsim.app.state import current_trace, keep_trace, pretty, trace_key
+from ddpsim.app.state import MEASURED, current_trace, keep_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
@@ -88,7 +88,7 @@ if base.kind != "trace":  # a GPU model: NCCL_ALGO, among what NCCL runs at this
         c3.caption(f"{gone} does not run at {beyond.ranks(world)} on {base.gpu}: back to NCCL's choice.")
     algo = None if choice == "auto" else choice
 
-measured = st.session_state.setdefault("ddpsim_wi_networks", {})  # allreduces measured here, per trace
+measured = st.session_state.setdefault(MEASURED, {})  # allreduces measured here, per trace
 if trace is not None and source_key in measured:
     trace.meta["calibration"] = measured[source_key]
 plan = network_plan.world_plan(base, trace, world, network)  # Note [Another world size on the user's path]
@@ -138,7 +138,7 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
-with st.expander("The same on the command line"):
+with st.expander("The same on the command line", key=k + "cli"):  # a key: it stays open as boxes come and go above
     st.code(command.simulate_command(base, f"{ui.slug(label)}.json" if label else None, cap, order, fu, n_sync, world,
                                      network, sim_hook, bufs, algo, trace), language="bash")
     st.caption("It prints this what-if's iteration time and exposed communication" +
