@@ -435,6 +435,7 @@ def test_the_nvlink_network_names_the_fabric_between_nodes():
 
     assert widgets.network_label("nvlink", "v100") == "nvlink: NVLink inside a node, ib100 between nodes " \
         "(InfiniBand EDR 100Gb/s)"
+    assert widgets.network_label("nvlink") == "nvlink: NVLink's datasheet figures, as one flat link between all ranks"
     times = {}
     for net in ("nvlink", "ib100"):
         base = whatif.Base("synthetic", "resnet50", "v100", net, None, {"world_size": 64})
@@ -453,3 +454,15 @@ def test_a_recorded_hook_reads_as_recorded_in_the_selector():
     assert widgets.hook_label("powersgd", whatif.Base("trace", config={"world_size": 2})).startswith(
         "powersgd (rank 1, from step 2")
     assert widgets.hook_label(None) == "none (DDP's own allreduce)"
+
+
+def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
+    """At one rank every row simulated 30.6 ms and the verdict still named a best cap; an explicit 25 MiB
+    'beat' torch's default (25 MiB) without saying it has no 1 MiB first bucket."""
+    def row(cap, t, best=False):
+        return {"bucket_cap_mb": cap, "order": "torch", "find_unused_parameters": False, "iteration_time_s": t,
+                "best": best}
+    tie = whatif.describe_sweep([row(0.25, 0.0306, True), row(None, 0.03061)], {"iteration_time_s": 0.0306}, 1)
+    assert tie.startswith("Bucket size, ordering and find_unused_parameters make no difference here") and "at 1 rank." in tie
+    apart = whatif.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2)
+    assert "bucket_cap_mb=25** (given explicitly, 25 MiB has no 1 MiB first bucket)" in apart and "at 2 ranks" in apart

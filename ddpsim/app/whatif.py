@@ -136,11 +136,16 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
     if best is None:
         return None
     default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]] or rows
+    every = [r["iteration_time_s"] for r in rows]
+    if max(every) - min(every) < 5e-5:  # within 0.05 ms: no winner to name
+        return (f"Bucket size, ordering and find_unused_parameters make no difference here: all {len(rows)} "
+                f"combinations simulate at {best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)}.")
     cap = "default (torch's 25 MiB, first bucket 1 MiB)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
+    explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
     times = [r["iteration_time_s"] * 1e3 for r in default_rows]
-    return (f"Best simulated: **bucket_cap_mb={cap}**, ordering **{best['order']}**, "
+    return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
             f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
-            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {world_size} rank{'s' * (world_size != 1)} "
+            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * (chosen['iteration_time_s'] < best['iteration_time_s'] + 5e-5)}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
             f"{min(times):.1f}–{max(times):.1f} ms.")

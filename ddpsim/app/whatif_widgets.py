@@ -78,4 +78,6 @@ def network_label(name: str, gpu: str | None = None) -> str:
     fabric = gpus().get(gpu or "", {}).get("default_fabric") if name == "nvlink" else None
     if fabric:  # "nvlink" is one node's NVLink; a job beyond it crosses the GPU's own fabric (network_for)
         return f"nvlink: NVLink inside a node, {fabric} between nodes ({networks()[fabric].get('name', fabric)})"
+    if name == "nvlink":  # a CPU recording has no GPU node: NVLink's figures as one link between every rank
+        return "nvlink: NVLink's datasheet figures, as one flat link between all ranks"
     return f"{name}: {networks()[name].get('name', name)}"

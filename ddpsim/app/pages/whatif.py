@@ -153,7 +153,7 @@ if (verdict := whatif.describe_sweep(rows, out.summary, world)):
     st.success(verdict)
     ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
                    lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
-                                                  f"({world} ranks, SIMULATED)"),
+                                                  f"({beyond.ranks(world)}, SIMULATED)"),
                    "whatif_sweep", alt="Sweep of iteration time against bucket size")
     if world > whatif.SWEEP_RANKS:
         st.caption(f"Each of the sweep's {len(rows)} simulations keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
