@@ -52,6 +52,8 @@ def test_whatif_switch_configuration_renders_chart(server, browser):
     browser.click_label("find_unused_parameters")  # switch a configuration
     changed = browser.wait_rendered(min_images=2, changed_from=shown["srcs"], timeout_s=30)
     assert changed["srcs"][0] != shown["srcs"][0]  # a new simulated timeline
+    chosen = browser.eval("Array.from(document.querySelectorAll('[data-testid=stSelectbox] input')).map(i => i.value)")
+    assert "none (DDP's own allreduce)" in chosen, chosen  # the hook selector keeps its choice, not "Choose an option"
     browser.click_label("a GPU model")  # the GPU example, where bucket size matters ~2x
     gpu = browser.wait_rendered(min_images=2, changed_from=changed["srcs"], timeout_s=40)
     text = browser.eval("document.body.innerText")

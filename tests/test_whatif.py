@@ -384,8 +384,9 @@ def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch, capsys
     from ddpsim.app import state
     from ddpsim.cli import main
     trace = load_trace(samples.sample_path(name))
-    (tmp_path / "download.json").write_text(json.dumps(state.download_dict(name, trace, {
-        state.MEASURED: at.session_state[state.MEASURED]})))
+    measured = at.session_state[state.MEASURED]  # {trace_key: calibration}: this sample's one
+    assert len(measured) == 1
+    (tmp_path / "download.json").write_text(json.dumps(state.download_dict(trace, next(iter(measured.values())))))
     argv = next(c.value for c in at.code if "ddpsim simulate" in c.value).split()
     argv[argv.index("--trace") + 1] = str(tmp_path / "download.json")
     assert main(argv[3:]) == 0

@@ -185,7 +185,9 @@ def sidebar() -> None:
     if opened:
         from ddpsim.app import ui  # noqa: PLC0415 (ui imports this module)
 
-        ui.trace_downloads(downloads, *opened, as_dict=lambda: download_dict(*opened))
+        label, trace = opened  # the measurement is read now: a download is made on click, outside this run
+        measured = st.session_state.get(MEASURED, {}).get(trace_key(label))
+        ui.trace_downloads(downloads, label, trace, as_dict=lambda: download_dict(trace, measured))
 
 
 def pretty(label: str) -> str:
@@ -243,12 +245,11 @@ def trace_key(label: str) -> str:
         return f"missing:{label}"
 
 
-def download_dict(label: str, trace: Trace, session=None) -> dict:
-    """The open trace as the sidebar downloads it: with the allreduces the What-if page measured for it
-    (``meta.calibration``; the page's copy of a cached sample is not this one), so that the page's command
-    line (``app/command.py``) reproduces the page on the downloaded file. ``session``: st.session_state."""
+def download_dict(trace: Trace, measured: dict | None) -> dict:
+    """The open trace as the sidebar downloads it: with ``measured``, the allreduces the What-if page
+    measured for it (``meta.calibration``; the page's copy of a cached sample is not this one), so that the
+    page's command line (``app/command.py``) reproduces the page on the downloaded file."""
     d = trace.to_dict()
-    measured = (st.session_state if session is None else session).get(MEASURED, {}).get(trace_key(label))
     return d if measured is None else {**d, "meta": {**d["meta"], "calibration": measured}}
 
 
@@ -256,9 +257,11 @@ def keep_widgets(prefix: str, buttons: tuple[str, ...]) -> None:
     """Keep the values of the widgets whose keys start with ``prefix`` while their page is not drawn:
     Streamlit drops a widget's value on a run that does not draw it, so leaving the What-if page (or
     switching its "Start from") reset every choice; assigning the value back keeps it (Streamlit's
-    "widget state across pages"). A button's value cannot be assigned: keys ending in ``buttons`` are left."""
+    "widget state across pages"). A button's value cannot be assigned: keys ending in ``buttons`` are left;
+    a None value (the hook selector's "none") is left too, and comes back as the widget's default."""
     for key in [k for k in st.session_state if str(k).startswith(prefix) and not str(k).endswith(buttons)]:
-        st.session_state[key] = st.session_state[key]
+        if st.session_state[key] is not None:  # a selectbox assigned None shows no choice, not its None option
+            st.session_state[key] = st.session_state[key]
 
 
 def require_trace(iterations: bool = True) -> tuple[str, Trace]:
