@@ -40,7 +40,7 @@ def test_the_simulator_pays_the_measured_dtype_cost_and_latency():
 
 def test_a_gpu_model_prices_a_hooks_compute_at_the_profiles_rates():
     from ddpsim.app.whatif import Base, sim_config
-    from ddpsim.cli.simulate import arch_defaults
+    from ddpsim.sim.archs import arch_defaults
     from ddpsim.sim.archs import synthetic
 
     rates = gpu_rates("v100")

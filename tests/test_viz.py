@@ -138,6 +138,18 @@ def test_assign_lanes_and_describe(trace):
         "iteration 3: rebuilt layout, 3 buckets; reduces grads accumulated over 2 micro-steps")
 
 
+def test_a_long_iteration_title_wraps_inside_the_figure():
+    """The no_sync sample's title (118 characters at 11.5 pt) ran past the figure's right edge."""
+    from ddpsim import samples
+    from ddpsim.trace import load_trace
+    from ddpsim.viz.timeline import TITLE_CHARS
+
+    t = load_trace(samples.BUNDLED_DIR / "05_convnet_torch_no_sync3.json")
+    assert len(describe_iteration(t, 5)) > TITLE_CHARS
+    lines = plot_timeline(t, 5).axes[0].get_title(loc="left").splitlines()
+    assert len(lines) == 3 and max(map(len, lines)) <= TITLE_CHARS and lines[-1].endswith("3 micro-steps"), lines
+
+
 def test_a_ranks_error_is_one_short_line_in_its_header(trace):
     """A stopped rank's error (gloo's "Connection closed by peer ... GLHF!" and a Python stack) was drawn whole:
     it ran off the figure and its lines covered the plot; the rank with the launcher's diagnosis said nothing."""

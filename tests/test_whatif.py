@@ -59,7 +59,10 @@ def test_replay_error_and_noise_come_from_the_recorded_run():
     assert out.noise > 0 and out.noise_iterations >= 2  # real iterations vary
     assert out.change["iteration_time_s"] == pytest.approx(
         out.summary["iteration_time_s"] / out.unchanged_summary["iteration_time_s"] - 1)
-    assert "Replay error" in whatif.describe_replay(out)
+    said = whatif.describe_replay(out)  # the exposed communication and overlap beside the time
+    rec = summarize(trace)
+    assert "Replay error" in said and f"against {rec['exposed_comm_s'] * 1e3:.2f} ms, overlap " in said, said
+    assert f"against {rec['overlap_fraction']:.0%}." in said, said
     # a simulated sample has no measured spread and no replay error to show
     trace, base, work = setup(GPU)
     gpu = whatif.evaluate(work, base, trace, config(base, work, world_size=128))
@@ -379,7 +382,7 @@ def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch, capsys
     next(s for s in at.select_slider if s.label.startswith("World size")).set_value(4).run()
     next(b for b in at.button if b.label.startswith("Measure the allreduce at 2 and 4 ranks (")).click().run(timeout=300)
     assert not at.exception and not at.error and not at.info
-    assert any("World size 4: the allreduce at 4 ranks: measured" in c.value for c in at.caption)
+    assert any("World size 4: the allreduce at 4 ranks is measured in the trace's calibration (measured at 2, 4 ranks)" in c.value for c in at.caption)
     # the page's command on the sidebar's download prints the page's time: the download holds the measurement
     from ddpsim.app import state
     from ddpsim.cli import main

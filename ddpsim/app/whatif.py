@@ -271,9 +271,13 @@ def describe_replay(out: Outcome) -> str | None:
     if out.replay_error is None:
         return None
     e = out.replay_error["iteration_time_s"] * 100
+    sim, rec = out.unchanged_summary, out.recorded_summary
+    overlap = "" if "overlap_fraction" not in sim or "overlap_fraction" not in rec else (
+        f", overlap {sim['overlap_fraction']:.0%} against {rec['overlap_fraction']:.0%}")
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
-            f"configuration simulates at {out.unchanged_summary['iteration_time_s'] * 1e3:.1f} ms per "
-            f"iteration against {out.recorded_summary['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%).")
+            f"configuration simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
+            f"iteration against {rec['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%); exposed "
+            f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}.")
 
 
 def describe_stragglers(out: Outcome) -> str | None:

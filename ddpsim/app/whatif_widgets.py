@@ -40,7 +40,7 @@ def simulated_hook(hook: str | None, base: Base) -> str | None:
 def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, network: str, hook, bufs, algo) -> str:
     """A kept what-if's name with every choice in it: two different runs never share a name."""
     extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
-    return " ".join([f"{SIMULATED_PREFIX}{who} cap={cap or 'default'} {order} fu={int(fu)} n={n_sync} w={world} "
+    return " ".join([f"{SIMULATED_PREFIX}{who} cap={'default' if cap is None else f'{cap:g}'} {order} fu={int(fu)} n={n_sync} w={world} "
                      f"{network}", *filter(None, extra)])
 
 

@@ -231,21 +231,11 @@ def overrides_from_args(args) -> dict:
     return values
 
 
-def arch_defaults(workload, comm_hook=None, powersgd_rank: int | None = None) -> dict:
-    """A GPU model's rank noise: its profile's spread, every rank waiting for the expected slowest
-    (Note [Waiting for the slowest rank]); with a comm hook, its compute at the GPU's rates."""
-    from ddpsim.sim.comm_hooks import gpu_rates
-
-    gpu = str(workload.meta.get("hardware", "")).partition("-")[0]
-    rates = {"hook_rates": gpu_rates(gpu, powersgd_rank or 1)} if comm_hook else {}
-    noise = {"jitter": workload.meta["rank_spread"], "jitter_mode": "expected"} if "rank_spread" in workload.meta else {}
-    return {**rates, **noise}
-
-
 def config_for(workload, trace, values: dict):
     """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or a GPU model's defaults."""
     from ddpsim.learn import replay_config
     from ddpsim.sim.api import SimConfig
+    from ddpsim.sim.archs import arch_defaults
 
     if trace is None:
         cfg = SimConfig(**{**arch_defaults(workload, values.get("comm_hook"), values.get("powersgd_rank")), **values})

@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 
 from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_network_source_arguments,
-                                 arch_defaults, load_source, parse_stragglers)
+                                 load_source, parse_stragglers)
+from ddpsim.sim.archs import arch_defaults
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 

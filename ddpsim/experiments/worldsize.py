@@ -73,9 +73,9 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
     local = is_local_cpu_run(trace)
     measured = measured_sizes(cal)
     if isinstance(cal, dict) and covers(cal, world_size) and (not local or measurable(world_size) in measured):
-        how = "measured" if world_size in measured else "the world-size fit through"
-        return Plan("calibrated", f"the allreduce at {world_size} ranks: {how} the trace's calibration "
-                                  f"(world sizes {', '.join(map(str, sorted(measured)))})")
+        how = "measured in" if world_size in measured else "the world-size fit through"
+        return Plan("calibrated", f"the allreduce at {world_size} ranks is {how} the trace's calibration "
+                                  f"(measured at {', '.join(map(str, sorted(measured)))} ranks)")
     if local:
         if calibrate:
             top = measurable(world_size)

@@ -40,7 +40,8 @@ SAMPLES = {
 
 @dataclass
 class SimSample:
-    """A simulated sample: ``ddpsim.sim.synthetic(arch, hardware)`` under SimConfig(**config)."""
+    """A simulated sample: ``ddpsim.sim.synthetic(arch, hardware)`` under SimConfig(**config), with the
+    GPU model's defaults (``archs.arch_defaults``: its rank noise) as ``simulate --arch`` takes them."""
 
     arch: str
     hardware: str
@@ -90,8 +91,10 @@ def _make(spec, out):
         return trace
     if isinstance(spec, SimSample):
         from ddpsim.sim import SimConfig, simulate, synthetic
+        from ddpsim.sim.archs import arch_defaults
 
-        trace, _ = simulate(synthetic(spec.arch, spec.hardware), SimConfig(**spec.config))
+        work = synthetic(spec.arch, spec.hardware)  # as simulate --arch runs it: its GPU profile's rank noise
+        trace, _ = simulate(work, SimConfig(**{**arch_defaults(work), **spec.config}))
         save_trace(trace, out)
         return trace
     return record(spec, out)

@@ -22,6 +22,7 @@ backward.
 from __future__ import annotations
 
 from ddpsim.sim import network
+from ddpsim.sim.comm_hooks import gpu_rates
 from ddpsim.sim.workload import ParamSpec, Workload
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
@@ -162,3 +163,14 @@ def synthetic(arch: str, hardware: str = "a100-nvlink", batch: int | None = None
               "effective_tflops": rate / 1e12, "gpu": gpu["name"],
               "rank_spread": float(gpu.get("rank_spread", 0.0))},  # Note [Waiting for the slowest rank]
     )
+
+
+def arch_defaults(workload, comm_hook=None, powersgd_rank: int | None = None) -> dict:
+    """The SimConfig fields a GPU model (``synthetic``) runs with unless told otherwise, as ``simulate
+    --arch``, ``sweep --arch`` and the bundled simulated samples take them: its profile's rank spread, every
+    rank waiting for the expected slowest (Note [Waiting for the slowest rank]); with a comm hook, its
+    compute at the GPU's rates."""
+    gpu = str(workload.meta.get("hardware", "")).partition("-")[0]
+    rates = {"hook_rates": gpu_rates(gpu, powersgd_rank or 1)} if comm_hook else {}
+    noise = {"jitter": workload.meta["rank_spread"], "jitter_mode": "expected"} if "rank_spread" in workload.meta else {}
+    return {**rates, **noise}

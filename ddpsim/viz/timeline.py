@@ -15,6 +15,8 @@ completion, ``ddpsim.analysis.exposed_comm_ns``) is hatched.
 """
 from __future__ import annotations
 
+from textwrap import wrap
+
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -28,21 +30,18 @@ from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_iteration, describe_run
 from ddpsim.viz.exposed_label import place_label
 from ddpsim.viz.busyband import BAND as BUSY_BAND, draw_busy, legend_handles as busy_legend
-from ddpsim.viz.hookspan import assign_lanes, draw_hooked_bucket
-from ddpsim.viz.hookspan import legend_handles as hook_legend
+from ddpsim.viz.hookspan import assign_lanes, draw_hooked_bucket, legend_handles as hook_legend
 
 MS = 1e-6  # milliseconds per nanosecond
 BAR = 0.72  # bar height, in row units
+TITLE_CHARS = 95  # characters of the iteration's title line that fit a 10-inch figure at 11.5 pt
 HEADER, GAP = 0.9, pal.TRACK_GAP  # rank header row height, gap after each rank
 
 
 def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
                   window: tuple[float, float] | None = None, ax: Axes | None = None) -> Figure:
-    """Draw one iteration's per-rank timeline; returns the Figure.
-
-    ranks: rank numbers to show (default all). window: (start_ms, end_ms) to zoom,
-    relative to the iteration start. ax: draw into this Axes instead of a new figure.
-    """
+    """Draw one iteration's per-rank timeline; returns the Figure. ranks: rank numbers to show (default
+    all). window: (start_ms, end_ms) to zoom, relative to the iteration start. ax: draw into this Axes."""
     chosen = _select_ranks(trace, ranks)
     its = {r.rank: r.iteration(iteration) for r in chosen}
     present = [it for it in its.values() if it is not None]
@@ -70,8 +69,8 @@ def plot_timeline(trace: Trace, iteration: int, ranks: list[int] | None = None,
     y, yticks, ylabels = _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel, xlim)
 
     pal.finish_track_axes(ax, y, yticks, ylabels, "time since the iteration start (ms)", 9.5)
-    ax.set_title(f"{describe_run(trace)}\n{describe_iteration(trace, iteration)}",
-                 loc="left", fontsize=11.5)
+    ax.set_title("\n".join([describe_run(trace), *wrap(describe_iteration(trace, iteration), TITLE_CHARS)]),
+                 loc="left", fontsize=11.5)  # a long title wraps (no_sync's one ran past the figure's edge)
     handles = _legend_handles(trace, chosen, present)
     if own_figure:
         fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),
