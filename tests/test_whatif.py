@@ -470,3 +470,15 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
     assert tie.startswith("Bucket size, ordering and find_unused_parameters make no difference here") and "at 1 rank." in tie
     apart = whatif.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2)
     assert "bucket_cap_mb=25** (given explicitly, 25 MiB has no 1 MiB first bucket)" in apart and "at 2 ranks" in apart
+
+
+def test_the_change_says_why_there_is_no_recorded_spread():
+    """It listed three reasons ("a simulated sample, a GPU model, or a run with one steady iteration")
+    under a real recording, where only the last could apply."""
+    trace, base, work = setup("05_convnet_torch_no_sync3")
+    out = whatif.evaluate(work, base, trace, config(base, work, no_sync_every=1))
+    assert out.noise is None and out.noise_iterations < 2
+    assert f"(the recorded run has {out.noise_iterations} steady synced iteration" in whatif.describe_change(out)
+    trace, base, work = setup(GPU)
+    out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=1.0))
+    assert "(a simulated run has none)" in whatif.describe_change(out)

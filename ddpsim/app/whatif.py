@@ -257,8 +257,9 @@ def describe_change(out: Outcome) -> str:
     text = (f"Iteration time {ch:+.1f}% against the same configuration unchanged, both simulated "
             f"({out.unchanged_summary['iteration_time_s'] * 1e3:.1f} → {out.summary['iteration_time_s'] * 1e3:.1f} ms).")
     if out.noise is None:
-        return text + (" No recorded spread to compare with (a simulated sample, a GPU model, or a run with "
-                       "one steady iteration): treat small changes with care.")
+        why = ("a simulated run has none" if out.recorded_summary is None else
+               f"the recorded run has {out.noise_iterations} steady synced iteration{'s' * (out.noise_iterations != 1)}")
+        return text + f" No recorded spread to compare with ({why}): treat small changes with care."
     band = f"±{out.noise * 100:.0f}%"
     verdict = ("within" if out.within_noise else "larger than")
     return (text + f" The recorded run's single iterations vary by {band} (over {out.noise_iterations} "
