@@ -83,7 +83,7 @@ def test_one_steady_iteration_has_no_spread_to_compare_with():
     out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=0.25))
     text = whatif.describe_change(out)
     assert out.noise is None and not out.within_noise
-    assert "±0%" not in text and "one steady iteration" in text
+    assert "±0%" not in text and "(the recorded run has 1 steady synced iteration)" in text, text
 
 
 def test_far_extrapolation_is_cautioned():
@@ -474,11 +474,7 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
 
 def test_the_change_says_why_there_is_no_recorded_spread():
     """It listed three reasons ("a simulated sample, a GPU model, or a run with one steady iteration")
-    under a real recording, where only the last could apply."""
-    trace, base, work = setup("05_convnet_torch_no_sync3")
-    out = whatif.evaluate(work, base, trace, config(base, work, no_sync_every=1))
-    assert out.noise is None and out.noise_iterations < 2
-    assert f"(the recorded run has {out.noise_iterations} steady synced iteration" in whatif.describe_change(out)
+    where one applies (the recorded case: test_one_steady_iteration_has_no_spread_to_compare_with)."""
     trace, base, work = setup(GPU)
     out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=1.0))
     assert "(a simulated run has none)" in whatif.describe_change(out)
