@@ -108,7 +108,8 @@ def uneven_caution(work, world_size: int, hook: str | None = None) -> str | None
         return None
     each = ", ".join(f"rank {r} {f:.2f}x" for r, f in sorted(factors.items()))
     spread = float(work.meta.get("jitter_estimated", 0.0))
-    instead = (f"each rank draws noise of the measured rank-to-rank spread ({spread * 100:.1f}%) instead" if spread > 0
+    instead = (f"each rank draws noise of the measured rank-to-rank spread instead ({spread * 100:.1f}%: how far "
+               "the ranks' forward and backward compute differed within each recorded iteration)" if spread > 0
                else "every rank runs at the typical speed instead (no rank-to-rank spread was measured)")
     return (f"The recorded ranks did not run equally fast ({each} the typical rank's backward, over the whole "
             f"run). At {world_size} ranks no rank is known to be that slow: {instead}, so the waiting for the "
