@@ -81,6 +81,12 @@ def test_timeline_gpu_clock_note_of_an_import(timeline):
     assert "half the gradients within 0.00 ms of the time its AccumulateGrad op ended" in clock  # the median lag
 
 
+def test_the_bundled_import_says_its_ranks_shared_one_gpu():
+    """The r18 sample's two ranks ran on one H100 (samples/h100/README.md); nothing said so where it is read."""
+    said = timeline_notes.import_notes(load_trace(samples.BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json"))
+    assert "the two ranks ran on one H100" in said
+
+
 def test_a_recorded_trace_shows_no_import_note_and_keeps_its_overlap():
     trace = load_trace(samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
     assert timeline_notes.import_notes(trace) is None

@@ -145,11 +145,14 @@ def test_cli_import_then_open_and_simulate(tmp_path):
     out = tmp_path / "r18.json"
     run = lambda *a: subprocess.run([sys.executable, "-m", "ddpsim", *a], cwd=ROOT,  # noqa: E731
                                     capture_output=True, text=True, timeout=300)
-    result = run("import", *map(str, profiles("resnet18_gloo_ws2")), "--out", str(out))
+    from ddpsim.samples.regenerate import SAMPLES  # the bundled sample's notes: what the profiles cannot say
+
+    notes = [a for n in SAMPLES["10_h100_resnet18_gloo_2ranks"].notes for a in ("--note", n)]
+    result = run("import", *map(str, profiles("resnet18_gloo_ws2")), "--out", str(out), *notes)
     assert result.returncode == 0, result.stderr
     assert "2 rank(s), 3 iterations per rank, 62 parameters, times on the gpu clock" in result.stdout
     trace = load_trace(out)
-    assert trace.meta["source_format"] == "kineto" and trace.meta["import_notes"]
+    assert trace.meta["source_format"] == "kineto" and "the two ranks ran on one H100" in trace.meta["import_notes"][-1]
     s, gap = summarize(trace), between_steps_s(trace)
     # record's headline numbers, and the time between steps: the capture made each batch there
     assert (f"iteration {s['iteration_time_s'] * 1e3:.1f} ms, exposed comm {s['exposed_comm_s'] * 1e3:.1f} ms, "

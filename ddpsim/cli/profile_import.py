@@ -17,6 +17,9 @@ def add_arguments(p) -> None:
                    help="the model the profile ran (path.py:factory, package.module:factory or a zoo name, as "
                         "record takes it), built on the meta device: parameter names and sizes for a "
                         "profile taken without record_shapes, checked against the shapes of one taken with")
+    p.add_argument("--note", action="append", default=[], metavar="TEXT",
+                   help="what the profiles cannot say about the run (e.g. that its ranks shared one GPU), kept in "
+                        "meta.import_notes and shown on the Timeline (repeatable)")
 
 
 def main(args) -> int:
@@ -25,14 +28,15 @@ def main(args) -> int:
         from ddpsim.models.shapes import model_params
 
         model = model_params(args.model)
-    trace, carried = import_or_carried(args.profiles, model=model)
+    trace, carried = import_or_carried(args.profiles, model=model, notes=args.note)
     save_trace(trace, args.out)
     counts = sorted({len(r.iterations) for r in trace.ranks})
     its = f"{counts[0]} iterations per rank" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} iterations per rank"
     if carried:  # a ddpsim export: the trace it carries, whole
         print("\n".join(headline_lines(trace, f"wrote {args.out}: the trace the ddpsim export carries ("
                                               f"{len(trace.ranks)} rank(s), {its}), unchanged"
-                                              + ("; --model is not needed for it" if model else ""))))
+                                              + ("; --model is not needed for it" if model else "")
+                                              + ("; --note is not added to it" if args.note else ""))))
         return 0
     print("\n".join(headline_lines(trace, f"wrote {args.out}: {len(trace.ranks)} rank(s), {its}, "
                                           f"{len(trace.params)} parameters, times on the "

@@ -67,9 +67,11 @@ SAMPLES.update({
 
 @dataclass
 class ImportedSample:
-    """A real GPU run: Kineto profiles in ddpsim/samples/h100/, one per rank, imported."""
+    """A real GPU run: Kineto profiles in ddpsim/samples/h100/, one per rank, imported; ``notes``: what
+    the profiles cannot say about the run (``import --note``; the Timeline shows them)."""
 
     profiles: list[str]
+    notes: list[str] = field(default_factory=list)
 
 
 # Recorded on a GPU by `record` (NCCL, CUDA-event times; re-made only where a GPU is visible):
@@ -79,14 +81,17 @@ SAMPLES["11_h200_resnet50_nccl_1rank"] = RecordConfig(model="ddpsim.models.resne
 
 # Real H100 runs (ddpsim/samples/h100/README.md): ResNet-18, two ranks sharing the GPU with gloo.
 SAMPLES["10_h100_resnet18_gloo_2ranks"] = ImportedSample(
-    [f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)])
+    [f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)],
+    ["the two ranks ran on one H100 (ddpsim/samples/h100/README.md): their kernels took turns on the GPU and "
+     "gloo copied each allreduce through the host, so the recorded compute includes that sharing; a what-if at "
+     "other world sizes gives each rank this compute, where one GPU per rank may run faster"])
 
 
 def _make(spec, out):
     if isinstance(spec, ImportedSample):
         from ddpsim.trace.profile_import import import_profiles
 
-        trace = import_profiles([H100_DIR / f for f in spec.profiles])
+        trace = import_profiles([H100_DIR / f for f in spec.profiles], notes=spec.notes)  # as import --note
         save_trace(trace, out)
         return trace
     if isinstance(spec, SimSample):

@@ -152,14 +152,15 @@ def _span(a: float, b: float) -> dict:
     return {"start_ns": _ns(a), "end_ns": _ns(b)}
 
 
-def import_profiles(paths: list[str | Path], model=None) -> Trace:
+def import_profiles(paths: list[str | Path], model=None, notes=()) -> Trace:
     """Kineto traces (one per rank; a folder stands for its traces) -> a validated ddpsim Trace.
     ``model``: a ``ddpsim.models.shapes.ModelParams`` (``import --model``), the parameters'
-    names and sizes when the profile has no shapes, checked against them when it has."""
-    return import_or_carried(paths, model)[0]
+    names and sizes when the profile has no shapes, checked against them when it has. ``notes``:
+    what the profiles cannot say about the run (``import --note``), added to ``meta.import_notes``."""
+    return import_or_carried(paths, model, notes)[0]
 
 
-def import_or_carried(paths: list[str | Path], model=None) -> tuple[Trace, bool]:
+def import_or_carried(paths: list[str | Path], model=None, notes=()) -> tuple[Trace, bool]:
     """``import_profiles``, and whether the trace is the one a ddpsim export carried whole (Note [An
     export carries its trace] in ddpsim.trace.export; ``model`` is not needed for it)."""
     paths = profile_files(paths)
@@ -176,7 +177,9 @@ def import_or_carried(paths: list[str | Path], model=None) -> tuple[Trace, bool]
             raise TraceFormatError(f"{carried[0][0]} and {carried[1][0]} each carry a whole ddpsim trace "
                                    "(ddpsim exports): import one of them")
         return from_dict(carried[0][1], name=str(carried[0][0])), True
-    return _import(profiles, paths, model), False
+    trace = _import(profiles, paths, model)
+    trace.meta["import_notes"] = [*trace.meta["import_notes"], *map(str, notes)]
+    return trace, False
 
 
 def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
