@@ -471,6 +471,11 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
     assert tie.startswith("Bucket size, ordering and find_unused_parameters make no difference here") and "at 1 rank." in tie
     apart = whatif.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2)
     assert "bucket_cap_mb=25** (given explicitly, 25 MiB has no 1 MiB first bucket)" in apart and "at 2 ranks" in apart
+    assert "Its gain" not in apart  # no recorded spread given: nothing to compare the gain with
+    noisy = whatif.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
+    assert noisy.endswith("Its gain (1.5%) is inside the recorded run's iteration-to-iteration spread (±14%): a "
+                          "measurement could not tell the two apart."), noisy
+    assert "Its gain" not in whatif.describe_sweep([row(5.0, 0.030, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
 
 
 def test_the_change_says_why_there_is_no_recorded_spread():

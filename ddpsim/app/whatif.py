@@ -130,8 +130,8 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
     return rows, notes
 
 
-def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | None:
-    """The sweep's verdict in words: the best configuration, against the chosen one and the cap range."""
+def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float | None = None) -> str | None:
+    """The sweep's verdict: the best configuration against the chosen one (and ``noise``, the recorded spread)."""
     best = recommend(rows)
     if best is None:
         return None
@@ -148,7 +148,14 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int) -> str | Non
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * (chosen['iteration_time_s'] < best['iteration_time_s'] + 5e-5)}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
-            f"{min(times):.1f}–{max(times):.1f} ms.")
+            f"{min(times):.1f}–{max(times):.1f} ms." + _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise))
+
+
+def _within(gain: float, noise: float | None) -> str:
+    """A sentence when the best's gain over the chosen configuration is inside the recorded spread."""
+    return "" if noise is None or not 0 < gain < noise else (
+        f" Its gain ({gain:.1%}) is inside the recorded run's iteration-to-iteration spread (±{noise:.0%}): "
+        "a measurement could not tell the two apart.")
 
 
 def choices(base: Base) -> dict:

@@ -152,7 +152,7 @@ sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network
                               trace_ranks=whatif.SWEEP_RANKS, work=work if base.kind == "trace" else None, trace=trace, algo=algo,
                               broadcast_buffers=bufs, comm_hook=sim_hook)
 rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
-if (verdict := whatif.describe_sweep(rows, out.summary, world)):
+if (verdict := whatif.describe_sweep(rows, out.summary, world, out.noise)):
     st.success(verdict)
     ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
                    lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
