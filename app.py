@@ -9,7 +9,6 @@ from pathlib import Path
 import streamlit as st
 
 from ddpsim.app import state
-from ddpsim.app.whatif_widgets import BUTTONS
 
 PAGES = Path(__file__).resolve().parent / "ddpsim" / "app" / "pages"
 
@@ -23,5 +22,5 @@ page = st.navigation([
     st.Page(PAGES / "learn.py", title="Learn", icon=":material/school:"),
 ])
 state.sidebar()
-state.keep_widgets("ddpsim_wi", BUTTONS)  # the What-if page's choices survive a visit to another page
+state.keep_widgets()  # the What-if page's choices survive a visit to another page
 page.run()

@@ -33,6 +33,8 @@ RECORDED_PREFIX = "recorded: "
 PARTIAL_PREFIX = "recorded (partial): "  # what a failed or stopped recording kept
 SIMULATED_PREFIX = "simulated: "
 MEASURED = "ddpsim_wi_networks"  # session key: {trace_key: calibration} measured on the What-if page
+WHATIF = "ddpsim_wi"  # the start of the What-if page's widget keys (``keep_widgets``)
+WHATIF_BUTTONS = ("keep", "measure")  # the ends of its button keys: Streamlit refuses a button's value assigned
 QUERY = "trace"  # the address's ?trace=: the open trace, so that a reload reopens it (samples, saved recordings)
 
 
@@ -186,8 +188,9 @@ def sidebar() -> None:
         from ddpsim.app import ui  # noqa: PLC0415 (ui imports this module)
 
         label, trace = opened  # the measurement is read now: a download is made on click, outside this run
-        measured = st.session_state.get(MEASURED, {}).get(trace_key(label))
-        ui.trace_downloads(downloads, label, trace, as_dict=lambda: download_dict(trace, measured))
+        measured = st.session_state.get(MEASURED) or {}
+        calibration = measured.get(trace_key(label)) if measured else None  # no trace_key (a file stat) without one
+        ui.trace_downloads(downloads, label, trace, as_dict=lambda: download_dict(trace, calibration))
 
 
 def pretty(label: str) -> str:
@@ -253,7 +256,7 @@ def download_dict(trace: Trace, measured: dict | None) -> dict:
     return d if measured is None else {**d, "meta": {**d["meta"], "calibration": measured}}
 
 
-def keep_widgets(prefix: str, buttons: tuple[str, ...]) -> None:
+def keep_widgets(prefix: str = WHATIF, buttons: tuple[str, ...] = WHATIF_BUTTONS) -> None:
     """Keep the values of the widgets whose keys start with ``prefix`` while their page is not drawn:
     Streamlit drops a widget's value on a run that does not draw it, so leaving the What-if page (or
     switching its "Start from") reset every choice; assigning the value back keeps it (Streamlit's

@@ -7,8 +7,6 @@ from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, Ba
 from ddpsim.sim import nccl
 from ddpsim.sim.network import gpu_networks, gpus, network_for, networks
 
-BUTTONS = ("keep", "measure")  # the ends of the page's button keys: Streamlit refuses a button's value assigned
-
 
 def recorded_hook(base: Base) -> str | None:
     """The hook the run was recorded with (None: DDP's own allreduce, or not a recorded run)."""
