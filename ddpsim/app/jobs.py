@@ -170,7 +170,20 @@ def stop(job: Job) -> None:
         job.proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         pass
+    _wait_group_gone(job)
     _forget(job)
+
+
+def _wait_group_gone(job: Job) -> None:
+    """Wait (up to GRACE_S) until no process of the job's group is left: the launcher's wait returns
+    while a killed rank may still be exiting (fresh-clone CI saw one alive right after ``stop``)."""
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(job.proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def _signal_group(job: Job, sig: int) -> None:
