@@ -194,7 +194,30 @@ def test_whatif_world_size_network_and_no_sync():
     nosync = next(s for s in at.select_slider if s.label.startswith("Sync every"))
     nosync.set_value(4).run()
     ok(at)
+    if (ask := [b for b in at.button if b.label.startswith("Run the sweep")]):  # every rank plays alone here
+        ask[0].click().run()
+        ok(at)
     assert len(at.image) == 2
+
+
+def test_whatif_long_sweep_waits_for_its_button():
+    """A CPU recording at 64 ranks: each of the sweep's 66 simulations plays all 64 ranks (they share the
+    recording's cores), about 20 s in all here; the sweep waits to be asked, and once run it stays."""
+    at = page("whatif.py")
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(64).run()
+    ok(at)
+    ask = next(b for b in at.button if b.label.startswith("Run the sweep"))
+    assert len(at.image) == 1 and not any("Best simulated" in s.value for s in at.success)
+    assert "waits for the button" in markdown(at)
+    ask.click().run()
+    ok(at)
+    assert len(at.image) == 2 and any("Best simulated" in s.value for s in at.success)
+    next(s for s in at.select_slider if s.label == "Bucket cap (MiB)").set_value(0.25).run()  # the same sweep
+    ok(at)
+    assert len(at.image) == 2 and not [b for b in at.button if b.label.startswith("Run the sweep")]
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(2).run()  # quick: no button
+    ok(at)
+    assert len(at.image) == 2 and not [b for b in at.button if b.label.startswith("Run the sweep")]
 
 
 def _keys(at):

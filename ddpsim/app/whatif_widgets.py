@@ -3,8 +3,8 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, Base
-from ddpsim.sim import nccl
+from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, SWEEP_CAPS, SWEEP_ORDERS, Base
+from ddpsim.sim import budget, nccl
 from ddpsim.sim.network import gpu_networks, gpus, network_for, networks
 
 
@@ -79,3 +79,14 @@ def network_label(name: str, gpu: str | None = None) -> str:
     if name == "nvlink":  # a CPU recording has no GPU node: NVLink's figures as one link between every rank
         return "nvlink: NVLink's datasheet figures, as one flat link between all ranks"
     return f"{name}: {networks()[name].get('name', name)}"
+
+
+SWEEP_RUNS = (len(SWEEP_CAPS) + 1) * len(SWEEP_ORDERS) * 2  # the sweep's simulations: caps (and the default) x orders x find_unused
+SWEEP_ASK_S = 5.0  # seconds: a sweep expected to take longer waits for its button (a page choice, not torch's)
+
+
+def sweep_seconds(summary: dict) -> float:
+    """About how long the page's sweep takes: ``SWEEP_RUNS`` simulations, each about as long as the what-if
+    whose ``summary`` (``simpy_events``) is given. Long where every rank plays alone: a CPU recording at
+    16-64 ranks, whose ranks share the recording's cores (Note [Ranks that share a CPU])."""
+    return SWEEP_RUNS * budget.seconds_for(int(summary.get("simpy_events", 0)))

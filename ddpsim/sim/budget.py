@@ -91,6 +91,14 @@ def estimate_events(w: Workload, cfg: "SimConfig", explicit: bool, link=None) ->
     return count_actors(cfg, explicit) * (micro * (len(w.ready_order) + 4) + cfg.iters * 3 * max(buckets, 1)) + turns
 
 
+EVENTS_PER_S = 200_000  # simpy events a simulation plays per second (145k-222k on the 2-core CI VM, 2026-11-29)
+
+
+def seconds_for(simpy_events: int) -> float:
+    """About how long simulations of ``simpy_events`` events in all take here (``EVENTS_PER_S``)."""
+    return simpy_events / EVENTS_PER_S
+
+
 def run_bounded(env: simpy.Environment, max_events: int, time_limit_s: float | None) -> None:
     """``env.run()``, stopped with SimulationTooLarge past ``max_events`` events or ``time_limit_s``."""
     start, steps = time.monotonic(), 0

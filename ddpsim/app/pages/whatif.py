@@ -151,17 +151,26 @@ st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above
                               trace_ranks=whatif.SWEEP_RANKS, work=work if base.kind == "trace" else None, trace=trace, algo=algo,
                               broadcast_buffers=bufs, comm_hook=sim_hook)
-rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
-if (verdict := whatif.describe_sweep(rows, out.summary, world, out.noise)):
-    st.success(verdict)
-    ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
-                   lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
-                                                  f"({beyond.ranks(world)}, SIMULATED)"),
-                   "whatif_sweep", alt="Sweep of iteration time against bucket size")
-    if world > whatif.SWEEP_RANKS:
-        st.caption(f"Each of the sweep's {len(rows)} simulations keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
-                   "its exposed communication, the most any kept rank waits, can sit below the figure above "
-                   f"({min(world, cfg.trace_ranks)} ranks kept).")
-for note in notes:
-    st.caption(f"Not in the sweep: {note}")
+sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"
+swept = st.session_state.setdefault("ddpsim_swept", set())  # sweeps run this session: shown at once again
+wait_s = widgets.sweep_seconds(out.summary)
+if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
+        f"Run the sweep (about {wait_s:.0f} s)", key=k + "sweep"):
+    st.caption(f"The sweep simulates {widgets.SWEEP_RUNS} configurations like the one above, about {wait_s:.0f} s "
+               "here: it waits for the button, so that the choices above stay quick.")
+else:
+    swept.add(sweep_key)
+    rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
+    if (verdict := whatif.describe_sweep(rows, out.summary, world, out.noise)):
+        st.success(verdict)
+        ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
+                       lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
+                                                      f"({beyond.ranks(world)}, SIMULATED)"),
+                       "whatif_sweep", alt="Sweep of iteration time against bucket size")
+        if world > whatif.SWEEP_RANKS:
+            st.caption(f"Each of the sweep's {len(rows)} simulations keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
+                       "its exposed communication, the most any kept rank waits, can sit below the figure above "
+                       f"({min(world, cfg.trace_ranks)} ranks kept).")
+    for note in notes:
+        st.caption(f"Not in the sweep: {note}")
 ui.explain("bucket_size", "order", "find_unused", "no_sync", "simulated")
