@@ -18,7 +18,8 @@ from ddpsim.app import beyond, waiting
 from ddpsim.learn import hardware, hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
-from ddpsim.sim import SimConfig, comm_hooks, synthetic
+from ddpsim.sim import SimConfig, synthetic
+from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.network import NCCL_ALGOS, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
 from ddpsim.trace import Trace
 
@@ -28,6 +29,7 @@ SWEEP_ORDERS = ("torch", "definition", "random")
 CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
 SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
 SWEEP_RANKS = 2  # simulated ranks the sweep's 66 rows each keep and summarise (the what-if: simulate's 8)
+SWEEP_RUNS = (len(SWEEP_CAPS) + 1) * len(SWEEP_ORDERS) * 2  # the sweep's simulations: caps and torch's default x orders x find_unused
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
 SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
@@ -84,7 +86,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     """A SimConfig for the what-if choices. A recorded trace (``work`` learnt from ``trace``): its
     replay with the changes (``replay_config``: at its world size its ranks as recorded, a hook's
     cost as its ranks measured it); a network other than the recorded one overrides the link.
-    A GPU model: SimConfig with the choices, a hook's compute at the GPU's rates."""
+    A GPU model (``work``: its synthetic workload, built when not given): SimConfig with the choices over
+    ``sim.archs.arch_defaults``, its profile's rank noise and a hook's compute at the GPU's rates."""
     ws = int(world_size or base.config.get("world_size", 2))
     changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
                "find_unused_parameters": bool(find_unused_parameters), "no_sync_every": int(no_sync_every),
@@ -104,11 +107,9 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
                             "concurrency": int(prof.get("concurrency", 1)),
                             "interference": float(prof.get("interference", 0))})
         return replay_config(work, trace, **changes)
-    noise, _ = waiting.rank_noise(base.kind, base.gpu, work, ws)  # Note [Waiting for the slowest rank]
-    if noise > 0:
-        changes.update(jitter=noise, jitter_mode="expected")
-    rates = comm_hooks.gpu_rates(base.gpu) if comm_hook else {}  # a hook's compute at the GPU's rates
-    return SimConfig(iters=SIM_ITERS, algo=algo, hook_rates=rates, **changes)  # algo: NCCL_ALGO (None: auto)
+    gpu_model = work if work is not None or base.kind == "trace" else workload(base, None)
+    defaults = {} if base.kind == "trace" else arch_defaults(gpu_model, comm_hook)  # as simulate --arch
+    return SimConfig(iters=SIM_ITERS, algo=algo, **{**defaults, **changes})  # algo: NCCL_ALGO (None: auto)
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
@@ -238,8 +239,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     sim_fn = simulate_fn or run
     c = choices(base)
     unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
-                               c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks,
-                               work if base.kind == "trace" else None, trace, c["algo"])
+                               c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks, work, trace, c["algo"])
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show

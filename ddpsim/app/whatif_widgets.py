@@ -3,7 +3,7 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, SWEEP_CAPS, SWEEP_ORDERS, Base
+from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, SWEEP_RUNS, Base
 from ddpsim.sim import budget, nccl
 from ddpsim.sim.network import gpu_networks, gpus, network_for, networks
 
@@ -81,7 +81,6 @@ def network_label(name: str, gpu: str | None = None) -> str:
     return f"{name}: {networks()[name].get('name', name)}"
 
 
-SWEEP_RUNS = (len(SWEEP_CAPS) + 1) * len(SWEEP_ORDERS) * 2  # the sweep's simulations: caps (and the default) x orders x find_unused
 SWEEP_ASK_S = 5.0  # seconds: a sweep expected to take longer waits for its button (a page choice, not torch's)
 
 

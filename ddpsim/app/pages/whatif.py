@@ -112,7 +112,7 @@ sim_hook = widgets.simulated_hook(hook, base)
 try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
-                            work=work if base.kind == "trace" else None, trace=trace, algo=algo,
+                            work=work, trace=trace, algo=algo,
                             broadcast_buffers=bufs, comm_hook=sim_hook)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
@@ -149,21 +149,21 @@ with st.expander("The same on the command line", key=k + "cli"):  # a key: it st
 
 st.subheader("Which bucket size? A sweep")
 sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above
-                              trace_ranks=whatif.SWEEP_RANKS, work=work if base.kind == "trace" else None, trace=trace, algo=algo,
+                              trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=algo,
                               broadcast_buffers=bufs, comm_hook=sim_hook)
-sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"
+sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
 swept = st.session_state.setdefault("ddpsim_swept", set())  # sweeps run this session: shown at once again
 wait_s = widgets.sweep_seconds(out.summary)
 if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
         f"Run the sweep (about {wait_s:.0f} s)", key=k + "sweep"):
-    st.caption(f"The sweep simulates {widgets.SWEEP_RUNS} configurations like the one above, about {wait_s:.0f} s "
+    st.caption(f"The sweep simulates {whatif.SWEEP_RUNS} configurations like the one above, about {wait_s:.0f} s "
                "here: it waits for the button, so that the choices above stay quick.")
 else:
     swept.add(sweep_key)
-    rows, notes = cache.sweep(source_key, cache.config_key(sweep_cfg), work, sweep_cfg)
+    rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg)
     if (verdict := whatif.describe_sweep(rows, out.summary, world, out.noise)):
         st.success(verdict)
-        ui.show_figure(f"sweep:{source_key}:{cache.config_key(sweep_cfg)}",
+        ui.show_figure(f"sweep:{sweep_key}",
                        lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
                                                       f"({beyond.ranks(world)}, SIMULATED)"),
                        "whatif_sweep", alt="Sweep of iteration time against bucket size")
