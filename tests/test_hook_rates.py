@@ -178,6 +178,26 @@ def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_ratio():
     assert noise(times(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-12)
 
 
+def test_the_hook_experiment_pools_its_launches():
+    """experiments.hooks' rows over launches: the error of the mean times, not the mean of the errors;
+    each launch's own error kept; the launches' noise combined as independent (two of 3% and 4%: 2.5%)."""
+    from ddpsim.experiments.hooks import pool, table
+
+    def row(plain, measured, predicted, noise):
+        return {"model": "mlp", "cap": 0.25, "hook": "fp16", "plain_ms": plain, "measured_ms": measured,
+                "predicted_ms": predicted, "error": predicted / measured - 1, "noise": noise}
+    (pooled,) = pool([[row(30, 40, 36, 0.03)], [row(34, 60, 66, 0.04)]])
+    assert (pooled["plain_ms"], pooled["measured_ms"], pooled["predicted_ms"]) == (32, 50, 51)
+    assert pooled["error"] == pytest.approx(0.02)
+    assert pooled["launch_errors"] == pytest.approx([-0.1, 0.1])
+    assert pooled["noise"] == pytest.approx(0.025)
+    text = table([pooled])
+    assert "| +2.0% | -10.0 / +10.0 |" in text
+    assert "the launches alone: median |error| 10.0%, max 10.0% over 2 predictions" in text
+    with pytest.raises(ValueError):  # a launch that lost a row cannot be pooled against the others
+        pool([[row(30, 40, 36, 0.03)], []])
+
+
 def test_a_rate_the_trace_leaves_null_is_unknown_not_a_crash():
     """The reader takes null for an unknown rate; learning the trace crashed on float(None) (the fuzzer's
     case: sample 04 with meta.hook_rates.cast_s_per_byte null)."""

@@ -15,6 +15,12 @@ the hook run's median over the allreduce run's, with their steady iterations res
 (iteration i of both ran side by side), moves by the half-width of its 90% bootstrap interval, in
 %. On the 2-core machine one iteration takes 0.8x to 1.7x another of the same run, and an error
 within about this much is the machine's, not the model's.
+Each case is launched ``--launches`` times (every case once, then every case again), each launch
+learnt from and predicted on its own, and a row's times are the means over the launches: a launch
+of ranks draws a speed of its own (Note [Pool launches] in ``extrapolate.py``), and a hooked run
+moves against its allreduce run from one launch to the next by more than its iterations' sampling
+shows (shuffled at the default cap with bf16: 0.95x, 1.17x and 1.06x in three launches). The rows of
+the launches alone are kept (``launch_errors``) and summarised under the table.
 PowerSGD runs only where DDP has one bucket: torch's ``powerSGD_hook`` aborts gloo runs with
 several (docs/comm-hooks.md), and after the rebuild every zoo model over 1 MiB has two (the first
 bucket's 1 MiB cap), so PowerSGD is recorded on the convnet (0.3 MiB) alone. Prints one row per
@@ -36,6 +42,7 @@ CAPS = (0.25, None)  # MiB; None: torch's default (25 MiB, a 1 MiB first bucket)
 HOOKS = ("fp16", "bf16", "powersgd", "noop", "round-robin:2")  # predicted from "allreduce"
 POWERSGD = {"powersgd_rank": 1, "powersgd_start_iter": 2}  # PowerSGD from the third synced step
 ITERS = 48  # micro-steps per run (--iters)
+LAUNCHES = 3  # launches of every case, pooled (--launches; Note [Pool launches] in extrapolate.py)
 MIN_ITERS = 8  # fewer leave too few steady steps for a median and its noise
 RESAMPLES = 1000  # bootstrap resamples of a run's steady iterations for its noise
 
@@ -121,26 +128,57 @@ def predict(paths: dict[str, Path], model: str, cap) -> list[dict]:
     return rows
 
 
+def pool(per_launch: list[list[dict]]) -> list[dict]:
+    """One row per prediction from its row in each launch: the launches' mean times, the error of
+    the means, each launch's own error (``launch_errors``) and the launches' sampling noise
+    combined (independent launches: the root of the summed squares over their number)."""
+    pooled = []
+    for same in zip(*per_launch, strict=True):
+        row = dict(same[0])
+        row.update({k: statistics.mean(r[k] for r in same) for k in ("plain_ms", "measured_ms", "predicted_ms")})
+        row["error"] = row["predicted_ms"] / row["measured_ms"] - 1
+        row["noise"] = math.sqrt(sum(r["noise"] ** 2 for r in same)) / len(same)
+        row["launch_errors"] = [r["error"] for r in same]
+        pooled.append(row)
+    return pooled
+
+
 def table(rows: list[dict]) -> str:
-    head = ("| model | cap MiB | hook | allreduce run ms | hook run ms | noise | predicted ms | error |\n"
-            "|---|---|---|---|---|---|---|---|")
+    """The rows as a markdown table and the error summary; with pooled rows (``pool``) a column of
+    each launch's own error and a second summary over the launches alone."""
+    launches = "launch_errors" in rows[0]
+    head = ("| model | cap MiB | hook | allreduce run ms | hook run ms | noise | predicted ms | error |"
+            + (" each launch |" if launches else "") + "\n|---|---|---|---|---|---|---|---|" + ("---|" if launches else ""))
     lines = [f"| {r['model']} | {r['cap'] or 'default'} | {r['hook']} | {r['plain_ms']:.1f} | {r['measured_ms']:.1f} | "
-             f"±{r['noise'] * 100:.1f}% | {r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |" for r in rows]
-    return "\n".join([head, *lines, "", error_summary([r["error"] for r in rows])])
+             f"±{r['noise'] * 100:.1f}% | {r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |"
+             + (" " + " / ".join(f"{e * 100:+.1f}" for e in r["launch_errors"]) + " |" if launches else "") for r in rows]
+    summary = [error_summary([r["error"] for r in rows])]
+    if launches:
+        summary.append("the launches alone: " + error_summary([e for r in rows for e in r["launch_errors"]]))
+    return "\n".join([head, *lines, "", *summary])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(p)
     p.add_argument("--iters", type=int, default=ITERS, help=f"micro-steps per recorded run (default {ITERS})")
+    p.add_argument("--launches", type=int, default=LAUNCHES, help=f"launches of every case, pooled (default {LAUNCHES})")
     args = p.parse_args(argv)
     if args.iters < MIN_ITERS:
         p.error(f"--iters must be at least {MIN_ITERS} (PowerSGD starts at step 3; the noise needs steady steps)")
+    if args.launches < 1:
+        p.error(f"--launches must be at least 1, not {args.launches}")
     with recordings_folder(args.workdir, "ddpsim-hooks-") as folder:
-        rows = []
-        for n, (model, cap) in enumerate(CASES, 1):
-            print(f"[{n}/{len(CASES)}] {model}, cap {cap or 'default'}", file=sys.stderr, flush=True)
-            rows += predict(record_case(model, cap, folder, args.iters), model, cap)
+        per_launch = []
+        for launch in range(1, args.launches + 1):
+            rows = []
+            for n, (model, cap) in enumerate(CASES, 1):
+                print(f"[launch {launch}/{args.launches}, {n}/{len(CASES)}] {model}, cap {cap or 'default'}",
+                      file=sys.stderr, flush=True)
+                (folder / f"launch{launch}").mkdir(exist_ok=True)
+                rows += predict(record_case(model, cap, folder / f"launch{launch}", args.iters), model, cap)
+            per_launch.append(rows)
+        rows = pool(per_launch)
     return finish(table(rows), rows, args.out)
 
 
