@@ -14,7 +14,8 @@ The noise column is how far the error moves with the sampling of the iterations 
 the hook run's median over the allreduce run's, with their steady iterations resampled in pairs
 (iteration i of both ran side by side), moves by the half-width of its 90% bootstrap interval, in
 %. On the 2-core machine one iteration takes 0.8x to 1.7x another of the same run, and an error
-within about this much is the machine's, not the model's.
+within about this much is the machine's, not the model's (over several launches, their noises
+combined as independent).
 Each case is launched ``--launches`` times (every case once, then every case again), each launch
 learnt from and predicted on its own, and a row's times are the means over the launches: a launch
 of ranks draws a speed of its own (Note [Pool launches] in ``extrapolate.py``), and a hooked run
@@ -147,15 +148,29 @@ def table(rows: list[dict]) -> str:
     """The rows as a markdown table and the error summary; with pooled rows (``pool``) a column of
     each launch's own error and a second summary over the launches alone."""
     launches = "launch_errors" in rows[0]
-    head = ("| model | cap MiB | hook | allreduce run ms | hook run ms | noise | predicted ms | error |"
-            + (" each launch |" if launches else "") + "\n|---|---|---|---|---|---|---|---|" + ("---|" if launches else ""))
-    lines = [f"| {r['model']} | {r['cap'] or 'default'} | {r['hook']} | {r['plain_ms']:.1f} | {r['measured_ms']:.1f} | "
-             f"±{r['noise'] * 100:.1f}% | {r['predicted_ms']:.1f} | {r['error'] * 100:+.1f}% |"
-             + (" " + " / ".join(f"{e * 100:+.1f}" for e in r["launch_errors"]) + " |" if launches else "") for r in rows]
+    columns = ["model", "cap MiB", "hook", "allreduce run ms", "hook run ms", "noise", "predicted ms", "error"]
+    columns += ["each launch"] if launches else []
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
+
+    def cells(r) -> list[str]:
+        each = [" / ".join(f"{e * 100:+.1f}" for e in r["launch_errors"])] if launches else []
+        return [r["model"], str(r["cap"] or "default"), r["hook"], f"{r['plain_ms']:.1f}", f"{r['measured_ms']:.1f}",
+                f"±{r['noise'] * 100:.1f}%", f"{r['predicted_ms']:.1f}", f"{r['error'] * 100:+.1f}%", *each]
+    lines = ["| " + " | ".join(cells(r)) + " |" for r in rows]
     summary = [error_summary([r["error"] for r in rows])]
     if launches:
         summary.append("the launches alone: " + error_summary([e for r in rows for e in r["launch_errors"]]))
     return "\n".join([head, *lines, "", *summary])
+
+
+def run_launch(launch: int, launches: int, folder: Path, iters: int) -> list[dict]:
+    """Every case recorded and predicted once, in ``folder/launchN``."""
+    here, rows = folder / f"launch{launch}", []
+    here.mkdir(exist_ok=True)
+    for n, (model, cap) in enumerate(CASES, 1):
+        print(f"[launch {launch}/{launches}, {n}/{len(CASES)}] {model}, cap {cap or 'default'}", file=sys.stderr, flush=True)
+        rows += predict(record_case(model, cap, here, iters), model, cap)
+    return rows
 
 
 def main(argv=None) -> int:
@@ -169,16 +184,7 @@ def main(argv=None) -> int:
     if args.launches < 1:
         p.error(f"--launches must be at least 1, not {args.launches}")
     with recordings_folder(args.workdir, "ddpsim-hooks-") as folder:
-        per_launch = []
-        for launch in range(1, args.launches + 1):
-            rows = []
-            for n, (model, cap) in enumerate(CASES, 1):
-                print(f"[launch {launch}/{args.launches}, {n}/{len(CASES)}] {model}, cap {cap or 'default'}",
-                      file=sys.stderr, flush=True)
-                (folder / f"launch{launch}").mkdir(exist_ok=True)
-                rows += predict(record_case(model, cap, folder / f"launch{launch}", args.iters), model, cap)
-            per_launch.append(rows)
-        rows = pool(per_launch)
+        rows = pool([run_launch(launch, args.launches, folder, args.iters) for launch in range(1, args.launches + 1)])
     return finish(table(rows), rows, args.out)
 
 
