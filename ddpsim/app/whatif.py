@@ -98,7 +98,9 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
         changes["broadcast_buffers"] = bool(broadcast_buffers)
     if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
         changes.update(comm_hook=comm_hook, powersgd_start_iter=POWERSGD_START)
-    if base.kind == "trace" and work is not None and trace is not None:
+    if base.kind != "trace":  # a GPU model: its profile's rank noise and hook rates, as simulate --arch
+        changes = {**arch_defaults(workload(base, None) if work is None else work, comm_hook), **changes}
+    elif work is not None and trace is not None:
         if network not in (AS_RECORDED, None, "") and (spec := hardware.hardware_of(trace, network)):
             changes["hardware"] = spec  # a GPU recording: NCCL on its GPU's nodes, as simulate --hardware
         elif network not in (AS_RECORDED, None, ""):  # a CPU recording: the profile as one flat link
@@ -107,9 +109,7 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
                             "concurrency": int(prof.get("concurrency", 1)),
                             "interference": float(prof.get("interference", 0))})
         return replay_config(work, trace, **changes)
-    gpu_model = work if work is not None or base.kind == "trace" else workload(base, None)
-    defaults = {} if base.kind == "trace" else arch_defaults(gpu_model, comm_hook)  # as simulate --arch
-    return SimConfig(iters=SIM_ITERS, algo=algo, **{**defaults, **changes})  # algo: NCCL_ALGO (None: auto)
+    return SimConfig(iters=SIM_ITERS, algo=algo, **changes)  # algo: NCCL_ALGO (None: auto)
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:

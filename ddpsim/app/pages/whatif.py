@@ -7,7 +7,7 @@ from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
-from ddpsim.app.state import MEASURED, current_trace, keep_trace, pretty, trace_key
+from ddpsim.app.state import MEASURED, SWEPT, current_trace, keep_trace, pretty, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
@@ -152,7 +152,7 @@ sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network
                               trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=algo,
                               broadcast_buffers=bufs, comm_hook=sim_hook)
 sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
-swept = st.session_state.setdefault("ddpsim_swept", set())  # sweeps run this session: shown at once again
+swept = st.session_state.setdefault(SWEPT, set())  # sweeps run this session: shown at once again
 wait_s = widgets.sweep_seconds(out.summary)
 if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
         f"Run the sweep (about {wait_s:.0f} s)", key=k + "sweep"):
