@@ -115,6 +115,25 @@ def test_a_recorded_workload_simulates_another_world_size_on_the_calibrated_netw
     assert at2["iteration_time_s"] < at4["iteration_time_s"] < at8["iteration_time_s"]
 
 
+def test_ranks_sharing_cores_beyond_the_explicit_limit_are_refused_in_one_line():
+    # Ranks that share cores are played one by one (Note [Ranks that share a CPU]); grouped, they
+    # would each get a core of their own: 64 ranks on 2 cores took 1.2 s, 128 "took" 0.27 s.
+    from ddpsim.learn.extract import workload_from_trace
+    from ddpsim.samples import sample_path
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.trace import load_trace
+
+    trace = load_trace(sample_path("01_mlp_torch_default"))
+    trace.meta["calibration"] = combine({2: _entry(2, 2e-3, 1e-9), 4: _entry(4, 6e-3, 2e-9)}, turn=0.004)
+    w = workload_from_trace(trace)
+    _, at8 = simulate(w, SimConfig(world_size=8, iters=2, max_explicit_ranks=8))
+    assert at8["link"]["cpus"] == 2 and at8["actors"] == 8
+    for k in (9, 100_000):
+        with pytest.raises(ValueError, match=f"^{k} ranks sharing 2 CPU cores: .*at most 8;") as e:
+            simulate(w, SimConfig(world_size=k, iters=2, max_explicit_ranks=8))
+        assert "\n" not in str(e.value)
+
+
 def test_anchor_moves_every_world_size_by_the_recordings_own_line():
     # Note [Anchor the network to the recording]: calibrate measured 2 and 4 ranks in a slow
     # spell (slopes 1.5x); the recording's ranks timed 2 ranks at the normal speed. The cost

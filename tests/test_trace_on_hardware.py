@@ -126,4 +126,4 @@ def test_the_page_offers_a_gpu_recording_the_networks_between_gpus():
     said = " ".join(w.value for w in at.warning)
     assert "NCCL on H100-SXM5 nodes: NVLink x8" in said and "ran 2.31x as long" in said
     assert "modelled as an H100 node" not in said  # an H100 recording on H100 nodes
-    assert any("keeps 2 of the ranks" in c.value and "(8 ranks kept)" in c.value for c in at.caption)
+    assert any("keeps 2 of the ranks" in c.value and "the figure above, which keeps 8." in c.value for c in at.caption)

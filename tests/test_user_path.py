@@ -66,6 +66,7 @@ def test_what_another_world_size_does(tmp_path):
     assert worldsize.plan(here, 2).action == "recorded"
     assert worldsize.plan(here, 4).action == "measure"
     assert worldsize.plan(here, 4, calibrate=False).action == "uncalibrated"
+    assert worldsize.plan(here, 1).action == "alone"  # one rank: no allreduce to measure
     _, elsewhere = copy_of(MLP, tmp_path, hosts=["another-host"])
     refusal = worldsize.plan(elsewhere, 4)
     assert refusal.action == "refuse" and "another host (another-host)" in refusal.message and "--hardware" in refusal.message
@@ -78,6 +79,7 @@ def test_what_another_world_size_does(tmp_path):
     assert "the trace is a simulated trace" in worldsize.plan(simulated, 4).message
     _, gpu = copy_of(MLP, tmp_path, backend="nccl")
     assert worldsize.plan(gpu, 8).action == "refuse" and "GPU trace" in worldsize.plan(gpu, 8).message
+    assert worldsize.plan(gpu, 1).action == "alone"  # nor a network to ask for
     cal = {"world_sizes": {"2": {}, "4": {}}, "fit": {"wall": {}}}
     _, calibrated = copy_of(MLP, tmp_path, hosts=["another-host"], calibration=cal)
     assert worldsize.plan(calibrated, 4).action == "calibrated"

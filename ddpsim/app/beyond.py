@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ddpsim.experiments.worldsize import measured_sizes
 from ddpsim.sim import SimConfig
+from ddpsim.sim.netmodel import target_cpus
 from ddpsim.sim.network import network_for
 from ddpsim.trace import Trace
 
@@ -32,9 +33,12 @@ def far_cautions(trace: Trace | None, work, recorded: int, world_size: int, chos
            "Read the result as a trend, not a prediction."]
     meta = trace.meta if trace is not None else {}
     if str(meta.get("backend", "")) == "gloo" and (meta.get("placement") or {}).get("device") != "cuda":
-        out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); "
-                   f"{world_size} such ranks are no real machine. For GPU clusters start from "
-                   "a GPU model or a GPU recording.")
+        cores = target_cpus(meta.get("calibration") or {}, world_size) if not chosen_network else 0
+        where = (f"here they share this machine's {cores} CPU cores, as in a run here (the cores of the measurement), "
+                 "so each rank's compute slows with the ranks on its core" if cores else
+                 f"{world_size} such ranks are no real machine, and here each has a CPU core of its own")
+        out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); {where}. "
+                   "For GPU clusters start from a GPU model or a GPU recording.")
     return out
 
 

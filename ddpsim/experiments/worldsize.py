@@ -44,7 +44,7 @@ def measurable(world_size: int) -> int:
 class Plan:
     """What asking ``trace`` for ``world_size`` ranks will do (module docstring)."""
 
-    action: str  # "recorded", "calibrated", "measure", "uncalibrated" or "refuse"
+    action: str  # "recorded", "alone" (one rank), "calibrated", "measure", "uncalibrated" or "refuse"
     message: str  # one line for the user of the command line
     short: str = ""  # a refusal's reason without the command line's options (the What-if page offers networks)
 
@@ -66,6 +66,8 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
         raise ValueError(f"--world-size must be an integer >= 1, not {world_size!r}")
     if world_size == k:
         return Plan("recorded", f"{k} ranks, as recorded")
+    if world_size == 1:  # nothing to measure or to ask for, wherever the trace was recorded
+        return Plan("alone", "one rank sends its allreduces over no network, so none is priced or measured")
     if k < 2:  # Note [No network from one rank]
         return Plan("refuse", NO_NETWORK.format(ranks=k).format(world_size=world_size),
                     f"the trace has {k} rank and no collective to learn a network from")

@@ -44,12 +44,7 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     cfg.validate()
     link = resolve_link(w, cfg)
     explicit = bool(link.shared_core and link.cpus)
-    estimate = estimate_events(w, cfg, explicit, link)
-    if estimate > cfg.max_events:
-        raise SimulationTooLarge(
-            f"this simulation needs about {estimate:,} events ({count_actors(cfg, explicit)} rank actor(s) x "
-            f"{cfg.iters * cfg.no_sync_every:,} micro-steps x {len(w.ready_order)} gradients); the limit is "
-            f"{cfg.max_events:,} (--max-events): simulate fewer --iters or raise the limit")
+    estimate = checked_estimate(w, cfg, link, explicit)
     layouts, trace_layouts, plans = plan_layouts(w, cfg)
     actors, groups = plan_actors(cfg, len(plans), explicit=explicit)
     t0 = time.perf_counter()
@@ -102,6 +97,26 @@ def nccl_choices(link, layout: Layout, world_size: int) -> list[dict]:
 
 def _ns(t: float) -> int:
     return int(round(t * 1e9))
+
+
+def checked_estimate(w: Workload, cfg: SimConfig, link, explicit: bool) -> int:
+    """The simulation's estimated events (``budget.estimate_events``), or one line saying why it cannot run.
+
+    ``explicit``: ranks share CPU cores (Note [Ranks that share a CPU]), so every rank must be its own
+    actor; grouped, they would silently get a core each.
+    """
+    if explicit and count_actors(cfg, explicit) < cfg.world_size:  # grouped ranks would get a core each
+        raise ValueError(f"{cfg.world_size} ranks sharing {link.cpus} CPU cores: ranks that share cores are "
+                         f"simulated one by one, at most {cfg.max_explicit_ranks}; ask for fewer ranks, or "
+                         "name a network for ranks on devices of their own")
+    estimate = estimate_events(w, cfg, explicit, link)
+    if estimate > cfg.max_events:
+        turns = ", and a turn per time slice of each rank sharing a core" if explicit and link.time_slice_s else ""
+        raise SimulationTooLarge(
+            f"this simulation needs about {estimate:,} events ({count_actors(cfg, explicit)} rank actor(s) x "
+            f"{cfg.iters * cfg.no_sync_every:,} micro-steps x {len(w.ready_order)} gradients{turns}); the limit "
+            f"is {cfg.max_events:,} (--max-events): simulate fewer --iters or raise the limit")
+    return estimate
 
 
 def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[Layout],

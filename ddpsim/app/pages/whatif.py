@@ -169,8 +169,8 @@ else:
                        "whatif_sweep", alt="Sweep of iteration time against bucket size")
         if world > whatif.SWEEP_RANKS:
             st.caption(f"Each of the sweep's {len(rows)} simulations keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
-                       "its exposed communication, the most any kept rank waits, can sit below the figure above "
-                       f"({min(world, cfg.trace_ranks)} ranks kept).")
+                       "its exposed communication, the most any kept rank waits, can sit below that of the figure "
+                       f"above, which keeps {min(world, cfg.trace_ranks)}.")
     for note in notes:
         st.caption(f"Not in the sweep: {note}")
 ui.explain("bucket_size", "order", "find_unused", "no_sync", "simulated")
