@@ -44,6 +44,11 @@ def test_record_join_has_each_shadow_allreduce_of_the_joined_ranks(record, impl,
             assert all(s.start_ns <= c.launch_ns <= c.complete_ns <= s.end_ns for c in s.allreduces)
     save_trace(trace, tmp_path / "again.json")  # what ddpsim writes, it reads back
     assert load_trace(tmp_path / "again.json").ranks[2].join == trace.ranks[2].join
+    from ddpsim.learn import learn, replay_config  # the replay (`simulate --trace`): learning runs noop steps
+    from ddpsim.sim import simulate
+    w = learn(trace)
+    replay, _ = simulate(w, replay_config(w, trace))
+    assert [len(r.join.shadows) for r in replay.ranks] == [len(r.join.shadows) for r in trace.ranks]
 
 
 def test_join_options_are_checked_in_one_line():
@@ -122,6 +127,23 @@ def test_the_simulator_shadows_every_bucket_of_each_missed_step_and_ends_togethe
         assert r.join.start_ns >= r.iterations[-1].end_ns
     # a joined rank computes nothing, so nobody waits for it: rank 0's steps are as in the even run
     assert [it.end_ns for it in trace.ranks[0].iterations] == [it.end_ns for it in even.ranks[0].iterations]
+
+
+@pytest.mark.parametrize("hook", ["noop", "fp16"])
+def test_a_joined_rank_runs_the_comm_hook_on_its_zeros(hook):
+    # _match_all_reduce_for_bwd_pass calls _run_comm_hook: a joined rank sends what the hook sends (noop:
+    # nothing; the simulator used to wait for allreduces noop never launched, and the replay of a --join
+    # recording, which learns from noop steps, failed)
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    trace, _ = simulate(synthetic("resnet50"), SimConfig(world_size=3, iters=4, uneven=1, join=True, comm_hook=hook))
+    assert len({r.join.end_ns for r in trace.ranks}) == 1 and trace.ranks[2].join.end_ns is not None
+    shadows = [s for r in trace.ranks for s in r.join.shadows]
+    n = len(trace.ranks[0].layouts[-1].buckets)
+    assert len(shadows) == 3 and all(len(s.allreduces) == n for s in shadows)  # each bucket through the hook
+    took = [c.complete_ns - c.launch_ns for s in shadows for c in s.allreduces]
+    assert all(t == 0 for t in took) if hook == "noop" else all(t > 0 for t in took), (hook, took)
 
 
 def test_uneven_inputs_without_join_are_refused_by_the_simulator():

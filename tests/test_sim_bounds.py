@@ -126,3 +126,14 @@ def test_an_output_path_that_is_a_directory_is_one_line_naming_it(capsys, tmp_pa
     rc, out, err = run_cli(capsys, command, "--trace", TRACE, *extra, "--out", str(tmp_path))
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and f"cannot use {tmp_path}: Is a directory" in lines[0], err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    # `ddpsim simulate ... | head -1`: no "error: cannot use: Broken pipe"
+    import re
+    import subprocess
+    import sys
+
+    cmd = f"{sys.executable} -m ddpsim simulate --trace {TRACE} --no-calibrate | head -c 1"
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert p.stdout == "s" and re.fullmatch(r"(simulated in [0-9.]+ s\n)?", p.stderr), (p.stdout, p.stderr)

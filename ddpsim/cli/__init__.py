@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None, commands: dict[str, str] | None = None) 
     except KeyboardInterrupt as e:  # its message, if any, says what was kept (record)
         print(f"ddpsim: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ddpsim ... | head`: the reader has gone; quiet, as other commands are
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit fails too
+        return 1
     except OSError as e:  # an output or input path: one line naming it, not the raw errno text
         where = f" {e.filename}" if e.filename else ""
         print(f"ddpsim {args.command}: error: cannot use{where}: {e.strerror or e}", file=sys.stderr)

@@ -169,6 +169,8 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
 
 def join_record(a) -> JoinRecord:
     """An actor's time under Join (sim/join.py) as the trace holds it."""
+    if a.join_end is None:  # a collective that some rank never launched: the simulation stalled
+        raise RuntimeError(f"the simulation stalled: rank {a.rank} never ended Join's final model sync")
     shadows = [ShadowStep(i, _ns(t0), _ns(t1), [Collective(_ns(t), _ns(w.end), w.nbytes) for t, w in works])
                for i, t0, t1, works in a.shadows]
     return JoinRecord(_ns(a.join_start), _ns(a.join_end), True, shadows)

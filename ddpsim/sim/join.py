@@ -3,12 +3,14 @@
 Rank r has data for ``iters - uneven * r`` micro-steps (``record --uneven``). Once its data runs
 out, a rank inside ``model.join()`` does no compute: for each micro-step the others still run it
 shadows their collectives (``_DDPJoinHook.main_hook``): the buffer broadcast, and in a synced step
-one allreduce per bucket of the layout in effect (``_match_all_reduce_for_bwd_pass``), launched
-together, plus the used-parameter bitmap with find_unused_parameters. A collective starts when
-every rank has launched it, so a joined rank never makes the others wait. When every rank is out
-of data, all of them take the last joiner's parameters (``_sync_final_model``: one broadcast of the
-parameters and buffers). The tiny allreduces Join adds to each forward (a 4-byte flag, twice) are
-left out: on the recordings here they are inside the learnt forward time.
+each bucket of the layout in effect through the comm hook, launched together
+(``_match_all_reduce_for_bwd_pass`` runs ``_run_comm_hook`` on zeros: DDP's allreduce, or the
+registered hook's collectives, none for noop), plus the used-parameter bitmap with
+find_unused_parameters. A collective starts when every rank has launched it, so a joined rank never
+makes the others wait. When every rank is out of data, all of them take the last joiner's
+parameters (``_sync_final_model``: one broadcast of the parameters and buffers). The tiny
+allreduces Join adds to each forward (a 4-byte flag, twice) are left out: on the recordings here
+they are inside the learnt forward time.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def shadow(env, model, actor, plan):
         yield cast.done
     if plan.sync:  # check_global_requires_backward_grad_sync said the others reduce this step
         nbytes = model.bucket_bytes[plan.layout_id]
-        works = [(env.now, model.launch(actor, (plan.iteration, b), nbytes[b])) for b in range(len(nbytes))]
+        works = [(env.now, model.run_comm_hook(actor, plan, b, nbytes[b])) for b in range(len(nbytes))]
         if plan.bitmap:
             model.launch(actor, (plan.iteration, "bitmap"), model.bitmap_bytes)
         pending = [w.done for _, w in works if not w.done.processed]

@@ -86,6 +86,13 @@ class Model:
         self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
         self.hook, self.hook_rates, self.synced_step = None, {}, hooked.synced_steps(plans)  # api.py
 
+    def run_comm_hook(self, actor: Actor, plan: Plan, b: int, nbytes: int) -> Work:
+        """``Reducer::run_comm_hook``: bucket ``b``'s allreduce, or the registered hook's collectives
+        (none for noop); a joined rank runs it too, on zeros (sim/join.py)."""
+        if self.hook is None:
+            return self.launch(actor, (plan.iteration, b), nbytes)
+        return hooked.launch_bucket(self, actor, plan, b, nbytes, Work)
+
     def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
                seconds: float | None = None) -> Work:
         """``actor`` launches collective ``key``; the last launcher starts it. ``seconds``: its cost,
@@ -153,9 +160,7 @@ class Reducer:
         """
         if self.brec is not None:
             self.brec.setdefault(b, [now, None, None])[1] = now
-        m = self.model
-        self.works.append(m.launch(self.actor, (self.plan.iteration, b), self.nbytes[b]) if m.hook is None
-                          else hooked.launch_bucket(m, self.actor, self.plan, b, self.nbytes[b], Work))
+        self.works.append(self.model.run_comm_hook(self.actor, self.plan, b, self.nbytes[b]))
         return self.works[-1]
 
     def launch_returned(self, b: int, now: float) -> None:
