@@ -70,17 +70,13 @@ class Model:
         self.env, self.w, self.link, self.world_size = env, w, link, world_size
         self.layouts, self.plans, self.actors = layouts, plans, actors
         self.platform = platform or platform_for(env, link, world_size, actors)
-        self.collectives: dict[tuple, Work] = {}
-        self.n_collectives = 0
+        self.collectives, self.n_collectives = {}, 0  # key -> Work (launched by some actor); started ones
         sizes = [p.bytes for p in w.params]
         self.bucket_bytes = [[sum(sizes[i] for i in b) for b in lay] for lay in layouts]
-        self.bucket_of = []
-        for lay in layouts:
-            m = [0] * len(sizes)
-            for bi, b in enumerate(lay):
-                for i in b:
-                    m[i] = bi
-            self.bucket_of.append(m)
+        self.bucket_of = [[0] * len(sizes) for _ in layouts]  # per layout: parameter -> its bucket
+        for m, lay in zip(self.bucket_of, layouts):
+            for bi, i in ((bi, i) for bi, b in enumerate(lay) for i in b):
+                m[i] = bi
         self.bitmap_bytes = 4 * len(sizes)
         self.broadcast_s = w.broadcast_cost(link, world_size)
         self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
@@ -89,9 +85,8 @@ class Model:
     def run_comm_hook(self, actor: Actor, plan: Plan, b: int, nbytes: int) -> Work:
         """``Reducer::run_comm_hook``: bucket ``b``'s allreduce, or the registered hook's collectives
         (none for noop); a joined rank runs it too, on zeros (sim/join.py)."""
-        if self.hook is None:
-            return self.launch(actor, (plan.iteration, b), nbytes)
-        return hooked.launch_bucket(self, actor, plan, b, nbytes, Work)
+        return (self.launch(actor, (plan.iteration, b), nbytes) if self.hook is None
+                else hooked.launch_bucket(self, actor, plan, b, nbytes, Work))
 
     def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
                seconds: float | None = None) -> Work:
