@@ -54,6 +54,13 @@ def test_whatif_switch_configuration_renders_chart(server, browser):
     assert changed["srcs"][0] != shown["srcs"][0]  # a new simulated timeline
     chosen = browser.eval("Array.from(document.querySelectorAll('[data-testid=stSelectbox] input')).map(i => i.value)")
     assert "none (DDP's own allreduce)" in chosen, chosen  # the hook selector keeps its choice, not "Choose an option"
+    for hook in ("fp16", "none (DDP's own allreduce)"):  # back to none: a None option offered "Clear value"
+        before = browser.state()["srcs"]
+        browser.choose("Communication hook", hook)
+        changed = browser.wait_rendered(min_images=2, changed_from=before, timeout_s=30)
+    buttons = browser.eval("[...document.querySelectorAll('[data-testid=stSelectbox]')].filter(s => s.innerText"
+                           ".includes('Communication hook')).map(s => s.innerHTML).join('')")
+    assert "Clear value" not in buttons and "none (DDP's own allreduce)" in buttons
     browser.click_label("a GPU model")  # the GPU example, where bucket size matters ~2x
     gpu = browser.wait_rendered(min_images=2, changed_from=changed["srcs"], timeout_s=40)
     text = browser.eval("document.body.innerText")

@@ -339,7 +339,7 @@ def test_page_kept_runs_with_different_choices_are_both_kept(monkeypatch):
     at.switch_page("ddpsim/app/pages/whatif.py").run()
     at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
     hook = next(s for s in at.selectbox if s.label == "Communication hook")
-    for choice in ("fp16", None):
+    for choice in ("fp16", "none"):
         hook.set_value(choice).run()
         next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
     at.selectbox(key="ddpsim_wi_gpu").set_value("a100").run()
@@ -467,7 +467,10 @@ def test_a_recorded_hook_reads_as_recorded_in_the_selector():
     assert widgets.hook_label("powersgd", recorded) == "powersgd (as recorded)"
     assert widgets.hook_label("powersgd", whatif.Base("trace", config={"world_size": 2})).startswith(
         "powersgd (rank 1, from step 2")
-    assert widgets.hook_label(None) == "none (DDP's own allreduce)"
+    assert widgets.hook_label(None) == widgets.hook_label("none") == "none (DDP's own allreduce)"
+    # the selectors offer "none", not None: Streamlit shows a None value as no choice ("Choose an option")
+    assert None not in widgets.hook_options() and widgets.chosen_hook(widgets.hook_options()[0]) is None
+    assert widgets.hook_options(recorded)[widgets.hook_options(recorded).index("powersgd")] == "powersgd"
 
 
 def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():

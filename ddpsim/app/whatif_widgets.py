@@ -13,15 +13,24 @@ def recorded_hook(base: Base) -> str | None:
     return base.config.get("comm_hook") if base.kind == "trace" else None
 
 
-def hook_options(base: Base) -> list:
-    """The selector's hooks: the usual what-ifs, and the recorded one if it is another (a user's hook)."""
-    rec = recorded_hook(base)
-    return list(HOOKS) + ([rec] if rec and rec not in HOOKS else [])
+NO_HOOK = "none"  # the hook selectors' value for DDP's own allreduce: Streamlit shows a None option as no choice
+
+
+def hook_options(base: Base | None = None) -> list[str]:
+    """The selectors' hooks: the usual what-ifs, and the recorded one if it is another (a user's hook)."""
+    rec = recorded_hook(base) if base is not None else None
+    return [h or NO_HOOK for h in HOOKS] + ([rec] if rec and rec not in HOOKS else [])
+
+
+def chosen_hook(value: str | None) -> str | None:
+    """The hook a selector's ``value`` names (None: DDP's own allreduce)."""
+    return None if value in (None, NO_HOOK) else value
 
 
 def hook_label(hook: str | None, base: Base | None = None) -> str:
     """How a hook reads in the selectors: the recorded one as recorded, PowerSGD what-ifs with the rank
     and start step they run with here."""
+    hook = chosen_hook(hook)
     if hook and base is not None and hook == recorded_hook(base):
         return f"{hook} (as recorded)"
     if hook == "powersgd":

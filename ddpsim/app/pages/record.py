@@ -4,7 +4,7 @@ import streamlit as st
 from ddpsim.app import jobs, ui
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app.state import get_trace, open_partial, open_recording
-from ddpsim.app.whatif import HOOKS, POWERSGD_START  # the hooks the What-if page prices, PowerSGD from step 2
+from ddpsim.app.whatif import POWERSGD_START  # PowerSGD from step 2, as the What-if page prices it
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
@@ -30,10 +30,11 @@ with st.form("ddpsim_record_form"):
                            format_func=lambda v: "default" if v is None else f"{v:g}", key="ddpsim_rec_cap")
     fu = c3.checkbox("find_unused_parameters", key="ddpsim_rec_fu")
     hook = st.columns(3)[0].selectbox(
-        "Communication hook", HOOKS, key="ddpsim_rec_hook", format_func=widgets.hook_label,
+        "Communication hook", widgets.hook_options(), key="ddpsim_rec_hook", format_func=widgets.hook_label,
         help="register_comm_hook with torch's own hook (record --comm-hook); PowerSGD from step "
              f"{POWERSGD_START} (rank 1). torch's PowerSGD aborts gloo runs with several buckets: "
              "ddpsim refuses those in one line.")
+    hook = widgets.chosen_hook(hook)  # None: DDP's own allreduce
     started = st.form_submit_button("Start recording", type="primary", icon=":material/play_arrow:")
 
 if started and hook and impl != "torch":  # record refuses it too, in its flags' words

@@ -54,12 +54,13 @@ order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
 hooks = widgets.hook_options(base)
-hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recorded_hook(base)), key=k + "hook",
-                    format_func=lambda h: widgets.hook_label(h, base),
+hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recorded_hook(base) or widgets.NO_HOOK),
+                    key=k + "hook", format_func=lambda h: widgets.hook_label(h, base),
                     help="register_comm_hook: fp16/bf16 send half the bytes, PowerSGD (rank 1, from step "
                          f"{whatif.POWERSGD_START}) low-rank factors, noop nothing; round-robin:2 spreads buckets "
                          "over two process groups. Each hook's casts and matmuls cost what the recording measured in "
                          "its ranks (a GPU model: its profile's rates); noop runs the compute alone.")
+hook = widgets.chosen_hook(hook)  # None: DDP's own allreduce
 fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
 bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
                  help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
