@@ -225,7 +225,7 @@ def test_waiting_that_grows_against_a_faster_change_says_both_times():
     dt = out.summary["iteration_time_s"] - out.unchanged_summary["iteration_time_s"]
     assert dw > 0 > dt
     text = whatif.describe_stragglers(out)
-    assert f"Waiting for stragglers adds {dw * 1e3:.2f} ms against the predicted change of" in text, text
+    assert f"Waiting for stragglers takes {dw * 1e3:.2f} ms more than unchanged, against the predicted change of" in text, text
     assert "Of the predicted change" not in text
 
 
@@ -488,6 +488,9 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
     assert noisy.endswith("Its gain (1.5%) is inside the recorded run's iteration-to-iteration spread (±14%): a "
                           "measurement could not tell the two apart."), noisy
     assert "Its gain" not in whatif.describe_sweep([row(5.0, 0.030, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
+    near = whatif.describe_sweep([row(0.25, 0.03060, True), row(None, 0.03062), row(100.0, 0.0307)],
+                                 {"iteration_time_s": 0.03062}, 1, 0.05)  # the H200 run at 1 rank
+    assert "as fast or faster: nothing to change" in near and "Its gain" not in near, near
 
 
 def test_the_change_says_why_there_is_no_recorded_spread():

@@ -65,13 +65,14 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
 
 def _part_of_change(dw: float, dt: float) -> str:
     """What waiting adds to (or takes from) the predicted change ``dt``: a share where both go the same
-    way, else both times ("+6.09 ms (-2.1%)" read as a contradiction beside a change of -291 ms)."""
+    way, else both times ("+6.09 ms (-2.1%)" read as a contradiction beside a change of -291 ms; so did
+    waiting that "saves" time where more ranks make communication, not compute, set the pace)."""
     if abs(dw) < 5e-6:  # under 0.005 ms: "-0.00 ms (-0%)" said nothing
         return f"Of the predicted change ({dt * 1e3:+.2f} ms), none is waiting for stragglers."
     if (dw > 0) == (dt > 0):
         return f"Of the predicted change ({dt * 1e3:+.2f} ms), {dw * 1e3:+.2f} ms ({_share(dw, dt)}) is waiting for stragglers."
-    return (f"Waiting for stragglers {'adds' if dw > 0 else 'saves'} {abs(dw) * 1e3:.2f} ms against the predicted "
-            f"change of {dt * 1e3:+.2f} ms: without it the change would be {(dt - dw) * 1e3:+.2f} ms.")
+    return (f"Waiting for stragglers takes {abs(dw) * 1e3:.2f} ms {'more' if dw > 0 else 'less'} than unchanged, against "
+            f"the predicted change of {dt * 1e3:+.2f} ms: without it the change would be {(dt - dw) * 1e3:+.2f} ms.")
 
 
 def _slowest(n: int, spread: float, lag: float, micro_steps: int, source: str) -> str:

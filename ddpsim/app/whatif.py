@@ -143,13 +143,13 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
                 f"combinations simulate at {best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)}.")
     cap = "default (torch's 25 MiB, first bucket 1 MiB)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
     explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
-    times = [r["iteration_time_s"] * 1e3 for r in default_rows]
+    times, tie = [r["iteration_time_s"] * 1e3 for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
     return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
             f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
-            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * (chosen['iteration_time_s'] < best['iteration_time_s'] + 5e-5)}). "
+            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
-            f"{min(times):.1f}–{max(times):.1f} ms." + _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise))
+            f"{min(times):.1f}–{max(times):.1f} ms." + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise)))
 
 
 def _within(gain: float, noise: float | None) -> str:

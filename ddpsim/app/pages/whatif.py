@@ -133,7 +133,8 @@ ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
                "whatif_timeline", alt="The unchanged configuration and the what-if, both simulated, on one time axis")
 st.caption("The figure draws rank 0's most typical iteration of each run (closest to its medians), with that "
            "iteration's own time in its header; the figures above are medians over the steady iterations, and "
-           "their exposed communication is the most any simulated rank waits, so the two can differ a little.")
+           "their exposed communication is the most any simulated rank waits, so the two can differ: one rank's "
+           "typical iteration, against the rank that waits most.")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
     name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo)
