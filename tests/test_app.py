@@ -97,6 +97,18 @@ def test_malformed_upload_shows_error_and_keeps_previous_trace(fixture_samples):
     assert {"upload: mine.json", "upload: mine.json (2)"} <= set(at.selectbox(key="ddpsim_source").options)
 
 
+def test_a_failed_uploads_error_goes_once_another_trace_is_chosen(monkeypatch):
+    # "Still showing the previous trace" stayed on every page after the user chose another one
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+    at = open_app()
+    at.file_uploader[0].set_value(("empty.json", b"", "application/json")).run()
+    assert len(at.error) == 1 and "empty.json is empty" in at.error[0].value
+    chooser = at.selectbox(key="ddpsim_source")
+    other = next(o for o in chooser.options if o != chooser.value)
+    chooser.set_value(other).run()
+    assert not at.exception and not at.error and at.selectbox(key="ddpsim_source").value == other
+
+
 def test_accept_upload_takes_bytes():
     def script(fixture_path):
         from pathlib import Path

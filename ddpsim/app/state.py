@@ -205,16 +205,17 @@ def all_labels() -> list[str]:
 
 
 def _handle_upload(upload) -> None:
-    """Parse a new upload once; re-show its error on reruns while it stays in the uploader."""
+    """Parse a new upload once; re-show its error on reruns while it stays in the uploader and the trace
+    it left open is still the one chosen (its "Still showing the previous trace" is wrong after another)."""
     if upload is None:
         st.session_state.pop("ddpsim_upload", None)
         return
-    seen = st.session_state.get("ddpsim_upload")
+    seen, chosen = st.session_state.get("ddpsim_upload"), st.session_state.get("ddpsim_source")
     if seen and seen[0] == upload.file_id:
-        if seen[1]:
+        if seen[1] and seen[2] == chosen:
             st.error(seen[1], icon="⚠️")
         return
-    st.session_state["ddpsim_upload"] = (upload.file_id, accept_upload(upload.name, upload.getvalue()))
+    st.session_state["ddpsim_upload"] = (upload.file_id, accept_upload(upload.name, upload.getvalue()), chosen)
 
 
 def get_trace(label: str, quiet: bool = False) -> Trace | None:
