@@ -159,3 +159,12 @@ def test_samples_helper(monkeypatch, tmp_path):
             samples.sample_path(bad)
     monkeypatch.setenv(samples.ENV_VAR, str(tmp_path / "missing"))
     assert samples.list_samples() == []
+
+
+def test_a_change_that_rounds_to_nothing_reads_as_none():
+    # the metric badges read "-0 pts" and "↑ 0.0 ms"
+    from ddpsim.app import ui
+
+    assert ui.delta_text("{:.0%}", -0.001) == ("0 pts", True)
+    assert ui.delta_text("{:.1f} ms", 0.04) == ("0.0 ms", True)
+    assert ui.delta_text("{:.1f} ms", -0.06) == ("-0.1 ms", False)

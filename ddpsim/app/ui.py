@@ -127,6 +127,12 @@ METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. " + I
                                     "gradient (docs/accuracy.md)."}
 
 
+def delta_text(fmt: str, d: float) -> tuple[str, bool]:
+    """A metric's change ``d`` as shown, and whether it rounds to nothing ("-0 pts" and "↑ 0.0 ms" read as changes)."""
+    zero = fmt.format(abs(d)) == fmt.format(0)
+    return fmt.format(0 if zero else d).replace("%", " pts"), zero
+
+
 def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> None:
     """Iteration time, exposed comm and overlap as st.metric, with deltas against ``base``."""
     cols = st.columns(3)
@@ -139,8 +145,7 @@ def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> N
                                           "sends nothing): there is no communication to overlap.")
             continue
         v = values[k] * scale
-        delta = None if base is None else fmt.format(v - base[k] * scale).replace("%", " pts")
-        same = delta is not None and fmt.format(v) == fmt.format(base[k] * scale)
+        delta, same = (None, False) if base is None else delta_text(fmt, v - base[k] * scale)
         col.metric(name, fmt.format(v), delta=delta, delta_color="off" if same else color,
                    delta_arrow="off" if same else "auto", help=METRIC_HELP.get(k),
                    delta_description=f"vs {base_name}" if base_name else None)

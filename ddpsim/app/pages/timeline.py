@@ -40,10 +40,10 @@ for col, key, name, fmt, scale in (
     if key == "overlap_fraction" and value is not None and not talked["this"]:  # 0% of nothing
         col.metric(f"{name}, iteration {iteration}", "none", help=notes.NO_OVERLAP)
         continue
+    delta, zero = (None, False) if value is None or base is None else ui.delta_text(fmt, value - base)
     col.metric(
-        f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value),
-        delta=None if value is None or base is None else fmt.format(value - base).replace("%", " pts"),
-        delta_color="off", delta_description="vs the steady state",
+        f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value), delta=delta,
+        delta_color="off", delta_arrow="off" if zero else "auto", delta_description="vs the steady state",
         help=None if base is None else f"Steady state ({STEADY_HOW[key]} iterations "
              f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
              "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
