@@ -34,8 +34,8 @@ def far_cautions(trace: Trace | None, work, recorded: int, world_size: int, chos
     meta = trace.meta if trace is not None else {}
     if str(meta.get("backend", "")) == "gloo" and (meta.get("placement") or {}).get("device") != "cuda":
         cores = target_cpus(meta.get("calibration") or {}, world_size) if not chosen_network else 0
-        where = (f"here they share this machine's {cores} CPU cores, as in a run here (the cores of the measurement), "
-                 "so each rank's compute slows with the ranks on its core" if cores else
+        where = (f"here they share the {cores} CPU cores its allreduce was measured on, as in a run there, so "
+                 "each rank's compute slows with the ranks on its core" if cores else
                  f"{world_size} such ranks are no real machine, and here each has a CPU core of its own")
         out.append(f"The recording is a CPU run (gloo, {recorded} processes sharing cores); {where}. "
                    "For GPU clusters start from a GPU model or a GPU recording.")
