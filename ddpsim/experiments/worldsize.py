@@ -19,11 +19,13 @@ the trace first, -4.4%. So, unless the user names a network (``--hardware``,
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass
 
 from ddpsim.learn.linkfit import NO_NETWORK
+from ddpsim.sim.config import SimConfig
 from ddpsim.trace import Trace
 
 SIZES = [k * 1024 for k in (4, 64, 512, 2048, 8192)]  # bytes timed at each world size (calibrate's default)
@@ -35,9 +37,13 @@ MAX_MEASURED = 16  # the most ranks measured here; more come from the world-size
 def measurable(world_size: int) -> int:
     """The largest world size measured for ``world_size``: itself, or at most twice this host's CPUs (and
     ``MAX_MEASURED``); the calibration's world-size fit (``sim.netmodel``) carries it further."""
-    import os
-
     return min(world_size, max(4, 2 * (os.cpu_count() or 1)), MAX_MEASURED)
+
+
+def shared_beyond_play(world_size: int) -> bool:
+    """More ranks than this host's CPUs, and than the simulator plays one by one, as ranks sharing cores
+    need (Note [Ranks that share a CPU]): measured here, such a world size is refused (``sim.api``)."""
+    return world_size > max(SimConfig.max_explicit_ranks, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,10 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
         how = "measured in" if world_size in measured else "the world-size fit through"
         return Plan("calibrated", f"the allreduce at {world_size} ranks is {how} the trace's calibration "
                                   f"(measured at {', '.join(map(str, sorted(measured)))} ranks)")
+    if local and shared_beyond_play(world_size):  # a measurement would put them on these cores: refused
+        return Plan("uncalibrated", f"nothing is measured for {world_size} ranks: on this machine's {os.cpu_count()} "
+                                    f"cores they would be simulated one by one, at most {SimConfig.max_explicit_ranks}, "
+                                    f"so each rank has a core of its own and the allreduce is the ring model fitted at {k} ranks")
     if local:
         if calibrate:
             top = measurable(world_size)
