@@ -170,8 +170,9 @@ plot_dataparallel(result)'''),
     M("""Read the figure row by row: DataParallel's devices wait for their chunk and their copy of the
 parameters, then take turns holding the GIL (pink) between their kernels (light grey), so the
 forward stretches; after the backward, every device's gradients travel to device 0 one after
-another, and only device 0 steps. DDP's ranks just compute, with the allreduces (green) under the
-backward. With more devices DataParallel's copies and reduction grow while each device's compute
+another, and only device 0 steps. DDP's ranks just compute, then allreduce (green): this small
+model's gradients fit one bucket, so its one allreduce starts as the backward ends (notebook 03
+shows buckets overlapping a backward). With more devices DataParallel's copies and reduction grow while each device's compute
 shrinks, so past a few devices it gets *slower*.
 
 On a GPU the kernels are far shorter than this CPU's, and the Python is not. `on_gpu` keeps the
@@ -527,8 +528,8 @@ nearly flat, and says nothing about small buckets.
 Bucket size matters more when communication can run *beside* compute, as on GPUs with their
 own network engines. A what-if where it does: ResNet-50 on 64 V100 GPUs joined by 10 Gb
 Ethernet (a synthetic workload from the architecture's parameter table, see notebook 05). Tiny
-buckets pay the per-collective latency hundreds of times; one huge bucket starts only after the
-whole backward and overlaps nothing. The sweet spot is in between."""),
+buckets pay the per-collective latency dozens of times (46 buckets at 0.25 MiB); one huge bucket
+starts only after the whole backward and overlaps nothing. The sweet spot is in between."""),
     C('''resnet = synthetic("resnet50", "v100-eth10")
 big = sweep(resnet, {"bucket_cap_mb": [0.25, 1, 4, 10, 25, 50, 100, 200]}, SimConfig(world_size=64, iters=3))
 sweet = min(big, key=lambda r: r["iteration_time_s"])
@@ -651,9 +652,11 @@ print("layouts:", [(l.from_iteration, l.kind) for l in fu.ranks[0].layouts])''')
 it can take as long as the other rank's extra backward: a collective ends only when every rank
 has joined it, so this span also shows the ranks waiting for each other."""),
     C('''plot_timeline(fu, 2)'''),
-    M("""What does the flag cost? The search and the bitmap are small next to a whole iteration here;
-at scale the bigger cost is the lost rebuild (a worse bucket order). A what-if for BERT-large on
-64 A100s:"""),
+    M("""What does the flag cost? The search and the bitmap are small next to a whole iteration here. At
+scale the flag also costs the rebuild: its buckets keep the order of definition instead of the
+order gradients arrived in. For a model whose gradients arrive in about reverse definition order,
+as BERT-large's layers do, that is nearly free; a what-if on 64 A100s (the `shuffled` model of
+notebook 03 is one where the order costs):"""),
     C('''from ddpsim.sim import SimConfig, simulate, synthetic
 
 bert = synthetic("bert-large", "a100-ib200")
@@ -805,6 +808,9 @@ spreads.sort(reverse=True)
 for spread, arch, net, ws in spreads[:4]:
     print(f"{spread:4.2f}x  {arch} on {net}, {ws} GPUs")
 print("paper's >2x reproduced in this grid:", spreads[0][0] > 2)'''),
+    M("""If that printed False: on these datasheet profiles the grid's largest spread stays below 2x. The
+paper's 2x came from its own models and clusters; a spread below it here is a result, not an
+error, and a slower network or a bigger world size moves the spread up."""),
     M("""2. *The best size grows with the model, sub-linearly.* BERT-large has ~13x the gradient bytes
 of ResNet-50; compare the ratio of their best bucket sizes on each network (when a sweep is flat,
 several sizes are within noise of the best, so read this as a trend, not a law). Where the network
@@ -918,7 +924,9 @@ the steady steps). "noise" is how far the error would move from the sampling of 
 an error within about that much is the machine's, not the model's:"""),
     C('''rows = hook_runs.predict(paths, "mlp", 0.25)
 print(hook_runs.table(rows))'''),
-    M("""So on this machine compression gains little: fp16 and bf16 send half the bytes, but gloo's
+    M("""Read the table with its "noise" column: on a busy machine (other work on the cores, noise above
+about 10%) the hooked runs can come out far from their allreduce run and from the prediction, and
+the comparison says nothing. On a quiet one, compression gains little: fp16 and bf16 send half the bytes, but gloo's
 16-bit sums and the casts cost about what the bytes saved (bf16 a little less), and `noop` (nothing sent at all)
 is the bound no hook can beat: the compute alone. (`docs/comm-hooks.md` has the same prediction
 for three models, two caps and every hook.) The Timeline draws a hook inside each bucket's span: the cast before
