@@ -220,3 +220,14 @@ def test_release_refuses_a_folder_inside_the_repository_or_not_empty(tmp_path):
     proc = run_cli("release", "tests/somewhere")
     assert proc.returncode == 2 and "inside the repository" in proc.stderr
     assert not (ROOT / "tests" / "somewhere").exists()
+
+
+def test_a_missing_function_is_named_with_the_students_file(tmp_path):
+    # it read "AttributeError: module 'ddpsim_student_part1' has no attribute ... (at autograder.py:68)"
+    from ddpsim.grade.core import describe_failure, load_file
+
+    (tmp_path / "buckets.py").write_text("x = 1\n")
+    module = load_file(tmp_path / "buckets.py", "ddpsim_student_missing")
+    with pytest.raises(AttributeError) as e:
+        module.compute_bucket_assignment_by_size  # noqa: B018
+    assert describe_failure(e.value) == "buckets.py defines no compute_bucket_assignment_by_size"

@@ -134,6 +134,8 @@ def describe_failure(e: BaseException) -> str:
         return str(e) or "assertion failed"
     if isinstance(e, _Timeout):
         return str(e)
+    if isinstance(e, AttributeError) and getattr(getattr(e, "obj", None), "__file__", None) and e.name:
+        return f"{Path(e.obj.__file__).name} defines no {e.name}"  # a student's file without the function asked for
     if isinstance(e, SyntaxError):
         return f"{type(e).__name__}: {e.msg} ({Path(e.filename or '?').name}, line {e.lineno})"
     tb = traceback.extract_tb(e.__traceback__)

@@ -43,8 +43,8 @@ overlapping communication with compute saves little, and one bucket after the ba
 about what two cost. Over LINK communication runs beside compute and the sweep is a U: 0.05 MiB
 pays the 3 ms message latency nine times (about 5 percent slower), and one big bucket starts only
 after the whole backward and overlaps nothing (about 47 percent slower). My real run at 2 MiB
-came within ten percent of the predicted 64 ms. One run cannot show more here: launches of one
-configuration differ by a few percent on a quiet machine and by up to 2x under other jobs, so
+is one launch against the predicted 64 ms, and one launch cannot show more here: each launch of
+ranks draws a speed of its own, a third apart on a quiet machine and up to 2x under other jobs, so
 comparing two caps needs them recorded together.
 """
 
