@@ -23,8 +23,9 @@ def setup(tag: str) -> str:
     return f'''# Setup: make `import ddpsim` work from notebooks/ or the repo root; files go to a temp folder.
 import sys, tempfile, time
 from pathlib import Path
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "ddpsim").is_dir())
-sys.path.insert(0, str(ROOT))
+ROOT = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "ddpsim").is_dir()), None)
+if ROOT is not None:  # a checkout: its ddpsim; elsewhere the installed one (pip install ddpsim)
+    sys.path.insert(0, str(ROOT))
 WORK = Path(tempfile.mkdtemp(prefix="ddpsim-{tag}-"))
 import torch
 torch.set_num_threads(1)
@@ -548,8 +549,9 @@ after iteration 0, but with `find_unused_parameters=True` it never rebuilds. The
 `order` option compares the two layouts on the same workload, learnt from a bundled `shuffled`
 recording and replayed with each order."""),
     C('''from ddpsim import load_trace
+from ddpsim.samples import BUNDLED_DIR  # the recordings that come with ddpsim
 
-shuffled_run = load_trace(ROOT / "ddpsim" / "samples" / "03_shuffled_torch_default.json")
+shuffled_run = load_trace(BUNDLED_DIR / "03_shuffled_torch_default.json")
 shuffled = learn(shuffled_run)
 for net in ({}, {"bandwidth_gbps": 10, "latency_us": 20, "interference": 0}):
     out = {}
