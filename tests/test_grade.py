@@ -228,6 +228,10 @@ def test_a_missing_function_is_named_with_the_students_file(tmp_path):
 
     (tmp_path / "buckets.py").write_text("x = 1\n")
     module = load_file(tmp_path / "buckets.py", "ddpsim_student_missing")
+    import json
+    with pytest.raises(AttributeError) as other:  # an attribute missing elsewhere (torch, json) stays as it was
+        json.no_such_function  # noqa: B018
+    assert "json" in describe_failure(other.value) and "defines no" not in describe_failure(other.value)
     with pytest.raises(AttributeError) as e:
         module.compute_bucket_assignment_by_size  # noqa: B018
     assert describe_failure(e.value) == "buckets.py defines no compute_bucket_assignment_by_size"

@@ -8,12 +8,14 @@ no word that nothing was measured at 4; with ``calibrate --world-sizes 2,4`` sto
 the trace first, -4.4%. So, unless the user names a network (``--hardware``,
 ``--bandwidth-gbps``, ``--calibration``), one of:
 
+- ``alone``: one rank, which sends nothing over a network: nothing to measure or ask for;
 - ``calibrated``: the trace carries a calibration for that world size (``meta.calibration``,
   from ``ddpsim calibrate --trace``, or measured here before): it is used;
 - ``measure``: the trace is a CPU gloo run made on this host: the allreduce is measured at
   the recorded and the target world size now (``calibrate``, seconds) and stored in the
-  trace's meta, unless the user said not to (``uncalibrated``: one line says the prediction
-  carries no measurement at that size);
+  trace's meta, unless the user said not to, or more ranks than this host's cores and than
+  the simulator plays one by one would share them (``shared_beyond_play``) (``uncalibrated``:
+  one line says the prediction carries no measurement at that size);
 - ``refuse``: one rank (Note [No network from one rank]), a GPU trace, or another host: one
   line asks for a network.
 """

@@ -108,6 +108,9 @@ class GradeContext:
         return value
 
 
+STUDENT = "ddpsim_student_"  # the student's file is imported as this module name and the part's
+
+
 class _Timeout(Exception):
     pass
 
@@ -134,8 +137,9 @@ def describe_failure(e: BaseException) -> str:
         return str(e) or "assertion failed"
     if isinstance(e, _Timeout):
         return str(e)
-    if isinstance(e, AttributeError) and getattr(getattr(e, "obj", None), "__file__", None) and e.name:
-        return f"{Path(e.obj.__file__).name} defines no {e.name}"  # a student's file without the function asked for
+    student = getattr(e, "obj", None) if isinstance(e, AttributeError) else None
+    if str(getattr(student, "__name__", "")).startswith(STUDENT) and getattr(student, "__file__", None):
+        return f"{Path(student.__file__).name} defines no {e.name}"  # the function asked for is not in the file
     if isinstance(e, SyntaxError):
         return f"{type(e).__name__}: {e.msg} ({Path(e.filename or '?').name}, line {e.lineno})"
     tb = traceback.extract_tb(e.__traceback__)
@@ -224,7 +228,7 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
     try:
         try:
             with time_limit(IMPORT_TIMEOUT, "importing it (code at module level that never ends?)"):
-                student = load_file(path, f"ddpsim_student_{part}")
+                student = load_file(path, f"{STUDENT}{part}")
         except BaseException as e:  # noqa: BLE001 - a file that does not import fails every test
             if isinstance(e, KeyboardInterrupt):
                 raise
