@@ -106,9 +106,9 @@ def checked_estimate(w: Workload, cfg: SimConfig, link, explicit: bool) -> int:
     actor; grouped, they would silently get a core each.
     """
     if explicit and count_actors(cfg, explicit) < cfg.world_size:  # grouped ranks would get a core each
-        raise ValueError(f"{cfg.world_size} ranks sharing {link.cpus} CPU cores: ranks that share cores are "
-                         f"simulated one by one, at most {cfg.max_explicit_ranks}; ask for fewer ranks, or "
-                         "name a network for ranks on devices of their own")
+        raise SimulationTooLarge(f"{cfg.world_size} ranks sharing {link.cpus} CPU cores: ranks that share cores are "
+                                 f"simulated one by one, at most {cfg.max_explicit_ranks}; ask for fewer ranks, or "
+                                 "name a network for ranks on devices of their own")
     estimate = estimate_events(w, cfg, explicit, link)
     if estimate > cfg.max_events:
         turns = ", and a turn per time slice of each rank sharing a core" if explicit and link.time_slice_s else ""
