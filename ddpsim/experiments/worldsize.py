@@ -86,11 +86,12 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
         how = "measured in" if world_size in measured else "the world-size fit through"
         return Plan("calibrated", f"the allreduce at {world_size} ranks is {how} the trace's calibration "
                                   f"(measured at {', '.join(map(str, sorted(measured)))} ranks)")
-    if local and shared_beyond_play(world_size):  # a measurement would put them on these cores: refused
-        return Plan("uncalibrated", f"nothing is measured for {world_size} ranks: on this machine's {os.cpu_count()} "
-                                    f"cores they would be simulated one by one, at most {SimConfig.max_explicit_ranks}, "
-                                    f"so each rank has a core of its own and the allreduce is the ring model fitted at {k} ranks")
     if local:
+        if shared_beyond_play(world_size):  # a measurement would put them on these cores: refused
+            return Plan("uncalibrated", f"nothing is measured for {world_size} ranks: on this machine's "
+                                        f"{os.cpu_count()} cores they would be simulated one by one, at most "
+                                        f"{SimConfig.max_explicit_ranks}, so each rank has a core of its own and the "
+                                        f"allreduce is the ring model fitted at {k} ranks")
         if calibrate:
             top = measurable(world_size)
             beyond = "" if top == world_size else f", and {world_size} from the fit through them"

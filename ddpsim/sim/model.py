@@ -73,10 +73,8 @@ class Model:
         self.collectives, self.n_collectives = {}, 0  # key -> Work (launched by some actor); started ones
         sizes = [p.bytes for p in w.params]
         self.bucket_bytes = [[sum(sizes[i] for i in b) for b in lay] for lay in layouts]
-        self.bucket_of = [[0] * len(sizes) for _ in layouts]  # per layout: parameter -> its bucket
-        for m, lay in zip(self.bucket_of, layouts):
-            for bi, i in ((bi, i) for bi, b in enumerate(lay) for i in b):
-                m[i] = bi
+        owners = [{i: bi for bi, b in enumerate(lay) for i in b} for lay in layouts]  # parameter -> its bucket
+        self.bucket_of = [[owner.get(i, 0) for i in range(len(sizes))] for owner in owners]  # per layout
         self.bitmap_bytes = 4 * len(sizes)
         self.broadcast_s = w.broadcast_cost(link, world_size)
         self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
