@@ -4,6 +4,7 @@ from __future__ import annotations
 from ddpsim.cli.headline import headline_lines
 from ddpsim.trace import save_trace
 from ddpsim.trace.profile_import import import_or_carried
+from ddpsim.trace.profile_meta import CAUTION
 from ddpsim.trace.profile_sizes import unknown_sizes
 
 HELP = "import PyTorch-profiler (Kineto) traces, one per rank, into a ddpsim trace"
@@ -46,4 +47,7 @@ def main(args) -> int:
     print(f"sizes: parameters from {sizes['params']}, allreduces from {sizes['buckets']}")
     if (why := unknown_sizes(trace)) is not None:
         print(f"note: {why}")
+    for note in trace.meta["import_notes"]:
+        if str(note).startswith(CAUTION):
+            print(note)
     return 0

@@ -120,8 +120,13 @@ def build_workload(spec: str) -> Training:
         model, batch, loss = made
         import torch
 
-        if isinstance(model, torch.nn.Module) and callable(batch) and callable(loss):
+        wrong = [f"{what} is a {type(x).__name__}, not {want}" for what, x, want, ok in (
+            ("model", model, "a torch.nn.Module", isinstance(model, torch.nn.Module)),
+            ("batch", batch, "a function (iteration, rank, world_size, batch_size) -> (inputs, target)", callable(batch)),
+            ("loss", loss, "a function (output, target) -> loss", callable(loss))) if not ok]
+        if not wrong:
             return Training(model, batch, loss)
+        raise ModelSpecError(f"factory for {spec!r} returned (model, batch, loss) but its {wrong[0]}")
     raise ModelSpecError(
         f"factory for {spec!r} must return (model, batch, loss) or a Training, "
         f"not {type(made).__name__}")

@@ -55,10 +55,10 @@ def read_profile(path: str | Path) -> dict:
         raise TraceFormatError(f"cannot read profile {path}: {e.strerror or e}") from None
     except (ValueError, EOFError, zlib.error) as e:  # zlib.error: a corrupt gzip stream
         raise TraceFormatError(f"{path} is not a JSON (or gzipped JSON) profiler trace: {e}") from None
+    if isinstance(data, dict) and data.get("format") == "ddpsim-trace":
+        raise TraceFormatError(f"{path} is already a ddpsim trace; open it directly")
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceFormatError(f"{path} is not a PyTorch profiler trace (no traceEvents list)")
-    if isinstance(data.get("format"), str) and data.get("format") == "ddpsim-trace":
-        raise TraceFormatError(f"{path} is already a ddpsim trace; open it directly")
     return data
 
 
@@ -125,20 +125,50 @@ class Profile:
         self.compute_stream = self._busiest_stream()
         self._launched = self._launch_index()
         self._busy = self._compute_busy()
+        # Note [A profile is indexed once]: every lookup below is a dictionary and a binary search,
+        # never a scan of the whole profile per step or per collective, so importing is linear-log
+        # in the profile's length (a profile may hold many steps: benchmarks/bench_import.py).
+        self._by_name: dict[str, list[Op]] = {}
+        for o in self.cpu:  # in start order
+            self._by_name.setdefault(o.name, []).append(o)
+        self._index: dict[tuple[str, bool], tuple[list[Op], list[float]]] = {}
+        self._gpu_of: dict[object, list[Op]] = {}  # correlation id -> the GPU ops it launched
+        for g in self.gpu:
+            self._gpu_of.setdefault(g.args.get("correlation"), []).append(g)
+        self._calls: dict[object, tuple[list[Op], list[float]]] = {}  # thread -> its runtime calls
+        for call in sorted(self.runtime.values(), key=lambda c: c.start):
+            calls, starts = self._calls.setdefault(call.tid, ([], []))
+            calls.append(call)
+            starts.append(call.start)
 
     # -- lookups ---------------------------------------------------------------------------
+    def _ops(self, name: str, prefix: bool) -> tuple[list[Op], list[float]]:
+        """The CPU ops called ``name`` (or starting with it), in start order, and their starts."""
+        key = (name, prefix)
+        if key not in self._index:
+            ops = ([o for n, group in self._by_name.items() if n.startswith(name) for o in group] if prefix
+                   else self._by_name.get(name, []))
+            ops = sorted(ops, key=lambda o: o.start) if prefix else ops
+            self._index[key] = (ops, [o.start for o in ops])
+        return self._index[key]
+
+    def starting(self, name: str, lo: float, hi: float, prefix: bool = False) -> list[Op]:
+        """The CPU ops called ``name`` (``prefix``: starting with it) that start within [lo, hi]."""
+        ops, starts = self._ops(name, prefix)
+        return ops[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
+
     def named(self, name: str, within: Op | None = None, prefix: bool = False) -> list[Op]:
-        match = (lambda n: n.startswith(name)) if prefix else (lambda n: n == name)
-        return [o for o in self.cpu if match(o.name) and (within is None or o.within(within))]
+        """The CPU ops called ``name`` (``prefix``: starting with it), all or those ``within`` an op."""
+        if within is None:
+            return list(self._ops(name, prefix)[0])
+        return [o for o in self.starting(name, within.start, within.end, prefix) if o.within(within)]
 
     def launched_by(self, op: Op) -> list[Op]:
-        """GPU ops launched by runtime calls on ``op``'s thread during ``op``."""
-        out = []
-        for g in self.gpu:
-            call = self.runtime.get(g.args.get("correlation"))
-            if call is not None and call.tid == op.tid and op.start <= call.start <= op.end:
-                out.append(g)
-        return out
+        """GPU ops launched by runtime calls on ``op``'s thread during ``op``, in start order."""
+        calls, starts = self._calls.get(op.tid, ([], []))
+        lo, hi = bisect.bisect_left(starts, op.start), bisect.bisect_right(starts, op.end)
+        out = [g for call in calls[lo:hi] for g in self._gpu_of.get(call.args["correlation"], [])]
+        return sorted(out, key=lambda g: g.start)
 
     @property
     def has_gpu(self) -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, profile_files,
                                   read_profile, tensor_shape)
 from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
+from ddpsim.trace.profile_job import missing_ranks, one_per_rank, same_buckets, same_model
 from ddpsim.trace.profile_meta import align, shift, trace_dict
 from ddpsim.trace.profile_sizes import UNKNOWN, layout_by_launch, layout_by_sizes, match_model, size_meta
 
@@ -63,7 +64,7 @@ class RankImport:
     def iteration(self, number: int, step: Op) -> dict | None:
         p = self.p
         fwd = p.named("DistributedDataParallel.forward", within=step)
-        bwd = [o for o in p.named(BACKWARD_OP, prefix=True) if step.start <= o.start <= step.end]
+        bwd = p.starting(BACKWARD_OP, step.start, step.end, prefix=True)
         if not fwd or not bwd:
             self.notes.add(f"ProfilerStep#{number} has no DDP forward or no backward: skipped")
             return None
@@ -80,7 +81,7 @@ class RankImport:
         cpu_end = max([bwd_end, *copies])
         f0 = self._t(fwd[0].start)  # Note [A span starts when its call does]
         b0 = self._t(self._forward_end(step, fwd[0], bwd_start))
-        grads = [o for o in p.named(ACCUMULATE) if bwd_start <= o.start <= bwd_end]
+        grads = p.starting(ACCUMULATE, bwd_start, bwd_end)
         ready = [self._t(o.end) for o in grads]
         shapes = [tensor_shape(o) for o in grads]
         if not self.ready_shapes:
@@ -106,16 +107,15 @@ class RankImport:
         """CPU time ``backward()`` was called: its first op on the step's thread (the
         ``aten::ones_like`` of the seed gradient), else the autograd engine's first op. The
         forward (and loss) end on the GPU when the work queued before it is done."""
-        seed = [o for o in self.p.cpu if o.tid == step.tid and o.name == "aten::ones_like"
-                and fwd.end <= o.start <= bwd_start]
+        seed = [o for o in self.p.starting("aten::ones_like", fwd.end, bwd_start) if o.tid == step.tid]
         return seed[-1].start if seed else bwd_start
 
     def _collectives(self, step: Op, bwd_start: float, bwd_end: float, grad_starts: list[float]):
         """Bucket allreduces (launched in the backward) and the used-parameter bitmap, if any; each
         bucket notes how many gradients were ready before its launch (``layout_by_launch``)."""
         p = self.p
-        launches = [o for o in p.named(ALLREDUCE) if bwd_start <= o.start <= bwd_end]
-        gloo_runs = [o for o in p.named("gloo:all_reduce") if o.within(step)]
+        launches = p.starting(ALLREDUCE, bwd_start, bwd_end)
+        gloo_runs = p.named("gloo:all_reduce", within=step)
         buckets, bitmap = [], None
         starts = sorted(grad_starts)  # one sort, then a binary search per launch: linear-log in the profile
         for k, op in enumerate(launches):
@@ -183,33 +183,38 @@ def import_or_carried(paths: list[str | Path], model=None, notes=()) -> tuple[Tr
 
 
 def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
-    ranks, notes, infos = [], set(), []
-    for i, profile in enumerate(profiles):
-        ranks.append((profile.info.get("rank", i), RankImport(profile)))
-        infos.append(profile.info)
-    seen = [r for r, _ in ranks]
-    if len(set(seen)) != len(seen):
-        raise TraceFormatError(f"two profiles claim the same rank: ranks {seen}")
+    """The ranks' profiles read, checked to be one job (``ddpsim.trace.profile_job``), on one clock."""
+    ranks = [(profile.info.get("rank", i), RankImport(profile)) for i, profile in enumerate(profiles)]
+    one_per_rank([(r, imp.p.name) for r, imp in ranks])
     ranks.sort(key=lambda x: x[0])
-    params, order, rank_dicts, sources = None, None, [], set()
-    for rank, imp in ranks:
-        its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
-        if not its:
-            raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward" + (
-                "; it is a ddpsim export without the trace it carries (another rank's file of --per-rank, or "
-                "an older export): import the lowest rank's file of the same export, or export again"
-                if imp.p.from_ddpsim else ""))
-        if params is None:
-            params, order, params_source = _params(imp.ready_shapes, model)
-        rank_dicts.append(_finish_rank(rank, its, params, order, imp, notes, sources))
+    steps = [_iterations(imp) for _, imp in ranks]
+    same_model(ranks)
+    params, order, params_source = _params(ranks[0][1].ready_shapes, model)
+    notes, sources = set(), set()
+    rank_dicts = [_finish_rank(rank, its, params, order, imp, notes, sources) for (rank, imp), its in zip(ranks, steps)]
+    same_buckets(rank_dicts, [imp.p.name for _, imp in ranks])
+    for _, imp in ranks:
         notes |= imp.notes
-    origin, method = align(rank_dicts)
+    origin, method, caution = align(rank_dicts)
+    infos = [imp.p.info for _, imp in ranks]
+    notes |= {n for n in (caution, missing_ranks(infos, [r for r, _ in ranks])) if n}
     for r in rank_dicts:
         shift(r, -origin[r["rank"]])
     sizes = size_meta(params_source, sources)
     raw = trace_dict(rank_dicts, params, [imp for _, imp in ranks], infos, sorted(notes), method, paths,
                      sizes, model.spec if model is not None else None)
     return from_dict(raw, name="imported profile")
+
+
+def _iterations(imp: RankImport) -> list[dict]:
+    """One rank's iterations, each ProfilerStep that holds a DDP forward and backward."""
+    its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
+    if not its:
+        raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward" + (
+            "; it is a ddpsim export without the trace it carries (another rank's file of --per-rank, or "
+            "an older export): import the lowest rank's file of the same export, or export again"
+            if imp.p.from_ddpsim else ""))
+    return its
 
 
 def _params(ready_shapes: list[tuple], model) -> tuple[list[dict], list[int], str]:

@@ -1,0 +1,105 @@
+"""Profiles imported together must be one DDP job (ddpsim/trace/profile_job.py): one file per rank,
+the same gradients and buckets on every rank, the same kind of device, steps that overlap in time.
+
+The fixtures are the bundled H100 ResNet-18 profiles (two gloo ranks), one of them altered as a
+mixed-up log folder would give it: another run's file (shifted by seconds), another model's,
+a file without its GPU events, a different bucket or gradient shape.
+"""
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from ddpsim.samples import H100_DIR
+from ddpsim.trace import TraceFormatError
+from ddpsim.trace.profile_import import import_profiles
+
+R18 = [H100_DIR / f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)]
+R50 = H100_DIR / "resnet50_nccl_ws1_rank0.kineto.json.gz"
+
+
+def altered(src, dst, change):
+    """``src``'s profile with ``change(data)`` applied, written to ``dst``."""
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    change(data)
+    dst.write_text(json.dumps(data))
+    return dst
+
+
+def ops(data, name):
+    return [e for e in data["traceEvents"] if e.get("ph") == "X" and e.get("name") == name]
+
+
+def test_the_bundled_ranks_are_one_job():
+    trace = import_profiles(R18)
+    assert trace.meta["clock"]["method"] == "kineto-shared"
+    assert not [n for n in trace.meta["import_notes"] if n.startswith("caution")]
+
+
+def test_two_files_for_one_rank_name_both(tmp_path):
+    copy = altered(R18[0], tmp_path / "again.json", lambda d: None)
+    with pytest.raises(TraceFormatError, match=r"resnet18_gloo_ws2_rank0.kineto.json.gz and .*again.json both claim rank 0"):
+        import_profiles([R18[0], copy, R18[1]])
+
+
+def test_another_models_profile_is_refused(tmp_path):
+    def as_rank1(d):
+        d["distributedInfo"] = {**d["distributedInfo"], "rank": 1, "world_size": 2}
+    other = altered(R50, tmp_path / "r50_as_rank1.json", as_rank1)
+    with pytest.raises(TraceFormatError, match="makes 62 gradients per step but rank 1's .* 161: profiles of different"):
+        import_profiles([R18[0], other])
+
+
+def test_a_gradient_of_another_shape_is_refused(tmp_path):
+    def reshape(d):
+        for op in ops(d, "torch::autograd::AccumulateGrad")[:1]:  # the first step's first gradient
+            op["args"]["Input Dims"] = [[7, 7]]
+    with pytest.raises(TraceFormatError, match="gradients of different shapes"):
+        import_profiles([R18[0], altered(R18[1], tmp_path / "r1.json", reshape)])
+
+
+def test_buckets_of_other_sizes_are_refused(tmp_path):
+    def resize(d):
+        for op in ops(d, "c10d::allreduce_"):
+            dims = op["args"]["Input Dims"]
+            dims[0][0] = [dims[0][0][0] + 1]
+    with pytest.raises(TraceFormatError, match="DDP gives every rank the same buckets"):
+        import_profiles([R18[0], altered(R18[1], tmp_path / "r1.json", resize)])
+
+
+def test_a_profile_without_gpu_work_beside_one_with_is_refused(tmp_path):
+    def cpu_only(d):
+        d["traceEvents"] = [e for e in d["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    with pytest.raises(TraceFormatError, match="rank 0's profile .* has GPU work but rank 1's .* has none"):
+        import_profiles([R18[0], altered(R18[1], tmp_path / "r1.json", cpu_only)])
+
+
+def test_another_runs_steps_are_aligned_apart_and_said(tmp_path):
+    """Rank 1's file from a run 10 s later: its steps cannot overlap rank 0's (Note [One job's ranks
+    overlap in every synchronised step]); each rank starts at its own first forward, and the CLI
+    prints the caution. Read on one clock, the iteration would be 10 s long."""
+    def later(d):
+        for e in d["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] += 10e6
+    shifted = altered(R18[1], tmp_path / "r1_later.json", later)
+    trace = import_profiles([R18[0], shifted])
+    assert trace.meta["clock"]["method"] == "first-forward"
+    caution = [n for n in trace.meta["import_notes"] if n.startswith("caution: ProfilerStep#")]
+    assert len(caution) == 1 and "from different runs" in caution[0]
+    for a, b in zip(trace.ranks[1].iterations, import_profiles(R18).ranks[1].iterations):
+        assert abs(a.backward.duration_ns - b.backward.duration_ns) < 1e6  # ms: the rank's own times kept
+    out = subprocess.run([sys.executable, "-m", "ddpsim", "import", str(R18[0]), str(shifted), "--out",
+                          str(tmp_path / "t.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and caution[0] in out.stdout.splitlines()
+    assert float(out.stdout.split("iteration ")[1].split(" ms")[0]) < 200
+
+
+def test_a_missing_rank_is_said(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ddpsim", "import", str(R18[1]), "--out", str(tmp_path / "t.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "caution: the profiles are of world size 2 but no profile of rank(s) 0 is among them" in out.stdout
