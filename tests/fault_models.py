@@ -51,3 +51,17 @@ def blocking_factory():
             return self.net(x)
 
     return Blocking(), lambda it, rank, world_size, bs: _batch(it, rank, bs), nn.functional.cross_entropy
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 4)
+
+    def forward(self, x, mask):  # the batch gives one input: a TypeError on every rank
+        return self.a(x)
+
+
+def wrong_forward_factory():
+    """A forward that takes more inputs than the batch gives: every rank's TypeError, at once."""
+    return _TwoInputs(), lambda it, rank, world_size, bs: _batch(it, rank, bs), nn.functional.cross_entropy

@@ -33,10 +33,10 @@ def rank_runs(draw):
     return offset, start, iters, nbytes
 
 
-def _write(path, rank, world, run) -> None:
+def _write(path, rank, world, run, **header) -> None:
     offset, t, iters, nbytes = run
     rec = RankRecorder(path, rank, {"world_size": world, "backend": "gloo", "impl": "torch",
-                                    "clock": {"method": "drawn", "offset_ns": offset}})
+                                    "clock": {"method": "drawn", "offset_ns": offset}, **header})
     rec.header_update({"params": [{"index": i, "name": f"p{i}", "shape": [1], "dtype": "float32",
                                    "bytes": nbytes // PARAMS, "requires_grad": True} for i in range(PARAMS)]})
     for n, gaps in enumerate(iters):

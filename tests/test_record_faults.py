@@ -26,6 +26,7 @@ def cli(*args, timeout=60):
     (["--model", "resnet9000"], "unknown model 'resnet9000'"),
     (["--bucket-cap-mb", "-1"], "--bucket-cap-mb must be a positive number"),
     (["--world-size", "0"], "--world-size must be >= 1"),
+    (["--uneven", "-1"], "--uneven must be >= 0"),
     (["--iters", "many"], "invalid int value: 'many'"),
     (["--model", "nowhere/model.py:make"], "model file nowhere/model.py does not exist"),
     (["--model", "tests/comm_hook_user.py:"], "names no function after ':': give tests/comm_hook_user.py:factory"),
@@ -73,6 +74,12 @@ def test_branchy_without_find_unused_explains_itself(tmp_path):
     assert time.monotonic() - start < cfg.timeout_s + 10, "it does not hang"
     assert "got no gradient" in message and "branch" in message
     assert "--find-unused-parameters" in message and "\n" not in message
+    # the partial trace it keeps is not a network problem: simulating it says the run failed, with or without one
+    for extra in ([], ["--bandwidth-gbps", "10"]):
+        result = cli("simulate", "--trace", str(tmp_path / "run.json"), *extra)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, result.stderr
+        assert "the recording failed before any bucket's allreduce (rank" in lines[0], lines
     trace = load_trace(tmp_path / "run.json")
     assert live_pids([r.pid for r in trace.ranks]) == []
 
@@ -108,6 +115,24 @@ def test_a_signal_death_is_a_cause_whatever_its_last_line_says():
     survivor = "RuntimeError: [gloo/transport/tcp/pair.cc:538] Read error: Connection reset by peer"
     assert is_secondary(survivor) and not is_secondary(killed)
     assert root_cause({0: survivor, 1: killed}) == (1, killed)
+
+
+def test_a_type_error_is_a_cause_not_a_peer():
+    """'peer' (a survivor's "Connection reset by peer") is a word: "TypeError" holds 'peEr' but is a cause."""
+    from ddpsim.record.explain import is_secondary
+
+    assert not is_secondary("TypeError: _TwoInputs.forward() missing 1 required positional argument: 'mask'")
+    assert is_secondary("RuntimeError: Connection closed by peer [127.0.0.1]:1234")
+
+
+@pytest.mark.slow
+def test_a_forward_called_wrongly_names_the_type_error(tmp_path):
+    cfg = RecordConfig(model=f"{FAULTS}:wrong_forward_factory", world_size=2, iters=3, timeout_s=20, pin_cpus=UNPINNED)
+    with pytest.raises(RecordError) as err:
+        record(cfg, tmp_path / "run.json")
+    message = str(err.value)
+    assert "failed: TypeError" in message and "missing 1 required positional argument: 'mask'" in message, message
+    assert "collective" not in message and "\n" not in message
 
 
 def test_a_folder_as_output_is_refused_before_any_rank_starts(tmp_path):

@@ -62,7 +62,7 @@ def add_arguments(p) -> None:
     d.add_argument("--overlap", action="store_true",
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
     d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as "
-                   "many as were recorded; otherwise 20 (--trace) or 6 (--arch))")
+                   "many as were recorded, unless its ranks shared CPU cores; otherwise 20 (--trace) or 6 (--arch))")
     d.add_argument("--seed", type=int)
     d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation between ranks "
                    "(default: the trace's measured spread; for --arch the GPU profile's rank_spread)")

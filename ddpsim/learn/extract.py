@@ -2,38 +2,34 @@
 
 From the steady-state iterations (``ddpsim.analysis.steady_cycles``) of every rank:
 
-- per-parameter gradient compute time: the median over iterations and ranks of
-  the gap between a gradient's ready time and the previous one (the first one:
-  from the start of backward); the ready order is rank 0's last steady order;
-- forward, graph search, loss (forward end -> backward start), finalize (last
-  gradient or last allreduce completion -> backward end), optimizer, and the
-  gaps around the optimizer and between iterations: medians of the spans;
-- the allreduce cost: a least-squares line ``t = a + b·bytes`` through each
-  collective's duration, measured from the *last* rank's launch (so waiting for
-  a straggler is not counted) or from the completion of the collective
-  ``concurrency`` places earlier (gloo's queue), to its completion. The line is
-  turned into a ring Link at the recorded world size (``Link.from_fit``);
-- jitter: the coefficient of variation of per-rank compute (forward + backward
-  compute) between the ranks of each steady iteration (Note [Only rank-to-rank
-  noise makes ranks wait]), in ``meta['jitter_estimated']``; the CLI uses it
-  as the default --jitter for a trace, so run-to-run noise also delays collectives;
-- interference: if the trace has no_sync micro-steps, their backward is compute
-  without communication, so ``(T_sync / T_nosync - 1) / f`` (f: the fraction of
-  synced backward compute with an allreduce in flight) estimates the slowdown,
-  and the no_sync per-gradient times are used as the clean compute. Without
-  no_sync steps, each gradient gap is split by whether one of the rank's
-  collectives was in flight during it (``gradients.unmix_interference``): clean time from
-  the gaps without communication, the slowdown from those with it. Below 5% the
-  effective gaps are kept and interference is 0.
-- shared core (CPU gloo, the default for a real gloo trace): each rank is pinned
-  to one core that its gloo threads share (``Link.shared_core``). Then the
-  work of a gradient gap is ``integral dt / (1 + m(t))`` and the work of a
-  collective ``integral dt / (c(t) + m(t))`` over its span, with ``m(t)`` the
-  rank's collectives in flight and ``c(t)`` 1 while backward computes
-  (``contention.shared_work``; with more ranks than CPUs the co-located ranks'
-  jobs count too): the times each would take alone on the core, which the
-  simulator's processor-sharing ``Core`` turns back into contended times. The
-  allreduce line is fitted through the collectives' work.
+- per-parameter gradient compute time: the median over iterations and ranks of the gap between a
+  gradient's ready time and the previous one (the first one: from the start of backward); the
+  ready order is rank 0's last steady order;
+- forward, graph search, loss (forward end -> backward start), finalize (last gradient or last
+  allreduce completion -> backward end), optimizer, and the gaps around the optimizer and between
+  iterations: medians of the spans;
+- the allreduce cost: a least-squares line ``t = a + b·bytes`` through each collective's duration,
+  measured from the *last* rank's launch (so waiting for a straggler is not counted) or from the
+  completion of the collective ``concurrency`` places earlier (gloo's queue), to its completion.
+  The line is turned into a ring Link at the recorded world size (``Link.from_fit``);
+- jitter: the coefficient of variation of per-rank compute (forward + backward compute) between
+  the ranks of each steady iteration (Note [Only rank-to-rank noise makes ranks wait]), in
+  ``meta['jitter_estimated']``; the CLI uses it as the default --jitter for a trace, so run-to-run
+  noise also delays collectives;
+- interference: if the trace has no_sync micro-steps, their backward is compute without
+  communication, so ``(T_sync / T_nosync - 1) / f`` (f: the fraction of synced backward compute
+  with an allreduce in flight) estimates the slowdown, and the no_sync per-gradient times are used
+  as the clean compute. Without no_sync steps, each gradient gap is split by whether one of the
+  rank's collectives was in flight during it (``gradients.unmix_interference``): clean time from
+  the gaps without communication, the slowdown from those with it. Below 5% the effective gaps are
+  kept and interference is 0.
+- shared core (CPU gloo, the default for a real gloo trace): each rank is pinned to one core that
+  its gloo threads share (``Link.shared_core``). Then the work of a gradient gap is ``integral dt
+  / (1 + m(t))`` and the work of a collective ``integral dt / (c(t) + m(t))`` over its span, with
+  ``m(t)`` the rank's collectives in flight and ``c(t)`` 1 while backward computes
+  (``contention.shared_work``; with more ranks than CPUs the co-located ranks' jobs count too):
+  the times each would take alone on the core, which the simulator's processor-sharing ``Core``
+  turns back into contended times. The allreduce line is fitted through the collectives' work.
 """
 from __future__ import annotations
 
@@ -200,6 +196,9 @@ def _samples(trace: Trace) -> tuple[list, set[int], list]:
     its = [it for r in trace.ranks for it in r.iterations if it.iteration in steady]
     if not any(not g.unused for it in its for g in it.grad_ready):
         its = [it for r in trace.ranks for it in r.iterations]
+    if (failed := [r for r in trace.ranks if r.error]) and not any(it.buckets for it in its):  # died before one
+        raise PartialTraceError(f"the recording failed before any bucket's allreduce (rank {failed[0].rank}: "
+                                f"{failed[0].error[:160]}): nothing to simulate from; record again once it runs")
     if not any(not g.unused for it in its for g in it.grad_ready):
         raise PartialTraceError("the trace has no gradient events (grad_ready): nothing to simulate from")
     if not params:  # each bucket's bytes are its parameters' bytes: without the table none is known

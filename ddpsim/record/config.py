@@ -82,7 +82,8 @@ class RecordConfig:
              f"--order must be one of {', '.join(ORDERS)}, not {self.order!r}"),
             (not self.probe_allreduce_bytes or min(self.probe_allreduce_bytes) > 0,
              f"probe_allreduce_bytes must be positive sizes, not {self.probe_allreduce_bytes}"),
-            (0 <= self.uneven and self.iters - self.uneven * (self.world_size - 1) >= 1,
+            (0 <= self.uneven, f"--uneven must be >= 0 (rank r runs --iters minus K x r), not {self.uneven}"),
+            (self.iters - self.uneven * (self.world_size - 1) >= 1,
              f"--uneven {self.uneven} leaves rank {self.world_size - 1} without iterations: rank r runs "
              f"--iters minus {self.uneven} x r ({self.iters} - {self.uneven} x {self.world_size - 1} < 1)"),
             (not self.join or self.impl in ("torch", "minddp"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 # Errors that a rank gets *because another rank failed*: never the root cause.
-SECONDARY = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|peer|"
+SECONDARY = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|\bpeers?\b|"
                        r"Timed out|timed out|timeout|NCCL communicator was aborted|stopped before finishing",
                        re.IGNORECASE)
 SIGNALLED = "died from signal"  # how the launcher words a rank killed by a signal

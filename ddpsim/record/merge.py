@@ -16,9 +16,12 @@ from pathlib import Path
 
 from ddpsim.errors import CLIError
 from ddpsim.trace import VERSION
+from ddpsim.trace.same_run import apart
 from ddpsim.trace.writer import write_trace_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
+RUN_KEYS = ("world_size", "model", "impl", "backend", "options")  # what every rank of one run records alike
+ONE_RUN = "merge one run's shards (each node's run.json.rank*.jsonl of the same torchrun job)"
 # times on a rank's clock, shifted onto rank 0's; durations (a hook's compress_ns, decompress_ns) are not
 TIME_KEYS = ("start_ns", "end_ns", "t_ns", "ready_ns", "launch_ns", "complete_ns", "launch_end_ns",
              "cpu_t_ns", "cpu_launch_ns", "cpu_complete_ns")
@@ -58,7 +61,8 @@ def read_shard(path: str | Path) -> dict:
         elif kind == "error":
             shard["error"] = obj["error"]
     if "rank" not in shard["header"]:
-        raise CLIError(f"{path} has no header line; is this a ddpsim shard?")
+        what = "is empty" if not lines else "has no header line (cut off, or not a ddpsim shard)"
+        raise CLIError(f"{path} {what}: a rank's shard starts with its header; is this a ddpsim shard?")
     return shard
 
 
@@ -134,11 +138,49 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="the merged trace to write")
 
 
+def one_run(shards: list[dict], ranks: list[dict]) -> None:
+    """``ddpsim merge``'s check that the shards gathered are one run's: every rank records the same
+    world size, model and DDP options, and its synchronised iterations overlap the others' on rank
+    0's clock (Note [One job's ranks overlap in every synchronised step] in ddpsim/trace/same_run.py;
+    not under the noop hook, which does not communicate). One CLIError naming the shards otherwise."""
+    written = [s for s in shards if len(s["header"]) > 1]  # a rank that wrote nothing has a bare header
+    for s in written[1:]:
+        if (diff := _difference(written[0]["header"], s["header"])) is not None:
+            what, first, this = diff
+            raise CLIError(f"{s['path']} records {what} {this!r} but {written[0]['path']} {first!r}: "
+                           f"shards of different runs; {ONE_RUN}")
+    if written and (written[0]["header"].get("options") or {}).get("comm_hook") == "noop":
+        return
+    if (gap := apart(ranks)) is not None:
+        raise CLIError(f"iteration {gap[0]} does not overlap across the shards' ranks (one rank's starts "
+                       f"{gap[1] / 1e9:.3f} s after another's ends on rank 0's clock), as one run's ranks always "
+                       f"do: shards of different runs; {ONE_RUN}")
+
+
+def _difference(a: dict, b: dict) -> tuple[str, object, object] | None:
+    """The first of ``RUN_KEYS`` (an option by its name) on which two shard headers differ."""
+    for key in RUN_KEYS:
+        x, y = a.get(key), b.get(key)
+        if x != y and isinstance(x, dict) and isinstance(y, dict):
+            name = next(k for k in sorted({*x, *y}) if x.get(k) != y.get(k))
+            return f"{key}.{name}", x.get(name), y.get(name)
+        if x != y:
+            return key, x, y
+    return None
+
+
 def main(args) -> int:
     for path in args.shards:
         if not Path(path).is_file():
             raise CLIError(f"shard {path} does not exist")
-    trace = merge_files(args.shards, args.out)
-    state = "complete" if trace.complete else "INCOMPLETE"
+    shards = [read_shard(p) for p in args.shards]
+    raw = merge(shards)
+    one_run(shards, raw["ranks"])
+    trace = write_trace_dict(raw, args.out)
+    missing = trace.meta.get("missing_ranks") or []
+    state = "complete" if trace.complete and not missing else "INCOMPLETE"
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        state += f": no shard of rank(s) {shown} of world size {trace.meta['world_size']}"
     print(f"merged {len(trace.ranks)} shard(s) into {args.out} ({state})")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpsim.trace import FORMAT, VERSION
+from ddpsim.trace.same_run import apart
 
 SHARED_CLOCK_S = 600.0  # ranks whose first steps start this close (seconds) share a clock
 CAUTION = "caution: "  # an import note that ``ddpsim import`` also prints (the others are on the Timeline)
@@ -16,37 +17,19 @@ def align(rank_dicts: list[dict]) -> tuple[dict, str, str | None]:
     """Origins per rank, the method, and a caution when the ranks' clocks could not be trusted.
     Profiles of one job usually share a clock (Kineto uses the host's); if their first steps are
     far apart, or a synchronised step does not overlap across ranks, each rank is aligned at its
-    own first forward.
-
-    Note [One job's ranks overlap in every synchronised step]: a step that allreduces gradients
-    ends on each rank only after every rank launched the step's last bucket (finalize_backward
-    waits for the allreduce, and an allreduce completes only when every rank has joined it), so
-    on one clock the same synchronised step of two ranks always overlaps. Steps that do not
-    overlap come from hosts whose clocks differ, or from different runs."""
+    own first forward (Note [One job's ranks overlap in every synchronised step] in
+    ddpsim/trace/same_run.py)."""
     firsts = {r["rank"]: r["iterations"][0]["forward"]["start_ns"] for r in rank_dicts}
     if max(firsts.values()) - min(firsts.values()) >= SHARED_CLOCK_S * 1e9:
         return firsts, "first-forward", None
-    apart = _apart(rank_dicts)
-    if apart is None:
+    gap = apart(rank_dicts)
+    if gap is None:
         return {r: min(firsts.values()) for r in firsts}, "kineto-shared", None
-    number, gap = apart
+    number, gap = gap
     return firsts, "first-forward", (
         f"{CAUTION}ProfilerStep#{number} does not overlap across ranks on the profiles' clocks (one rank's "
         f"starts {gap / 1e6:.1f} ms after another's ends), as one job's ranks always do: the profiles come "
         "from hosts whose clocks differ, or from different runs; each rank is aligned at its first forward")
-
-
-def _apart(rank_dicts: list[dict]) -> tuple[int, int] | None:
-    """(step, ns) of the first synchronised step that every rank has and that does not overlap
-    across them (Note [One job's ranks overlap in every synchronised step]), or None."""
-    steps = [{it["iteration"]: it for it in r["iterations"] if it["sync"]} for r in rank_dicts]
-    for number in sorted(set.intersection(*(set(s) for s in steps))):
-        its = [s[number] for s in steps]
-        start = max(it["forward"]["start_ns"] for it in its)
-        end = min((it["optimizer"] or it["backward"])["end_ns"] for it in its)
-        if start > end:
-            return number, start - end
-    return None
 
 
 def shift(rank: dict, delta: int) -> None:

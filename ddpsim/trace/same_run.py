@@ -1,0 +1,28 @@
+"""Whether ranks' steps can belong to one run: the same synchronised step overlaps on every rank.
+
+Note [One job's ranks overlap in every synchronised step]: a step that allreduces gradients ends
+on each rank only after every rank launched the step's last bucket (finalize_backward waits for
+the allreduce, and an allreduce completes only when every rank has joined it), so on one clock
+the same synchronised step of two ranks always overlaps. Steps that do not overlap come from
+clocks that differ (profiles of several hosts), or from different runs (a log folder, or shards
+gathered from two torchrun jobs). Used by the profile import (``profile_meta.align``) and by
+``ddpsim merge`` (``ddpsim.record.merge``).
+"""
+from __future__ import annotations
+
+
+def apart(rank_dicts: list[dict]) -> tuple[int, int] | None:
+    """(step, ns) of the first synchronised step that every rank has and that does not overlap
+    across them, with the gap between the latest start and the earliest end; or None. Each rank
+    is a trace dict's rank (``iterations`` with ``sync``, ``forward``, ``backward``, ``optimizer``)."""
+    steps = [{it["iteration"]: it for it in r["iterations"]
+              if it.get("sync", True) and it.get("forward") and it.get("backward")} for r in rank_dicts]
+    if not steps:
+        return None
+    for number in sorted(set.intersection(*(set(s) for s in steps))):
+        its = [s[number] for s in steps]
+        start = max(it["forward"]["start_ns"] for it in its)
+        end = min((it.get("optimizer") or it["backward"])["end_ns"] for it in its)
+        if start > end:
+            return number, start - end
+    return None
