@@ -78,3 +78,14 @@ def test_no_synced_step_is_explained_by_where_the_trace_came_from():
     imported = headline_lines(from_dict(raw), "wrote run.json")
     assert "every step accumulated under no_sync" in recorded[0]
     assert "the profile shows no allreduce in any step" in imported[0]
+
+
+def test_a_no_sync_run_says_micro_step_as_simulate_does():
+    """record printed 'iteration 4.3 ms' where simulate said 'micro-step (a sync every 2; ...) 4.248 ms'
+    for the same figure: both now word it as simulate does (ddpsim/cli/summary_text.py)."""
+    from ddpsim.trace import load_trace
+
+    trace = load_trace(BUNDLED_DIR / "05_convnet_torch_no_sync3.json")
+    t = summarize(trace)["iteration_time_s"]
+    line = headline_lines(trace, "wrote run.json")[0]
+    assert line.startswith(f"wrote run.json; micro-step (a sync every 3; the times are per micro-step) {t * 1e3:.1f} ms, ")

@@ -21,7 +21,10 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
     t = summary["iteration_time_s"]
     overlap = (f"overlap {summary['overlap_fraction']:.0%}" if summary.get("communicates", True)
                else "no overlap to measure (no collective took time)")
-    lines = [f"{head}; iteration {t * 1e3:.1f} ms, exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, {overlap}"]
+    every = (trace.meta.get("options") or {}).get("no_sync_every")  # as simulate words it (summary_text.py)
+    step = (f"micro-step (a sync every {every}; the times are per micro-step) {t * 1e3:.1f} ms"
+            if isinstance(every, int) and every > 1 else f"iteration {t * 1e3:.1f} ms")
+    lines = [f"{head}; {step}, exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, {overlap}"]
     gap = between_steps_s(trace)
     if gap is not None and gap > BETWEEN_SHOWN * t:
         lines.append(f"between steps {gap * 1e3:.1f} ms (median, after the optimizer and before the next forward), "
