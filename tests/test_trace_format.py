@@ -65,6 +65,7 @@ def test_the_backwards_cpu_time_round_trips_and_is_written_only_where_measured(t
     (lambda s: s.replace('"forward"', '"forwards"', 1), "missing field ranks[0].iterations[0].forward"),
     (lambda s: s.replace('"source":"real"', '"source":"guess"').replace('"source": "real"', '"source": "guess"'),
      "source must be"),
+    (lambda s: s.replace('"bucket":1,', '"bucket":7,', 1), "bucket 7 is not in the layout in force (3 buckets)"),
 ])
 def test_bad_files_raise_one_line_trace_format_error(tmp_path, mangle, expected):
     text = open(FIXTURE).read()

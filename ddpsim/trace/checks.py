@@ -83,12 +83,19 @@ def _check_rank(r, rank: RankTrace, path: str, known: set | None) -> None:
         last = lay.from_iteration
         for k, b in enumerate(lay.buckets):
             _known(r, b.params, known, f"{path}.layouts[{j}].buckets[{k}].params")
-    last = -1
+    last, layout = -1, 0
     for j, it in enumerate(rank.iterations):
         if it.iteration <= last:
             r.fail(f"{path}.iterations[{j}].iteration", f"iteration {it.iteration} does not follow {last}")
         last = it.iteration
         _known(r, [g.param for g in it.grad_ready], known, f"{path}.iterations[{j}].grad_ready")
+        while layout + 1 < len(rank.layouts) and rank.layouts[layout + 1].from_iteration <= it.iteration:
+            layout += 1  # the layout in force at this iteration (both lists are in iteration order)
+        count = len(rank.layouts[layout].buckets) if rank.layouts else 0
+        for k, b in enumerate(it.buckets):
+            if count and not 0 <= b.bucket < count:
+                r.fail(f"{path}.iterations[{j}].buckets[{k}].bucket",
+                       f"bucket {b.bucket} is not in the layout in force ({count} buckets)")
 
 
 def _known(r, params: list[int], known: set | None, path: str) -> None:
