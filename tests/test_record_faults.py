@@ -27,6 +27,7 @@ def cli(*args, timeout=60):
     (["--bucket-cap-mb", "-1"], "--bucket-cap-mb must be a positive number"),
     (["--world-size", "0"], "--world-size must be >= 1"),
     (["--uneven", "-1"], "--uneven must be >= 0"),
+    (["--static-graph", "--no-sync-every", "2"], "static_graph with no_sync every 2 steps: torch's DDP fails"),
     (["--iters", "many"], "invalid int value: 'many'"),
     (["--model", "nowhere/model.py:make"], "model file nowhere/model.py does not exist"),
     (["--model", "tests/comm_hook_user.py:"], "names no function after ':': give tests/comm_hook_user.py:factory"),

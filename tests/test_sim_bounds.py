@@ -18,6 +18,7 @@ SIMULATE_ERRORS = [
     (["--bandwidth-gbps", "1e-300"], "--bandwidth-gbps must be between 0.001 and 1e+06 Gbit/s"),
     (["--jitter", "1e6"], "--jitter must be between 0 and 10"),
     (["--no-sync-every", "1000000000"], "--no-sync-every must be between 1 and 1,000,000"),
+    (["--static-graph", "--no-sync-every", "2"], "static_graph with no_sync every 2 steps: torch's DDP fails"),
     (["--iters", "1000000000"], "--iters must be between 1 and 1,000,000"),
     (["--world-size", "20000000"], "--world-size must be between 1 and 10,000,000"),
     (["--concurrency", "-1"], "--concurrency must be between 1 and 64"),

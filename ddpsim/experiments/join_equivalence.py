@@ -38,7 +38,8 @@ def train_joined(rank, world, model_name, divide_initial, cap_mb, find_unused, h
         if hook:  # a joined rank shadows through the hook too (``_run_comm_hook`` on zeros)
             ddp.register_comm_hook(*make_hook(hook))
         count = torchcompat.count_join_shadows(ddp)
-        opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
+        # weight decay acts on a zero gradient, not on none: Join's used-parameter map decides which
+        opt = torch.optim.SGD(w.model.parameters(), lr=0.05, weight_decay=0.1)
         with ddp.join(divide_by_initial_world_size=divide_initial):
             for step in range(STEPS - SKEW * rank):
                 inputs, target = call_batch(w, step, rank, world, 8)

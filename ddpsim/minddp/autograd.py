@@ -1,6 +1,8 @@
 """The autograd pieces of minddp: AccumulateGrad hooks, the graph walk, the sink."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 queue_callback = torch.autograd.Variable._execution_engine.queue_callback
@@ -41,6 +43,8 @@ def find_tensors(obj):
         return [t for x in obj for t in find_tensors(x)]
     if isinstance(obj, dict):
         return [t for x in obj.values() for t in find_tensors(x)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a forward returning a dataclass
+        return [t for f in dataclasses.fields(obj) for t in find_tensors(getattr(obj, f.name))]
     return []
 
 

@@ -114,9 +114,12 @@ class JoinableDDP(Joinable):
             work.wait()
 
     def match_unused_params_allreduce(self):
-        """Mirrors ``_match_unused_params_allreduce``: the used-parameter bitmap, all zeros here."""
-        dist.all_reduce(torch.tensor(self.reducer.local_used_map, dtype=torch.int32, device=self.join_device),
-                        group=self.process_group)
+        """Mirrors ``_match_unused_params_allreduce``: the used-parameter bitmap as ``_get_local_used_map``
+        gives it, the device map (``local_used_map_dev_``), which still holds the map last summed
+        across ranks (finalize_backward zeroes only the host map), reduced in place. So a joined rank
+        counts as using what every rank used last, and those parameters keep zero gradients the
+        optimizer acts on (weight decay, momentum), as in torch, instead of no gradient."""
+        dist.all_reduce(self.reducer.local_used_tensor, group=self.process_group)
 
     def sync_final_model(self, is_last_joiner):
         """Mirrors ``_sync_final_model``: every rank takes the model (and buffers) of the last rank

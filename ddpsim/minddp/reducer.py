@@ -58,6 +58,8 @@ class Reducer:
         self.hooks_triggered = [0] * len(self.params)  # numGradHooksTriggeredMap_
         self.hooks_left = []  # numGradHooksTriggeredMapPerIteration_
         self.local_used_map = [0] * len(self.params)  # Note [Used-parameter bitmap]
+        # local_used_map_dev_: the map as last allreduced (zeros before), what Join's shadow sends
+        self.local_used_tensor = torch.zeros(len(self.params), dtype=torch.int32, device=self.params[0].device)
         self.local_used_work, self.local_used_map_reduced = None, False
         self.delay_all_reduce_queued = False
         self.div_factor = None  # kUnsetDivFactor: set at the first gradient of each backward

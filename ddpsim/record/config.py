@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from ddpsim.buckets import LEGACY_ORDERS
-from ddpsim.errors import CLIError
+from ddpsim.errors import STATIC_GRAPH_NO_SYNC, CLIError
 from ddpsim.models import ModelSpecError, check_spec
 
 IMPLS = ("torch", "minddp", "naive", "overlap")
@@ -69,6 +69,8 @@ class RecordConfig:
              f"--bucket-cap-mb must be a positive number of MiB, not {self.bucket_cap_mb}"),
             (self.no_sync_every is None or 1 <= self.no_sync_every <= MAX_ITERS,
              f"--no-sync-every must be between 1 and {MAX_ITERS}, not {self.no_sync_every}"),
+            (not (self.static_graph and (self.no_sync_every or 1) > 1),  # Note [static_graph's first step must sync]
+             STATIC_GRAPH_NO_SYNC.format(every=self.no_sync_every)),
             (self.batch_size is None or 1 <= self.batch_size <= MAX_ITERS,
              f"--batch-size must be between 1 and {MAX_ITERS}, not {self.batch_size}"),
             (math.isfinite(self.lr), f"--lr must be a finite number, not {self.lr}"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ddpsim.errors import STATIC_GRAPH_NO_SYNC
 from ddpsim.sim import network, stragglers
 from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
 from ddpsim.sim.comm_hooks import RATES, CommHook
@@ -81,6 +82,8 @@ class SimConfig:
             raise ValueError(f"uneven {self.uneven} leaves rank {self.world_size - 1} without micro-steps")
         if self.uneven and self.world_size > self.max_explicit_ranks:
             raise ValueError(f"uneven inputs play every rank alone: at most {self.max_explicit_ranks} ranks")
+        if self.static_graph and self.no_sync_every > 1:  # Note [static_graph's first step must sync]
+            raise ValueError(STATIC_GRAPH_NO_SYNC.format(every=self.no_sync_every))
         if self.naive and self.overlap:
             raise ValueError("naive and overlap are two different DDPs: choose one")
         caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)

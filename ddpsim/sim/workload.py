@@ -169,7 +169,7 @@ def param_order(w: Workload, order, seed: int = 0) -> list[int]:
     if order == "reverse":
         return list(range(n - 1, -1, -1))
     if order == "ready":
-        return list(w.ready_order) + [i for i in reversed(range(n)) if i in set(w.unused)]
+        return list(w.ready_order) + sorted(set(w.unused))  # as torch appends static_graph's unused: by index
     if order == "random":
         out = list(range(n))
         random.Random(seed).shuffle(out)
