@@ -1,7 +1,13 @@
-"""minddp finds the tensors of a forward's output as torch's ``_find_tensors`` does (tensors, lists,
-tuples, dicts and dataclasses), so find_unused_parameters' graph search starts from the same
-outputs: a forward returning a dataclass made minddp mark every parameter unused and then raise
-"marked ready twice", where torch trained. Real gloo ranks, torch's DDP beside minddp."""
+"""What minddp does with a forward's outputs, as torch's DDP does (real gloo ranks, torch beside it).
+
+- It finds their tensors as torch's ``_find_tensors`` does (tensors, lists, tuples, dicts and
+  dataclasses), so find_unused_parameters' graph search starts from the same outputs: a forward
+  returning a dataclass made minddp mark every parameter unused and raise "marked ready twice".
+- It passes them through a sink only where torch does (Note [The sink] in minddp/ddp.py): with the
+  sink always there, an output left out of the loss still ran its branch backward, and a gradient
+  hook that fired with no gradient was ignored, so minddp trained where torch fails and failed
+  where torch trains.
+"""
 import dataclasses
 
 import torch
@@ -50,3 +56,74 @@ def test_a_dataclass_output_is_searched_as_torch_searches_it():
             assert (mine is None) == (theirs is None), rank
             assert mine == theirs, rank  # bit for bit
         assert grads["torch"][2] is None  # the unused layer's weight: no gradient on either
+
+
+class NoGradFor(torch.autograd.Function):
+    """x * s, with no gradient for s (backward returns None for it)."""
+
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.save_for_backward(s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, g):
+        (s,) = ctx.saved_tensors
+        return g * s, None
+
+
+class Mul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w, (g * x).sum(0)
+
+
+class Scaled(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.a, self.s, self.fn = nn.Linear(4, 4), nn.Parameter(torch.ones(4)), fn
+
+    def forward(self, x):
+        h = self.a(x)
+        return h, self.fn.apply(h, self.s)
+
+
+def default_options(rank, world, fn_name, output):
+    """Three steps with default options, the loss on ``output`` alone: per impl, the step that
+    raised and the error's class (or "trained") and s's gradient."""
+    from ddpsim import torchcompat
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    torch.set_num_threads(1)
+    out = {}
+    for impl in ("torch", "minddp"):
+        torch.manual_seed(0)
+        model = Scaled({"NoGradFor": NoGradFor, "Mul": Mul}[fn_name])
+        ddp = torchcompat.torch_ddp(model, True) if impl == "torch" else MinDDP(model)
+        try:
+            for step in range(3):
+                model.zero_grad(set_to_none=True)
+                ddp(torch.ones(2, 4))[output].sum().backward()
+            out[impl] = ("trained", None if model.s.grad is None else model.s.grad.tolist())
+        except RuntimeError as e:
+            out[impl] = (f"step {step}", type(e).__name__, str(e).splitlines()[0])
+    return out
+
+
+def test_a_gradient_that_arrives_undefined_marks_its_parameter_ready_as_in_torch():
+    out = run_ranks(default_options, 1, args=("NoGradFor", 1), timeout=120)[0]
+    assert out["torch"] == out["minddp"] == ("trained", [0.0, 0.0, 0.0, 0.0]), out
+
+
+def test_an_output_left_out_of_the_loss_runs_no_branch_backward_as_in_torch():
+    """torch never runs the second output's branch, so s gets no gradient: it fails at the next
+    forward; minddp at the end of that backward, naming s (Note [Missing gradients raise at the end])."""
+    out = run_ranks(default_options, 1, args=("Mul", 0), timeout=120)[0]
+    assert out["torch"][0] == "step 1" and "Expected to have finished reduction" in out["torch"][2], out
+    assert out["minddp"][0] == "step 0" and "received no gradient: s (index" in out["minddp"][2], out

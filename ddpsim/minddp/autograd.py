@@ -81,3 +81,12 @@ class DDPSink(torch.autograd.Function):
         for i, t in zip(idx, passed):
             flat[i] = t
         return torch.utils._pytree.tree_unflatten(flat, spec)
+
+
+def on_backward_start(output, callback) -> None:
+    """Calls ``callback()`` once per backward, when it first reaches one of ``output``'s tensors
+    (``register_multi_grad_hook``, mode "any"): no node added to the graph (Note [The sink])."""
+    flat, _ = torch.utils._pytree.tree_flatten(output)
+    tensors = [t for t in flat if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if tensors:
+        torch.autograd.graph.register_multi_grad_hook(tensors, lambda grad: callback(), mode="any")

@@ -70,8 +70,8 @@ class Reducer:
         me = weakref.ref(self)  # the hooks must not keep the reducer alive
         self.grad_accumulators = [grad_accumulator(p) for p in self.params]
         self.hooks = [acc.register_hook(  # Note [Hooks on AccumulateGrad]
-            lambda grads_in, grads_out, i=i: me() is not None and me().autograd_hook(
-                i, grads_out[0] is not None)) for i, acc in enumerate(self.grad_accumulators)]
+            lambda grads_in, grads_out, i=i: me() is not None and me().autograd_hook(i))
+            for i, acc in enumerate(self.grad_accumulators)]
 
     # -- 0. buckets -----------------------------------------------------------------
     def initialize_buckets(self, bucket_indices, per_bucket_size_limits):
@@ -188,17 +188,22 @@ class Reducer:
 
     # -- 3. backward ----------------------------------------------------------------
     def on_sink_backward(self):
-        """Called by ``DDPSink.backward``, the first step of every backward pass."""
+        """Called by ``DDPSink.backward``, the first step of the backward (Note [The sink])."""
         if self.static_graph and not self.delay_all_reduce_queued:
             self.delay_all_reduce_queued = True  # distributed.py: _DDPSink.backward
             queue_callback(self.delay_all_reduce)
-        elif self.expect_autograd_hooks:
+        else:
+            self.on_backward_start()
+
+    def on_backward_start(self):
+        """ddpsim only: the backward reached the forward's outputs (Note [The sink])."""
+        if self.expect_autograd_hooks:
             queue_callback(self.check_backward_finished)
 
-    def autograd_hook(self, index, grad_defined=True):
-        """Mirrors ``Reducer::autograd_hook``: parameter ``index`` has its gradient."""
-        if not grad_defined and not self.dynamic_graph_find_unused():
-            return  # without find_unused torch has no DDPSink: such hooks never fire
+    def autograd_hook(self, index):
+        """Mirrors ``Reducer::autograd_hook``: parameter ``index`` has its gradient. A hook with no
+        gradient (a Function returning None for it, or an output the sink passes on undefined) marks
+        its parameter ready too; its bucket slot is zeros (``mark_variable_ready_dense``)."""
         if not self.first_autograd_hook_called:
             self.first_autograd_hook_called = True
             self.num_bwd_calls += 1
@@ -343,7 +348,10 @@ class Reducer:
     # -- 4. backward ends -----------------------------------------------------------
     def finalize_backward(self):
         """Mirrors ``Reducer::finalize_backward``: wait, then copy results to ``.grad``."""
-        assert self.expect_autograd_hooks and self.require_finalize
+        if not (self.expect_autograd_hooks and self.require_finalize):  # torch: TORCH_INTERNAL_ASSERT
+            raise RuntimeError("expect_autograd_hooks_ INTERNAL ASSERT FAILED: finalize_backward without a synced "
+                               "backward (static_graph's first step under no_sync: Note [static_graph's first "
+                               "step must sync] in ddpsim/errors.py)")
         self.expect_autograd_hooks = self.require_finalize = False
         self.first_autograd_hook_called = False
         self.div_factor = None
