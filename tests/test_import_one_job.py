@@ -103,3 +103,44 @@ def test_a_missing_rank_is_said(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "caution: the profiles are of world size 2 but no profile of rank(s) 0 is among them" in out.stdout
+
+
+def _profile_branchy_rank(rank, world, out_dir):
+    """A real gloo DDP run under torch.profiler with find_unused_parameters, rank 1 leaving a
+    branch out of every step: one job whose ranks make different numbers of gradients."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    trunk, branch = nn.Linear(16, 16), nn.Linear(16, 16)
+    model = nn.ModuleDict({"trunk": trunk, "branch": branch})
+    ddp = nn.parallel.DistributedDataParallel(_Branchy(model, use_branch=rank == 0), find_unused_parameters=True)
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
+                                record_shapes=True) as prof:
+        for _ in range(4):
+            ddp(torch.randn(8, 16)).sum().backward()
+            prof.step()
+    prof.export_chrome_trace(f"{out_dir}/rank{rank}.json")
+
+
+class _Branchy(__import__("torch").nn.Module):
+    def __init__(self, parts, use_branch):
+        super().__init__()
+        self.parts, self.use_branch = parts, use_branch
+
+    def forward(self, x):
+        h = self.parts["trunk"](x)
+        return self.parts["branch"](h) if self.use_branch else h
+
+
+@pytest.mark.slow
+def test_ranks_that_leave_out_parameters_under_find_unused_are_one_job(tmp_path):
+    from distutil import run_ranks
+
+    run_ranks(_profile_branchy_rank, 2, args=(str(tmp_path),), timeout=300)
+    trace = import_profiles([tmp_path])
+    grads = [len(r.iterations[0].grad_ready) for r in trace.ranks]
+    assert grads == [4, 2] and all(it.bitmap_allreduce for r in trace.ranks for it in r.iterations)
+    # the bitmap is told from the bucket by gloo's run of it (int), not counted as a second bucket
+    assert {len(it.buckets) for r in trace.ranks for it in r.iterations} == {1}

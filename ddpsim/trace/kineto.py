@@ -255,12 +255,14 @@ def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
     return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
 
 
-def is_bitmap(op: Op, profile: Profile | None = None) -> bool:
+def is_bitmap(op: Op, profile: Profile | None = None, gloo_run: Op | None = None) -> bool:
     """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_),
-    by its input type (record_shapes) or NCCL's metadata dtype."""
-    types = op.args.get("Input type")
-    if isinstance(types, list) and types:
-        return "int" in str(types[0]).lower()
+    by its input type (record_shapes: the collective's own, or gloo's run of it where the collective
+    names only a ``TensorList``, as torch 2.13's profiler does) or NCCL's metadata dtype."""
+    for o in (op, gloo_run):
+        types = o.args.get("Input type") if o is not None else None
+        if isinstance(types, list) and types and str(types[0]) != "TensorList":
+            return "int" in str(types[0]).lower()
     meta = profile.named("record_param_comms", within=op) if profile is not None else []
     return any("int" in str(m.args.get("dtype", "")).lower() for m in meta[:1])
 

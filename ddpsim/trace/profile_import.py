@@ -120,8 +120,9 @@ class RankImport:
         starts = sorted(grad_starts)  # one sort, then a binary search per launch: linear-log in the profile
         for k, op in enumerate(launches):
             nbytes, source = collective_bytes(op, p)
-            start, end = self._collective_span(op, gloo_runs[k] if len(gloo_runs) == len(launches) else None)
-            if is_bitmap(op, p):
+            run = gloo_runs[k] if len(gloo_runs) == len(launches) else None
+            start, end = self._collective_span(op, run)
+            if is_bitmap(op, p, run):
                 start, end = (op.start, op.end) if start is None else (start, end)
                 bitmap = {"launch_ns": _ns(start), "complete_ns": _ns(end), "bytes": nbytes or 0}
                 continue
@@ -188,7 +189,7 @@ def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
     one_per_rank([(r, imp.p.name) for r, imp in ranks])
     ranks.sort(key=lambda x: x[0])
     steps = [_iterations(imp) for _, imp in ranks]
-    same_model(ranks)
+    same_model(ranks, find_unused=any(it["bitmap_allreduce"] for its in steps for it in its))
     params, order, params_source = _params(ranks[0][1].ready_shapes, model)
     notes, sources = set(), set()
     rank_dicts = [_finish_rank(rank, its, params, order, imp, notes, sources) for (rank, imp), its in zip(ranks, steps)]

@@ -9,7 +9,8 @@ ranks belong to different runs:
 - each rank is one process: no two profiles claim the same rank;
 - every rank trains the same parameters (DDP's constructor checks this across processes:
   ``_verify_param_shape_across_processes`` in torch/nn/parallel/distributed.py), so every rank's
-  backward makes the same number of gradients, of the same shapes when the profile has them;
+  backward makes the same number of gradients, of the same shapes when the profile has them
+  (unless find_unused_parameters lets a rank leave some out: the profile then shows its bitmap);
 - every rank has the same buckets (rank 0's rebuilt layout is broadcast to all: reducer.cpp
   ``rebuild_buckets``), so the allreduces of a step have the same sizes on every rank;
 - the ranks ran on the same kind of device (one process group's ranks all use NCCL or all gloo).
@@ -32,15 +33,19 @@ def one_per_rank(claims: list[tuple[int, str]]) -> None:
         first[rank] = name
 
 
-def same_model(ranks: list[tuple[int, object]]) -> None:
+def same_model(ranks: list[tuple[int, object]], find_unused: bool) -> None:
     """``ranks``: (rank, RankImport) after their steps were read; different gradients or devices
-    across ranks are one error naming the first two files that differ."""
+    across ranks are one error naming the first two files that differ. ``find_unused``: the profiles
+    show the used-parameter bitmap's allreduce, so a rank may leave parameters out of a step
+    (find_unused_parameters) and only the devices are compared."""
     (r0, a), rest = ranks[0], ranks[1:]
     for r, b in rest:
         if a.gpu != b.gpu:
             gpu, cpu = (r0, a) if a.gpu else (r, b), (r, b) if a.gpu else (r0, a)
             raise TraceFormatError(f"rank {gpu[0]}'s profile ({gpu[1].p.name}) has GPU work but rank {cpu[0]}'s "
                                    f"({cpu[1].p.name}) has none: not one DDP job; {ONE_RUN}")
+        if find_unused:
+            continue
         if len(a.ready_shapes) != len(b.ready_shapes):
             raise TraceFormatError(f"rank {r0}'s profile ({a.p.name}) makes {len(a.ready_shapes)} gradients per "
                                    f"step but rank {r}'s ({b.p.name}) {len(b.ready_shapes)}: profiles of different "
