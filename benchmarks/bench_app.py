@@ -8,7 +8,7 @@ Measures, per repeat, with a fresh Streamlit server each time:
 - what-if change: on the What-if page, from a click choosing another bucket ordering
   (a new, uncached configuration each time; real mouse events) to the new chart
   loaded and the app idle; then toggling find_unused_parameters on and off.
-Targets (issue 6): first render <= 3 s, what-if change <= 1 s, on this 2-core machine.
+Targets: first render <= 3 s, what-if change <= 1 s, on this 2-core machine.
 The 1-minute load average is printed with the results: the machine is shared.
 """
 from __future__ import annotations

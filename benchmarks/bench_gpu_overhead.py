@@ -12,7 +12,7 @@ would otherwise count as the recorder's overhead).
     python benchmarks/bench_gpu_overhead.py [--model transformer] [--pairs 40] [--world-size N]
     python benchmarks/bench_gpu_overhead.py --model path/to/resnet.py:make   # e.g. torchvision
 
-Goal (issue 13): recorded / plain <= 1.05 (median of the per-pair ratios, with the spread).
+Goal: recorded / plain <= 1.05 (median of the per-pair ratios, with the spread).
 
 ``--parts`` adds two more wrappers to the rotation, to tell where the recorder's cost lies: plain
 DDP with an empty Python post-accumulate-grad hook on every parameter (what calling Python from

@@ -11,9 +11,9 @@ The batch is made before the timer starts, for both. The ranks meet through a Fi
 temporary folder (no port: Note [No port on the network] in ddpsim/record/process.py).
 
     python benchmarks/bench_hook_overhead.py [--model mlp] [--hook fp16] [--pairs 40] [--bucket-cap-mb X]
-    python benchmarks/bench_hook_overhead.py --suite [--pairs 1000]   # issue 37's nine cases, a table
+    python benchmarks/bench_hook_overhead.py --suite [--pairs 1000]   # nine cases, a table
 
-Goal (issue 37): recorded / plain <= 1.05 (median of the per-pair ratios, each pair's times summed
+Goal: recorded / plain <= 1.05 (median of the per-pair ratios, each pair's times summed
 over the ranks, with p10 and p90, and a bootstrap 95% interval of the median).
 
 Note [How many pairs]: on the 2-core CPU a pair's ratio spreads widely (p10 0.82 to p90 1.26 for
@@ -110,7 +110,7 @@ def measure(cfg: RecordConfig, pairs: int) -> list[tuple[float, float]]:
     return [(sum(a for a, _ in pair), sum(b for _, b in pair)) for pair in zip(*per_rank)]
 
 
-# issue 37's cases: (model, hook, cap MiB or None for torch's default, PowerSGD's start iteration)
+# the suite's cases: (model, hook, cap MiB or None for torch's default, PowerSGD's start iteration)
 SUITE = [("mlp", h, 0.25, None) for h in ("allreduce", "fp16", "bf16", "noop", "round-robin:2",
                                           "tests/comm_hook_user.py:factory")]
 SUITE += [("transformer", "fp16", 0.25, None), ("transformer", "noop", 0.25, None), ("convnet", "powersgd", None, 2)]
@@ -155,7 +155,7 @@ def main() -> int:
     p.add_argument("--bucket-cap-mb", type=float, default=None)
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("--powersgd-start-iter", type=int, default=None)
-    p.add_argument("--suite", action="store_true", help="issue 37's nine cases, as a table")
+    p.add_argument("--suite", action="store_true", help="nine cases (models x hooks), as a table")
     args = p.parse_args()
     if args.suite:
         return suite(args.pairs or 1000)

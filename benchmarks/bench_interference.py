@@ -17,8 +17,7 @@ jobs on a shared core], Note [Ranks that share a CPU]); the table prints both.
 Measured here (2 cores, 2026-11-21; noisy, a few runs): at 4 ranks a 4 MiB allreduce
 cost each rank 9-12 ms of compute where the model charges 7-8 ms, 16 MiB 38-52 ms
 against 22-28 ms; at 2 ranks 4 MiB cost 3.9 ms against 2.4 ms. So beside compute an
-allreduce costs ~1.4-2x its CPU time (about 1x below 1 MiB at 4 ranks). The closing
-note of issue 4 discusses what this means for the validate grid.
+allreduce costs ~1.4-2x its CPU time (about 1x below 1 MiB at 4 ranks).
 The last line is one JSON object with the figures.
 """
 from __future__ import annotations

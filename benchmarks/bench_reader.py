@@ -1,7 +1,7 @@
 """Parse time against input size: the strict reader (``ddpsim.load_trace``) must be linear.
 
 Two kinds of input: a file that ends inside a string of escaped quotes (the pre-scan's worst
-case, issue 40) and valid traces made by repeating a bundled simulated sample's rank. Prints a
+case) and valid traces made by repeating a bundled simulated sample's rank. Prints a
 markdown table of sizes and seconds; the goal is the 40,000-pair case under 0.2 s and the
 seconds per MB about constant.
 

@@ -7,7 +7,7 @@ the recording comm hook, a RankRecorder writing its shard).
 
     python benchmarks/bench_record_overhead.py [--model mlp] [--pairs 40] [--world-size 2]
 
-Goal (issue 2): instrumented / plain <= 1.05 at world size 2 (median of per-pair ratios).
+Goal: instrumented / plain <= 1.05 at world size 2 (median of per-pair ratios).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Reports
   3. one iteration at 1024 ranks, rank-grouped and fully explicit.        goal < 5 s
   4. a run at 4096 ranks (every rank explicit, jitter on) completes.
   5. ResNet-50 on 100,000 V100s (v100-ib100), ranks grouped, NCCL's choice of algorithm
-     (trees) and every rank waiting for the expected slowest (issue 44).   goal < 2 s
+     (trees) and every rank waiting for the expected slowest.   goal < 2 s
 The last line is one JSON object with the figures.
 """
 from __future__ import annotations

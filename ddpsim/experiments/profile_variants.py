@@ -98,7 +98,7 @@ def check(stem: str, variant: str, out: Path) -> dict:
         return {**row, "import": f"refused: {e}"}
     layout = trace.ranks[0].layouts[-1]
     sizes = [b.bytes for b in layout.buckets]
-    row.update({"import": f"ok, {sum(len(r.iterations) for r in trace.ranks)} iterations",
+    row.update({"import": f"ok, {'-'.join(map(str, sorted({len(r.iterations) for r in trace.ranks})))} iterations per rank",
                 "sizes_from": f"{trace.meta['sizes']['params']} / {trace.meta['sizes']['buckets']}",
                 "buckets": sizes, "torch": torch_sizes(stem), "equal": sizes == torch_sizes(stem),
                 "members": all(b.params for b in layout.buckets)})
