@@ -62,10 +62,12 @@ def unused_param_rank(rank, world_size):
 
 
 @pytest.mark.slow  # real gloo ranks
-def test_missing_gradient_raises_at_end_of_backward_with_names():
+def test_missing_gradient_raises_at_the_next_forward_as_torch_does_with_names():
+    """torch lets a reduction finish over several backward passes before the next forward (one per
+    head, or autograd.grad first): the next forward is where a missing gradient shows."""
     for mine, theirs in run_ranks(unused_param_rank, 2, timeout=60):
         phase, msg = mine
-        assert phase == "backward 0", mine  # torch: at the next forward
+        assert phase == "forward 1" == theirs[0], (mine, theirs)
         assert "extra.weight" in msg and "extra.bias" in msg
         assert "find_unused_parameters=True" in msg and "take part in the loss" in msg
         assert theirs[0] == "forward 1" and "Expected to have finished reduction" in theirs[1]
@@ -77,8 +79,9 @@ def branchy_rank(rank, world_size):
 
     w = build_workload("branchy")
     ddp = MinDDP(w.model)  # find_unused_parameters=False, but the branch is unused on rank 1
-    inputs, target = call_batch(w, 0, rank, world_size, 8)
-    w.loss(ddp(*inputs), target).backward()
+    for step in range(2):  # rank 1 raises at its second forward; rank 0 waits for its bucket till then
+        inputs, target = call_batch(w, step, rank, world_size, 8)
+        w.loss(ddp(*inputs), target).backward()
     return "finished"
 
 
@@ -110,3 +113,63 @@ def test_marked_ready_twice_names_the_parameter():
         assert theirs[0] == "backward 0" and "mark a variable ready only once" in theirs[1]
         assert mine[0] == "backward 0", mine
         assert "marked ready twice" in mine[1] and "shared." in mine[1], mine
+
+
+class LateBranch(nn.Module):
+    """``b`` takes part from the second forward on: a graph that static_graph promised would not change."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.calls = nn.Linear(4, 2), nn.Linear(4, 2), 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.a(x) + self.b(x) if self.calls > 1 else self.a(x)
+
+
+class SplitHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.t, self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.t(x)
+        return self.a(h), self.b(h)
+
+
+def _first_error(rank, world_size, case):
+    """Three steps of ``case`` on torch's DDP, then on minddp: (step, first line) of each one's error."""
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    torch.set_num_threads(1)
+    out = {}
+    for impl, cls in (("torch", nn.parallel.DistributedDataParallel), ("minddp", MinDDP)):
+        torch.manual_seed(0)
+        model = LateBranch() if case == "static graph changed" else SplitHeads()
+        ddp = cls(model, static_graph=True) if case == "static graph changed" else cls(model, find_unused_parameters=True)
+        out[impl] = None
+        try:
+            for step in range(3):
+                model.zero_grad(set_to_none=True)
+                y = ddp(torch.full((2, 4), float(rank + 1)))
+                if case == "static graph changed":
+                    y.sum().backward()
+                else:  # the synced pass leaves b undefined; a second, local pass marks b used
+                    y[0].sum().backward(retain_graph=True)
+                    y[1].sum().backward()
+        except RuntimeError as e:
+            out[impl] = (step, str(e).splitlines()[0])
+    return out
+
+
+@pytest.mark.slow  # real gloo ranks
+@pytest.mark.parametrize("case, said", [
+    ("static graph changed", "Your training graph has changed in this iteration"),
+    ("used, yet undefined", "Encountered gradient which is undefined, but still allreduced by DDP reducer"),
+])
+def test_reducer_checks_raise_where_torchs_do(case, said):
+    """reducer.cpp's REDUCER_CHECKs, mirrored: minddp trained through both (in the first, with b's
+    gradient never averaged across ranks)."""
+    for out in run_ranks(_first_error, 2, args=(case,), timeout=60):
+        assert out["torch"] is not None and said in out["torch"][1], out
+        assert out["minddp"] == out["torch"], out

@@ -51,42 +51,32 @@ def find_tensors(obj):
 class DDPSink(torch.autograd.Function):
     """Mirrors ``_DDPSink`` in distributed.py.
 
-    Every forward output passes through this one node. Its backward runs first in
-    the backward pass, on the outermost graph task, so callbacks it queues run when
-    the whole ``loss.backward()`` is over (not at the end of a reentrant inner
-    backward, as a callback queued from a parameter hook would). With
-    ``materialize_grads`` off, an output left out of the loss sends an undefined
-    gradient on instead of nothing (needed by find_unused_parameters).
+    Every forward output passes through this one node (Note [The sink] in minddp/ddp.py). Its
+    backward runs first in the backward pass, on the outermost graph task, so a callback it queues
+    (static_graph's ``delay_all_reduce``) runs when the whole ``loss.backward()`` is over. With
+    ``materialize_grads`` off, an output left out of the loss sends an undefined gradient on
+    instead of nothing: its parameters' hooks fire, which find_unused_parameters needs.
     """
 
     @staticmethod
-    def forward(ctx, on_backward, clone, *tensors):
+    def forward(ctx, on_backward, *inputs):
         ctx.set_materialize_grads(False)
         ctx.on_backward = on_backward
-        return tuple(t.clone() for t in tensors) if clone else tensors
+        return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
 
     @staticmethod
     def backward(ctx, *grads):
         ctx.on_backward()
-        return (None, None, *grads)
+        return (None, *grads)
 
     @staticmethod
-    def pass_through(output, on_backward, clone):
+    def pass_through(output, on_backward):
+        """As ``_post_forward`` applies it: every leaf of the output goes in (a tensor without a
+        ``grad_fn``, such as a parameter returned as it is, too: the sink keeps an edge to it); the
+        tensors without a ``grad_fn`` come back as they were."""
         flat, spec = torch.utils._pytree.tree_flatten(output)
-        idx = [i for i, t in enumerate(flat)
-               if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        if not idx:
+        if not flat:
             return output
-        passed = DDPSink.apply(on_backward, clone, *[flat[i] for i in idx])
-        for i, t in zip(idx, passed):
-            flat[i] = t
-        return torch.utils._pytree.tree_unflatten(flat, spec)
-
-
-def on_backward_start(output, callback) -> None:
-    """Calls ``callback()`` once per backward, when it first reaches one of ``output``'s tensors
-    (``register_multi_grad_hook``, mode "any"): no node added to the graph (Note [The sink])."""
-    flat, _ = torch.utils._pytree.tree_flatten(output)
-    tensors = [t for t in flat if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    if tensors:
-        torch.autograd.graph.register_multi_grad_hook(tensors, lambda grad: callback(), mode="any")
+        passed = DDPSink.apply(on_backward, *flat)
+        out = [x if isinstance(x, torch.Tensor) and x.grad_fn is None else p for x, p in zip(flat, passed)]
+        return torch.utils._pytree.tree_unflatten(out, spec)

@@ -19,7 +19,7 @@ from torch import nn
 from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
-from ddpsim.minddp.autograd import DDPSink, find_tensors, on_backward_start
+from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp import comm_hook
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
@@ -231,11 +231,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
 
         Note [The sink]: torch passes the outputs through ``_DDPSink`` (cloned, with
         materialize_grads off) only with find_unused_parameters, and in static_graph's first
-        iteration (even under no_sync), and so does minddp. Nowhere else: a sink is a node that
-        makes every output's branch of the graph run in the backward, even an output left out of
-        the loss. Where torch has none, minddp hooks the outputs' gradients instead
-        (``on_backward_start``): the backward reaching them, on the outermost graph task, is where
-        minddp queues its end-of-backward check (``Reducer.check_backward_finished``).
+        iteration (even under no_sync), and so does minddp: nowhere else, because the sink is a node
+        that makes every output's branch run in the backward, even one left out of the loss.
         """
         syncing = torch.is_grad_enabled() and self.require_backward_grad_sync
         self.require_forward_param_sync = syncing
@@ -243,7 +240,5 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         if syncing:
             self.reducer.prepare_for_backward(find_tensors(output) if dynamic else [])
         if dynamic or (self.static_graph and not self.reducer.delay_all_reduce_queued):
-            return DDPSink.pass_through(output, self.reducer.on_sink_backward, clone=True)
-        if syncing:
-            on_backward_start(output, self.reducer.on_backward_start)
+            return DDPSink.pass_through(output, self.reducer.on_sink_backward)
         return output

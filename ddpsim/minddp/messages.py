@@ -43,3 +43,10 @@ def marked_twice(rank: int, index: int, names) -> str:
             "several reentrant backward passes (e.g. the same layer wrapped by more than "
             "one `checkpoint(..., use_reentrant=True)`). Use each parameter in one "
             "forward/backward per iteration, or use_reentrant=False.")
+
+# reducer.cpp's REDUCER_CHECKs, word for word (torch 2.13)
+GRAPH_CHANGED = ("Your training graph has changed in this iteration, e.g., one parameter is unused in first "
+                 "iteration, but then got used in the second iteration. this is not compatible with "
+                 "static_graph set to True.")
+UNDEFINED_BUT_USED = ("Encountered gradient which is undefined, but still allreduced by DDP reducer. This "
+                      "indicates a bug in DDP implementation, please report a bug with a repro to PyTorch.")

@@ -188,17 +188,10 @@ class Reducer:
 
     # -- 3. backward ----------------------------------------------------------------
     def on_sink_backward(self):
-        """Called by ``DDPSink.backward``, the first step of the backward (Note [The sink])."""
+        """Mirrors ``_DDPSink.backward``: static_graph's first backward queues ``delay_all_reduce``."""
         if self.static_graph and not self.delay_all_reduce_queued:
-            self.delay_all_reduce_queued = True  # distributed.py: _DDPSink.backward
+            self.delay_all_reduce_queued = True
             queue_callback(self.delay_all_reduce)
-        else:
-            self.on_backward_start()
-
-    def on_backward_start(self):
-        """ddpsim only: the backward reached the forward's outputs (Note [The sink])."""
-        if self.expect_autograd_hooks:
-            queue_callback(self.check_backward_finished)
 
     def autograd_hook(self, index):
         """Mirrors ``Reducer::autograd_hook``: parameter ``index`` has its gradient. A hook with no
@@ -222,7 +215,9 @@ class Reducer:
             self.has_marked_unused_parameters = True
             for unused in self.unused_parameters:
                 self.mark_variable_ready(unused)
-        if self.static_graph and self.num_bwd_calls > 1:
+        if self.static_graph and self.num_bwd_calls > 1:  # static_graph_after_first_iteration()
+            if self.hooks_left[index] <= 0:  # torch's REDUCER_CHECK
+                raise RuntimeError(messages.GRAPH_CHANGED)
             self.hooks_left[index] -= 1
             if self.hooks_left[index] != 0:
                 return
@@ -268,6 +263,9 @@ class Reducer:
         """
         p = self.params[index]
         if p.grad is None:
+            if (self.dynamic_graph_find_unused() or self.static_graph_first_iteration()) \
+                    and self.local_used_map[index]:  # torch's REDUCER_CHECK: used, yet no gradient now
+                raise RuntimeError(messages.UNDEFINED_BUT_USED)
             view.zero_()
         elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
             if self.comm_hook is None:
@@ -332,18 +330,6 @@ class Reducer:
             nbytes = 4 * len(self.local_used_map)
             self.local_used_work = self.local_used_work.then(
                 lambda fut: rec.bitmap_allreduce(launch, now_ns(), nbytes))
-
-    def check_backward_finished(self):
-        """ddpsim only. Note [Missing gradients raise at the end]: torch notices a
-        parameter that never got its gradient only at the next forward
-        (``ensure_prior_reduction_finished``). This callback, queued by the
-        DDPSink at the start of every synced backward, runs when the autograd
-        engine finishes and raises right there, with the parameters' names."""
-        if self.expect_autograd_hooks and self.next_bucket < len(self.buckets):
-            missing = [i for i in range(len(self.params)) if i not in self.ready_params]
-            raise messages.MissingGradientError(messages.missing_gradients(
-                self.rank, missing, self.param_names, self.find_unused_parameters,
-                "the backward pass finished"))
 
     # -- 4. backward ends -----------------------------------------------------------
     def finalize_backward(self):
