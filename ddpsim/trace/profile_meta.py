@@ -22,10 +22,10 @@ def align(rank_dicts: list[dict]) -> tuple[dict, str, str | None]:
     firsts = {r["rank"]: r["iterations"][0]["forward"]["start_ns"] for r in rank_dicts}
     if max(firsts.values()) - min(firsts.values()) >= SHARED_CLOCK_S * 1e9:
         return firsts, "first-forward", None
-    gap = apart(rank_dicts)
-    if gap is None:
+    found = apart(rank_dicts)
+    if found is None:
         return {r: min(firsts.values()) for r in firsts}, "kineto-shared", None
-    number, gap = gap
+    number, gap = found
     return firsts, "first-forward", (
         f"{CAUTION}ProfilerStep#{number} does not overlap across ranks on the profiles' clocks (one rank's "
         f"starts {gap / 1e6:.1f} ms after another's ends), as one job's ranks always do: the profiles come "
