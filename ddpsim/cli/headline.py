@@ -10,6 +10,13 @@ from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Trace
 
 
+def step_name(no_sync_every: int | None) -> str:
+    """What a time per step is of: an iteration, or a micro-step under no_sync (``record``, ``import``
+    and ``simulate`` word it alike)."""
+    every = no_sync_every or 1
+    return f"micro-step (a sync every {every}; the times are per micro-step)" if every > 1 else "iteration"
+
+
 def headline_lines(trace: Trace, head: str) -> list[str]:
     """``head`` and the headline numbers; the time between steps where it is much; Join's line."""
     try:
@@ -21,10 +28,9 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
     t = summary["iteration_time_s"]
     overlap = (f"overlap {summary['overlap_fraction']:.0%}" if summary.get("communicates", True)
                else "no overlap to measure (no collective took time)")
-    every = (trace.meta.get("options") or {}).get("no_sync_every")  # as simulate words it (summary_text.py)
-    step = (f"micro-step (a sync every {every}; the times are per micro-step) {t * 1e3:.1f} ms"
-            if isinstance(every, int) and every > 1 else f"iteration {t * 1e3:.1f} ms")
-    lines = [f"{head}; {step}, exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, {overlap}"]
+    every = (trace.meta.get("options") or {}).get("no_sync_every")
+    step = step_name(every if isinstance(every, int) else None)
+    lines = [f"{head}; {step} {t * 1e3:.1f} ms, exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, {overlap}"]
     gap = between_steps_s(trace)
     if gap is not None and gap > BETWEEN_SHOWN * t:
         lines.append(f"between steps {gap * 1e3:.1f} ms (median, after the optimizer and before the next forward), "

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ddpsim.cli.headline import step_name
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig
 
 
 def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]:
     """``simulate_fn(work, cfg) -> (trace, summary)`` runs the simulation without rank noise, if any."""
-    step = (f"micro-step (a sync every {cfg.no_sync_every}; the times are per micro-step)"
-            if (cfg.no_sync_every or 1) > 1 else "iteration")
+    step = step_name(cfg.no_sync_every)
     lines = [f"{step} {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
              f"{summary['exposed_comm_s'] * 1e3:.3f} ms, overlap {summary['overlap_fraction']:.0%}"]
     if not summary.get("communicates", True):  # the noop hook: nothing sent, nobody waits for anybody

@@ -14,14 +14,14 @@ def _names(indices, names) -> str:
     return ", ".join(f"{names[i]} (index {i})" for i in indices)
 
 
-def missing_gradients(rank: int, indices, names, find_unused: bool, when: str) -> str:
+def missing_gradients(rank: int, indices, names, find_unused: bool) -> str:
     """The text of ``ensure_prior_reduction_finished`` in reducer.cpp, with names."""
-    head = (f"minddp (rank {rank}): {when}, but {len(indices)} parameter(s) received no "
-            f"gradient: {_names(indices, names)}.\n"
+    head = (f"minddp (rank {rank}): a new forward started before the previous backward was reduced, "
+            f"but {len(indices)} parameter(s) received no gradient: {_names(indices, names)}.\n"
             "DDP launches a bucket's allreduce only when every parameter in the bucket "
             "has its gradient, so these buckets were never reduced and the ranks would "
-            "disagree (torch DDP reports this at the next forward as 'Expected to have "
-            "finished reduction in the prior iteration before starting a new one').\n")
+            "disagree (torch DDP's words: 'Expected to have finished reduction in the "
+            "prior iteration before starting a new one').\n")
     if find_unused:
         return head + (
             "find_unused_parameters=True is on, so the graph search found these "

@@ -147,8 +147,7 @@ class Reducer:
         if self.require_finalize:
             missing = [i for i in range(len(self.params)) if i not in self.ready_params]
             raise messages.MissingGradientError(messages.missing_gradients(
-                self.rank, missing, self.param_names, self.find_unused_parameters,
-                "a new forward started before the previous backward was reduced"))
+                self.rank, missing, self.param_names, self.find_unused_parameters))
 
     # -- 2. forward ends ------------------------------------------------------------
     def prepare_for_backward(self, outputs):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddpsim.errors import CLIError
 from ddpsim.trace import VERSION
-from ddpsim.trace.same_run import apart
+from ddpsim.trace.same_run import apart, ranks_text
 from ddpsim.trace.writer import write_trace_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
@@ -180,7 +180,6 @@ def main(args) -> int:
     missing = trace.meta.get("missing_ranks") or []
     state = "complete" if trace.complete and not missing else "INCOMPLETE"
     if missing:
-        shown = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        state += f": no shard of rank(s) {shown} of world size {trace.meta['world_size']}"
+        state += f": no shard of rank(s) {ranks_text(missing)} of world size {trace.meta['world_size']}"
     print(f"merged {len(trace.ranks)} shard(s) into {args.out} ({state})")
     return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ddpsim.trace import TraceFormatError
 from ddpsim.trace.profile_meta import CAUTION
+from ddpsim.trace.same_run import ranks_text
 
 ONE_RUN = "import one run's profiles together (one file per rank)"
 
@@ -81,5 +82,4 @@ def missing_ranks(infos: list[dict], ranks: list[int]) -> str | None:
     absent = sorted(set(range(world)) - set(ranks))
     if not absent:
         return None
-    shown = ", ".join(map(str, absent[:8])) + (f" and {len(absent) - 8} more" if len(absent) > 8 else "")
-    return f"{CAUTION}the profiles are of world size {world} but no profile of rank(s) {shown} is among them"
+    return f"{CAUTION}the profiles are of world size {world} but no profile of rank(s) {ranks_text(absent)} is among them"

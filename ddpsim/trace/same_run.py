@@ -26,3 +26,8 @@ def apart(rank_dicts: list[dict]) -> tuple[int, int] | None:
         if start > end:
             return number, start - end
     return None
+
+
+def ranks_text(ranks: list[int], most: int = 8) -> str:
+    """Ranks as a reader takes them in: "2, 3" or "0, 1, ... 7 and 56 more"."""
+    return ", ".join(map(str, ranks[:most])) + (f" and {len(ranks) - most} more" if len(ranks) > most else "")
