@@ -10,6 +10,7 @@ rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_pos
 """
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -26,6 +27,33 @@ from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
 
 BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
+BOTH_BUFFER_FLAGS = ("Both `broadcast_buffers` and `forward_sync_buffers` were specified. `broadcast_buffers` is "
+                     "deprecated and its value is ignored when `forward_sync_buffers` is provided.")
+BROADCAST_BUFFERS_DEPRECATED = (
+    "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead. IMPORTANT: unlike "
+    "`broadcast_buffers=False`, `forward_sync_buffers=False` still syncs buffers at init. If you rely on "
+    "buffers NOT being synced at init (e.g. rank-local buffers), keep using `broadcast_buffers=False` until "
+    "`init_sync_buffers` is available.")
+
+
+def buffer_sync_flags(broadcast_buffers, forward_sync_buffers):
+    """Mirrors the buffer flags of ``DistributedDataParallel.__init__`` (torch 2.13): returns
+    (forward_sync_buffers, init_sync_buffers), with torch's FutureWarnings.
+
+    Note [Two buffer flags]: ``broadcast_buffers=False`` meant no buffer broadcast at all, at
+    construction nor before each forward. 2.13 deprecates it for ``forward_sync_buffers``, which
+    governs only the broadcasts before each forward (and Join's final sync): buffers are always
+    synced at construction then. Given both, ``forward_sync_buffers`` wins. ``None`` is not given.
+    Measured on 2 gloo ranks with a buffer filled with the rank: broadcast_buffers=False leaves
+    rank 1 its own buffer at construction, forward_sync_buffers=False gives it rank 0's.
+    """
+    if broadcast_buffers is not None:
+        message = BROADCAST_BUFFERS_DEPRECATED if forward_sync_buffers is None else BOTH_BUFFER_FLAGS
+        warnings.warn(message, FutureWarning, stacklevel=3)
+    if forward_sync_buffers is not None:
+        return bool(forward_sync_buffers), True
+    effective = True if broadcast_buffers is None else bool(broadcast_buffers)
+    return effective, effective
 
 
 def build_params_for_reducer(module: nn.Module):
@@ -77,7 +105,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
-                 recorder=None, bucket_order=None, broadcast_buffers=True):
+                 recorder=None, bucket_order=None, broadcast_buffers=None,
+                 forward_sync_buffers=None):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
@@ -86,7 +115,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.process_group = process_group or dist.group.WORLD
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = static_graph
-        self.broadcast_buffers = broadcast_buffers
+        self.forward_sync_buffers, init_sync_buffers = buffer_sync_flags(broadcast_buffers, forward_sync_buffers)
         self.recorder = recorder
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
@@ -99,14 +128,23 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
         self.modules_buffers = [b for _, b in module.named_buffers()]
-        self.sync_module_states()
+        self.sync_module_states(init_sync_buffers)
         self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_caps(bucket_cap_mb)
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
 
-    def sync_module_states(self):
+    @property
+    def broadcast_buffers(self) -> bool:
+        """Mirrors the ``broadcast_buffers`` property (2.13): ``forward_sync_buffers`` by its old name."""
+        return self.forward_sync_buffers
+
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value: bool) -> None:
+        self.forward_sync_buffers = value
+
+    def sync_module_states(self, init_sync_buffers=True):
         """Mirrors ``_sync_module_states``: every rank starts from rank 0's weights, and its buffers
-        unless ``broadcast_buffers=False`` (then none is ever broadcast)."""
-        buffers = self.modules_buffers if self.broadcast_buffers else []
+        unless ``broadcast_buffers=False`` (Note [Two buffer flags])."""
+        buffers = self.modules_buffers if init_sync_buffers else []
         tensors = [p.detach() for p in self.module.parameters()] + buffers
         if tensors:
             torchcompat.broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
@@ -199,15 +237,15 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
             self.check_global_requires_backward_grad_sync(is_joined_rank=False)
 
     def will_sync_module_buffers(self):
-        """Mirrors ``will_sync_module_buffers``: broadcast_buffers on, buffers to send, and the
+        """Mirrors ``will_sync_module_buffers``: forward_sync_buffers on, buffers to send, and the
         last forward was a synced one (``require_forward_param_sync``)."""
-        return self.require_forward_param_sync and self.broadcast_buffers and len(self.modules_buffers) > 0
+        return self.require_forward_param_sync and self.forward_sync_buffers and len(self.modules_buffers) > 0
 
     def sync_buffers(self):
         """Mirrors ``_sync_buffers``: rank 0's buffers (e.g. BatchNorm running stats).
 
         Note [Buffers follow rank 0]: buffers are not gradients; torch's default
-        (broadcast_buffers=True) overwrites them with rank 0's before each forward
+        (forward_sync_buffers=True) overwrites them with rank 0's before each forward
         that follows a synced forward (``require_forward_param_sync``). Every rank waits
         for the broadcast before its forward starts: a sync point at the forward's start.
         Under Join rank 0 may have joined with stale buffers, so the ranks first agree on the

@@ -125,6 +125,6 @@ class JoinableDDP(Joinable):
         """Mirrors ``_sync_final_model``: every rank takes the model (and buffers) of the last rank
         to join (the largest such rank when several joined last)."""
         src = self.find_common_rank(dist.get_rank(self.process_group), is_last_joiner)
-        buffers = self.modules_buffers if self.broadcast_buffers else []
+        buffers = self.modules_buffers if self.forward_sync_buffers else []
         tensors = [p.detach() for p in self.module.parameters()] + buffers
         torchcompat.broadcast_coalesced(self.process_group, tensors, self.broadcast_bucket_size, src)

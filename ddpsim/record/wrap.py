@@ -6,6 +6,8 @@ report by itself. ``worker.Run`` uses both for each configuration a rank trains.
 """
 from __future__ import annotations
 
+import warnings
+
 from ddpsim import torchcompat
 from ddpsim.events import RankRecorder
 from ddpsim.record import hookwatch, instrument
@@ -21,8 +23,10 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
         return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids, **opts)
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
-        return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order,
-                                       broadcast_buffers=cfg.broadcast_buffers, **opts)
+        buffers = {} if cfg.broadcast_buffers else {"broadcast_buffers": False}
+        with warnings.catch_warnings():  # the deprecated flag, as torchcompat.torch_ddp passes it to torch
+            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+            return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **buffers, **opts)
     if cfg.impl == "overlap":
         from ddpsim.minddp.overlap import OverlapDDP
         return OverlapDDP(model, recorder=recorder, **opts)
@@ -48,6 +52,8 @@ class TorchProbes:
             self.comm_state = state
         self.layout_caps = instrument.torch_layout_caps(ddp, params)
         self.find_unused = cfg.find_unused_parameters
+        self.skips = cfg.skip_all_reduce_unused_params
+        self.params = params
         self.ddp, self.rebuilt_seen = ddp, False
 
     def just_rebuilt(self) -> bool:
@@ -72,3 +78,5 @@ class TorchProbes:
             self.profiler.collect(recorder)
         if self.find_unused and sync:
             self.grads.mark_unused()
+        if self.skips and sync:
+            instrument.record_skipped_buckets(self.ddp, self.params, recorder)
