@@ -103,6 +103,11 @@ class RankRecorder:
         self._observed[bucket] = {"index": bucket, "params": list(params), "bytes": nbytes}
         return ev
 
+    def bucket_skipped(self, bucket: int, params: list[int], nbytes: int) -> None:
+        """A bucket left without an allreduce this iteration (skip_all_reduce_unused_params): part of
+        the layout in force, with no event (Note [Skipping the allreduce of unused buckets])."""
+        self._observed[bucket] = {"index": bucket, "params": list(params), "bytes": nbytes}
+
     @staticmethod
     def bucket_complete(event: dict, t_ns: int) -> None:
         event["complete_ns"] = t_ns

@@ -106,7 +106,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None,
-                 forward_sync_buffers=None):
+                 skip_all_reduce_unused_params=False, forward_sync_buffers=None):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
@@ -130,7 +130,9 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.modules_buffers = [b for _, b in module.named_buffers()]
         self.sync_module_states(init_sync_buffers)
         self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_caps(bucket_cap_mb)
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
+        self.reducer.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # torch: a Reducer argument
 
     @property
     def broadcast_buffers(self) -> bool:

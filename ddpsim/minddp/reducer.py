@@ -26,7 +26,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ddpsim.minddp import comm_hook, messages
+from ddpsim.minddp import comm_hook, messages, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
 from ddpsim.events import RankRecorder, now_ns
@@ -48,6 +48,7 @@ class Reducer:
         self.recorder = recorder
         self.static_graph = False
         self.fixed_layout = False  # ddpsim only (DDP bucket_order, not in torch): never rebuild
+        self.skip_all_reduce_unused_params = False  # set by DDP (a constructor argument in torch)
         self.expect_autograd_hooks = self.require_finalize = False
         self.first_autograd_hook_called = self.has_marked_unused_parameters = False
         self.has_rebuilt_bucket = False
@@ -289,7 +290,11 @@ class Reducer:
             return
         while self.next_bucket < len(self.buckets) \
                 and self.buckets[self.next_bucket].pending == 0:
-            self.all_reduce_bucket(self.buckets[self.next_bucket])
+            bucket = self.buckets[self.next_bucket]
+            if unused_buckets.should_skip_all_reduce_bucket(self, bucket):  # ddpsim/minddp/unused_buckets.py
+                unused_buckets.record_skipped(self, bucket)
+            else:
+                self.all_reduce_bucket(bucket)
             self.next_bucket += 1
 
     def all_reduce_bucket(self, bucket):
@@ -343,6 +348,8 @@ class Reducer:
         if self.static_graph and self.num_bwd_calls > 1 and self.should_rebuild_buckets():
             self.rebuilt_param_indices += self.unused_parameters
         for bucket in self.buckets:  # Note [DDP Communication Hook] in reducer.cpp
+            if unused_buckets.skipped_in_finalize(self, bucket):
+                continue
             result = comm_hook.bucket_result(self, bucket.future.wait())
             comm_hook.populate_bucket_views_out(bucket, result)
             self.finalize_bucket_dense(bucket)

@@ -1,0 +1,118 @@
+"""``skip_all_reduce_unused_params`` (torch 2.13): minddp against torch's DDP on real gloo ranks
+(Note [Skipping the allreduce of unused buckets] in ddpsim/minddp/unused_buckets.py)."""
+import pytest
+import torch
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from distutil import run_ranks
+
+ONE_LINEAR_PER_BUCKET = 80 / 2**20  # MiB: a Linear(4, 4) is 80 bytes
+
+
+class Three(nn.Module):
+    """``a`` and ``c`` used on every rank; ``u`` used in the first ``use_u`` forwards only."""
+
+    def __init__(self, use_u=0):
+        super().__init__()
+        self.a, self.u, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+        self.steps, self.use_u = 0, use_u
+
+    def forward(self, x):
+        y = self.a(x)
+        if self.steps < self.use_u:
+            y = y + self.u(x)
+        self.steps += 1
+        return self.c(y)
+
+
+def counting_hook(seen, bucket):
+    """torch's allreduce_hook, counting the buckets it is called for."""
+    seen.append(bucket.index())
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def new_tensor_hook(state, bucket):
+    """An allreduce whose result is a new tensor (not the bucket's buffer)."""
+    import torch.distributed as dist
+    t = bucket.buffer().clone() / dist.get_world_size()
+    return dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def _train(rank, impl, options, use_u=0, hook="count", set_to_none=True, iters=3):
+    """Per iteration: the buckets the hook saw, gloo allreduces (torch's profiler), every .grad."""
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    torch.manual_seed(0)
+    model = Three(use_u)
+    cls = torch.nn.parallel.DistributedDataParallel if impl == "torch" else MinDDP
+    ddp = cls(model, bucket_cap_mb=ONE_LINEAR_PER_BUCKET, **options)
+    seen = []
+    ddp.register_comm_hook(seen, counting_hook) if hook == "count" else ddp.register_comm_hook(None, new_tensor_hook)
+    out = []
+    try:
+        for it in range(iters):
+            seen.clear()
+            for p in model.parameters():
+                if p.grad is not None and set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+            x = torch.arange(8.0).reshape(2, 4) * (rank + 1) + it
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                ddp(x).pow(2).sum().backward()
+            allreduces = sum(e.name.startswith("gloo:all_reduce") for e in prof.events())
+            out.append([list(seen), allreduces, [None if p.grad is None else p.grad.tolist() for p in model.parameters()]])
+    except RuntimeError as e:  # torch: RuntimeError; minddp: its subclass MissingGradientError
+        out.append(["error at iteration", it, "Expected to have finished reduction" in str(e)
+                    or "before the previous backward was reduced" in str(e)])
+    return out
+
+
+CASES = {  # name -> (DDP options, _train's keywords)
+    "find_unused": (dict(find_unused_parameters=True), {}),
+    "find_unused+skip": (dict(find_unused_parameters=True, skip_all_reduce_unused_params=True), {}),
+    "static+skip": (dict(static_graph=True, skip_all_reduce_unused_params=True), {}),
+    "static": (dict(static_graph=True), {}),
+    "find_unused+static+skip": (dict(find_unused_parameters=True, static_graph=True,
+                                     skip_all_reduce_unused_params=True), {}),
+    # u used in iteration 0 only: a stale future is finalized later (Note [A skipped bucket keeps its last future])
+    "stale, view": (dict(find_unused_parameters=True, skip_all_reduce_unused_params=True, gradient_as_bucket_view=True),
+                    dict(use_u=1, hook="new", set_to_none=False)),
+    "stale": (dict(find_unused_parameters=True, skip_all_reduce_unused_params=True),
+              dict(use_u=1, hook="new", set_to_none=False)),
+    "neither+skip": (dict(skip_all_reduce_unused_params=True), {}),  # last: it fails at the next forward
+}
+
+
+def _every_case(rank, world):
+    return {name: {impl: _train(rank, impl, options, **kw) for impl in ("torch", "minddp")}
+            for name, (options, kw) in CASES.items()}
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return run_ranks(_every_case, 2, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_minddp_reduces_as_torch_bit_for_bit(ranks, case):
+    for rank in ranks:
+        assert rank[case]["minddp"] == rank[case]["torch"]
+    assert ranks[0][case]["torch"][-1][:2] != ["error at iteration", 0]
+
+
+@pytest.mark.slow
+def test_what_torch_does_with_an_unused_bucket(ranks):
+    on, off = ranks[0]["find_unused+skip"]["torch"], ranks[0]["find_unused"]["torch"]
+    assert [it[0] for it in off] == [[0, 1, 2]] * 3 and [it[0] for it in on] == [[0, 2]] * 3  # no hook for u's bucket
+    assert [it[1] for it in on] == [it[1] - 1 for it in off]  # one gloo allreduce fewer (the bitmap's stays)
+    assert [it[2] for it in on] == [it[2] for it in off] and on[0][2][2] is None  # u keeps no gradient
+    static = ranks[0]["static+skip"]["torch"]  # one bucket until the rebuild, then u's bucket (last) is skipped
+    assert [it[0] for it in static] == [[0], [0], [0, 1]]
+    assert [it[0] for it in ranks[0]["static"]["torch"]][2] == [0, 1, 2]
+    stale = ranks[0]["stale, view"]["torch"]  # iteration 0's u.bias gradient comes back into the zeroed .grad
+    assert stale[0][2][3] != [0.0] * 4 and stale[1][2][3] == stale[2][2][3] == stale[0][2][3]
+    assert ranks[0]["stale"]["torch"][2][2][3] == [0.0] * 4  # without the bucket view: left at zero
+    assert ranks[0]["neither+skip"]["torch"][1] == ["error at iteration", 1, True]
