@@ -13,6 +13,7 @@ behaviour, or returns None, which callers show as "unknown".
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import warnings
 from dataclasses import dataclass
@@ -206,18 +207,36 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
                        group=process_group)
 
 
-def torch_ddp(module, broadcast_buffers: bool = True, **options):
+def torch_ddp(module, broadcast_buffers: bool = True, skip_all_reduce_unused_params: bool = False, **options):
     """torch's ``DistributedDataParallel`` with ``broadcast_buffers`` as it meant up to 2.12: False
     means no buffer broadcast at all, neither at construction nor before each forward. 2.13
     deprecates it (a FutureWarning) for ``forward_sync_buffers``, whose False still broadcasts at
     construction, and keeps the old meaning for ``broadcast_buffers=False``; so ddpsim passes it
     only when False, with that warning silenced. Checked on 2.4 - 2.14.
+    ``skip_all_reduce_unused_params`` is passed only when True, and refused in one line by a torch
+    whose DDP lacks it (2.13 has it).
     """
+    if skip_all_reduce_unused_params:
+        if not ddp_accepts("skip_all_reduce_unused_params"):
+            raise RuntimeError(f"torch {torch.__version__}'s DistributedDataParallel has no "
+                               "skip_all_reduce_unused_params argument (torch 2.13 has it)")
+        options["skip_all_reduce_unused_params"] = True
     if broadcast_buffers:
         return torch.nn.parallel.DistributedDataParallel(module, **options)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
         return torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False, **options)
+
+
+def ddp_accepts(argument: str) -> bool:
+    """Whether this torch's ``DistributedDataParallel.__init__`` takes ``argument``."""
+    return argument in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+
+
+def bucket_members(ddp) -> list[list[int]]:
+    """The parameters (by ``id``) of each bucket of torch's reducer now, in bucket order: its
+    ``_get_zeros_like_grad_buckets`` (2.4 - 2.14), which allocates a zero copy of every bucket."""
+    return [[id(p) for p in b.parameters()] for b in ddp.reducer._get_zeros_like_grad_buckets()]
 
 
 def wrap_sync_buffers(ddp, around) -> None:

@@ -1,10 +1,12 @@
-"""``skip_all_reduce_unused_params`` (torch 2.13): minddp against torch's DDP on real gloo ranks
-(Note [Skipping the allreduce of unused buckets] in ddpsim/minddp/unused_buckets.py)."""
+"""``skip_all_reduce_unused_params`` (torch 2.13): minddp against torch's DDP on real gloo ranks,
+recorded, and replayed by the simulator (Note [Skipping the allreduce of unused buckets] in
+ddpsim/minddp/unused_buckets.py)."""
 import pytest
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate
 from distutil import run_ranks
 
 ONE_LINEAR_PER_BUCKET = 80 / 2**20  # MiB: a Linear(4, 4) is 80 bytes
@@ -116,3 +118,53 @@ def test_what_torch_does_with_an_unused_bucket(ranks):
     assert stale[0][2][3] != [0.0] * 4 and stale[1][2][3] == stale[2][2][3] == stale[0][2][3]
     assert ranks[0]["stale"]["torch"][2][2][3] == [0.0] * 4  # without the bucket view: left at zero
     assert ranks[0]["neither+skip"]["torch"][1] == ["error at iteration", 1, True]
+
+
+def _tiny(unused=(1,)):
+    """Three 1 MiB parameters, the middle one unused; each gradient 1 s."""
+    mib = 1024 * 1024
+    return Workload(name="tiny", params=[ParamSpec(i, f"p{i}", mib) for i in range(3)],
+                    ready_order=[i for i in (2, 1, 0) if i not in unused], grad_compute_s=[1.0] * (3 - len(unused)),
+                    link=Link(alpha_s=0.1, bandwidth_Bps=mib), forward_s=1.0, optimizer_s=0.5, unused=list(unused))
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_the_simulator_leaves_out_the_allreduce_of_an_unused_bucket(static):
+    kw = dict(world_size=2, iters=3, bucket_cap_mb=1, find_unused_parameters=not static, static_graph=static)
+    on, s_on = simulate(_tiny(), SimConfig(skip_all_reduce_unused_params=True, **kw))
+    off, s_off = simulate(_tiny(), SimConfig(**kw))
+    bucket = next(b.index for b in on.ranks[0].layouts[-1].buckets if list(b.params) == [1])
+    launched = [[b.bucket for b in it.buckets] for it in on.ranks[0].iterations]
+    assert all(bucket not in ids for ids in launched[1 if static else 0:])
+    if static:  # static_graph's first step (delay_all_reduce) reduces every bucket
+        assert len(launched[0]) == len(on.ranks[0].layouts[0].buckets)
+    assert bucket in [b.bucket for b in off.ranks[0].iterations[-1].buckets]
+    assert s_on["iteration_time_s"] < s_off["iteration_time_s"]
+    assert on.meta["options"]["skip_all_reduce_unused_params"] is True
+    assert "skip_all_reduce_unused_params" not in off.meta["options"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["torch", "minddp"])
+def test_recorded_and_replayed_without_the_skipped_allreduce(record, impl):
+    from ddpsim.learn import learn, replay_config
+    trace = record(model="tests/unused_models.py:spare_mlp", world_size=2, iters=3, impl=impl, bucket_cap_mb=0.01,
+                   find_unused_parameters=True, skip_all_reduce_unused_params=True)
+    assert trace.meta["options"]["skip_all_reduce_unused_params"] is True
+    layout = [list(b.params) for b in trace.ranks[0].layouts[0].buckets]
+    skipped = layout.index([2])  # spare.weight alone in its bucket; spare.bias shares head's
+    for rank in trace.ranks:
+        assert all([b.bucket for b in it.buckets] == [i for i in range(len(layout)) if i != skipped]
+                   for it in rank.iterations)
+    w = learn(trace)
+    replay, _ = simulate(w, replay_config(w, trace))
+    assert all(skipped not in [b.bucket for b in it.buckets] for it in replay.ranks[0].iterations)
+
+
+def test_a_recording_refuses_the_option_where_it_means_nothing():
+    from ddpsim.errors import CLIError
+    from ddpsim.record.config import RecordConfig
+    with pytest.raises(CLIError) as err:
+        RecordConfig(impl="naive", skip_all_reduce_unused_params=True).validate()
+    assert "--skip-all-reduce-unused-params needs --impl torch or minddp" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -65,7 +65,7 @@ def config_from_trace(trace: Trace) -> dict:
     out = {"world_size": trace.world_size}
     if opts.get("bucket_cap_mb") is not None:
         out["bucket_cap_mb"] = float(opts["bucket_cap_mb"])
-    for k in ("find_unused_parameters", "static_graph", "broadcast_buffers"):
+    for k in ("find_unused_parameters", "static_graph", "broadcast_buffers", "skip_all_reduce_unused_params"):
         if opts.get(k) is not None:
             out[k] = bool(opts[k])
     if opts.get("no_sync_every"):

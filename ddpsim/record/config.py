@@ -31,6 +31,7 @@ class RecordConfig:
     static_graph: bool = False  # torch default False
     gradient_as_bucket_view: bool = False  # torch default False
     broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
+    skip_all_reduce_unused_params: bool = False  # no allreduce for a bucket of unused params only; torch default False
     no_sync_every: int | None = None  # sync every n-th micro-step (n-1 under no_sync); None: always
     uneven: int = 0  # uneven inputs: rank r runs uneven * r fewer micro-steps (not in torch); 0: all alike
     join: bool = False  # train inside model.join() (torch's Join; off by default, as in torch)
@@ -94,6 +95,8 @@ class RecordConfig:
              "--no-divide-by-initial-world-size is an argument of model.join(): add --join"),
             (self.order is None or self.impl == "minddp",
              f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
+            (not self.skip_all_reduce_unused_params or self.impl in ("torch", "minddp"),
+             f"--skip-all-reduce-unused-params needs --impl torch or minddp (got --impl {self.impl})"),
         ]
         for ok, message in checks + self._hook_checks():
             if not ok:
@@ -250,6 +253,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradient-as-bucket-view", action="store_true")
     p.add_argument("--no-broadcast-buffers", dest="broadcast_buffers", action="store_false",
                    help="broadcast_buffers=False: no broadcast of rank 0's buffers before each forward")
+    p.add_argument("--skip-all-reduce-unused-params", action="store_true",
+                   help="skip_all_reduce_unused_params=True: no allreduce for a bucket whose parameters are "
+                        "all unused (with --find-unused-parameters or --static-graph; torch 2.13)")
     p.add_argument("--no-sync-every", type=int, default=None, metavar="N",
                    help="synchronise every N-th micro-step; the others accumulate under no_sync")
     p.add_argument("--uneven", type=int, default=0, metavar="K",

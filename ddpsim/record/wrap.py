@@ -20,13 +20,15 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
                 static_graph=cfg.static_graph, gradient_as_bucket_view=cfg.gradient_as_bucket_view)
     if cfg.impl == "torch":
         ids = [device.index] if device.type == "cuda" else None
-        return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids, **opts)
+        return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids,
+                                     skip_all_reduce_unused_params=cfg.skip_all_reduce_unused_params, **opts)
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
         buffers = {} if cfg.broadcast_buffers else {"broadcast_buffers": False}
         with warnings.catch_warnings():  # the deprecated flag, as torchcompat.torch_ddp passes it to torch
             warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
-            return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **buffers, **opts)
+            return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **buffers,
+                                           skip_all_reduce_unused_params=cfg.skip_all_reduce_unused_params, **opts)
     if cfg.impl == "overlap":
         from ddpsim.minddp.overlap import OverlapDDP
         return OverlapDDP(model, recorder=recorder, **opts)

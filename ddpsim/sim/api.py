@@ -162,6 +162,7 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                         "static_graph": cfg.static_graph, "broadcast_buffers": cfg.broadcast_buffers,
                         "no_sync_every": cfg.no_sync_every, **({"join": True, "uneven": cfg.uneven} if cfg.join else {}),
                         **({"comm_hook": cfg.comm_hook} if cfg.comm_hook else {}),
+                        **({"skip_all_reduce_unused_params": True} if cfg.skip_all_reduce_unused_params else {}),
                         "iters": cfg.iters * cfg.no_sync_every}}
     params = [Param(p.index, p.name, list(p.shape), p.dtype, p.bytes) for p in w.params]
     return Trace(source="simulated", meta=meta, params=params, ranks=ranks)

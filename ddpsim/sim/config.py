@@ -22,6 +22,7 @@ class SimConfig:
     find_unused_parameters: bool = False
     static_graph: bool = False
     broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
+    skip_all_reduce_unused_params: bool = False  # no allreduce for a bucket of unused params only; torch default False
     order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
     no_sync_every: int = 1
     uneven: int = 0  # rank r has uneven * r fewer micro-steps of data (record --uneven; not in torch)

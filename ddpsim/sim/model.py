@@ -44,6 +44,7 @@ class Plan:
     naive: bool = False  # per-parameter allreduce after the whole backward
     buffers: bool = False  # broadcast the buffers before the forward (_sync_buffers)
     delay: bool = False  # static_graph's first synced step: every bucket launched after the backward
+    skip: frozenset = frozenset()  # buckets left without an allreduce (skip_all_reduce_unused_params)
 
 
 @dataclass
@@ -137,7 +138,8 @@ class Reducer:
     def launchable(self):
         """The buckets to launch now, in index order (Note [Buckets launch in index order])."""
         while not self.plan.naive and self.next_bucket < len(self.pending) and self.pending[self.next_bucket] == 0:
-            yield self.next_bucket
+            if self.next_bucket not in self.plan.skip:  # Reducer::should_skip_all_reduce_bucket
+                yield self.next_bucket
             self.next_bucket += 1
 
     def all_reduce_bucket(self, b: int, now: float) -> Work:

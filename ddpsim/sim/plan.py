@@ -109,11 +109,22 @@ def plan_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[Layout], list[
         # Note [Buffers follow rank 0]: after a synced forward (require_forward_param_sync)
         buffers = cfg.broadcast_buffers and w.buffer_bytes > 0 and (i == 0 or plans[-1].sync)
         first = static and syncs == 0  # static_graph's first synced step (reducer.cpp)
+        skip = skipped_buckets(layouts[layout_id], w.unused) if cfg.skip_all_reduce_unused_params and sync \
+            and not first and not (cfg.naive or cfg.overlap) else frozenset()
         plans.append(Plan(i, sync, layout_id, search=sync and fu and not static,
                           bitmap=sync and ((fu and not static) or first), delay=sync and first,
-                          mark_unused=bool(w.unused), naive=cfg.naive, buffers=buffers))
+                          mark_unused=bool(w.unused), naive=cfg.naive, buffers=buffers, skip=skip))
         syncs += sync
     return layouts, trace_layouts, plans
+
+
+def skipped_buckets(layout: list[list[int]], unused: list[int]) -> frozenset:
+    """The buckets of ``layout`` that ``skip_all_reduce_unused_params`` leaves without an allreduce: those
+    whose parameters are all unused (reducer.cpp's ``should_skip_all_reduce_bucket``; Note [Skipping the
+    allreduce of unused buckets] in ddpsim/minddp/unused_buckets.py). Not in static_graph's first step,
+    whose ``delay_all_reduce`` reduces every bucket."""
+    gone = set(unused)
+    return frozenset(b for b, params in enumerate(layout) if gone.issuperset(params))
 
 
 def _factors(rng: random.Random, n: int, jitter: float, base: float, group: int = 1) -> list[float]:
