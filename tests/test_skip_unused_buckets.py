@@ -120,6 +120,29 @@ def test_what_torch_does_with_an_unused_bucket(ranks):
     assert ranks[0]["neither+skip"]["torch"][1] == ["error at iteration", 1, True]
 
 
+def _unused_on_rank_0_only(rank, world, impl):
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    torch.manual_seed(0)
+    model = Three(use_u=1 if rank == 1 else 0)
+    cls = torch.nn.parallel.DistributedDataParallel if impl == "torch" else MinDDP
+    ddp = cls(model, bucket_cap_mb=ONE_LINEAR_PER_BUCKET, find_unused_parameters=True,
+              skip_all_reduce_unused_params=True)
+    ddp(torch.ones(2, 4)).sum().backward()
+    return "trained"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["torch", "minddp"])
+def test_a_bucket_unused_on_one_rank_only_pairs_mismatched_collectives(impl):
+    """Rank 0 skips u's bucket, rank 1 allreduces it: its next allreduce meets rank 0's bitmap, of
+    another size, and gloo aborts the process (torch 2.13; minddp issues the same collectives)."""
+    from distutil import RankFailure
+    with pytest.raises(RankFailure) as err:
+        run_ranks(_unused_on_rank_0_only, 2, args=(impl,), timeout=120)
+    assert "SIGABRT" in str(err.value)
+
+
 def _tiny(unused=(1,)):
     """Three 1 MiB parameters, the middle one unused; each gradient 1 s."""
     mib = 1024 * 1024
