@@ -11,8 +11,9 @@ for nothing. ``skip_all_reduce_unused_params=True`` lets ``mark_bucket_ready`` p
 bucket counts as launched, in bucket order, and no collective is issued. The decision is local
 (this rank's ``unused_parameters_``, not the summed bitmap), so the ranks stay paired only if the
 same parameters are unused on every rank in every iteration; otherwise one rank issues an
-allreduce the others do not, and training hangs or pairs mismatched collectives (torch's
-docstring says so; minddp, like torch, does not check). Which parameters count as unused:
+allreduce the others do not, and the ranks pair mismatched collectives (torch's docstring warns
+of a hang; with gloo, torch 2.13 and minddp alike abort on the first size mismatch: measured).
+Neither checks. Which parameters count as unused:
 
 - find_unused_parameters (dynamic graph): those the graph search missed, each iteration;
 - static_graph: those without a hook in the first iteration (``delay_all_reduce``), which
