@@ -249,8 +249,11 @@ def main(args) -> int:
     from ddpsim.analysis.join import join_line
     from ddpsim.cli.summary_text import summary_lines
     from ddpsim.sim.api import simulate
+    from ddpsim.trace.same_run import quiet_ranks
 
     workload, recorded = load_source(args)
+    if recorded is not None and (quiet := quiet_ranks(recorded)):
+        print(f"note: {quiet[0].lower()}{quiet[1:]}", file=sys.stderr)
     cfg = config_for(workload, recorded, overrides_from_args(args))
     if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
         raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
