@@ -206,6 +206,12 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
                        group=process_group)
 
 
+def verify_param_shape_across_processes(process_group, tensors) -> None:
+    """torch's own check that every rank wraps the same model (``dist._verify_params_across_processes``,
+    which DDP's constructor calls; 2.4 - 2.14): minddp's ``verify.py`` is tested against it."""
+    dist._verify_params_across_processes(process_group, list(tensors), None)
+
+
 def torch_ddp(module, broadcast_buffers: bool = True, **options):
     """torch's ``DistributedDataParallel`` with ``broadcast_buffers`` as it meant up to 2.12: False
     means no buffer broadcast at all, neither at construction nor before each forward. 2.13

@@ -1,7 +1,8 @@
 """A readable DistributedDataParallel: the Python side of torch DDP
 (torch/nn/parallel/distributed.py, torch 2.13) around ``ddpsim.minddp.reducer``.
 
-Construction: ``_build_params_for_reducer`` -> broadcast parameters and buffers from
+Construction: ``_build_params_for_reducer`` -> the same model on every rank
+(``_verify_param_shape_across_processes``) -> broadcast parameters and buffers from
 rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
 then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
 rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
@@ -24,6 +25,7 @@ from ddpsim.minddp import comm_hook
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
+from ddpsim.minddp.verify import verify_params_across_processes
 
 BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
 
@@ -99,6 +101,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
         self.modules_buffers = [b for _, b in module.named_buffers()]
+        verify_params_across_processes(self.process_group, params)  # Note [Same model on every rank, checked first]
         self.sync_module_states()
         self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_caps(bucket_cap_mb)
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
