@@ -42,7 +42,11 @@ def add_arguments(p) -> None:
     add_input_arguments(p)
     d = p.add_argument_group("DDP options and what-ifs (default: the trace's own)")
     d.add_argument("--world-size", type=int)
-    d.add_argument("--bucket-cap-mb", type=cap_mb, help="MiB, or 'default' (torch's 25 MiB with a 1 MiB first bucket)")
+    d.add_argument("--bucket-cap-mb", type=cap_mb, help="MiB, or 'default' (torch's 25 MiB with a 1 MiB first bucket); "
+                   "another cap than the trace's replaces its bucket_cap_mb_list")
+    d.add_argument("--bucket-cap-mb-list", type=float, nargs="+", metavar="MIB",
+                   help="a cap per bucket in MiB, the first reduced first, the last repeated (torch 2.13's "
+                        "bucket_cap_mb_list; replaces --bucket-cap-mb), e.g. 1 5 25")
     d.add_argument("--first-bucket-cap-mb", type=float, help="override the first bucket's cap")
     d.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
     d.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
@@ -201,7 +205,7 @@ def parse_stragglers(values) -> dict:
     return out
 
 
-FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
+FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb", "bucket_cap_mb_list": "bucket_cap_mb_list",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "broadcast_buffers": "broadcast_buffers", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
           "uneven": "uneven", "join": "join", "comm_hook": "comm_hook", "powersgd_rank": "powersgd_rank",

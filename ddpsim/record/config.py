@@ -27,6 +27,9 @@ class RecordConfig:
     iters: int = 6  # micro-steps (forward+backward) per rank
     impl: str = "torch"  # torch: torch's DDP; minddp: ddpsim's readable DDP; naive
     bucket_cap_mb: float | None = None  # MiB; None = torch's default 25 MiB with a 1 MiB first bucket
+    # MiB per bucket, the first reduced first, the last repeated (torch 2.13's bucket_cap_mb_list, replaces
+    # bucket_cap_mb); None: not given (torch's default None; then left out of the trace's meta)
+    bucket_cap_mb_list: list[float] | None = None
     find_unused_parameters: bool = False  # torch default False
     static_graph: bool = False  # torch default False
     gradient_as_bucket_view: bool = False  # torch default False
@@ -65,8 +68,6 @@ class RecordConfig:
             (self.iters >= 1, f"--iters must be >= 1, not {self.iters}"),
             (self.iters <= MAX_ITERS, f"--iters must be at most {MAX_ITERS}, not {self.iters}"),
             (self.impl in IMPLS, f"--impl must be one of {', '.join(IMPLS)}, not {self.impl!r}"),
-            (self.bucket_cap_mb is None or (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0),
-             f"--bucket-cap-mb must be a positive number of MiB, not {self.bucket_cap_mb}"),
             (self.no_sync_every is None or 1 <= self.no_sync_every <= MAX_ITERS,
              f"--no-sync-every must be between 1 and {MAX_ITERS}, not {self.no_sync_every}"),
             (not (self.static_graph and (self.no_sync_every or 1) > 1),  # Note [static_graph's first step must sync]
@@ -98,6 +99,8 @@ class RecordConfig:
         for ok, message in checks + self._hook_checks():
             if not ok:
                 raise CLIError(message)
+        from ddpsim.record.caps import check_caps
+        check_caps(self)
         if self.comm_hook is not None:
             from ddpsim.record.hooks import check_comm_hook
             check_comm_hook(self.comm_hook)
@@ -245,6 +248,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "backward) or overlap (per-parameter allreduce from each gradient's hook)")
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="bucket cap in MiB (default: torch's 25 MiB with a 1 MiB first bucket)")
+    p.add_argument("--bucket-cap-mb-list", type=float, nargs="+", default=None, metavar="MIB",
+                   help="a cap per bucket in MiB, the first reduced first, the last repeated (torch 2.13's "
+                        "bucket_cap_mb_list; replaces --bucket-cap-mb), e.g. 1 5 25")
     p.add_argument("--find-unused-parameters", action="store_true")
     p.add_argument("--static-graph", action="store_true")
     p.add_argument("--gradient-as-bucket-view", action="store_true")
