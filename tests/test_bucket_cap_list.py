@@ -197,3 +197,13 @@ def test_a_run_without_a_list_writes_what_it_wrote_before():
     assert "bucket_cap_mb_list" not in head["options"] and "bucket_cap_mb_list" not in head["config"]
     head = rank_header(RecordConfig(bucket_cap_mb_list=[1, 5]), "gloo", 2)
     assert head["options"]["bucket_cap_mb_list"] == head["config"]["bucket_cap_mb_list"] == [1, 5]
+
+
+def test_record_refuses_a_cap_its_trace_could_not_hold():
+    """torch ignores bucket_cap_mb beside a list, nan included; a trace cannot hold nan, so record refuses it."""
+    from ddpsim.errors import CLIError
+    from ddpsim.record.config import RecordConfig
+
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(CLIError, match="--bucket-cap-mb must be a finite number of MiB"):
+            RecordConfig(bucket_cap_mb=bad, bucket_cap_mb_list=[1]).validate()

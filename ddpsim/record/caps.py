@@ -1,6 +1,7 @@
 """A recording's bucket caps, checked as torch takes them before any rank starts."""
 from __future__ import annotations
 
+import math
 import re
 
 from ddpsim.buckets import BucketCapacityConfig
@@ -12,6 +13,8 @@ def check_caps(cfg) -> None:
     torch's DDP would fail (Note [Caps torch takes] in ddpsim/buckets.py), or where it cannot run."""
     if cfg.bucket_cap_mb_list is not None and cfg.impl not in ("torch", "minddp"):
         raise CLIError(f"--bucket-cap-mb-list needs --impl torch or minddp (got --impl {cfg.impl})")
+    if cfg.bucket_cap_mb is not None and not math.isfinite(cfg.bucket_cap_mb):  # torch ignores it beside a list,
+        raise CLIError(f"--bucket-cap-mb must be a finite number of MiB, not {cfg.bucket_cap_mb}")  # a trace cannot hold it
     # minddp's fixed order "reverse" builds torch's find_unused_parameters layout (ddpsim.buckets.BucketOrder)
     modes = [(cfg.static_graph, cfg.find_unused_parameters)] + [(False, True)] * (cfg.order == "reverse")
     try:
