@@ -7,19 +7,21 @@ Mirrors, in torch 2.13:
 - ``compute_bucket_assignment_by_size`` (torch/csrc/distributed/c10d/reducer.cpp),
   exposed by torch as ``torch.distributed._compute_bucket_assignment_by_size``;
 - ``_BucketCapacityConfig.create`` / ``compute_bucket_size_limits``
-  (torch/nn/parallel/distributed.py): the caps;
+  (torch/nn/parallel/distributed.py): the caps, ``bucket_cap_mb`` and ``bucket_cap_mb_list``;
 - the layouts built from them by ``_ddp_init_helper`` (construction: sorted by smallest
   index, then reversed) and ``Reducer::rebuild_buckets`` (gradient-ready order).
+The order of the buckets left open at the end is in ``ddpsim/bucket_hashmap.py``.
 
 A parameter is described by a :class:`TensorSpec` (bytes, dtype name, device name), so
 that the simulator, which has no tensors, runs the same code as minddp.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from enum import Enum
+
+from ddpsim.bucket_hashmap import SCALAR_TYPES, leftover_key_order  # noqa: F401 (SCALAR_TYPES: for readers)
 
 MIB = 1024 * 1024  # distributed.py: _MB_TO_BYTES
 DEFAULT_CAP_MB = 25  # MiB; distributed.py: _DEFAULT_BUCKET_CAP_MB
@@ -62,14 +64,14 @@ def compute_bucket_assignment_by_size(tensors, bucket_size_limits, expect_sparse
     (dtype, device) walks through ``bucket_size_limits`` one bucket at a time and then
     stays on the last limit (that is how the small first bucket is made). A sparse
     gradient gets a bucket of its own (limit 0). The buckets still open at the end are
-    appended in the order of Note [Leftover buckets follow the hash map]. When
+    appended in the order of Note [Leftover buckets follow the hash map] (bucket_hashmap.py). When
     ``tensor_indices`` is empty (construction) all buckets are then sorted by their
     smallest index; when it is given (the rebuild, in gradient-ready order) they are not.
     """
     if not tensors:
         raise ValueError("bucket assignment needs at least one parameter")
-    if not bucket_size_limits or any(c <= 0 for c in bucket_size_limits):
-        raise ValueError(f"bucket size limits must be positive, not {list(bucket_size_limits)}")
+    if not bucket_size_limits or any(c < 0 for c in bucket_size_limits):  # size_t in reducer.cpp
+        raise ValueError(f"bucket size limits must be sizes >= 0, not {list(bucket_size_limits)}")
     indices = list(tensor_indices) or list(range(len(tensors)))
     result = []  # (indices, limit) in the order buckets close
     open_buckets = {}  # (dtype, device) -> [indices, bytes, limit, limit position]; insertion order
@@ -94,142 +96,127 @@ def compute_bucket_assignment_by_size(tensors, bucket_size_limits, expect_sparse
     return [r[0] for r in result], [r[1] for r in result]
 
 
-# Note [Leftover buckets follow the hash map]: reducer.cpp keeps the open bucket of each
-# (dtype, device) in a ``std::unordered_map<BucketKey, BucketAccumulator, c10::hash>``
-# and, after the loop, appends the unfilled ones by iterating that map. On the
-# construction path a sort by smallest index follows, so the map's order never shows;
-# on the rebuild path it is the launch order of those last buckets (mixed precision:
-# torch ``[3 2] [1 0] [5 4]`` where first-seen order gives ``[3 2] [5 4] [1 0]``).
-# We reproduce the map of torch's Linux builds (GCC's libstdc++):
-# - the key's hash is ``c10::get_hash(type, device)`` (c10/util/hash.h): for a tuple
-#   it is ``hash_combine(hash(device), hash(scalar_type))`` with
-#   ``hash_combine(s, v) = s ^ (v + 0x9e3779b9 + (s << 6) + (s >> 2))`` on 64 bits; a
-#   ScalarType hashes to its enum value; ``std::hash<c10::Device>`` is
-#   ``(uint8 type) << 16 | (uint8 index)`` (index -1, "no index", is 255);
-# - libstdc++ keeps one singly linked list; a key whose bucket (hash % bucket count)
-#   is empty goes to the front of the list, otherwise to the front of its bucket's
-#   run; the first insertion makes 13 buckets, and the 14th, 30th, 60th... key grows
-#   them (``_Prime_rehash_policy``), re-inserting the nodes in list order by the rule
-#   above (``_M_rehash_aux``).
-# tests/test_buckets.py checks it against torch's own function for every dtype on the
-# CPU and meta devices, up to 40 keys (two rehashes). Other standard libraries (MSVC on
-# Windows, libc++ on macOS) may order the map differently; torch's Linux wheels are GCC's.
-
-SCALAR_TYPES = {  # c10/core/ScalarType.h: AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS order
-    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6,
-    "float64": 7, "complex32": 8, "complex64": 9, "complex128": 10, "bool": 11, "qint8": 12,
-    "quint8": 13, "qint32": 14, "bfloat16": 15, "quint4x2": 16, "quint2x4": 17, "bits1x8": 18,
-    "bits2x4": 19, "bits4x2": 20, "bits8": 21, "bits16": 22, "float8_e5m2": 23,
-    "float8_e4m3fn": 24, "float8_e5m2fnuz": 25, "float8_e4m3fnuz": 26, "uint16": 27,
-    "uint32": 28, "uint64": 29,
-}
-DEVICE_TYPES = {"cpu": 0, "cuda": 1, "mkldnn": 2, "opengl": 3, "opencl": 4, "ideep": 5, "hip": 6,
-                "fpga": 7, "maia": 8, "xla": 9, "vulkan": 10, "metal": 11, "xpu": 12, "mps": 13,
-                "meta": 14, "hpu": 15, "ve": 16, "lazy": 17, "ipu": 18, "mtia": 19}  # c10/core/DeviceType.h
-_FAST_BUCKETS = (2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13)  # libstdc++ hashtable_c++0x.cc
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79,
-           83, 89, 97, 103, 109, 113, 127, 137, 139, 149, 157, 167, 179, 193)  # its __prime_list
-_MASK = 2 ** 64 - 1
-
-
-def key_hash(dtype: str, device: str) -> int:
-    """``c10::hash<BucketKey>`` of (dtype, device) on a 64-bit build."""
-    if dtype not in SCALAR_TYPES:
-        raise ValueError(f"unknown dtype {dtype!r} for bucket assignment")
-    kind, _, index = device.partition(":")
-    if kind not in DEVICE_TYPES:
-        raise ValueError(f"unknown device {device!r} for bucket assignment")
-    seed = (DEVICE_TYPES[kind] << 16) | ((int(index) if index else -1) & 0xFF)
-    return seed ^ ((SCALAR_TYPES[dtype] + 0x9e3779b9 + (seed << 6) + (seed >> 2)) & _MASK)
-
-
-def _next_bucket_count(n: int) -> int:
-    """``_Prime_rehash_policy::_M_next_bkt`` (max load factor 1)."""
-    if n < len(_FAST_BUCKETS):
-        return _FAST_BUCKETS[n]
-    pos = bisect.bisect_left(_PRIMES, n, lo=6)
-    if pos >= len(_PRIMES):
-        raise ValueError("more (dtype, device) keys than ddpsim's copy of libstdc++'s prime list")
-    return _PRIMES[pos]
-
-
-def _insert(nodes: list, key, n_buckets: int) -> None:
-    """``_M_insert_bucket_begin``: front of the list, or front of the key's bucket run."""
-    b = key_hash(*key) % n_buckets
-    pos = next((j for j, k in enumerate(nodes) if key_hash(*k) % n_buckets == b), 0)
-    nodes.insert(pos, key)
-
-
-def leftover_key_order(keys: list) -> list:
-    """Iteration order of a libstdc++ unordered_map after inserting ``keys`` in order.
-
-    ``keys``: (dtype, device) pairs in first-seen order. See Note [Leftover buckets
-    follow the hash map].
-    """
-    nodes, n_buckets, next_resize = [], 1, 0
-    for key in keys:
-        if len(nodes) + 1 > next_resize:  # _M_need_rehash
-            wanted = max(len(nodes) + 1, 0 if next_resize else 11)
-            if wanted >= n_buckets:
-                n_buckets = _next_bucket_count(max(wanted + 1, n_buckets * 2))
-                old, nodes = nodes, []
-                for k in old:  # _M_rehash_aux: re-insert in list order
-                    _insert(nodes, k, n_buckets)
-            next_resize = n_buckets
-        _insert(nodes, key, n_buckets)
-    return nodes
-
-
 # ----------------------------------------------------------------------------- caps
 
+# Note [Caps torch takes] (torch 2.13 measured on gloo ranks: tests/test_bucket_cap_list.py):
+# a cap is ``int(MiB * 2**20)`` bytes, truncated toward 0, so 0, 1e-9 and -1e-9 MiB are 0
+# bytes: a bucket per parameter (a bucket closes once its bytes reach its limit). The
+# constructor's limits go to the bucket assignment as size_t, so a negative one is refused
+# (a TypeError): a negative ``bucket_cap_mb`` with find_unused_parameters (no static_graph), any
+# negative list entry. Elsewhere a negative cap is taken: the constructor builds one bucket
+# (sys.maxsize) and reducer.cpp's rebuild reads it as size_t, 2^64 - |cap| bytes, which no
+# bucket reaches: one bucket for good (ddpsim writes sys.maxsize, the same layout below 2^63
+# bytes of gradients). The Reducer takes every cap as int64: beyond it, a TypeError.
+# ``bucket_cap_mb_list`` (MiB per bucket, the first reduced first; the last repeats) replaces
+# ``bucket_cap_mb`` (ignored, even inf) and the small first bucket; an empty list is no list.
+# It shapes the construction layout too, in every mode (without it find_unused_parameters off
+# or static_graph start with one bucket), and the rebuild.
 
-def caps_bytes(bucket_cap_mb: float | None, first_bucket_cap_mb: float | None = None) -> tuple[int, int]:
-    """(first-bucket cap, cap) in bytes; mirrors ``_BucketCapacityConfig.create``.
+
+def mib_bytes(value, name: str) -> int:
+    """``int(value * MiB)`` as torch computes a cap, or a one-line error where torch fails."""
+    if not isinstance(value, (int, float)):  # bool is an int: torch takes True as 1 MiB
+        raise ValueError(f"{name} must be a number of MiB, not {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of MiB, not {value!r}")
+    nbytes = int(value * MIB)
+    if not -MAXSIZE - 1 <= nbytes <= MAXSIZE:
+        raise ValueError(f"{name} must be between {-MAXSIZE / MIB:.4g} and {MAXSIZE / MIB:.4g} MiB "
+                         f"(torch's Reducer takes the bytes as int64), not {value!r}")
+    return nbytes
+
+
+@dataclass(frozen=True)
+class BucketCapacityConfig:
+    """Mirrors torch 2.13's ``_BucketCapacityConfig`` (distributed.py): the caps, in bytes.
 
     Note [The small first bucket]: the first bucket to be reduced holds the gradients
-    computed last; a small one (1 MiB) starts communication sooner. torch applies it
-    only when bucket_cap_mb is left at its default (None): an explicit cap is used for
-    the first bucket too. ``first_bucket_cap_mb`` is a ddpsim what-if (not in torch).
+    computed last; a small one (1 MiB) starts communication sooner. torch applies it only
+    when bucket_cap_mb is left at its default (None) and no list is given: an explicit cap
+    is used for the first bucket too. See Note [Caps torch takes] for the edge values.
     """
-    if bucket_cap_mb is not None:
-        _check_cap(bucket_cap_mb, "bucket_cap_mb")
-    if first_bucket_cap_mb is not None:
-        _check_cap(first_bucket_cap_mb, "first_bucket_cap_mb")
-    cap = int((DEFAULT_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MIB)
-    first = DEFAULT_FIRST_CAP_BYTES if bucket_cap_mb is None else cap
-    if first_bucket_cap_mb is not None:
-        first = int(first_bucket_cap_mb * MIB)
-    return max(first, 1), max(cap, 1)
+
+    bucket_bytes_cap: int
+    per_bucket_bytes_caps: tuple[int, ...]  # bucket_cap_mb_list in bytes; (): none
+    first_bucket_bytes_cap: int
+
+    @classmethod
+    def create(cls, bucket_cap_mb=None, bucket_cap_mb_list=None,
+               first_bucket_cap_mb=None) -> "BucketCapacityConfig":
+        """Mirrors ``_BucketCapacityConfig.create``. ``first_bucket_cap_mb``: a ddpsim
+        what-if (not in torch), the first bucket's cap, without a list only."""
+        cap_mb, default, per = bucket_cap_mb, bucket_cap_mb is None, ()
+        if bucket_cap_mb_list is not None and not isinstance(bucket_cap_mb_list, (list, tuple)):
+            raise ValueError(f"bucket_cap_mb_list must be a list of numbers of MiB, not {bucket_cap_mb_list!r}")
+        if bucket_cap_mb_list:
+            if first_bucket_cap_mb is not None:
+                raise ValueError("first_bucket_cap_mb and bucket_cap_mb_list: choose one "
+                                 "(the list's first entry is the first bucket's cap)")
+            per = tuple(mib_bytes(v, "bucket_cap_mb_list entry") for v in bucket_cap_mb_list)
+            if min(per) < 0:
+                raise ValueError(f"bucket_cap_mb_list entries must be >= 0 MiB, not {list(bucket_cap_mb_list)}: "
+                                 "torch's bucket assignment takes no negative size")
+            cap_mb, default = max(bucket_cap_mb_list), False
+        cap = mib_bytes(DEFAULT_CAP_MB if cap_mb is None else cap_mb, "bucket_cap_mb")
+        first = DEFAULT_FIRST_CAP_BYTES if default else cap
+        if first_bucket_cap_mb is not None:
+            first = mib_bytes(first_bucket_cap_mb, "first_bucket_cap_mb")
+            if first <= 0:
+                raise ValueError(f"first_bucket_cap_mb must be a positive number of MiB, not {first_bucket_cap_mb!r}")
+        return cls(cap, per, first)
+
+    def compute_bucket_size_limits(self, static_graph: bool,
+                                   find_unused_parameters: bool) -> tuple[list[int], list[int]]:
+        """Mirrors ``compute_bucket_size_limits``: (the constructor's limits, the list the
+        Reducer rebuilds under; []: [first cap, cap]). Note [One bucket in iteration 0] in
+        minddp/ddp.py; a negative limit here is torch's TypeError (Note [Caps torch takes])."""
+        if self.per_bucket_bytes_caps:
+            limits = list(self.per_bucket_bytes_caps)
+            return limits, limits
+        if static_graph or not find_unused_parameters:
+            return [MAXSIZE], []
+        first, cap = self.first_bucket_bytes_cap, self.bucket_bytes_cap
+        limits = [first, cap] if first < cap else [cap]
+        if min(limits) < 0:
+            raise ValueError(f"a negative bucket cap ({cap / MIB:g} MiB) with find_unused_parameters=True: "
+                             "torch's bucket assignment refuses it (without it, or with static_graph, "
+                             "torch takes it as no cap)")
+        return limits, []
+
+    def rebuild_limits(self) -> list[int]:
+        """The limits ``Reducer::rebuild_buckets`` uses (``rebuild_size_limits``)."""
+        return rebuild_size_limits(self.per_bucket_bytes_caps, self.first_bucket_bytes_cap,
+                                   self.bucket_bytes_cap)
 
 
-def _check_cap(v, name):
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive number of MiB, not {v!r}")
+def rebuild_size_limits(bucket_bytes_cap_list, first_bucket_bytes_cap: int, bucket_bytes_cap: int) -> list[int]:
+    """Mirrors the limits of ``Reducer::rebuild_buckets``: ``bucket_bytes_cap_list`` if not
+    empty, else [first cap, cap], as size_t: a negative one no bucket reaches (MAXSIZE here)."""
+    limits = list(bucket_bytes_cap_list) or [first_bucket_bytes_cap, bucket_bytes_cap]
+    return [MAXSIZE if c < 0 else c for c in limits]
 
 
-def construction_limits(first: int, cap: int, single: bool) -> list[int]:
-    """Mirrors ``_BucketCapacityConfig.compute_bucket_size_limits``: the constructor's limits.
+def _uncapped(limits: list[int]) -> list[int | None]:
+    return [None if c >= MAXSIZE else c for c in limits]
 
-    ``single``: static_graph or not find_unused_parameters (torch 2.13: one bucket).
+
+def construction_layout(specs, caps: BucketCapacityConfig, static_graph: bool,
+                        find_unused: bool) -> tuple[list[list[int]], list]:
+    """``_ddp_init_helper``'s layout: its limits over definition order, sorted, then reversed.
+
+    Returns (buckets, per-bucket caps; None where uncapped).
     """
-    if single:
-        return [MAXSIZE]
-    return [first, cap] if first < cap else [cap]
+    limits, _ = caps.compute_bucket_size_limits(static_graph, find_unused)
+    buckets, per_bucket = compute_bucket_assignment_by_size(specs, limits)
+    return buckets[::-1], _uncapped(per_bucket[::-1])
 
 
-def construction_layout(specs, first: int, cap: int, single: bool) -> tuple[list[list[int]], list]:
-    """``_ddp_init_helper``'s layout: caps over definition order, sorted, then reversed.
-
-    Returns (buckets, per-bucket caps; None for the uncapped single bucket).
-    """
-    buckets, limits = compute_bucket_assignment_by_size(specs, construction_limits(first, cap, single))
-    return buckets[::-1], [None if c == MAXSIZE else c for c in limits[::-1]]
-
-
-def rebuilt_layout(specs, order: list[int], first: int, cap: int) -> tuple[list[list[int]], list[int]]:
-    """``Reducer::rebuild_buckets``: params taken in ``order`` (gradient-ready order)
-    under [first, cap]; bucket 0 is the first to close. ``specs`` by parameter index."""
-    return compute_bucket_assignment_by_size([specs[i] for i in order], [first, cap], (), list(order))
+def rebuilt_layout(specs, order: list[int], caps: BucketCapacityConfig) -> tuple[list[list[int]], list]:
+    """``Reducer::rebuild_buckets``: params taken in ``order`` (gradient-ready order) under
+    its limits; bucket 0 is the first to close. ``specs`` by parameter index."""
+    buckets, per_bucket = compute_bucket_assignment_by_size([specs[i] for i in order], caps.rebuild_limits(),
+                                                            (), list(order))
+    return buckets, _uncapped(per_bucket)
 
 
 # ----------------------------------------------------------------------------- orders

@@ -16,7 +16,7 @@ import contextlib
 import inspect
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -92,9 +92,12 @@ class BucketCaps:
     bucket_bytes: int | None  # the cap of every bucket but the first; None: unknown
     first_candidates: list[int]  # the first (soonest-reduced) bucket's cap: the likely ones, best first
     source: str  # where these came from: "_bucket_config", "bucket_bytes_cap" or "unknown"
+    per_bucket: list[int] = field(default_factory=list)  # bucket_cap_mb_list in bytes (2.13); []: none
 
     def construction_limits(self, static_graph: bool, find_unused: bool) -> list[list[int]] | None:
         """Candidate ``bucket_size_limits`` of ``_ddp_init_helper`` (before its reversal)."""
+        if self.per_bucket:  # bucket_cap_mb_list: in every mode (2.13's compute_bucket_size_limits)
+            return [list(self.per_bucket)]
         if self.bucket_bytes is None:
             return None
         if static_graph or not find_unused:
@@ -107,10 +110,16 @@ class BucketCaps:
         return out
 
     def rebuild_limits(self) -> list[list[int]] | None:
-        """Candidate limits of ``Reducer::rebuild_buckets``: [first cap, cap]."""
-        if self.bucket_bytes is None:
+        """Candidate limits of ``Reducer::rebuild_buckets``: bucket_cap_mb_list's, else [first cap, cap];
+        a negative cap (taken without find_unused_parameters) as sys.maxsize: reducer.cpp reads it as
+        size_t, 2^64 - |cap| (Note [Caps torch takes] in ddpsim/buckets.py)."""
+        if self.per_bucket:
+            candidates = [list(self.per_bucket)]
+        elif self.bucket_bytes is None:
             return None
-        return [[first, self.bucket_bytes] for first in self.first_candidates]
+        else:
+            candidates = [[first, self.bucket_bytes] for first in self.first_candidates]
+        return [[sys.maxsize if c < 0 else c for c in limits] for limits in candidates]
 
 
 def bucket_caps(ddp) -> BucketCaps:
@@ -122,13 +131,16 @@ def bucket_caps(ddp) -> BucketCaps:
       cap is ``_DEFAULT_FIRST_BUCKET_BYTES`` if the default was kept, else ``bucket_bytes_cap``.
     - older: ``bucket_bytes_cap`` only, and the first cap was always ``_DEFAULT_FIRST_BUCKET_BYTES``.
     Where the first cap is not certain, both candidates are given; ``layout_caps`` keeps the one
-    that reproduces the buckets seen.
+    that reproduces the buckets seen. bucket_cap_mb_list (2.13): ``_bucket_config.per_bucket_bytes_caps``,
+    also ``ddp.bucket_bytes_cap_list``.
     """
     cfg = getattr(ddp, "_bucket_config", None)
     cap = getattr(cfg, "bucket_bytes_cap", None)
     first = getattr(cfg, "first_bucket_bytes_cap", None)
+    per_bucket = getattr(cfg, "per_bucket_bytes_caps", None) or getattr(ddp, "bucket_bytes_cap_list", None)
+    per_bucket = [int(c) for c in per_bucket or []]
     if isinstance(cap, int) and isinstance(first, int):
-        return BucketCaps(cap, [first], "_bucket_config")
+        return BucketCaps(cap, [first], "_bucket_config", per_bucket)
     cap = getattr(ddp, "bucket_bytes_cap", None)
     if not isinstance(cap, int):
         return BucketCaps(None, [], "unknown")
@@ -139,7 +151,22 @@ def bucket_caps(ddp) -> BucketCaps:
         firsts = [cap, DEFAULT_FIRST_BUCKET_BYTES]
     else:
         firsts = [DEFAULT_FIRST_BUCKET_BYTES, cap]
-    return BucketCaps(cap, firsts, "bucket_bytes_cap")
+    return BucketCaps(cap, firsts, "bucket_bytes_cap", per_bucket)
+
+
+def torch_bucket_limits(bucket_cap_mb, bucket_cap_mb_list, static_graph: bool, find_unused: bool) -> dict | None:
+    """torch's own ``_BucketCapacityConfig.create`` and ``compute_bucket_size_limits`` on these
+    options (the caps and limits in bytes), or None on a torch without them (2.13 has both)."""
+    from torch.nn.parallel import distributed
+
+    config = getattr(distributed, "_BucketCapacityConfig", None)
+    if config is None or not hasattr(config, "compute_bucket_size_limits"):
+        return None
+    c = config.create(bucket_cap_mb=bucket_cap_mb, bucket_cap_mb_list=bucket_cap_mb_list, use_python_reducer=False)
+    construction, rebuild = c.compute_bucket_size_limits(static_graph=static_graph, find_unused_parameters=find_unused)
+    return {"bucket_bytes_cap": c.bucket_bytes_cap, "per_bucket_bytes_caps": tuple(c.per_bucket_bytes_caps),
+            "first_bucket_bytes_cap": c.first_bucket_bytes_cap, "construction": list(construction),
+            "rebuild": list(rebuild)}
 
 
 def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bool,
@@ -162,7 +189,7 @@ def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bo
         return unknown
     # Each dtype's params come in the observed buckets in the ready order that built them, so
     # each dtype's buckets come out the same; buckets of different dtypes may not keep their
-    # positions (Note [Leftover buckets follow the hash map] in ddpsim/buckets.py): match the
+    # positions (Note [Leftover buckets follow the hash map] in ddpsim/bucket_hashmap.py): match the
     # caps to the buckets by their parameters.
     order = [i for b in want for i in b]
     for limits in caps.rebuild_limits() or []:
@@ -207,30 +234,42 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
                        group=process_group)
 
 
+def verify_param_shape_across_processes(process_group, tensors) -> None:
+    """torch's own check that every rank wraps the same model (``dist._verify_params_across_processes``,
+    which DDP's constructor calls; 2.4 - 2.14): minddp's ``verify.py`` is tested against it."""
+    dist._verify_params_across_processes(process_group, list(tensors), None)
+
+
+def ddp_takes(argument: str) -> bool:
+    """Whether this torch's ``DistributedDataParallel`` takes ``argument`` (read from its signature;
+    ``bucket_cap_mb_list``: torch 2.13 has it, added in late 2025, so older releases do not)."""
+    return argument in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+
+
 def torch_ddp(module, broadcast_buffers: bool = True, skip_all_reduce_unused_params: bool = False, **options):
     """torch's ``DistributedDataParallel`` with ``broadcast_buffers`` as it meant up to 2.12: False
     means no buffer broadcast at all, neither at construction nor before each forward. 2.13
     deprecates it (a FutureWarning) for ``forward_sync_buffers``, whose False still broadcasts at
     construction, and keeps the old meaning for ``broadcast_buffers=False``; so ddpsim passes it
-    only when False, with that warning silenced. Checked on 2.4 - 2.14.
-    ``skip_all_reduce_unused_params`` is passed only when True, and refused in one line by a torch
-    whose DDP lacks it (2.13 has it).
+    only when False, with that warning silenced. Checked on 2.4 - 2.14. ``bucket_cap_mb_list``
+    is passed only when given, and refused in one line by a torch without it; likewise
+    ``skip_all_reduce_unused_params``, passed only when True (2.13 has it).
     """
+    if options.get("bucket_cap_mb_list") is None:
+        options.pop("bucket_cap_mb_list", None)
+    elif not ddp_takes("bucket_cap_mb_list"):
+        raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no bucket_cap_mb_list "
+                        "(torch 2.13 has it): use bucket_cap_mb")
     if skip_all_reduce_unused_params:
-        if not ddp_accepts("skip_all_reduce_unused_params"):
-            raise RuntimeError(f"torch {torch.__version__}'s DistributedDataParallel has no "
-                               "skip_all_reduce_unused_params argument (torch 2.13 has it)")
+        if not ddp_takes("skip_all_reduce_unused_params"):
+            raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no "
+                            "skip_all_reduce_unused_params (torch 2.13 has it)")
         options["skip_all_reduce_unused_params"] = True
     if broadcast_buffers:
         return torch.nn.parallel.DistributedDataParallel(module, **options)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
         return torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False, **options)
-
-
-def ddp_accepts(argument: str) -> bool:
-    """Whether this torch's ``DistributedDataParallel.__init__`` takes ``argument``."""
-    return argument in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
 
 
 def bucket_members(ddp) -> list[list[int]]:

@@ -12,7 +12,7 @@ from ddpsim import torchcompat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpsim.buckets import (MAXSIZE, MIB, BucketOrder, TensorSpec, caps_bytes,
+from ddpsim.buckets import (MAXSIZE, MIB, BucketCapacityConfig, BucketOrder, TensorSpec,
                             compute_bucket_assignment_by_size, construction_layout,
                             leftover_key_order, rebuilt_layout, spec_of)
 
@@ -94,12 +94,13 @@ def test_many_keys_rehash_like_libstdcxx():
 
 def test_layout_helpers_and_caps():
     specs = [TensorSpec(400, "float32"), TensorSpec(400, "float32"), TensorSpec(200, "float16")]
-    assert construction_layout(specs, 100, 500, single=True) == ([[2], [0, 1]], [None, None])
-    assert rebuilt_layout(specs, [2, 1, 0], 300, 500)[0] == [[1], [0], [2]]  # fp32 left over first
-    assert caps_bytes(None) == (MIB, 25 * MIB)
-    assert caps_bytes(25) == (25 * MIB, 25 * MIB)
+    caps = BucketCapacityConfig(500, (), 300)
+    assert construction_layout(specs, caps, static_graph=False, find_unused=False) == ([[2], [0, 1]], [None, None])
+    assert rebuilt_layout(specs, [2, 1, 0], caps)[0] == [[1], [0], [2]]  # fp32 left over first
+    assert BucketCapacityConfig.create(None) == BucketCapacityConfig(25 * MIB, (), MIB)
+    assert BucketCapacityConfig.create(25) == BucketCapacityConfig(25 * MIB, (), 25 * MIB)
     with pytest.raises(ValueError, match="bucket_cap_mb"):
-        caps_bytes(-1)
+        BucketCapacityConfig.create(float("nan"))
     with pytest.raises(ValueError, match="unknown dtype"):
         compute_bucket_assignment_by_size([TensorSpec(4, "float99")], [8])
 

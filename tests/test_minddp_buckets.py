@@ -65,9 +65,12 @@ def test_sparse_gradient_gets_own_bucket():
 
 def test_bucket_caps_follow_torch():
     mib = 1024 * 1024
-    assert bucket_caps(None) == (25 * mib, torchcompat.DEFAULT_FIRST_BUCKET_BYTES)
-    assert bucket_caps(25) == (25 * mib, 25 * mib)  # explicit cap: no small first bucket
-    assert bucket_caps(0.25) == (mib // 4, mib // 4)
+    def caps(cap_mb):
+        c = bucket_caps(cap_mb)
+        return c.bucket_bytes_cap, c.first_bucket_bytes_cap
+    assert caps(None) == (25 * mib, torchcompat.DEFAULT_FIRST_BUCKET_BYTES)
+    assert caps(25) == (25 * mib, 25 * mib)  # explicit cap: no small first bucket
+    assert caps(0.25) == (mib // 4, mib // 4)
 
 
 def test_params_for_reducer_skip_frozen_and_dedupe_tied():

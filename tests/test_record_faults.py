@@ -24,7 +24,9 @@ def cli(*args, timeout=60):
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "resnet9000"], "unknown model 'resnet9000'"),
-    (["--bucket-cap-mb", "-1"], "--bucket-cap-mb must be a positive number"),
+    (["--bucket-cap-mb", "-1", "--find-unused-parameters"], "a negative bucket cap (-1 MiB) with find_unused"),
+    (["--bucket-cap-mb-list", "1", "-1"], "--bucket-cap-mb-list entries must be >= 0 MiB"),
+    (["--bucket-cap-mb-list", "1", "--impl", "naive"], "--bucket-cap-mb-list needs --impl torch or minddp"),
     (["--world-size", "0"], "--world-size must be >= 1"),
     (["--uneven", "-1"], "--uneven must be >= 0"),
     (["--static-graph", "--no-sync-every", "2"], "static_graph with no_sync every 2 steps: torch's DDP fails"),

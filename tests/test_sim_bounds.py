@@ -23,7 +23,7 @@ SIMULATE_ERRORS = [
     (["--world-size", "20000000"], "--world-size must be between 1 and 10,000,000"),
     (["--concurrency", "-1"], "--concurrency must be between 1 and 64"),
     (["--interference", "1e9"], "--interference must be between 0 and 100"),
-    (["--bucket-cap-mb", "1e300"], "--bucket-cap-mb must be between"),
+    (["--bucket-cap-mb", "1e300"], "bucket_cap_mb must be between -8.796e+12 and 8.796e+12 MiB"),
     (["--first-bucket-cap-mb", "1e300"], "--first-bucket-cap-mb must be between"),
     (["--straggler", "1:1e9"], "straggler 1 factor must be at most 1000"),
     (["--max-events", "0"], "--max-events must be between 1 and"),

@@ -7,7 +7,7 @@ import torch
 from ddpsim import torchcompat
 from ddpsim.sim import Link, ParamSpec, Workload, compute_bucket_assignment, synthetic
 from ddpsim.sim.api import SimConfig, plan_layouts
-from ddpsim.sim.workload import MIB, caps_bytes, construction_layout, ordered_layout
+from ddpsim.sim.workload import MIB, BucketCapacityConfig, construction_layout, ordered_layout
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "float64": torch.float64}
 SIZE = {"float32": 4, "float16": 2, "float64": 8}
@@ -64,12 +64,18 @@ def test_mixed_dtypes_match_torch(seed):
     assert ours == tuple(map(list, theirs))
 
 
+def caps_bytes(cap_mb, first_mb=None):
+    c = BucketCapacityConfig.create(cap_mb, None, first_mb)
+    return c.first_bucket_bytes_cap, c.bucket_bytes_cap
+
+
 def test_caps_follow_torch_213_rules():
     assert caps_bytes(None) == (MIB, 25 * MIB)  # default: small first bucket
     assert caps_bytes(25) == (25 * MIB, 25 * MIB)  # explicit 25: no small first bucket
     assert caps_bytes(0.25) == (MIB // 4, MIB // 4)
     assert caps_bytes(None, 2) == (2 * MIB, 25 * MIB)
-    for bad in (0, -1, float("nan"), float("inf")):
+    assert caps_bytes(0) == caps_bytes(1e-9) == (0, 0)  # torch takes them: a bucket per parameter
+    for bad in (float("nan"), float("inf"), "5"):
         with pytest.raises(ValueError):
             caps_bytes(bad)
 
@@ -78,15 +84,16 @@ def test_caps_follow_torch_213_rules():
 @pytest.mark.parametrize("cap_mb", [None, 1, 25])
 def test_arch_layouts_match_torch(arch, cap_mb):
     w = synthetic(arch, "a100-nvlink")
+    caps_config = BucketCapacityConfig.create(cap_mb)
     first, cap = caps_bytes(cap_mb)
     numels = [p.bytes // 4 for p in w.params]
     dts = ["float32"] * len(numels)
     # construction (find_unused=True): [first, cap] over definition order, then reversed
     caps = [first, cap] if first < cap else [cap]
     expected = list(reversed(oracle(numels, dts, caps)[0]))
-    assert construction_layout(w, first, cap, single=False)[0] == expected
+    assert construction_layout(w, caps_config, static_graph=False, find_unused=True)[0] == expected
     # rebuild: gradient-ready order with [first, cap]
-    assert ordered_layout(w, w.ready_order, first, cap)[0] == oracle(numels, dts, [first, cap],
+    assert ordered_layout(w, w.ready_order, caps_config)[0] == oracle(numels, dts, [first, cap],
                                                                      w.ready_order)[0]
 
 

@@ -160,7 +160,8 @@ def test_large_world_uses_rank_groups():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(bucket_cap_mb=0), "bucket_cap_mb"), (dict(bucket_cap_mb=-1), "bucket_cap_mb"),
+    (dict(bucket_cap_mb=float("nan")), "bucket_cap_mb"),  # torch takes 0 and -1 (test_bucket_cap_list.py)
+    (dict(bucket_cap_mb=-1, find_unused_parameters=True), "negative bucket cap"),
     (dict(world_size=0), "world size"), (dict(bandwidth_gbps=float("nan")), "bandwidth"),
     (dict(bandwidth_gbps=-5.0), "bandwidth"), (dict(order="sideways"), "order"),
     (dict(stragglers={9: 2.0}), "straggler"), (dict(no_sync_every=0), "no_sync_every"),

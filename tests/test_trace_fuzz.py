@@ -342,7 +342,9 @@ def test_hostile_text_is_one_trace_format_error(text, expected):
     (lambda r: r["ranks"][0]["iterations"][0]["grad_ready"][0].__setitem__("param", 77), "grad_ready"),
     (lambda r: r["ranks"][0]["iterations"][1].__setitem__("iteration", 0), "iterations[1].iteration"),
     (lambda r: r["meta"].__setitem__("world_size", 1), "ranks[1].rank"),
-    (lambda r: r["meta"].__setitem__("options", {"bucket_cap_mb": -1}), "meta.options.bucket_cap_mb"),
+    (lambda r: r["meta"].__setitem__("options", {"bucket_cap_mb": 1e30}), "meta.options.bucket_cap_mb"),  # > int64 bytes
+    (lambda r: r["meta"].__setitem__("options", {"bucket_cap_mb_list": [1, -1]}), "meta.options.bucket_cap_mb_list"),
+    (lambda r: r["meta"].__setitem__("config", {"bucket_cap_mb_list": "1 5"}), "meta.config.bucket_cap_mb_list"),
 ])
 def test_invalid_values_name_the_field(mutate, field):
     raw = copy.deepcopy(BASES["fixture"])

@@ -21,7 +21,7 @@ from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.network import NCCL_ALGOS, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
-from ddpsim.trace import Trace
+from ddpsim.trace import Trace, quiet_ranks
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
 ORDERS = ("torch", "reverse", "definition", "ready", "random")
@@ -62,8 +62,7 @@ def base_for(trace: Trace | None) -> Base:
         if w.get("kind") == "synthetic" and "-" in str(w.get("hardware", "")):
             gpu, _, net = str(w["hardware"]).partition("-")
             cfg = dict(trace.meta.get("config") or {})
-            keep = {k: cfg[k] for k in ("world_size", "bucket_cap_mb", "find_unused_parameters",
-                                        "no_sync_every", "order") if k in cfg}
+            keep = {k: cfg[k] for k in ("world_size", "bucket_cap_mb", "find_unused_parameters", "no_sync_every", "order") if k in cfg}
             return Base("synthetic", w.get("arch", "resnet50"), gpu, net, w.get("batch"), keep)
     if trace is not None:
         return Base("trace", config=config_from_trace(trace))
@@ -222,7 +221,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     recorded = int(base.config.get("world_size", 2))
     chosen = cfg.bandwidth_gbps is not None or cfg.hardware is not None
     out = beyond.far_cautions(trace, work, recorded, cfg.world_size, chosen) if base.kind == "trace" else []
-    out += [c for c in [hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
+    out += [c for c in [quiet_ranks(trace) if base.kind == "trace" else None,
+                        hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),

@@ -42,7 +42,11 @@ def add_arguments(p) -> None:
     add_input_arguments(p)
     d = p.add_argument_group("DDP options and what-ifs (default: the trace's own)")
     d.add_argument("--world-size", type=int)
-    d.add_argument("--bucket-cap-mb", type=cap_mb, help="MiB, or 'default' (torch's 25 MiB with a 1 MiB first bucket)")
+    d.add_argument("--bucket-cap-mb", type=cap_mb, help="MiB, or 'default' (torch's 25 MiB with a 1 MiB first bucket); "
+                   "another cap than the trace's replaces its bucket_cap_mb_list")
+    d.add_argument("--bucket-cap-mb-list", type=float, nargs="+", metavar="MIB",
+                   help="a cap per bucket in MiB, the first reduced first, the last repeated (torch 2.13's "
+                        "bucket_cap_mb_list; replaces --bucket-cap-mb), e.g. 1 5 25")
     d.add_argument("--first-bucket-cap-mb", type=float, help="override the first bucket's cap")
     d.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
     d.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
@@ -203,7 +207,7 @@ def parse_stragglers(values) -> dict:
     return out
 
 
-FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb",
+FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb", "bucket_cap_mb_list": "bucket_cap_mb_list",
           "first_bucket_cap_mb": "first_bucket_cap_mb", "find_unused_parameters": "find_unused_parameters",
           "static_graph": "static_graph", "broadcast_buffers": "broadcast_buffers", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
           "uneven": "uneven", "join": "join", "comm_hook": "comm_hook", "powersgd_rank": "powersgd_rank",
@@ -251,8 +255,11 @@ def main(args) -> int:
     from ddpsim.analysis.join import join_line
     from ddpsim.cli.summary_text import summary_lines
     from ddpsim.sim.api import simulate
+    from ddpsim.trace.same_run import quiet_ranks
 
     workload, recorded = load_source(args)
+    if recorded is not None and (quiet := quiet_ranks(recorded)):
+        print(f"note: {quiet[0].lower()}{quiet[1:]}", file=sys.stderr)
     cfg = config_for(workload, recorded, overrides_from_args(args))
     if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
         raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "

@@ -44,7 +44,7 @@ from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backw
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
 from ddpsim.learn.noise import recorded_ranks
 from ddpsim.sim.comm_hooks import CommHook
-from ddpsim.sim.replay import recorded_layouts
+from ddpsim.sim.replay import cap_list_field, recorded_layouts, replay_caps
 from ddpsim.sim.workload import ParamSpec, Workload
 from ddpsim.trace import Trace
 from ddpsim.trace.types import Span
@@ -65,6 +65,7 @@ def config_from_trace(trace: Trace) -> dict:
     out = {"world_size": trace.world_size}
     if opts.get("bucket_cap_mb") is not None:
         out["bucket_cap_mb"] = float(opts["bucket_cap_mb"])
+    out.update(cap_list_field(opts))  # bucket_cap_mb_list, where the run gave one
     for k in ("find_unused_parameters", "static_graph", "broadcast_buffers", "skip_all_reduce_unused_params"):
         if opts.get(k) is not None:
             out[k] = bool(opts[k])
@@ -110,7 +111,7 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
 
     if noise not in ("recorded", "drawn"):
         raise ValueError(f"noise must be 'recorded' or 'drawn', not {noise!r}")
-    cfg = hookrates.in_replay(w, hardware.in_replay(w, trace, {**config_from_trace(trace), **fields}))
+    cfg = hookrates.in_replay(w, hardware.in_replay(w, trace, {**replay_caps(config_from_trace(trace), fields), **fields}))
     if noise == "recorded" and "jitter" not in fields and replays_recorded_ranks(w, cfg["world_size"]):
         cfg.setdefault("recorded_ranks", {int(r): v for r, v in w.meta["recorded_ranks"].items()})
         cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))

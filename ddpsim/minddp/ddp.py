@@ -1,7 +1,8 @@
 """A readable DistributedDataParallel: the Python side of torch DDP
 (torch/nn/parallel/distributed.py, torch 2.13) around ``ddpsim.minddp.reducer``.
 
-Construction: ``_build_params_for_reducer`` -> broadcast parameters and buffers from
+Construction: ``_build_params_for_reducer`` -> the same model on every rank
+(``_verify_param_shape_across_processes``) -> broadcast parameters and buffers from
 rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
 then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
 rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
@@ -25,6 +26,7 @@ from ddpsim.minddp import comm_hook
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
+from ddpsim.minddp.verify import verify_params_across_processes
 
 BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
 BOTH_BUFFER_FLAGS = ("Both `broadcast_buffers` and `forward_sync_buffers` were specified. `broadcast_buffers` is "
@@ -74,13 +76,10 @@ def build_params_for_reducer(module: nn.Module):
     return params, names, sparse
 
 
-def bucket_caps(bucket_cap_mb):
-    """Mirrors ``_BucketCapacityConfig.create``: (cap, first-bucket cap) in bytes.
-
-    See Note [The small first bucket] in ``ddpsim.buckets.caps_bytes``.
-    """
-    first, cap = buckets.caps_bytes(bucket_cap_mb)
-    return cap, first
+def bucket_caps(bucket_cap_mb, bucket_cap_mb_list=None) -> buckets.BucketCapacityConfig:
+    """Mirrors ``_BucketCapacityConfig.create``: the caps in bytes (``ddpsim.buckets``: Note [The
+    small first bucket], Note [Caps torch takes]); a one-line ValueError where torch fails."""
+    return buckets.BucketCapacityConfig.create(bucket_cap_mb, bucket_cap_mb_list)
 
 
 class DistributedDataParallel(nn.Module, JoinableDDP):
@@ -98,14 +97,17 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
       parameters (their gradients arrive last, so nothing launches before the end of
       backward), fixed: never rebuilt.
 
-    It exists so real runs can measure bucket orderings that torch cannot choose
+    ``bucket_cap_mb_list`` (torch 2.13): a cap per bucket in MiB, the first reduced
+    first, the last repeated; it replaces ``bucket_cap_mb`` (Note [Caps torch takes]).
+
+    ``bucket_order`` exists so real runs can measure bucket orderings that torch cannot choose
     (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
     ``order`` what-if.
     """
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
-                 recorder=None, bucket_order=None, broadcast_buffers=None,
+                 recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
                  skip_all_reduce_unused_params=False, forward_sync_buffers=None):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
@@ -127,9 +129,13 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                                "that requires a gradient")
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
+        self.bucket_config = bucket_caps(bucket_cap_mb, bucket_cap_mb_list)  # torch: _bucket_config
+        self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap
+        self.first_bucket_bytes_cap = self.bucket_config.first_bucket_bytes_cap
+        self.bucket_bytes_cap_list = list(self.bucket_config.per_bucket_bytes_caps)
         self.modules_buffers = [b for _, b in module.named_buffers()]
+        verify_params_across_processes(self.process_group, params)  # Note [Same model on every rank, checked first]
         self.sync_module_states(init_sync_buffers)
-        self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_caps(bucket_cap_mb)
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
         self.reducer.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # torch: a Reducer argument
@@ -158,21 +164,21 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         order gradients arrive, and a rank with an unused branch could launch an
         allreduce that pairs with a different collective elsewhere. So torch 2.13
         starts with a single bucket ([sys.maxsize]) unless find_unused_parameters is
-        on (and static_graph off), and relies on the rebuild after iteration 0.
+        on (and static_graph off), and relies on the rebuild after iteration 0; a
+        bucket_cap_mb_list is used as it is, in every mode, here and in the rebuild.
         Note [Reversed buckets]: buckets come out sorted by smallest index and are
         reversed, guessing that gradients arrive in reverse definition order.
         """
         if self.bucket_order is not None:  # ddpsim only: a fixed layout, never rebuilt
             self.reducer = self.fixed_order_reducer(params, names, gradient_as_bucket_view, recorder)
             return
-        limits = buckets.construction_limits(
-            self.first_bucket_bytes_cap, self.bucket_bytes_cap,
-            single=self.static_graph or not self.find_unused_parameters)
+        limits, limits_for_rebuilding = self.bucket_config.compute_bucket_size_limits(
+            self.static_graph, self.find_unused_parameters)
         indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
         self.reducer = Reducer(params, indices[::-1], per_bucket_limits[::-1],
                                self.process_group, self.bucket_bytes_cap,
                                self.find_unused_parameters, gradient_as_bucket_view, names,
-                               self.first_bucket_bytes_cap, recorder)
+                               self.first_bucket_bytes_cap, recorder, limits_for_rebuilding)
         if self.static_graph:
             self.reducer.static_graph = True  # Reducer::set_static_graph
 
@@ -181,18 +187,18 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
 
         "reverse": torch's find_unused construction layout (caps over definition
         order, the first cap on the first-defined params, then reversed).
-        "definition": caps over definition order in closing order, so bucket 0 holds
-        the first-defined params and gets the first cap.
+        "definition": the rebuild's caps over definition order in closing order, so
+        bucket 0 holds the first-defined params and gets the first cap.
         """
-        first, cap = self.first_bucket_bytes_cap, self.bucket_bytes_cap
-        specs = [buckets.spec_of(p) for p in params]
+        caps, specs = self.bucket_config, [buckets.spec_of(p) for p in params]
         if self.bucket_order == "reverse":
-            indices, per_bucket = buckets.construction_layout(specs, first, cap, single=False)
+            indices, per_bucket = buckets.construction_layout(specs, caps, static_graph=False, find_unused=True)
         else:
-            indices, per_bucket = buckets.rebuilt_layout(specs, list(range(len(params))), first, cap)
-        reducer = Reducer(params, indices, per_bucket, self.process_group, cap,
-                          self.find_unused_parameters, gradient_as_bucket_view, names, first,
-                          recorder)
+            indices, per_bucket = buckets.rebuilt_layout(specs, list(range(len(params))), caps)
+        per_bucket = [buckets.MAXSIZE if c is None else c for c in per_bucket]
+        reducer = Reducer(params, indices, per_bucket, self.process_group, caps.bucket_bytes_cap,
+                          self.find_unused_parameters, gradient_as_bucket_view, names,
+                          caps.first_bucket_bytes_cap, recorder, list(caps.per_bucket_bytes_caps))
         reducer.fixed_layout = True
         if self.static_graph:
             reducer.static_graph = True

@@ -26,6 +26,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
+from ddpsim.buckets import rebuild_size_limits
 from ddpsim.minddp import comm_hook, messages, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
@@ -37,12 +38,14 @@ class Reducer:
 
     def __init__(self, params, bucket_indices, per_bucket_size_limits, process_group,
                  bucket_bytes_cap, find_unused_parameters, gradient_as_bucket_view,
-                 param_names, first_bucket_bytes_cap, recorder: RankRecorder | None = None):
-        """Mirrors ``Reducer::Reducer``."""
+                 param_names, first_bucket_bytes_cap, recorder: RankRecorder | None = None,
+                 bucket_bytes_cap_list=()):
+        """Mirrors ``Reducer::Reducer`` (``bucket_bytes_cap_list``: DDP's bucket_cap_mb_list in bytes)."""
         self.params, self.param_names = list(params), list(param_names)
         self.process_group = process_group
         self.rank, self.world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
         self.bucket_bytes_cap, self.first_bucket_bytes_cap = bucket_bytes_cap, first_bucket_bytes_cap
+        self.bucket_bytes_cap_list = list(bucket_bytes_cap_list)  # bucket_bytes_cap_list_; []: [first, cap]
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.recorder = recorder
@@ -109,7 +112,8 @@ class Reducer:
         guesses that gradients arrive in reverse definition order. During the
         first synced backward (the second with static_graph) the reducer records
         the real arrival order, and at the next forward rebuilds the buckets in
-        that order, with the small first cap for the bucket reduced first. With
+        that order, with the small first cap for the bucket reduced first (or
+        bucket_cap_mb_list's caps, one per bucket in that order). With
         find_unused_parameters the arrival order may change per iteration, so
         torch never rebuilds (reducer.hpp: ``(static_graph_ ||
         !find_unused_parameters_) && !has_rebuilt_bucket_``).
@@ -123,9 +127,8 @@ class Reducer:
         if not self.should_rebuild_buckets() or not self.rebuilt_param_indices:
             return False
         order = self.rebuilt_param_indices
-        indices, limits = compute_bucket_assignment_by_size(
-            [self.params[i] for i in order],
-            [self.first_bucket_bytes_cap, self.bucket_bytes_cap], (), order)
+        limits = rebuild_size_limits(self.bucket_bytes_cap_list, self.first_bucket_bytes_cap, self.bucket_bytes_cap)
+        indices, limits = compute_bucket_assignment_by_size([self.params[i] for i in order], limits, (), order)
         indices, limits = self.sync_bucket_indices(indices, limits)
         self.has_rebuilt_bucket, self.rebuilt_param_indices = True, []
         self.initialize_buckets(indices, limits)

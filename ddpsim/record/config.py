@@ -27,6 +27,9 @@ class RecordConfig:
     iters: int = 6  # micro-steps (forward+backward) per rank
     impl: str = "torch"  # torch: torch's DDP; minddp: ddpsim's readable DDP; naive
     bucket_cap_mb: float | None = None  # MiB; None = torch's default 25 MiB with a 1 MiB first bucket
+    # MiB per bucket, the first reduced first, the last repeated (torch 2.13's bucket_cap_mb_list, replaces
+    # bucket_cap_mb); None: not given (torch's default None; then left out of the trace's meta)
+    bucket_cap_mb_list: list[float] | None = None
     find_unused_parameters: bool = False  # torch default False
     static_graph: bool = False  # torch default False
     gradient_as_bucket_view: bool = False  # torch default False
@@ -66,8 +69,6 @@ class RecordConfig:
             (self.iters >= 1, f"--iters must be >= 1, not {self.iters}"),
             (self.iters <= MAX_ITERS, f"--iters must be at most {MAX_ITERS}, not {self.iters}"),
             (self.impl in IMPLS, f"--impl must be one of {', '.join(IMPLS)}, not {self.impl!r}"),
-            (self.bucket_cap_mb is None or (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0),
-             f"--bucket-cap-mb must be a positive number of MiB, not {self.bucket_cap_mb}"),
             (self.no_sync_every is None or 1 <= self.no_sync_every <= MAX_ITERS,
              f"--no-sync-every must be between 1 and {MAX_ITERS}, not {self.no_sync_every}"),
             (not (self.static_graph and (self.no_sync_every or 1) > 1),  # Note [static_graph's first step must sync]
@@ -89,18 +90,18 @@ class RecordConfig:
             (self.iters - self.uneven * (self.world_size - 1) >= 1,
              f"--uneven {self.uneven} leaves rank {self.world_size - 1} without iterations: rank r runs "
              f"--iters minus {self.uneven} x r ({self.iters} - {self.uneven} x {self.world_size - 1} < 1)"),
-            (not self.join or self.impl in ("torch", "minddp"),
-             f"--join needs --impl torch or minddp (got --impl {self.impl})"),
+            *[(not given or self.impl in ("torch", "minddp"), f"{flag} needs --impl torch or minddp (got --impl {self.impl})")
+              for flag, given in (("--join", self.join), ("--skip-all-reduce-unused-params", self.skip_all_reduce_unused_params))],
             (self.join or self.divide_by_initial_world_size,
              "--no-divide-by-initial-world-size is an argument of model.join(): add --join"),
             (self.order is None or self.impl == "minddp",
              f"--order needs --impl minddp: torch's DDP cannot choose a bucket order (got --impl {self.impl})"),
-            (not self.skip_all_reduce_unused_params or self.impl in ("torch", "minddp"),
-             f"--skip-all-reduce-unused-params needs --impl torch or minddp (got --impl {self.impl})"),
         ]
         for ok, message in checks + self._hook_checks():
             if not ok:
                 raise CLIError(message)
+        from ddpsim.record.caps import check_caps
+        check_caps(self)
         if self.comm_hook is not None:
             from ddpsim.record.hooks import check_comm_hook
             check_comm_hook(self.comm_hook)
@@ -248,14 +249,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "backward) or overlap (per-parameter allreduce from each gradient's hook)")
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="bucket cap in MiB (default: torch's 25 MiB with a 1 MiB first bucket)")
+    p.add_argument("--bucket-cap-mb-list", type=float, nargs="+", default=None, metavar="MIB",
+                   help="a cap per bucket in MiB, the first reduced first, the last repeated (torch 2.13's "
+                        "bucket_cap_mb_list; replaces --bucket-cap-mb), e.g. 1 5 25")
     p.add_argument("--find-unused-parameters", action="store_true")
     p.add_argument("--static-graph", action="store_true")
     p.add_argument("--gradient-as-bucket-view", action="store_true")
     p.add_argument("--no-broadcast-buffers", dest="broadcast_buffers", action="store_false",
                    help="broadcast_buffers=False: no broadcast of rank 0's buffers before each forward")
-    p.add_argument("--skip-all-reduce-unused-params", action="store_true",
-                   help="skip_all_reduce_unused_params=True: no allreduce for a bucket whose parameters are "
-                        "all unused (with --find-unused-parameters or --static-graph; torch 2.13)")
+    p.add_argument("--skip-all-reduce-unused-params", action="store_true", help="torch 2.13's skip_all_reduce_unused_params")
     p.add_argument("--no-sync-every", type=int, default=None, metavar="N",
                    help="synchronise every N-th micro-step; the others accumulate under no_sync")
     p.add_argument("--uneven", type=int, default=0, metavar="K",

@@ -22,6 +22,10 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
     if cfg.join:  # written only where used, so that other runs' options stay as they were
         options.update(join=True, divide_by_initial_world_size=cfg.divide_by_initial_world_size)
     config = asdict(cfg)
+    if cfg.bucket_cap_mb_list is None:  # likewise
+        del config["bucket_cap_mb_list"]
+    else:
+        options["bucket_cap_mb_list"] = list(cfg.bucket_cap_mb_list)
     if cfg.skip_all_reduce_unused_params:  # likewise
         options["skip_all_reduce_unused_params"] = True
     else:

@@ -18,6 +18,8 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
     """The DDP implementation under study, built with the run's options."""
     opts = dict(bucket_cap_mb=cfg.bucket_cap_mb, find_unused_parameters=cfg.find_unused_parameters,
                 static_graph=cfg.static_graph, gradient_as_bucket_view=cfg.gradient_as_bucket_view)
+    if cfg.bucket_cap_mb_list is not None:  # torch 2.13's (check_caps in caps.py: torch or minddp only)
+        opts["bucket_cap_mb_list"] = list(cfg.bucket_cap_mb_list)
     if cfg.impl == "torch":
         ids = [device.index] if device.type == "cuda" else None
         return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids,

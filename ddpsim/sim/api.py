@@ -152,6 +152,8 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
             ranks.append(RankTrace(rank=a.rank + k, host="simulated", layouts=layouts, iterations=iters, join=joined))
     ranks.sort(key=lambda r: r.rank)
     config = asdict(cfg)
+    if cfg.bucket_cap_mb_list is None:  # written only where given: other simulations' meta stays as it was
+        del config["bucket_cap_mb_list"]
     config["stragglers"] = {str(k): v for k, v in cfg.stragglers.items()}
     config["backward_scale"] = {str(k): v for k, v in cfg.backward_scale.items()}
     config["recorded_ranks"] = {str(k): v for k, v in cfg.recorded_ranks.items()}
@@ -162,6 +164,7 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                         "static_graph": cfg.static_graph, "broadcast_buffers": cfg.broadcast_buffers,
                         "no_sync_every": cfg.no_sync_every, **({"join": True, "uneven": cfg.uneven} if cfg.join else {}),
                         **({"comm_hook": cfg.comm_hook} if cfg.comm_hook else {}),
+                        **({"bucket_cap_mb_list": list(cfg.bucket_cap_mb_list)} if cfg.bucket_cap_mb_list else {}),
                         **({"skip_all_reduce_unused_params": True} if cfg.skip_all_reduce_unused_params else {}),
                         "iters": cfg.iters * cfg.no_sync_every}}
     params = [Param(p.index, p.name, list(p.shape), p.dtype, p.bytes) for p in w.params]

@@ -20,7 +20,7 @@ import time
 import simpy
 
 from ddpsim.errors import CLIError
-from ddpsim.sim.workload import Workload, caps_bytes
+from ddpsim.sim.workload import Workload
 
 # Option ranges (Note [Bounded simulations]): beyond them a simulation means nothing or never ends.
 LIMITS = {  # field -> (lowest, highest, unit)
@@ -28,7 +28,7 @@ LIMITS = {  # field -> (lowest, highest, unit)
     "no_sync_every": (1, 1_000_000, "micro-steps"), "jitter": (0.0, 10.0, "coefficient of variation"),
     "bandwidth_gbps": (1e-3, 1e6, "Gbit/s"), "latency_us": (0.0, 1e6, "microseconds"),
     "concurrency": (1, 64, "collectives"), "interference": (0.0, 100.0, "x slowdown"),
-    "bucket_cap_mb": (1e-6, 1e6, "MiB"), "first_bucket_cap_mb": (1e-6, 1e6, "MiB"),
+    "first_bucket_cap_mb": (1e-6, 1e6, "MiB"),  # bucket_cap_mb(_list): what torch takes (ddpsim.buckets)
     "max_events": (1, 10**12, "events"), "time_limit_s": (1e-3, 86_400.0, "seconds"),
 }
 STRAGGLER_MAX = 1e3  # a rank at most this many times slower
@@ -84,9 +84,10 @@ def estimate_events(w: Workload, cfg: "SimConfig", explicit: bool, link=None) ->
     if link is not None and link.cpus and link.time_slice_s > 0:
         busy = w.forward_s + w.backward_compute_s + w.optimizer_s + w.finalize_s
         turns = cfg.world_size * cfg.iters * cfg.no_sync_every * (2 + int(2 * busy / link.time_slice_s))
-    first, cap = caps_bytes(cfg.bucket_cap_mb, cfg.first_bucket_cap_mb)
+    caps = cfg.bucket_capacity()
+    cap = min(caps.per_bucket_bytes_caps or [caps.bucket_bytes_cap])
     total = sum(p.bytes for p in w.params)
-    buckets = len(w.params) if cfg.naive else min(len(w.params), 2 + int(total // max(cap, 1)))
+    buckets = len(w.params) if cfg.naive or cap <= 0 else min(len(w.params), 2 + int(total // cap))
     micro = cfg.iters * cfg.no_sync_every
     return count_actors(cfg, explicit) * (micro * (len(w.ready_order) + 4) + cfg.iters * 3 * max(buckets, 1)) + turns
 

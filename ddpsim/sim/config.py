@@ -8,7 +8,7 @@ from ddpsim.errors import STATIC_GRAPH_NO_SYNC
 from ddpsim.sim import network, stragglers
 from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
 from ddpsim.sim.comm_hooks import RATES, CommHook
-from ddpsim.sim.workload import ORDERS, caps_bytes
+from ddpsim.sim.workload import ORDERS, BucketCapacityConfig
 
 
 @dataclass
@@ -18,6 +18,9 @@ class SimConfig:
     world_size: int = 8
     iters: int = 6  # synced steps (optimizer steps); micro-steps = iters * no_sync_every
     bucket_cap_mb: float | None = None  # None: torch's default 25 MiB with a 1 MiB first bucket
+    # MiB per bucket, the first reduced first, the last repeated (torch 2.13's DDP(bucket_cap_mb_list));
+    # replaces bucket_cap_mb; None: not given (torch's default None)
+    bucket_cap_mb_list: list | None = None
     first_bucket_cap_mb: float | None = None  # override the first bucket's cap
     find_unused_parameters: bool = False
     static_graph: bool = False
@@ -87,7 +90,6 @@ class SimConfig:
             raise ValueError(STATIC_GRAPH_NO_SYNC.format(every=self.no_sync_every))
         if self.naive and self.overlap:
             raise ValueError("naive and overlap are two different DDPs: choose one")
-        caps_bytes(self.bucket_cap_mb, self.first_bucket_cap_mb)
         if not isinstance(self.order, (list, tuple)) and self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} or a list, not {self.order!r}")
         if not (isinstance(self.jitter, (int, float)) and math.isfinite(self.jitter) and self.jitter >= 0):
@@ -110,7 +112,12 @@ class SimConfig:
                 if fct > STRAGGLER_MAX:
                     raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
         check_ranges(self)
+        self.bucket_capacity().compute_bucket_size_limits(self.static_graph, self.find_unused_parameters)
 
+
+    def bucket_capacity(self) -> BucketCapacityConfig:
+        """The caps in bytes (``ddpsim.buckets.BucketCapacityConfig``, torch's rules)."""
+        return BucketCapacityConfig.create(self.bucket_cap_mb, self.bucket_cap_mb_list, self.first_bucket_cap_mb)
 
     def hook(self):
         """The comm hook what-if (``sim/comm_hooks.py``), or None for DDP's own allreduce."""

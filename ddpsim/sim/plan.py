@@ -32,7 +32,7 @@ from ddpsim.sim import netmodel, network, stragglers
 from ddpsim.sim.config import SimConfig
 from ddpsim.sim.model import Actor, Plan
 from ddpsim.sim.replay import replayed
-from ddpsim.sim.workload import Workload, caps_bytes, construction_layout, ordered_layout, param_order
+from ddpsim.sim.workload import Workload, construction_layout, ordered_layout, param_order
 from ddpsim.trace import Bucket, Layout
 
 
@@ -64,7 +64,7 @@ def choose_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[str], list[i
     Follows torch 2.13 through ``ddpsim.buckets``; a replay of the
     recorded options takes the recording's layouts (Note [Replay the recorded layouts]).
     """
-    first, cap = caps_bytes(cfg.bucket_cap_mb, cfg.first_bucket_cap_mb)
+    caps = cfg.bucket_capacity()
     fu, static = cfg.find_unused_parameters, cfg.static_graph
     ready = param_order(w, "ready")
     switch = [2 if static else 1]  # torch rebuilds after 1 (static_graph: 2) synced steps
@@ -76,14 +76,14 @@ def choose_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[str], list[i
         return lays, kinds, switch if len(lays) == 2 else []
     if cfg.order != "torch":
         if cfg.order == "reverse":
-            lay = construction_layout(w, first, cap, single=False)
+            lay = construction_layout(w, caps, static_graph=False, find_unused=True)
         else:
-            lay = ordered_layout(w, param_order(w, cfg.order, cfg.seed), first, cap)
+            lay = ordered_layout(w, param_order(w, cfg.order, cfg.seed), caps)
         return [lay], ["construction"], []
     if fu and not static:  # never rebuilt
-        return [construction_layout(w, first, cap, single=False)], ["construction"], []
-    # a single bucket, rebuilt in ready order
-    return ([construction_layout(w, first, cap, single=True), ordered_layout(w, ready, first, cap)],
+        return [construction_layout(w, caps, static, fu)], ["construction"], []
+    # a single bucket (or bucket_cap_mb_list's), rebuilt in ready order
+    return ([construction_layout(w, caps, static, fu), ordered_layout(w, ready, caps)],
             ["construction", "rebuilt"], switch)
 
 

@@ -22,9 +22,32 @@ def recorded_options(trace) -> dict:
         raise ValueError(f"meta.config.order should be a bucket order's name, not {order!r:.40}")
     return {"impl": str(trace.meta.get("impl", "torch")),
             "bucket_cap_mb": opts.get("bucket_cap_mb"),
+            "bucket_cap_mb_list": cap_list(opts.get("bucket_cap_mb_list")),
             "find_unused_parameters": bool(opts.get("find_unused_parameters", False)),
             "static_graph": bool(opts.get("static_graph", False)),
             "order": BucketOrder.parse(LEGACY_ORDERS.get(order, order)).value}
+
+
+def cap_list(value) -> list | None:
+    """bucket_cap_mb_list as torch reads it: an empty one is none."""
+    return list(value) if value else None
+
+
+def cap_list_field(opts: dict) -> dict:
+    """A recorded run's bucket_cap_mb_list as a SimConfig field ({} where it gave none)."""
+    values = cap_list(opts.get("bucket_cap_mb_list"))
+    return {"bucket_cap_mb_list": [float(v) for v in values]} if values else {}
+
+
+def replay_caps(recorded: dict, fields: dict) -> dict:
+    """A run's SimConfig fields ``recorded`` under the what-if ``fields``: another bucket_cap_mb
+    than the run's, or a first_bucket_cap_mb, drops the run's bucket_cap_mb_list (which torch
+    would take instead of them)."""
+    other = (fields.get("bucket_cap_mb", recorded.get("bucket_cap_mb")) != recorded.get("bucket_cap_mb")
+             or fields.get("first_bucket_cap_mb") is not None)
+    if other and "bucket_cap_mb_list" not in fields:
+        return {k: v for k, v in recorded.items() if k != "bucket_cap_mb_list"}
+    return recorded
 
 
 def recorded_layouts(trace) -> dict | None:
@@ -49,6 +72,7 @@ def replayed(w, cfg) -> tuple[list, list[str]] | None:
     opts = rec["options"]
     order = cfg.order if isinstance(cfg.order, str) else None
     same = (opts["impl"] in BUCKETED and cfg.bucket_cap_mb == opts["bucket_cap_mb"]
+            and cap_list(cfg.bucket_cap_mb_list) == opts.get("bucket_cap_mb_list")
             and cfg.first_bucket_cap_mb is None and order == opts["order"]
             and cfg.find_unused_parameters == opts["find_unused_parameters"]
             and cfg.static_graph == opts["static_graph"])

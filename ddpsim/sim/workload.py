@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 
 from ddpsim import buckets
-from ddpsim.buckets import MIB, BucketOrder, TensorSpec, caps_bytes  # noqa: F401 (MIB: for tests)
+from ddpsim.buckets import MIB, BucketCapacityConfig, BucketOrder, TensorSpec  # noqa: F401 (MIB: for tests)
 from ddpsim.sim.network import Link
 
 
@@ -139,18 +139,18 @@ def compute_bucket_assignment(sizes: list[int], caps: list[int], dtypes: list[st
     return buckets.compute_bucket_assignment_by_size([specs[i] for i in order], caps, (), list(order))
 
 
-def construction_layout(w: Workload, first: int, cap: int,
-                        single: bool) -> tuple[list[list[int]], list[int | None]]:
-    """DDP's constructor layout (``ddpsim.buckets.construction_layout``): one bucket
-    (``single``), else caps over definition order, reversed. Caps: None when uncapped."""
-    return buckets.construction_layout([p.spec for p in w.params], first, cap, single)
+def construction_layout(w: Workload, caps: BucketCapacityConfig, static_graph: bool,
+                        find_unused: bool) -> tuple[list[list[int]], list[int | None]]:
+    """DDP's constructor layout (``ddpsim.buckets.construction_layout``): one bucket (no
+    find_unused_parameters, or static_graph, without a list of caps), else the caps over
+    definition order, reversed. Caps: None when uncapped."""
+    return buckets.construction_layout([p.spec for p in w.params], caps, static_graph, find_unused)
 
 
-def ordered_layout(w: Workload, order: list[int], first: int,
-                   cap: int) -> tuple[list[list[int]], list[int]]:
+def ordered_layout(w: Workload, order: list[int], caps: BucketCapacityConfig) -> tuple[list[list[int]], list]:
     """The rebuild path (``ddpsim.buckets.rebuilt_layout``): params taken in ``order``;
     bucket 0 is the first to close."""
-    return buckets.rebuilt_layout([p.spec for p in w.params], order, first, cap)
+    return buckets.rebuilt_layout([p.spec for p in w.params], order, caps)
 
 
 ORDERS = tuple(o.value for o in BucketOrder)  # the simulator runs every BucketOrder

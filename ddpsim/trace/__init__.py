@@ -14,10 +14,11 @@ the start of the run (``t_ns = 0``). Sizes are bytes.
     >>> trace.ranks[0].iterations[1].buckets     # doctest: +SKIP
 """
 from ddpsim.trace.reader import MAX_TRACE_BYTES, from_dict, load_trace, parse_trace
+from ddpsim.trace.same_run import quiet_ranks
 from ddpsim.trace.types import (CARRIED, FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, HookCollective,
                                 Iteration, JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
 from ddpsim.trace.writer import save_trace
 
 __all__ = ["CARRIED", "FORMAT", "MAX_TRACE_BYTES", "SOURCES", "VERSION", "Bucket", "BucketEvent", "Collective", "GradReady",
            "HookCollective", "Iteration", "JoinRecord", "Layout", "Param", "RankTrace", "ShadowStep", "Span", "Trace", "TraceFormatError", "from_dict",
-           "load_trace", "parse_trace", "save_trace"]
+           "load_trace", "parse_trace", "quiet_ranks", "save_trace"]

@@ -6,9 +6,11 @@ across fields: distinct ranks inside the world, known parameters, ordered steps.
 """
 from __future__ import annotations
 
+from ddpsim.buckets import MAXSIZE, MIB, BucketCapacityConfig
 from ddpsim.trace.types import RankTrace, Trace
 
 MAX_WORLD_SIZE = 10_000_000  # ranks
+MAX_CAP_MB = MAXSIZE / MIB  # MiB: torch's Reducer takes a cap's bytes as int64 (Note [Caps torch takes])
 
 # meta fields that analyses read: key -> (type, lower bound or None); anything else in meta is free text
 META_FIELDS = {
@@ -20,7 +22,7 @@ META_FIELDS = {
     "buffer_bytes": (int, 0), "gpu": (str, None),
 }
 NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read from them
-    ("options", "bucket_cap_mb"): (float, 1e-6), ("options", "find_unused_parameters"): (bool, None),
+    ("options", "bucket_cap_mb"): (float, -MAX_CAP_MB), ("options", "find_unused_parameters"): (bool, None),
     ("options", "static_graph"): (bool, None), ("options", "gradient_as_bucket_view"): (bool, None),
     ("options", "no_sync_every"): (int, 1), ("options", "iters"): (int, 0),
     ("options", "batch_size"): (int, 1), ("config", "pin_cpus"): (bool, None),
@@ -34,7 +36,7 @@ NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read
     ("calibration", "cpu_s_per_byte"): (float, None), ("calibration", "time_slice_s"): (float, 0),
     ("workload", "name"): (str, None), ("workload", "kind"): (str, None), ("workload", "arch"): (str, None),
     ("workload", "hardware"): (str, None), ("workload", "batch"): (int, 1),
-    ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, 1e-6),
+    ("config", "world_size"): (int, 1), ("config", "bucket_cap_mb"): (float, -MAX_CAP_MB),
     ("config", "find_unused_parameters"): (bool, None), ("config", "no_sync_every"): (int, 1),
     ("hook_rates", "cast_s_per_byte"): (float, 0), ("hook_rates", "matmul_s_per_flop"): (float, 0),
     ("hook_rates", "float16_allreduce_cost"): (float, 0), ("hook_rates", "bfloat16_allreduce_cost"): (float, 0),
@@ -42,7 +44,7 @@ NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read
 }
 
 
-NESTED_MAX = {"bucket_cap_mb": 1e6, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
+NESTED_MAX = {"bucket_cap_mb": MAX_CAP_MB, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
               "world_size": MAX_WORLD_SIZE, "batch": 1_000_000}
 
 
@@ -53,6 +55,13 @@ def check_meta(r, meta: dict) -> None:
     for (outer, key), (typ, lo) in NESTED_FIELDS.items():
         if isinstance(meta.get(outer), dict):
             r.value(meta[outer], key, typ, f"meta.{outer}", optional=True, lo=lo, hi=NESTED_MAX.get(key))
+    for outer in ("options", "config"):  # torch 2.13's per-bucket caps, where a run gave them
+        caps = meta[outer].get("bucket_cap_mb_list") if isinstance(meta.get(outer), dict) else None
+        if caps is not None:
+            try:
+                BucketCapacityConfig.create(None, caps)
+            except ValueError as e:
+                r.fail(f"meta.{outer}.bucket_cap_mb_list", str(e))
 
 
 def check_consistency(r, trace: Trace) -> None:

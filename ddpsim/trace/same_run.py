@@ -6,7 +6,7 @@ the allreduce, and an allreduce completes only when every rank has joined it), s
 the same synchronised step of two ranks always overlaps. Steps that do not overlap come from
 clocks that differ (profiles of several hosts), or from different runs (a log folder, or shards
 gathered from two torchrun jobs). Used by the profile import (``profile_meta.align``) and by
-``ddpsim merge`` (``ddpsim.record.merge``).
+``ddpsim merge`` (``ddpsim.record.merge``). ``quiet_ranks``: the ranks of a trace with no step at all.
 """
 from __future__ import annotations
 
@@ -31,3 +31,13 @@ def apart(rank_dicts: list[dict]) -> tuple[int, int] | None:
 def ranks_text(ranks: list[int], most: int = 8) -> str:
     """Ranks as a reader takes them in: "2, 3" or "0, 1, ... 7 and 56 more"."""
     return ", ".join(map(str, ranks[:most])) + (f" and {len(ranks) - most} more" if len(ranks) > most else "")
+
+
+def quiet_ranks(trace) -> str | None:
+    """A caution when some of ``trace``'s ranks (a ``Trace``) recorded no iteration (they failed or were
+    stopped before one) while others did: what is learned from the trace comes from the others alone."""
+    quiet = [r.rank for r in trace.ranks if not r.iterations]
+    heard = [r.rank for r in trace.ranks if r.iterations]
+    if not (quiet and heard):
+        return None
+    return f"Rank(s) {ranks_text(quiet)} recorded no iteration: the workload is learned from rank(s) {ranks_text(heard)} alone."
