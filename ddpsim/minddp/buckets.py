@@ -61,6 +61,7 @@ class Bucket:
     gradients: torch.Tensor  # the flat buffer that is allreduced
     views: list[torch.Tensor]  # bucket_views_in == bucket_views_out for allreduce
     pending: int = 0
+    deferred_copy_indices: list[int] = field(default_factory=list)  # batched_grad_copy (minddp/batched_copy.py)
     future: object = None  # the allreduce's future (chained to the recorder callback)
     event: dict | None = field(default=None, repr=False)  # RankRecorder bucket event
 

@@ -100,6 +100,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     ``bucket_cap_mb_list`` (torch 2.13): a cap per bucket in MiB, the first reduced
     first, the last repeated; it replaces ``bucket_cap_mb`` (Note [Caps torch takes]).
 
+    ``batched_grad_copy`` (torch 2.13, default False): Note [Batched copies divide the flat bucket].
+
     ``bucket_order`` exists so real runs can measure bucket orderings that torch cannot choose
     (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
     ``order`` what-if.
@@ -108,7 +110,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
-                 skip_all_reduce_unused_params=False, forward_sync_buffers=None):
+                 skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
@@ -137,6 +139,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         verify_params_across_processes(self.process_group, params)  # Note [Same model on every rank, checked first]
         self.sync_module_states(init_sync_buffers)
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
+        self.batched_grad_copy = batched_grad_copy
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
         self.reducer.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # torch: a Reducer argument
 
@@ -178,7 +181,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.reducer = Reducer(params, indices[::-1], per_bucket_limits[::-1],
                                self.process_group, self.bucket_bytes_cap,
                                self.find_unused_parameters, gradient_as_bucket_view, names,
-                               self.first_bucket_bytes_cap, recorder, limits_for_rebuilding)
+                               self.first_bucket_bytes_cap, recorder, limits_for_rebuilding, self.batched_grad_copy)
         if self.static_graph:
             self.reducer.static_graph = True  # Reducer::set_static_graph
 
@@ -198,7 +201,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         per_bucket = [buckets.MAXSIZE if c is None else c for c in per_bucket]
         reducer = Reducer(params, indices, per_bucket, self.process_group, caps.bucket_bytes_cap,
                           self.find_unused_parameters, gradient_as_bucket_view, names,
-                          caps.first_bucket_bytes_cap, recorder, list(caps.per_bucket_bytes_caps))
+                          caps.first_bucket_bytes_cap, recorder, list(caps.per_bucket_bytes_caps), self.batched_grad_copy)
         reducer.fixed_layout = True
         if self.static_graph:
             reducer.static_graph = True

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.buckets import rebuild_size_limits
-from ddpsim.minddp import comm_hook, messages, unused_buckets
+from ddpsim.minddp import batched_copy, comm_hook, messages, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
 from ddpsim.events import RankRecorder, now_ns
@@ -39,7 +39,7 @@ class Reducer:
     def __init__(self, params, bucket_indices, per_bucket_size_limits, process_group,
                  bucket_bytes_cap, find_unused_parameters, gradient_as_bucket_view,
                  param_names, first_bucket_bytes_cap, recorder: RankRecorder | None = None,
-                 bucket_bytes_cap_list=()):
+                 bucket_bytes_cap_list=(), batched_grad_copy=False):
         """Mirrors ``Reducer::Reducer`` (``bucket_bytes_cap_list``: DDP's bucket_cap_mb_list in bytes)."""
         self.params, self.param_names = list(params), list(param_names)
         self.process_group = process_group
@@ -48,6 +48,7 @@ class Reducer:
         self.bucket_bytes_cap_list = list(bucket_bytes_cap_list)  # bucket_bytes_cap_list_; []: [first, cap]
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.batched_grad_copy = batched_grad_copy  # batched_grad_copy_ (minddp/batched_copy.py); torch: False
         self.recorder = recorder
         self.static_graph = False
         self.fixed_layout = False  # ddpsim only (DDP bucket_order, not in torch): never rebuild
@@ -240,6 +241,8 @@ class Reducer:
         self.mark_variable_ready_dense(index, self.buckets[b].views[intra])
         self.buckets[b].pending -= 1
         if self.buckets[b].pending == 0:
+            if self.batched_grad_copy:
+                batched_copy.flush_deferred_copies(self, self.buckets[b])
             self.mark_bucket_ready(b)
         if self.next_bucket == len(self.buckets):
             if self.dynamic_graph_find_unused():
@@ -271,8 +274,10 @@ class Reducer:
                 raise RuntimeError(messages.UNDEFINED_BUT_USED)
             view.zero_()
         elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
-            if self.comm_hook is None:
+            if self.comm_hook is None and not self.batched_grad_copy:  # batched: the flat div_ does it
                 view.div_(self.div_factor)
+        elif batched_copy.defers_copy(self, p.grad):  # Note [Batched copies divide the flat bucket]
+            batched_copy.defer_copy(self, index)
         else:
             if self.comm_hook is None:
                 torch.mul(p.grad, 1.0 / self.div_factor, out=view)
@@ -397,6 +402,8 @@ class Reducer:
         for index, (b, intra) in enumerate(self.variable_locators):
             self.mark_variable_ready_dense(index, self.buckets[b].views[intra])
         for bucket in self.buckets:
+            if self.batched_grad_copy:
+                batched_copy.flush_deferred_copies(self, bucket)
             self.all_reduce_bucket(bucket)
         self.finalize_backward()
 
