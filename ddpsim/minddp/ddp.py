@@ -1,8 +1,8 @@
 """A readable DistributedDataParallel: the Python side of torch DDP
 (torch/nn/parallel/distributed.py, torch 2.13) around ``ddpsim.minddp.reducer``.
 
-Construction: ``_build_params_for_reducer`` -> the same model on every rank
-(``_verify_param_shape_across_processes``) -> broadcast parameters and buffers from
+Construction: ``_build_params_for_reducer`` -> with init_sync, the same model on every rank
+(``_verify_param_shape_across_processes``), then broadcast parameters and buffers from
 rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
 then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
 rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
@@ -100,7 +100,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     ``bucket_cap_mb_list`` (torch 2.13): a cap per bucket in MiB, the first reduced
     first, the last repeated; it replaces ``bucket_cap_mb`` (Note [Caps torch takes]).
 
-    ``batched_grad_copy`` (torch 2.13, default False): Note [Batched copies divide the flat bucket].
+    ``batched_grad_copy`` (torch 2.13, default False: Note [Batched copies divide the flat bucket]) and
+    ``init_sync`` (torch 2.13, default True: Note [init_sync] in minddp/verify.py) are torch's.
 
     ``bucket_order`` exists so real runs can measure bucket orderings that torch cannot choose
     (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
@@ -110,7 +111,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
-                 skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False):
+                 skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
+                 init_sync=True):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
@@ -136,8 +138,9 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.first_bucket_bytes_cap = self.bucket_config.first_bucket_bytes_cap
         self.bucket_bytes_cap_list = list(self.bucket_config.per_bucket_bytes_caps)
         self.modules_buffers = [b for _, b in module.named_buffers()]
-        verify_params_across_processes(self.process_group, params)  # Note [Same model on every rank, checked first]
-        self.sync_module_states(init_sync_buffers)
+        if init_sync:  # Note [init_sync] in minddp/verify.py; Note [Same model on every rank, checked first]
+            verify_params_across_processes(self.process_group, params)
+            self.sync_module_states(init_sync_buffers)
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         self.batched_grad_copy = batched_grad_copy
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)

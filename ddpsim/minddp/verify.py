@@ -10,6 +10,17 @@ bytes meant for another tensor. So DDP first allgathers the number of parameters
 raises on a mismatch: the count decides the size of what follows), then broadcasts rank 0's
 sizes and strides and each rank compares its own (only the ranks that differ raise; rank 0,
 the source, goes on to the broadcast and waits there, as in torch). Dtypes are not compared.
+
+Note [init_sync]: both steps, the check and the broadcast of rank 0's parameters and buffers
+(``_sync_module_states``), run only when ``init_sync=True`` (torch 2.13's default). With
+``init_sync=False`` the constructor issues no collective at all: each rank keeps the parameters
+and buffers it was built with, and a model that differs across ranks is not caught (torch's
+docstring: the user must make sure the weights are the same on all ranks). Measured on 2 gloo
+ranks, torch 2.13 and minddp alike: no gloo collective at construction, each rank's own seeded
+weights and a buffer holding its rank kept, a rank with one Linear more constructed without error;
+the first forward still broadcasts rank 0's buffers (forward_sync_buffers), never parameters, and
+gradients are averaged as ever, so the ranks' weights stay different. ``broadcast_buffers=False``
+(deprecated) leaves buffers out of the init sync; ``forward_sync_buffers`` does not touch it.
 """
 from __future__ import annotations
 
