@@ -22,7 +22,7 @@ from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
-from ddpsim.minddp import comm_hook
+from ddpsim.minddp import comm_hook, messages
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
@@ -145,6 +145,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.batched_grad_copy = batched_grad_copy
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
         self.reducer.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # torch: a Reducer argument
+        if static_graph:
+            self.set_static_graph()
 
     @property
     def broadcast_buffers(self) -> bool:
@@ -185,8 +187,12 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                                self.process_group, self.bucket_bytes_cap,
                                self.find_unused_parameters, gradient_as_bucket_view, names,
                                self.first_bucket_bytes_cap, recorder, limits_for_rebuilding, self.batched_grad_copy)
-        if self.static_graph:
-            self.reducer.static_graph = True  # Reducer::set_static_graph
+
+    def set_static_graph(self):
+        """Mirrors ``_set_static_graph`` as the constructor calls it (``Reducer::set_static_graph``)."""
+        self.reducer.static_graph = True
+        if self.find_unused_parameters:
+            warnings.warn(messages.STATIC_GRAPH_FINDS_UNUSED, stacklevel=2)
 
     def fixed_order_reducer(self, params, names, gradient_as_bucket_view, recorder):
         """ddpsim only (``bucket_order``, not in torch): a Reducer whose layout is fixed.
@@ -206,8 +212,6 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                           self.find_unused_parameters, gradient_as_bucket_view, names,
                           caps.first_bucket_bytes_cap, recorder, list(caps.per_bucket_bytes_caps), self.batched_grad_copy)
         reducer.fixed_layout = True
-        if self.static_graph:
-            reducer.static_graph = True
         return reducer
 
     def register_comm_hook(self, state: object, hook) -> None:

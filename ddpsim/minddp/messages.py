@@ -50,3 +50,9 @@ GRAPH_CHANGED = ("Your training graph has changed in this iteration, e.g., one p
                  "static_graph set to True.")
 UNDEFINED_BUT_USED = ("Encountered gradient which is undefined, but still allreduced by DDP reducer. This "
                       "indicates a bug in DDP implementation, please report a bug with a repro to PyTorch.")
+
+# distributed.py's ``_set_static_graph`` (torch 2.13), a UserWarning, word for word
+STATIC_GRAPH_FINDS_UNUSED = (
+    "You passed find_unused_parameters=true to DistributedDataParallel, `_set_static_graph` will detect unused "
+    "parameters automatically, so you do not need to set find_unused_parameters=true, just be sure these unused "
+    "parameters will not change during training loop while calling `_set_static_graph`.")
