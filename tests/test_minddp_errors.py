@@ -173,3 +173,28 @@ def test_reducer_checks_raise_where_torchs_do(case, said):
     for out in run_ranks(_first_error, 2, args=(case,), timeout=60):
         assert out["torch"] is not None and said in out["torch"][1], out
         assert out["minddp"] == out["torch"], out
+
+
+def create_graph_rank(rank, world_size):
+    """The first backward with ``create_graph=True`` on torch's DDP, then on minddp: its error."""
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    torch.set_num_threads(1)
+    out = []
+    for cls in (nn.parallel.DistributedDataParallel, MinDDP):
+        torch.manual_seed(0)
+        ddp = cls(nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2)))
+        try:
+            ddp(torch.randn(3, 4)).pow(2).sum().backward(create_graph=True)
+            out.append("trained")
+        except RuntimeError as e:
+            out.append(str(e).splitlines()[0])
+    return out
+
+
+@pytest.mark.slow  # real gloo ranks
+def test_create_graph_fails_as_torchs_does():
+    """A gradient that requires grad (create_graph=True) is divided by at::mul, then copied into its bucket
+    view, as reducer.cpp does, and fails where torch's does; minddp's mul_out raised an error of its own."""
+    for theirs, mine in run_ranks(create_graph_rank, 2, timeout=60):
+        assert theirs == mine == "a leaf Variable that requires grad is being used in an in-place operation.", (theirs, mine)

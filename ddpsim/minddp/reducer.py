@@ -265,7 +265,9 @@ class Reducer:
         while it is copied into the bucket (``at::mul_out``), saving a pass over
         the data; the allreduce then sums, giving the mean. A parameter with no
         gradient (unused) contributes zeros. With a comm hook the gradient is
-        copied undivided (Note [A hook owns the division] in minddp/comm_hook.py).
+        copied undivided (Note [A hook owns the division] in minddp/comm_hook.py). A gradient that
+        requires grad (``backward(create_graph=True)``) is divided, then copied, which autograd refuses
+        in torch as here ("a leaf Variable that requires grad is being used in an in-place operation").
         """
         p = self.params[index]
         if p.grad is None:
@@ -279,7 +281,9 @@ class Reducer:
         elif batched_copy.defers_copy(self, p.grad):  # Note [Batched copies divide the flat bucket]
             batched_copy.defer_copy(self, index)
         else:
-            if self.comm_hook is None:
+            if self.comm_hook is None and p.grad.requires_grad:  # create_graph=True: torch's at::mul, copy_
+                view.copy_(torch.mul(p.grad, 1.0 / self.div_factor))
+            elif self.comm_hook is None:
                 torch.mul(p.grad, 1.0 / self.div_factor, out=view)
             else:  # copy_grad_to_bucket
                 view.copy_(p.grad)
