@@ -69,3 +69,22 @@ def test_minddp_refuses_differing_models_as_torch_does():
                                      "the same param in process 0.")
     assert ranks[1][-1] == ("DDP expects same model across all ranks, but Rank 1 has 6 params, while rank 0 has "
                             "inconsistent 4 params.")
+
+
+def subgroup_rank(rank, world):
+    """Ranks 1 and 2 in a group of their own (rank 1 its rank 0), rank 2's parameter another shape."""
+    torch.set_num_threads(1)
+    group = dist.new_group([1, 2])
+    if rank == 0:
+        return []
+    params = [torch.zeros(4, 4) if rank == 1 else torch.zeros(3, 4)]
+    return [_outcome(lambda: check(group, params))
+            for check in (torchcompat.verify_param_shape_across_processes, verify_params_across_processes)]
+
+
+@pytest.mark.slow
+def test_a_process_group_compares_with_its_own_rank_0():
+    _, first, second = run_ranks(subgroup_rank, 3, timeout=90)
+    assert first == ["ok", "ok"]
+    assert second == ["[1]: params[0] in this process with sizes [3, 4] appears not to match sizes of the same "
+                      "param in process 0."] * 2

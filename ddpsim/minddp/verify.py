@@ -43,7 +43,8 @@ def verify_params_across_processes(process_group, params: list[torch.Tensor]) ->
                                f"while rank {i} has inconsistent {theirs} params.")
     mine = [v for t in params for v in (*t.shape, *t.stride())]
     control = torch.tensor(mine, dtype=torch.long).to(device)
-    dist.broadcast(control, 0, group=process_group)  # rank 0's sizes and strides, in place of ours
+    src = 0 if process_group in (None, dist.group.WORLD) else dist.get_global_rank(process_group, 0)
+    dist.broadcast(control, src, group=process_group)  # the group's rank 0's sizes and strides, in place of ours
     expected = iter(control.cpu().tolist())
     for p, t in enumerate(params):
         sizes = list(t.shape)
