@@ -114,7 +114,6 @@ class SimConfig:
         check_ranges(self)
         self.bucket_capacity().compute_bucket_size_limits(self.static_graph, self.find_unused_parameters)
 
-
     def bucket_capacity(self) -> BucketCapacityConfig:
         """The caps in bytes (``ddpsim.buckets.BucketCapacityConfig``, torch's rules)."""
         return BucketCapacityConfig.create(self.bucket_cap_mb, self.bucket_cap_mb_list, self.first_bucket_cap_mb)
