@@ -506,3 +506,18 @@ def test_the_change_says_why_there_is_no_recorded_spread():
     trace, base, work = setup(GPU)
     out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=1.0))
     assert "(a simulated run has none)" in whatif.describe_change(out)
+
+
+def test_a_run_recorded_with_a_cap_list_says_what_the_cap_slider_does(tmp_path):
+    """A run with torch 2.13's bucket_cap_mb_list showed the slider at "default" without a word."""
+    raw = json.loads((samples.BUNDLED_DIR / f"{REAL}.json").read_text())
+    raw["meta"]["options"]["bucket_cap_mb_list"] = [0.05, 0.2]
+    path = tmp_path / "listed.json"
+    path.write_text(json.dumps(raw))
+    at = AppTest.from_file(APP, default_timeout=90).run()
+    at.file_uploader[0].set_value(("listed.json", path.read_bytes(), "application/json")).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    assert not at.exception and not at.error
+    said = [c.value for c in at.caption if "bucket_cap_mb_list" in c.value]
+    assert said == ["This run gave bucket_cap_mb_list 0.05, 0.2 MiB (a cap per bucket), which the unchanged "
+                    "configuration keeps; another cap here replaces it."], said

@@ -13,6 +13,15 @@ def recorded_hook(base: Base) -> str | None:
     return base.config.get("comm_hook") if base.kind == "trace" else None
 
 
+def cap_list_note(base: Base) -> str | None:
+    """What the bucket-cap slider means for a run recorded with torch 2.13's bucket_cap_mb_list (None: none)."""
+    listed = base.config.get("bucket_cap_mb_list") if base.kind == "trace" else None
+    if not listed:
+        return None
+    return (f"This run gave bucket_cap_mb_list {', '.join(f'{v:g}' for v in listed)} MiB (a cap per bucket), "
+            "which the unchanged configuration keeps; another cap here replaces it.")
+
+
 NO_HOOK = "none"  # the hook selectors' value for DDP's own allreduce: Streamlit shows a None option as no choice
 
 

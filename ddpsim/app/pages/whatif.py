@@ -49,6 +49,8 @@ c1, c2, c3 = st.columns(3)
 cap = c1.select_slider("Bucket cap (MiB)", whatif.cap_options(base), value=now["bucket_cap_mb"],
                        format_func=lambda v: "default" if v is None else f"{v:g}", key=k + "cap",
                        help="default = torch's 25 MiB with a 1 MiB first bucket.")
+if (listed := widgets.cap_list_note(base)):
+    c1.caption(listed)
 order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index(now["order"]), key=k + "order",
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
