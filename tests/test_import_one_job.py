@@ -144,3 +144,24 @@ def test_ranks_that_leave_out_parameters_under_find_unused_are_one_job(tmp_path)
     assert grads == [4, 2] and all(it.bitmap_allreduce for r in trace.ranks for it in r.iterations)
     # the bitmap is told from the bucket by gloo's run of it (int), not counted as a second bucket
     assert {len(it.buckets) for r in trace.ranks for it in r.iterations} == {1}
+
+
+def test_gloo_runs_are_paired_with_their_launches_by_shape():
+    """gloo runs collectives on two threads: under load the used-parameter map's run (4 ints) started
+    before the bucket's (544 floats) launched just ahead of it, and pairing by position made the bucket
+    the bitmap and the bitmap a 16-byte bucket (rank 0: buckets of [2176, 16] bytes, rank 1: [2176])."""
+    from ddpsim.trace.kineto import Op, is_bitmap, pair_gloo_runs
+
+    def launch(n, t):
+        return Op("c10d::allreduce_", "cpu_op", 1, 1, t, t + 1, {"Input Dims": [[[n]], [], []],
+                                                                 "Input type": ["TensorList", "", ""]})
+
+    def run(n, kind, t):
+        return Op("gloo:all_reduce", "cpu_op", 1, 2, t, t + 50, {"Input Dims": [[n]], "Input type": [kind]})
+
+    bucket, bitmap = launch(544, 10), launch(4, 12)
+    early_map, late_bucket = run(4, "int", 13), run(544, "float", 14)
+    pairs = pair_gloo_runs([bucket, bitmap], [early_map, late_bucket])
+    assert pairs == [late_bucket, early_map]
+    assert [is_bitmap(op, None, r) for op, r in zip([bucket, bitmap], pairs)] == [False, True]
+    assert pair_gloo_runs([bucket, bitmap], [early_map]) == [None, early_map]  # a run the profiler missed

@@ -345,6 +345,10 @@ def test_hostile_text_is_one_trace_format_error(text, expected):
     (lambda r: r["meta"].__setitem__("options", {"bucket_cap_mb": 1e30}), "meta.options.bucket_cap_mb"),  # > int64 bytes
     (lambda r: r["meta"].__setitem__("options", {"bucket_cap_mb_list": [1, -1]}), "meta.options.bucket_cap_mb_list"),
     (lambda r: r["meta"].__setitem__("config", {"bucket_cap_mb_list": "1 5"}), "meta.config.bucket_cap_mb_list"),
+    # options torch's DDP refuses (found by the 10,000 cases: the simulator raised a ValueError on them)
+    (lambda r: r["meta"].__setitem__("options", {"static_graph": True, "no_sync_every": 3}), "meta.options: static_graph"),
+    (lambda r: r["meta"].__setitem__("options", {"bucket_cap_mb": -2, "find_unused_parameters": True}),
+     "meta.options: a negative bucket cap"),
 ])
 def test_invalid_values_name_the_field(mutate, field):
     raw = copy.deepcopy(BASES["fixture"])

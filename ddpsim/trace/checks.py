@@ -7,6 +7,7 @@ across fields: distinct ranks inside the world, known parameters, ordered steps.
 from __future__ import annotations
 
 from ddpsim.buckets import MAXSIZE, MIB, BucketCapacityConfig
+from ddpsim.errors import STATIC_GRAPH_NO_SYNC
 from ddpsim.trace.types import RankTrace, Trace
 
 MAX_WORLD_SIZE = 10_000_000  # ranks
@@ -62,6 +63,21 @@ def check_meta(r, meta: dict) -> None:
                 BucketCapacityConfig.create(None, caps)
             except ValueError as e:
                 r.fail(f"meta.{outer}.bucket_cap_mb_list", str(e))
+    if isinstance(meta.get("options"), dict):
+        check_runnable(r, meta["options"])
+
+
+def check_runnable(r, opts: dict) -> None:
+    """DDP options torch's DDP refuses, at construction or in its first step: no run of them records a
+    step, and nothing can replay them (the recorder and the simulator refuse them up front)."""
+    static, every = opts.get("static_graph") is True, opts.get("no_sync_every")
+    if static and isinstance(every, int) and every > 1:  # Note [static_graph's first step must sync]
+        r.fail("meta.options", STATIC_GRAPH_NO_SYNC.format(every=every))
+    try:
+        BucketCapacityConfig.create(opts.get("bucket_cap_mb"), opts.get("bucket_cap_mb_list")) \
+            .compute_bucket_size_limits(static, opts.get("find_unused_parameters") is True)
+    except ValueError as e:  # e.g. a negative cap with find_unused_parameters (Note [Caps torch takes])
+        r.fail("meta.options", str(e))
 
 
 def check_consistency(r, trace: Trace) -> None:

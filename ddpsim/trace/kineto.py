@@ -255,6 +255,23 @@ def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
     return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
 
 
+def pair_gloo_runs(launches: list[Op], runs: list[Op]) -> list[Op | None]:
+    """Each collective launch's ``gloo:all_reduce`` run (None where the profile has none): the first
+    unpaired run of the launch's shape that starts after it. gloo runs collectives on a pool of threads
+    (two by default), so runs need not start in launch order: a used-parameter map of 4 ints was run
+    before the 544-float bucket launched just ahead of it (torch 2.13, find_unused_parameters)."""
+    free, out = sorted(runs, key=lambda o: o.start), []
+    for op in launches:
+        dims = op.args.get("Input Dims")  # c10d::allreduce_: [[shape of each tensor], ...]
+        want = dims[0][0] if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] else None
+        match = next((r for r in free if r.start >= op.start
+                      and (want is None or (r.args.get("Input Dims") or [None])[0] in (None, want))), None)
+        if match is not None:
+            free.remove(match)
+        out.append(match)
+    return out
+
+
 def is_bitmap(op: Op, profile: Profile | None = None, gloo_run: Op | None = None) -> bool:
     """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_),
     by its input type (record_shapes: the collective's own, or gloo's run of it where the collective

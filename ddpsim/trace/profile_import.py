@@ -25,8 +25,8 @@ import bisect
 import re
 from pathlib import Path
 
-from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, params_from_ready_shapes, profile_files,
-                                  read_profile, tensor_shape)
+from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, pair_gloo_runs, params_from_ready_shapes,
+                                  profile_files, read_profile, tensor_shape)
 from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
 from ddpsim.trace.profile_job import missing_ranks, one_per_rank, same_buckets, same_model
 from ddpsim.trace.profile_meta import align, shift, trace_dict
@@ -115,12 +115,12 @@ class RankImport:
         bucket notes how many gradients were ready before its launch (``layout_by_launch``)."""
         p = self.p
         launches = p.starting(ALLREDUCE, bwd_start, bwd_end)
-        gloo_runs = p.named("gloo:all_reduce", within=step)
+        runs = pair_gloo_runs(launches, p.named("gloo:all_reduce", within=step))
         buckets, bitmap = [], None
         starts = sorted(grad_starts)  # one sort, then a binary search per launch: linear-log in the profile
         for k, op in enumerate(launches):
             nbytes, source = collective_bytes(op, p)
-            run = gloo_runs[k] if len(gloo_runs) == len(launches) else None
+            run = runs[k]
             start, end = self._collective_span(op, run)
             if is_bitmap(op, p, run):
                 start, end = (op.start, op.end) if start is None else (start, end)
