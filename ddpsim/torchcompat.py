@@ -236,13 +236,13 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
 
 def verify_param_shape_across_processes(process_group, tensors) -> None:
     """torch's own check that every rank wraps the same model (``dist._verify_params_across_processes``,
-    which DDP's constructor calls; 2.4 - 2.14): minddp's ``verify.py`` is tested against it."""
+    which DDP's constructor calls; run on 2.13 only): minddp's ``verify.py`` is tested against it."""
     dist._verify_params_across_processes(process_group, list(tensors), None)
 
 
 def ddp_takes(argument: str) -> bool:
     """Whether this torch's ``DistributedDataParallel`` takes ``argument`` (read from its signature;
-    ``bucket_cap_mb_list``: torch 2.13 has it, added in late 2025, so older releases do not)."""
+    ``bucket_cap_mb_list``: torch 2.13 has it; which earlier release added it was not checked)."""
     return argument in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
 
 
@@ -274,7 +274,7 @@ def torch_ddp(module, broadcast_buffers: bool = True, skip_all_reduce_unused_par
 
 def bucket_members(ddp) -> list[list[int]]:
     """The parameters (by ``id``) of each bucket of torch's reducer now, in bucket order: its
-    ``_get_zeros_like_grad_buckets`` (2.4 - 2.14), which allocates a zero copy of every bucket."""
+    ``_get_zeros_like_grad_buckets`` (run on 2.13 only), which allocates a zero copy of every bucket."""
     return [[id(p) for p in b.parameters()] for b in ddp.reducer._get_zeros_like_grad_buckets()]
 
 
@@ -375,7 +375,7 @@ def future_class():
 
 def foreach_copy_(dsts, srcs) -> None:
     """``torch._foreach_copy_`` (reducer.cpp's ``at::_foreach_copy_`` in ``flush_deferred_copies``,
-    torch 2.13): every ``dsts[i].copy_(srcs[i])`` in one call. Checked on 2.4 - 2.14; where it is
+    torch 2.13): every ``dsts[i].copy_(srcs[i])`` in one call. Run on 2.13 only; where it is
     missing, one ``copy_`` each (the same values: a copy does not round)."""
     fn = getattr(torch, "_foreach_copy_", None)
     if fn is not None:

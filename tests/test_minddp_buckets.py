@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from ddpsim import torchcompat
+from ddpsim.buckets import BucketCapacityConfig
 from ddpsim.minddp import compute_bucket_assignment_by_size
-from ddpsim.minddp.ddp import bucket_caps, build_params_for_reducer
+from ddpsim.minddp.ddp import build_params_for_reducer
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -66,7 +67,7 @@ def test_sparse_gradient_gets_own_bucket():
 def test_bucket_caps_follow_torch():
     mib = 1024 * 1024
     def caps(cap_mb):
-        c = bucket_caps(cap_mb)
+        c = BucketCapacityConfig.create(cap_mb)
         return c.bucket_bytes_cap, c.first_bucket_bytes_cap
     assert caps(None) == (25 * mib, torchcompat.DEFAULT_FIRST_BUCKET_BYTES)
     assert caps(25) == (25 * mib, 25 * mib)  # explicit cap: no small first bucket

@@ -76,12 +76,6 @@ def build_params_for_reducer(module: nn.Module):
     return params, names, sparse
 
 
-def bucket_caps(bucket_cap_mb, bucket_cap_mb_list=None) -> buckets.BucketCapacityConfig:
-    """Mirrors ``_BucketCapacityConfig.create``: the caps in bytes (``ddpsim.buckets``: Note [The
-    small first bucket], Note [Caps torch takes]); a one-line ValueError where torch fails."""
-    return buckets.BucketCapacityConfig.create(bucket_cap_mb, bucket_cap_mb_list)
-
-
 class DistributedDataParallel(nn.Module, JoinableDDP):
     """Drop-in for the part of torch DDP that training code uses.
 
@@ -133,9 +127,9 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                                "that requires a gradient")
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
-        self.bucket_config = bucket_caps(bucket_cap_mb, bucket_cap_mb_list)  # torch: _bucket_config
-        self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap
-        self.first_bucket_bytes_cap = self.bucket_config.first_bucket_bytes_cap
+        # torch's _bucket_config (Note [The small first bucket], Note [Caps torch takes] in ddpsim/buckets.py)
+        self.bucket_config = buckets.BucketCapacityConfig.create(bucket_cap_mb, bucket_cap_mb_list)
+        self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap  # torch keeps these two on DDP too
         self.bucket_bytes_cap_list = list(self.bucket_config.per_bucket_bytes_caps)
         self.modules_buffers = [b for _, b in module.named_buffers()]
         if init_sync:  # Note [init_sync] in minddp/verify.py; Note [Same model on every rank, checked first]
@@ -144,7 +138,6 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         self.batched_grad_copy = batched_grad_copy
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
-        self.reducer.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # torch: a Reducer argument
         if static_graph:
             self.set_static_graph()
 
@@ -183,10 +176,15 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         limits, limits_for_rebuilding = self.bucket_config.compute_bucket_size_limits(
             self.static_graph, self.find_unused_parameters)
         indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
-        self.reducer = Reducer(params, indices[::-1], per_bucket_limits[::-1],
-                               self.process_group, self.bucket_bytes_cap,
-                               self.find_unused_parameters, gradient_as_bucket_view, names,
-                               self.first_bucket_bytes_cap, recorder, limits_for_rebuilding, self.batched_grad_copy)
+        self.reducer = self.new_reducer(params, indices[::-1], per_bucket_limits[::-1], names,
+                                        gradient_as_bucket_view, recorder, limits_for_rebuilding)
+
+    def new_reducer(self, params, indices, limits, names, gradient_as_bucket_view, recorder, limits_for_rebuilding):
+        """``dist.Reducer(...)`` as ``_ddp_init_helper`` builds it, with this DDP's caps and options."""
+        caps = self.bucket_config
+        return Reducer(params, indices, limits, self.process_group, caps.bucket_bytes_cap, self.find_unused_parameters,
+                       gradient_as_bucket_view, names, caps.first_bucket_bytes_cap, recorder, limits_for_rebuilding,
+                       self.batched_grad_copy, self.skip_all_reduce_unused_params)
 
     def set_static_graph(self):
         """Mirrors ``_set_static_graph`` as the constructor calls it (``Reducer::set_static_graph``)."""
@@ -208,9 +206,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         else:
             indices, per_bucket = buckets.rebuilt_layout(specs, list(range(len(params))), caps)
         per_bucket = [buckets.MAXSIZE if c is None else c for c in per_bucket]
-        reducer = Reducer(params, indices, per_bucket, self.process_group, caps.bucket_bytes_cap,
-                          self.find_unused_parameters, gradient_as_bucket_view, names,
-                          caps.first_bucket_bytes_cap, recorder, list(caps.per_bucket_bytes_caps), self.batched_grad_copy)
+        reducer = self.new_reducer(params, indices, per_bucket, names, gradient_as_bucket_view, recorder,
+                                   list(caps.per_bucket_bytes_caps))
         reducer.fixed_layout = True
         return reducer
 

@@ -39,7 +39,7 @@ class Reducer:
     def __init__(self, params, bucket_indices, per_bucket_size_limits, process_group,
                  bucket_bytes_cap, find_unused_parameters, gradient_as_bucket_view,
                  param_names, first_bucket_bytes_cap, recorder: RankRecorder | None = None,
-                 bucket_bytes_cap_list=(), batched_grad_copy=False):
+                 bucket_bytes_cap_list=(), batched_grad_copy=False, skip_all_reduce_unused_params=False):
         """Mirrors ``Reducer::Reducer`` (``bucket_bytes_cap_list``: DDP's bucket_cap_mb_list in bytes)."""
         self.params, self.param_names = list(params), list(param_names)
         self.process_group = process_group
@@ -52,7 +52,8 @@ class Reducer:
         self.recorder = recorder
         self.static_graph = False
         self.fixed_layout = False  # ddpsim only (DDP bucket_order, not in torch): never rebuild
-        self.skip_all_reduce_unused_params = False  # set by DDP (a constructor argument in torch)
+        # skip_all_reduce_unused_params_ (minddp/unused_buckets.py); torch's default False
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
         self.expect_autograd_hooks = self.require_finalize = False
         self.first_autograd_hook_called = self.has_marked_unused_parameters = False
         self.has_rebuilt_bucket = False

@@ -163,12 +163,13 @@ def bucket_hook(state, bucket):
     return future
 
 
-def record_skipped_buckets(ddp, params, recorder: RankRecorder) -> None:
+def record_skipped_buckets(members: list[list[int]], params, recorder: RankRecorder) -> None:
     """The buckets torch left without an allreduce this iteration (skip_all_reduce_unused_params:
-    its comm hook never saw them), from the reducer's layout, so the recorded layout is whole."""
+    its comm hook never saw them), from the reducer's layout ``members`` (``torchcompat.bucket_members``),
+    so the recorded layout is whole."""
     seen = {ev["bucket"] for ev in recorder.iteration["buckets"]}
     index = {id(p): i for i, p in enumerate(params)}
-    for b, ids in enumerate(torchcompat.bucket_members(ddp)):
+    for b, ids in enumerate(members):
         if b not in seen:
             nbytes = sum(params[index[i]].numel() * params[index[i]].element_size() for i in ids)
             recorder.bucket_skipped(b, [index[i] for i in ids], nbytes)

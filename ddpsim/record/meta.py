@@ -14,22 +14,20 @@ from ddpsim.record.config import RecordConfig
 
 OPTION_KEYS = ("bucket_cap_mb", "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
                "no_sync_every", "batch_size", "seed", "iters", "lr", "timeout_s", "uneven")
+GIVEN_ONLY = ("bucket_cap_mb_list", "skip_all_reduce_unused_params")  # torch 2.13's, written when given (not None/False)
 
 
 def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | None = None) -> dict:
     """The facts one rank writes at the top of its shard."""
-    options = {k: v for k, v in asdict(cfg).items() if k in OPTION_KEYS}
+    config = asdict(cfg)
+    options = {k: v for k, v in config.items() if k in OPTION_KEYS}
     if cfg.join:  # written only where used, so that other runs' options stay as they were
         options.update(join=True, divide_by_initial_world_size=cfg.divide_by_initial_world_size)
-    config = asdict(cfg)
-    if cfg.bucket_cap_mb_list is None:  # likewise
-        del config["bucket_cap_mb_list"]
-    else:
-        options["bucket_cap_mb_list"] = list(cfg.bucket_cap_mb_list)
-    if cfg.skip_all_reduce_unused_params:  # likewise
-        options["skip_all_reduce_unused_params"] = True
-    else:
-        del config["skip_all_reduce_unused_params"]
+    for key in GIVEN_ONLY:  # likewise: in options and config where given, in neither where not
+        if config[key] in (None, False):
+            del config[key]
+        else:
+            options[key] = config[key]
     if cfg.comm_hook is None:  # likewise: a run without a hook writes the config it always wrote
         config = {k: v for k, v in config.items() if k not in cfg.HOOK_FIELDS}
     else:

@@ -59,6 +59,7 @@ class TorchProbes:
         self.skips = cfg.skip_all_reduce_unused_params
         self.params = params
         self.ddp, self.rebuilt_seen = ddp, False
+        self.members = None  # (rebuilt?, the reducer's buckets): read once per layout (bucket_members)
 
     def just_rebuilt(self) -> bool:
         """True in the one iteration whose forward rebuilt torch's buckets
@@ -83,4 +84,12 @@ class TorchProbes:
         if self.find_unused and sync:
             self.grads.mark_unused()
         if self.skips and sync:
-            instrument.record_skipped_buckets(self.ddp, self.params, recorder)
+            instrument.record_skipped_buckets(self.bucket_members(), self.params, recorder)
+
+    def bucket_members(self) -> list[list[int]]:
+        """The reducer's buckets; read again only after a rebuild (reading them copies every bucket),
+        or every time where this torch does not say whether it rebuilt."""
+        rebuilt = torchcompat.has_rebuilt_buckets(self.ddp)
+        if self.members is None or rebuilt is None or self.members[0] != rebuilt:
+            self.members = (rebuilt, torchcompat.bucket_members(self.ddp))
+        return self.members[1]
