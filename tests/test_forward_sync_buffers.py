@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from ddpsim.minddp.ddp import BOTH_BUFFER_FLAGS, BROADCAST_BUFFERS_DEPRECATED, buffer_sync_flags
+from ddpsim.minddp.construction import BOTH_BUFFER_FLAGS, BROADCAST_BUFFERS_DEPRECATED, buffer_sync_flags
 from distutil import run_ranks
 
 UNSET = "unset"

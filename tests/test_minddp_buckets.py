@@ -8,7 +8,7 @@ import torch
 from ddpsim import torchcompat
 from ddpsim.buckets import BucketCapacityConfig
 from ddpsim.minddp import compute_bucket_assignment_by_size
-from ddpsim.minddp.ddp import build_params_for_reducer
+from ddpsim.minddp.construction import build_params_for_reducer
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ddpsim import torchcompat
-from ddpsim.minddp.ddp import build_params_for_reducer
+from ddpsim.minddp.construction import build_params_for_reducer
 
 from ddpsim.models import (ModelSpecError, Training, build_workload, call_batch, resolve_factory,
                            zoo)

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpsim import torchcompat
-from ddpsim.minddp.ddp import BROADCAST_BUCKET_BYTES, build_params_for_reducer
+from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, build_params_for_reducer
 from ddpsim.events import now_ns
 
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ddpsim import torchcompat
 from ddpsim.buckets import tensor_bytes
-from ddpsim.minddp.ddp import build_params_for_reducer
+from ddpsim.minddp.construction import build_params_for_reducer
 from ddpsim.events import RankRecorder, now_ns
 
 SEARCH_EVENT = "torch.distributed.ddp.reducer::search_unused_parameters"
@@ -28,7 +28,7 @@ OUR_LAUNCH = "ddpsim::bucket_launch"
 
 
 def reducer_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """DDP's parameter list (see ``ddpsim.minddp.ddp.build_params_for_reducer``)."""
+    """DDP's parameter list (see ``ddpsim.minddp.construction.build_params_for_reducer``)."""
     return build_params_for_reducer(module)[0]
 
 
