@@ -191,8 +191,10 @@ def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bo
     # each dtype's buckets come out the same; buckets of different dtypes may not keep their
     # positions (Note [Leftover buckets follow the hash map] in ddpsim/bucket_hashmap.py): match the
     # caps to the buckets by their parameters.
-    order = [i for b in want for i in b]
-    for limits in caps.rebuild_limits() or []:
+    # With DDP_SET_LAST_BUCKET_CAP=1 the buckets were built over the reversed order and then
+    # reversed (Note [The small bucket last] in ddpsim/buckets.py): the second order below.
+    orders = ([i for b in want for i in b], [i for b in reversed(want) for i in b])
+    for order, limits in ((o, lim) for o in orders for lim in caps.rebuild_limits() or []):
         got = compute_bucket_assignment_by_size([params[i] for i in order], limits,
                                                 [False] * len(order), order)
         cap_of = {tuple(sorted(b)): cap for b, cap in zip(*got)} if got else {}

@@ -48,8 +48,9 @@ class Chain(nn.Module):
         return x.sum()
 
 
-def _train(make):
-    """(construction buckets, buckets after 4 iterations) as [(params, bytes)], or the error's type."""
+def _train(make, then=None):
+    """(construction buckets, buckets after 4 iterations) as [(params, bytes)], or the error's type;
+    and ``then(ddp)`` after them, if given."""
     try:
         ddp = make(Chain())
     except Exception as e:  # noqa: BLE001 - what torch raises is the fact measured
@@ -57,7 +58,7 @@ def _train(make):
     layouts = [_layout(ddp)]
     for _ in range(4):  # static_graph rebuilds at iteration 2's forward
         ddp(torch.randn(2, 32)).backward()
-    return layouts + [_layout(ddp)]
+    return layouts + [_layout(ddp)] + ([then(ddp)] if then else [])
 
 
 def _layout(ddp):

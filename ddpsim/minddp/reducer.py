@@ -21,15 +21,16 @@ static_graph's first iteration instead runs ``delay_all_reduce`` at the end.
 """
 from __future__ import annotations
 
+import os
 import weakref
 
 import torch
 import torch.distributed as dist
 
-from ddpsim.buckets import rebuild_size_limits
+from ddpsim.buckets import last_bucket_small_requested, rebuild_assignment, rebuild_size_limits, spec_of
 from ddpsim.minddp import batched_copy, comm_hook, messages, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
-from ddpsim.minddp.buckets import broadcast_layout, compute_bucket_assignment_by_size, make_bucket
+from ddpsim.minddp.buckets import broadcast_layout, make_bucket
 from ddpsim.events import RankRecorder, now_ns
 
 
@@ -130,7 +131,8 @@ class Reducer:
             return False
         order = self.rebuilt_param_indices
         limits = rebuild_size_limits(self.bucket_bytes_cap_list, self.first_bucket_bytes_cap, self.bucket_bytes_cap)
-        indices, limits = compute_bucket_assignment_by_size([self.params[i] for i in order], limits, (), order)
+        indices, limits = rebuild_assignment([spec_of(self.params[i]) for i in order], order, limits,
+                                             last_bucket_small_requested(os.environ))  # Note [The small bucket last]
         indices, limits = self.sync_bucket_indices(indices, limits)
         self.has_rebuilt_bucket, self.rebuilt_param_indices = True, []
         self.initialize_buckets(indices, limits)
