@@ -174,3 +174,54 @@ def test_simulate_says_who_joined_in_one_line(capsys):
     assert line.startswith("Join: rank 1 after micro-step 3, rank 2 after micro-step 1 ran out of data; "), line
     assert cli(["simulate", "--arch", "resnet50", "--world-size", "3", "--uneven", "2"]) != 0  # hangs: refused
     assert "add join" in capsys.readouterr().err
+
+
+def _joined_with_option(rank, world, option, impls=("torch", "minddp")):
+    """torch 2.13's DDP and minddp under ``join()`` with ``option`` on, rank r given 5 - 2r batches:
+    {(impl, divide_by_initial_world_size): parameters after the last step}."""
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+    from test_batched_grad_copy import TWO_BUCKETS, Net
+    from test_skip_unused_buckets import ONE_LINEAR_PER_BUCKET, Three
+
+    torch.set_num_threads(1)
+    out = {}
+    for impl in impls:
+        for divide in (True, False):
+            torch.manual_seed(0)
+            cls = torch.nn.parallel.DistributedDataParallel if impl == "torch" else MinDDP
+            if option == "skip_all_reduce_unused_params":  # u's bucket is unused on every rank
+                model, width = Three(use_u=0), 4
+                ddp = cls(model, bucket_cap_mb=ONE_LINEAR_PER_BUCKET, find_unused_parameters=True,
+                          skip_all_reduce_unused_params=True)
+            else:
+                model, width = Net(use_u=True), 5
+                ddp = cls(model, bucket_cap_mb=TWO_BUCKETS, batched_grad_copy=True)
+            gen, opt = torch.Generator().manual_seed(rank), torch.optim.SGD(model.parameters(), lr=0.1)
+            with ddp.join(divide_by_initial_world_size=divide):
+                for _ in range(5 - 2 * rank):
+                    opt.zero_grad()
+                    ddp(torch.randn(2, width, generator=gen)).square().sum().backward()
+                    opt.step()
+            out[(impl, divide)] = [p.detach().flatten().tolist() for p in model.parameters()]
+    return out
+
+
+@pytest.mark.slow
+def test_batched_grad_copy_joins_like_torch_bit_for_bit():
+    results = run_ranks(_joined_with_option, 3, args=("batched_grad_copy",), timeout=300)
+    for rank in results:
+        for divide in (True, False):
+            assert rank[("minddp", divide)] == rank[("torch", divide)], divide
+    assert results[0][("torch", True)] != results[0][("torch", False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["torch", "minddp"])
+def test_skipping_unused_buckets_under_join_mismatches_collectives(impl):
+    """torch 2.13: a joined rank shadows every bucket (``_match_all_reduce_for_bwd_pass``) while the
+    ranks still training skip the unused one, so their next collectives differ in size and gloo
+    aborts the process; minddp issues the same collectives and aborts the same way."""
+    from distutil import RankFailure
+    with pytest.raises(RankFailure) as err:
+        run_ranks(_joined_with_option, 3, args=("skip_all_reduce_unused_params", (impl,)), timeout=120)
+    assert "SIGABRT" in str(err.value)
