@@ -385,3 +385,36 @@ def foreach_copy_(dsts, srcs) -> None:
         return
     for dst, src in zip(dsts, srcs):
         dst.copy_(src)
+
+
+# ----------------------------------------------------------------------------- devices and meshes
+# (DDP's constructor and _pre_forward: ddpsim/minddp/devices.py)
+
+
+def device_index(device) -> int:
+    """``torch._utils._get_device_index(device, True)``, as DDP's constructor turns ``device_ids``
+    and ``output_device`` into indices (GPU modules only; read in 2.13, not run: no GPU here)."""
+    from torch._utils import _get_device_index
+    return _get_device_index(device, True)
+
+
+def is_sliced_mesh(mesh) -> bool:
+    """Whether ``mesh`` was sliced out of a larger one (``mesh._get_root_mesh() != mesh``, as DDP's
+    constructor asks; run on 2.13 only). False where ``_get_root_mesh`` is missing."""
+    root = getattr(mesh, "_get_root_mesh", None)
+    return root is not None and root() != mesh
+
+
+def pre_dp_module_transform(module) -> None:
+    """``torch.distributed.tensor.parallel.ddp._pre_dp_module_transform(module)``, which DDP's
+    constructor calls for a sliced mesh: DTensor parameters become local tensors, and two forward
+    hooks turn them back and forth (run on 2.13 only, on modules without DTensors)."""
+    from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+    _pre_dp_module_transform(module)
+
+
+def to_kwargs(inputs, kwargs, device, use_side_stream: bool):
+    """``torch.distributed.utils._to_kwargs``, with which DDP's ``_pre_forward`` moves the forward's
+    inputs to ``device_ids[0]`` (read in 2.13, not run: no GPU here)."""
+    from torch.distributed.utils import _to_kwargs
+    return _to_kwargs(inputs, kwargs, device, use_side_stream)

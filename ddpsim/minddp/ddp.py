@@ -22,7 +22,7 @@ from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
-from ddpsim.minddp import comm_hook, messages
+from ddpsim.minddp import comm_hook, devices, messages
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.reducer import Reducer
@@ -48,7 +48,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     first, the last repeated; it replaces ``bucket_cap_mb`` (Note [Caps torch takes]).
 
     ``batched_grad_copy`` (torch 2.13, default False: Note [Batched copies divide the flat bucket]) and
-    ``init_sync`` (torch 2.13, default True: Note [init_sync] in minddp/verify.py) are torch's.
+    ``init_sync`` (torch 2.13, default True: Note [init_sync] in minddp/verify.py) are torch's, and so are
+    ``device_ids``, ``output_device``, ``dim``, ``check_reduction`` and ``device_mesh`` (minddp/devices.py).
 
     ``bucket_order`` exists so real runs can measure bucket orderings that torch cannot choose
     (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
@@ -59,25 +60,27 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
                  skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
-                 init_sync=True):
+                 init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
         self.bucket_order = None if order is BucketOrder.TORCH else order.value
+        # torch's order of checks: Note [A device mesh gives the process group], Note [One device per DDP] (devices.py)
+        devices.set_process_group(self, process_group, device_mesh, module)
+        params, names, sparse = build_params_for_reducer(module)
+        if not params:
+            raise RuntimeError(devices.NOT_NEEDED)
+        devices.place(self, module, device_ids, output_device, dim)
         self.module = module
-        self.process_group = process_group or dist.group.WORLD
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = static_graph
         self.forward_sync_buffers, init_sync_buffers = buffer_sync_flags(broadcast_buffers, forward_sync_buffers)
+        devices.warn_check_reduction(check_reduction)
         self.recorder = recorder
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
         self.divide_by_initial_world_size = True  # set by join(); torch's default True
         self.broadcast_bucket_size = BROADCAST_BUCKET_BYTES
-        params, names, sparse = build_params_for_reducer(module)
-        if not params:
-            raise RuntimeError("DistributedDataParallel got a module with no parameter "
-                               "that requires a gradient")
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
         # torch's _bucket_config (Note [The small first bucket], Note [Caps torch takes] in ddpsim/buckets.py)
@@ -187,6 +190,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     def forward(self, *inputs, **kwargs):
         with torch.autograd.profiler.record_function("DistributedDataParallel.forward"):
             self.pre_forward()
+            if self.device_ids:  # a single-GPU module: inputs to its device (Note [One device per DDP])
+                inputs, kwargs = devices.move_inputs(self, inputs, kwargs)
             return self.post_forward(self.module(*inputs, **kwargs))
 
     def pre_forward(self):

@@ -67,7 +67,7 @@ class JoinableDDP(Joinable):
 
     @property
     def join_device(self):
-        return next(self.module.parameters()).device
+        return self.device  # the first parameter's device (``place`` in minddp/devices.py), as torch's
 
     @property
     def join_process_group(self):

@@ -25,19 +25,29 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpsim import torchcompat
+from ddpsim.minddp import devices
 from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, build_params_for_reducer
 from ddpsim.events import now_ns
 
 
 class NaiveDDP(nn.Module):
-    """Same constructor as ``minddp.DistributedDataParallel``; bucket options are ignored."""
+    """Same constructor as ``minddp.DistributedDataParallel``: the process group or device mesh,
+    ``device_ids``, ``output_device``, ``dim`` and ``check_reduction`` are checked and used as there
+    (minddp/devices.py); the bucket and buffer options are accepted and ignored (parameters and
+    buffers are always broadcast from rank 0 at construction, buffers before each forward)."""
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
-                 recorder=None):
+                 recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
+                 skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
+                 init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None):
         super().__init__()
+        devices.set_process_group(self, process_group, device_mesh, module)
+        if not any(p.requires_grad for p in module.parameters()):
+            raise RuntimeError(devices.NOT_NEEDED)
+        devices.place(self, module, device_ids, output_device, dim)
+        devices.warn_check_reduction(check_reduction)
         self.module = module
-        self.process_group = process_group or dist.group.WORLD
         self.world_size = dist.get_world_size(self.process_group)
         self.recorder = recorder
         self.require_backward_grad_sync = True
@@ -74,6 +84,8 @@ class NaiveDDP(nn.Module):
     def forward(self, *inputs, **kwargs):
         self._sync()
         self._syncing = torch.is_grad_enabled() and self.require_backward_grad_sync
+        if self.device_ids:  # a single-GPU module: as minddp (Note [One device per DDP] in minddp/devices.py)
+            inputs, kwargs = devices.move_inputs(self, inputs, kwargs)
         return self.module(*inputs, **kwargs)
 
     def grad_ready(self, index):
