@@ -418,3 +418,41 @@ def to_kwargs(inputs, kwargs, device, use_side_stream: bool):
     inputs to ``device_ids[0]`` (read in 2.13, not run: no GPU here)."""
     from torch.distributed.utils import _to_kwargs
     return _to_kwargs(inputs, kwargs, device, use_side_stream)
+
+def mixed_precision_class():
+    """torch's ``_MixedPrecision`` (torch/nn/parallel/distributed.py), the config DDP's
+    ``mixed_precision`` argument takes: ``param_dtype``, ``reduce_dtype``, ``buffer_dtype``.
+    Read in 2.13 only; None where this torch has none."""
+    from torch.nn.parallel import distributed
+
+    return getattr(distributed, "_MixedPrecision", None)
+
+
+def free_storage(tensor) -> None:
+    """``torch.distributed.utils._free_storage`` (2.13): resize ``tensor``'s storage to 0 elements;
+    the tensor keeps its shape and dtype (DDP's ``_setup_mixed_precision_params``)."""
+    from torch.distributed.utils import _free_storage
+
+    _free_storage(tensor)
+
+
+def alloc_storage(tensor, size) -> None:
+    """``torch.distributed.utils._alloc_storage`` (2.13): give a freed ``tensor`` its storage back
+    (``size.numel()`` elements); nothing if it has it (DDP's ``_root_copy_hook``)."""
+    from torch.distributed.utils import _alloc_storage
+
+    _alloc_storage(tensor, size)
+
+
+def mixed_precision_upcast_hook(ddp):
+    """(state, hook): torch's own comm hook for DDP's mixed precision, as 2.13's constructor
+    registers it: ``_reducer_allreduce_and_upcast_hook`` with an ``_AllreduceUpcastHookState``
+    (a weakref to ``ddp`` and a ``torch.Stream()``), from
+    torch/distributed/algorithms/ddp_comm_hooks/mixed_precision_hooks.py. Read in 2.13 only."""
+    import weakref
+
+    from torch.distributed.algorithms.ddp_comm_hooks.mixed_precision_hooks import (
+        _AllreduceUpcastHookState, _reducer_allreduce_and_upcast_hook)
+
+    state = _AllreduceUpcastHookState(ddp_weakref=weakref.ref(ddp), upcast_stream=torch.Stream())
+    return state, _reducer_allreduce_and_upcast_hook

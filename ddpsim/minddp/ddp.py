@@ -25,6 +25,7 @@ from ddpsim.minddp.autograd import DDPSink, find_tensors
 from ddpsim.minddp import comm_hook, devices, messages
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
+from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
 from ddpsim.minddp.reducer import Reducer
 from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, buffer_sync_flags, build_params_for_reducer
 from ddpsim.minddp.verify import verify_params_across_processes
@@ -50,6 +51,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     ``batched_grad_copy`` (torch 2.13, default False: Note [Batched copies divide the flat bucket]) and
     ``init_sync`` (torch 2.13, default True: Note [init_sync] in minddp/verify.py) are torch's, and so are
     ``device_ids``, ``output_device``, ``dim``, ``check_reduction`` and ``device_mesh`` (minddp/devices.py).
+    ``mixed_precision`` (torch's ``_MixedPrecision``) stops at the first forward without an accelerator, as in
+    torch 2.13 (Note [Mixed precision stops at the first forward on CPU] in minddp/mixed_precision.py).
 
     ``bucket_order`` exists so real runs can measure bucket orderings that torch cannot choose
     (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
@@ -60,7 +63,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
                  skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
-                 init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None):
+                 init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None,
+                 mixed_precision=None):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
@@ -83,6 +87,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.broadcast_bucket_size = BROADCAST_BUCKET_BYTES
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
+        self.mixed_precision = log_config(mixed_precision)
         # torch's _bucket_config (Note [The small first bucket], Note [Caps torch takes] in ddpsim/buckets.py)
         self.bucket_config = buckets.BucketCapacityConfig.create(bucket_cap_mb, bucket_cap_mb_list)
         self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap  # torch keeps these two on DDP too
@@ -94,6 +99,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         self.batched_grad_copy = batched_grad_copy
         self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
+        if mixed_precision is not None:
+            setup_mixed_precision(self, params)
         if static_graph:
             self.set_static_graph()
 

@@ -34,14 +34,18 @@ class NaiveDDP(nn.Module):
     """Same constructor as ``minddp.DistributedDataParallel``: the process group or device mesh,
     ``device_ids``, ``output_device``, ``dim`` and ``check_reduction`` are checked and used as there
     (minddp/devices.py); the bucket and buffer options are accepted and ignored (parameters and
-    buffers are always broadcast from rank 0 at construction, buffers before each forward)."""
+    buffers are always broadcast from rank 0 at construction, buffers before each forward);
+    ``mixed_precision`` is refused."""
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
                  skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
-                 init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None):
+                 init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None,
+                 mixed_precision=None):
         super().__init__()
+        if mixed_precision is not None:
+            raise ValueError(f"{type(self).__name__} has no mixed_precision: use minddp's DistributedDataParallel")
         devices.set_process_group(self, process_group, device_mesh, module)
         if not any(p.requires_grad for p in module.parameters()):
             raise RuntimeError(devices.NOT_NEEDED)
