@@ -36,7 +36,8 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ddpsim.models import build_workload, call_batch  # noqa: E402
-from ddpsim.record.config import RecordConfig, visible_gpus  # noqa: E402
+from ddpsim.record.config import RecordConfig  # noqa: E402
+from ddpsim.record.placement import visible_gpus  # noqa: E402
 from ddpsim.events import RankRecorder  # noqa: E402
 from ddpsim.record.launcher import pick_port  # noqa: E402
 from ddpsim.record.worker import Run  # noqa: E402

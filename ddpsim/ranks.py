@@ -122,7 +122,7 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     _sweep_folders()
     folder = tempfile.mkdtemp(prefix=f"ddpsim-ranks-{os.getpid()}-")  # the ranks' FileStore: no port to race for
     try:
-        with _gpus_hidden():  # CPU ranks see no GPU: Note [CPU ranks see no GPU] in record/config.py
+        with _gpus_hidden():  # CPU ranks see no GPU: Note [CPU ranks see no GPU] in record/placement.py
             environ = dict(os.environ)
             environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())  # gloo's sockets on loopback
             for r in range(world_size):

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import ROOT
 from ddpsim.errors import CLIError
-from ddpsim.record.config import RecordConfig, choose_backend, local_ranks, visible_gpus
+from ddpsim.record.config import RecordConfig
+from ddpsim.record.placement import choose_backend, local_ranks, visible_gpus
 
 
 @pytest.mark.parametrize("backend, device, local, gpus, want", [
@@ -109,7 +110,7 @@ def test_record_says_which_backend_and_why(tmp_path):
 def test_cpu_ranks_get_the_launchers_placement_and_no_gpu(monkeypatch):
     """Note [CPU ranks see no GPU]: torch's PowerSGD hook failed on CPU tensors where CUDA was visible
     (an H200 box, torch 2.11); the launcher hides the GPUs from CPU ranks and hands over its placement."""
-    from ddpsim.record.config import Placement
+    from ddpsim.record.placement import Placement
 
     cpu, cuda = Placement("gloo", "cpu", "requested, 2 local ranks and 1 visible GPU"), Placement("nccl", "cuda", "x")
     assert cpu.rank_env()["CUDA_VISIBLE_DEVICES"] == "" and "CUDA_VISIBLE_DEVICES" not in cuda.rank_env()

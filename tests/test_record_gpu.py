@@ -6,7 +6,7 @@ this machine has none); the recordings are marked ``gpu`` and run only where CUD
 import pytest
 import torch
 
-from ddpsim.record.config import visible_gpus
+from ddpsim.record.placement import visible_gpus
 from ddpsim.record import gpuclock
 from ddpsim.record.gpuclock import GpuTimer, timebase
 

@@ -25,7 +25,8 @@ from ddpsim.events import RankRecorder, now_ns
 from ddpsim.models import build_workload, call_batch
 from ddpsim.record import cpus, hookprobe, instrument
 from ddpsim.record.clock import estimate_offsets
-from ddpsim.record.config import Placement, RecordConfig
+from ddpsim.record.config import RecordConfig
+from ddpsim.record.placement import Placement
 from ddpsim.record.gpuclock import GpuTimer, timebase
 from ddpsim.record.joined import train_joined
 from ddpsim.record.probe import AllreduceProbe
