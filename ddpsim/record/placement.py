@@ -4,12 +4,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from ddpsim.errors import CLIError
-
-if TYPE_CHECKING:
-    from ddpsim.record.config import RecordConfig
 
 
 @dataclass
@@ -36,8 +32,8 @@ class Placement:
         return {**env, "CUDA_VISIBLE_DEVICES": ""} if self.device == "cpu" else env
 
     @classmethod
-    def for_rank(cls, cfg: "RecordConfig") -> "Placement":
-        """In a rank: the launcher's placement, or (under torchrun) this node's own."""
+    def for_rank(cls, cfg) -> "Placement":
+        """In a rank: the launcher's placement, or (under torchrun) this node's own (``cfg.placement()``, a RecordConfig's)."""
         handed = os.environ.get(cls.ENV) if "DDPSIM_LAUNCHED" in os.environ else None  # not one torchrun passed on
         return cls(**json.loads(handed)) if handed else cfg.placement()
 
