@@ -248,25 +248,23 @@ def ddp_takes(argument: str) -> bool:
     return argument in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
 
 
-def torch_ddp(module, broadcast_buffers: bool = True, skip_all_reduce_unused_params: bool = False, **options):
+NEWER_DDP_ARGUMENTS = ("bucket_cap_mb_list", "skip_all_reduce_unused_params", "batched_grad_copy")  # torch 2.13 has them
+
+
+def torch_ddp(module, broadcast_buffers: bool = True, **options):
     """torch's ``DistributedDataParallel`` with ``broadcast_buffers`` as it meant up to 2.12: False
     means no buffer broadcast at all, neither at construction nor before each forward. 2.13
     deprecates it (a FutureWarning) for ``forward_sync_buffers``, whose False still broadcasts at
     construction, and keeps the old meaning for ``broadcast_buffers=False``; so ddpsim passes it
-    only when False, with that warning silenced. Checked on 2.4 - 2.14. ``bucket_cap_mb_list``
-    is passed only when given, and refused in one line by a torch without it; likewise
-    ``skip_all_reduce_unused_params``, passed only when True (2.13 has it).
+    only when False, with that warning silenced. Checked on 2.4 - 2.14. The arguments of
+    ``NEWER_DDP_ARGUMENTS`` (torch 2.13's; which earlier release added each was not checked) are
+    passed only when given (not None or False), and refused in one line by a torch without them.
     """
-    if options.get("bucket_cap_mb_list") is None:
-        options.pop("bucket_cap_mb_list", None)
-    elif not ddp_takes("bucket_cap_mb_list"):
-        raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no bucket_cap_mb_list "
-                        "(torch 2.13 has it): use bucket_cap_mb")
-    if skip_all_reduce_unused_params:
-        if not ddp_takes("skip_all_reduce_unused_params"):
-            raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no "
-                            "skip_all_reduce_unused_params (torch 2.13 has it)")
-        options["skip_all_reduce_unused_params"] = True
+    for name in NEWER_DDP_ARGUMENTS:
+        if options.get(name) in (None, False):
+            options.pop(name, None)
+        elif not ddp_takes(name):
+            raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no {name} (torch 2.13 has it)")
     if broadcast_buffers:
         return torch.nn.parallel.DistributedDataParallel(module, **options)
     with warnings.catch_warnings():

@@ -102,3 +102,39 @@ def test_what_batching_changes_in_torch(ranks):
             assert batched == plain, case
         else:
             assert batched != plain and 0 < _max_difference(batched, plain) < 1e-5, case
+
+
+def _wrapped(rank, world):
+    """``record``'s DDP (record/wrap.py) for each impl, with and without --batched-grad-copy."""
+    from ddpsim.record.config import RecordConfig
+    from ddpsim.record.wrap import wrap_model
+
+    out = []
+    for impl in ("torch", "minddp"):
+        for batched in (False, True):
+            ddp = wrap_model(RecordConfig(impl=impl, batched_grad_copy=batched), Net(True), None, torch.device("cpu"))
+            out.append((impl, batched, ddp.batched_grad_copy))
+    return out
+
+
+@pytest.mark.slow
+def test_record_gives_the_option_to_torch_and_minddp(record):
+    assert all(given == got for _, given, got in run_ranks(_wrapped, 1)[0])
+    trace = record(model="mlp", world_size=2, iters=2, impl="minddp", batched_grad_copy=True)
+    assert trace.meta["options"]["batched_grad_copy"] is True
+    plain = record(model="mlp", world_size=2, iters=2, impl="torch", name="plain")
+    assert "batched_grad_copy" not in plain.meta["options"]  # written only when given
+
+
+def test_record_refuses_it_in_one_line_where_it_cannot_be_given(monkeypatch):
+    from ddpsim import torchcompat
+    from ddpsim.errors import CLIError
+    from ddpsim.record.config import RecordConfig
+
+    with pytest.raises(CLIError, match="--batched-grad-copy needs --impl torch or minddp"):
+        RecordConfig(impl="naive", batched_grad_copy=True).validate()
+    monkeypatch.setattr(torchcompat, "ddp_takes", lambda name: name != "batched_grad_copy")  # an older torch's DDP
+    with pytest.raises(CLIError, match=r"--batched-grad-copy: this torch \(.*\) has no DistributedDataParallel"
+                                       r"\(batched_grad_copy\) \(torch 2.13 has it\)$"):
+        RecordConfig(impl="torch", batched_grad_copy=True).validate()
+    RecordConfig(impl="minddp", batched_grad_copy=True).validate()  # minddp has it whatever the torch

@@ -23,11 +23,19 @@ def check_caps(cfg) -> None:
             caps.compute_bucket_size_limits(static_graph, find_unused)
     except ValueError as e:
         raise CLIError(re.sub(r"\bbucket_cap_mb(_list)?\b", lambda m: "--" + m[0].replace("_", "-"), str(e))) from None
-    if cfg.bucket_cap_mb_list and cfg.impl == "torch":
-        import torch
+    check_torch_takes(cfg)
 
-        from ddpsim import torchcompat
 
-        if not torchcompat.ddp_takes("bucket_cap_mb_list"):
-            raise CLIError(f"--bucket-cap-mb-list: this torch ({torch.__version__}) has no "
-                           "DistributedDataParallel(bucket_cap_mb_list) (torch 2.13 has it); give --bucket-cap-mb")
+def check_torch_takes(cfg) -> None:
+    """A one-line CLIError before any rank starts where ``--impl torch`` is given an option this
+    torch's DDP does not take (torchcompat.NEWER_DDP_ARGUMENTS: torch 2.13's)."""
+    if cfg.impl != "torch":
+        return
+    import torch
+
+    from ddpsim import torchcompat
+
+    for name in torchcompat.NEWER_DDP_ARGUMENTS:
+        if getattr(cfg, name) not in (None, False, []) and not torchcompat.ddp_takes(name):
+            raise CLIError(f"--{name.replace('_', '-')}: this torch ({torch.__version__}) has no "
+                           f"DistributedDataParallel({name}) (torch 2.13 has it)")

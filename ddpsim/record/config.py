@@ -35,6 +35,7 @@ class RecordConfig:
     gradient_as_bucket_view: bool = False  # torch default False
     broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
     skip_all_reduce_unused_params: bool = False  # no allreduce for a bucket of unused params only; torch default False
+    batched_grad_copy: bool = False  # copy a bucket's gradients with one foreach copy, then divide; torch default False
     no_sync_every: int | None = None  # sync every n-th micro-step (n-1 under no_sync); None: always
     uneven: int = 0  # uneven inputs: rank r runs uneven * r fewer micro-steps (not in torch); 0: all alike
     join: bool = False  # train inside model.join() (torch's Join; off by default, as in torch)
@@ -91,7 +92,8 @@ class RecordConfig:
              f"--uneven {self.uneven} leaves rank {self.world_size - 1} without iterations: rank r runs "
              f"--iters minus {self.uneven} x r ({self.iters} - {self.uneven} x {self.world_size - 1} < 1)"),
             *[(not given or self.impl in ("torch", "minddp"), f"{flag} needs --impl torch or minddp (got --impl {self.impl})")
-              for flag, given in (("--join", self.join), ("--skip-all-reduce-unused-params", self.skip_all_reduce_unused_params))],
+              for flag, given in (("--join", self.join), ("--skip-all-reduce-unused-params", self.skip_all_reduce_unused_params),
+                                  ("--batched-grad-copy", self.batched_grad_copy))],
             (self.join or self.divide_by_initial_world_size,
              "--no-divide-by-initial-world-size is an argument of model.join(): add --join"),
             (self.order is None or self.impl == "minddp",
@@ -176,6 +178,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-broadcast-buffers", dest="broadcast_buffers", action="store_false",
                    help="broadcast_buffers=False: no broadcast of rank 0's buffers before each forward")
     p.add_argument("--skip-all-reduce-unused-params", action="store_true", help="torch 2.13's skip_all_reduce_unused_params")
+    p.add_argument("--batched-grad-copy", action="store_true", help="torch 2.13's batched_grad_copy")
     p.add_argument("--no-sync-every", type=int, default=None, metavar="N",
                    help="synchronise every N-th micro-step; the others accumulate under no_sync")
     p.add_argument("--uneven", type=int, default=0, metavar="K",

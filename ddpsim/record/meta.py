@@ -14,7 +14,7 @@ from ddpsim.record.config import RecordConfig
 
 OPTION_KEYS = ("bucket_cap_mb", "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
                "no_sync_every", "batch_size", "seed", "iters", "lr", "timeout_s", "uneven")
-GIVEN_ONLY = ("bucket_cap_mb_list", "skip_all_reduce_unused_params")  # torch 2.13's, written when given (not None/False)
+GIVEN_ONLY = ("bucket_cap_mb_list", "skip_all_reduce_unused_params", "batched_grad_copy")  # torch 2.13's, written when given (not None/False)
 
 
 def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | None = None) -> dict:

@@ -18,19 +18,18 @@ def wrap_model(cfg: RecordConfig, model, recorder, device):
     """The DDP implementation under study, built with the run's options."""
     opts = dict(bucket_cap_mb=cfg.bucket_cap_mb, find_unused_parameters=cfg.find_unused_parameters,
                 static_graph=cfg.static_graph, gradient_as_bucket_view=cfg.gradient_as_bucket_view)
-    if cfg.bucket_cap_mb_list is not None:  # torch 2.13's (check_caps in caps.py: torch or minddp only)
-        opts["bucket_cap_mb_list"] = list(cfg.bucket_cap_mb_list)
+    # torch 2.13's (torch or minddp only: config.py, caps.py), given to torch only where set (torchcompat.torch_ddp)
+    newer = dict(bucket_cap_mb_list=None if cfg.bucket_cap_mb_list is None else list(cfg.bucket_cap_mb_list),
+                 skip_all_reduce_unused_params=cfg.skip_all_reduce_unused_params, batched_grad_copy=cfg.batched_grad_copy)
     if cfg.impl == "torch":
         ids = [device.index] if device.type == "cuda" else None
-        return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids,
-                                     skip_all_reduce_unused_params=cfg.skip_all_reduce_unused_params, **opts)
+        return torchcompat.torch_ddp(model, cfg.broadcast_buffers, device_ids=ids, **newer, **opts)
     if cfg.impl == "minddp":
         from ddpsim.minddp import DistributedDataParallel
         buffers = {} if cfg.broadcast_buffers else {"broadcast_buffers": False}
         with warnings.catch_warnings():  # the deprecated flag, as torchcompat.torch_ddp passes it to torch
             warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
-            return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **buffers,
-                                           skip_all_reduce_unused_params=cfg.skip_all_reduce_unused_params, **opts)
+            return DistributedDataParallel(model, recorder=recorder, bucket_order=cfg.order, **buffers, **newer, **opts)
     if cfg.impl == "overlap":
         from ddpsim.minddp.overlap import OverlapDDP
         return OverlapDDP(model, recorder=recorder, **opts)
