@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddpsim import torchcompat
-from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, build_params_for_reducer
+from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, build_params_for_reducer, module_states, modules_buffers
 from ddpsim.events import now_ns
 
 
@@ -41,9 +41,10 @@ class NaiveDDP(nn.Module):
         self.world_size = dist.get_world_size(self.process_group)
         self.recorder = recorder
         self.require_backward_grad_sync = True
-        self.params, self.param_names, _ = build_params_for_reducer(module)
+        self.ignored = torchcompat.ddp_params_and_buffers_to_ignore(module)  # left alone, as torch's DDP does
+        self.params, self.param_names, _ = build_params_for_reducer(module, self.ignored)
         self.launch_order = list(reversed(range(len(self.params))))
-        self._sync(list(p.detach() for p in module.parameters()))
+        self._sync(module_states(module, self.ignored, with_buffers=False))
         self._queued = self._syncing = False
         me = weakref.ref(self)
         self.hooks = [p.register_post_accumulate_grad_hook(
@@ -56,8 +57,10 @@ class NaiveDDP(nn.Module):
                 for k, i in enumerate(self.launch_order)])
 
     def _sync(self, extra=()):
-        """Broadcast rank 0's parameters (construction) and buffers (each forward)."""
-        tensors = list(extra) + [b for _, b in self.module.named_buffers()]
+        """Broadcast rank 0's parameters (construction) and buffers (each forward), less the ones the
+        module's ``_set_params_and_buffers_to_ignore_for_model`` list names (Note [Names DDP ignores]
+        in minddp/construction.py)."""
+        tensors = list(extra) + modules_buffers(self.module, self.ignored)
         if tensors:
             with torch.no_grad():
                 torchcompat.broadcast_coalesced(self.process_group, tensors,
