@@ -236,6 +236,19 @@ def broadcast_coalesced(process_group, tensors, bucket_bytes: int, src: int = 0)
                        group=process_group)
 
 
+def ddp_params_and_buffers_to_ignore(module) -> set[str]:
+    """The names torch's DDP leaves alone on ``module``: what
+    ``DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)`` stored as
+    ``module._ddp_params_and_buffers_to_ignore`` (2.13's constructor reads it); empty if never set."""
+    return set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()))
+
+
+def set_ddp_params_and_buffers_to_ignore(module, names) -> None:
+    """torch's ``DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)``
+    (run on 2.13): the full names (``named_parameters()``/``named_buffers()``) DDP should leave alone."""
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, list(names))
+
+
 def verify_param_shape_across_processes(process_group, tensors) -> None:
     """torch's own check that every rank wraps the same model (``dist._verify_params_across_processes``,
     which DDP's constructor calls; run on 2.13 only): minddp's ``verify.py`` is tested against it."""

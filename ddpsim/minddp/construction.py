@@ -1,13 +1,14 @@
 """What ``DistributedDataParallel.__init__`` (torch/nn/parallel/distributed.py, torch 2.13) decides
-from its arguments before any Reducer exists: which parameters DDP manages
-(``_build_params_for_reducer``) and the buffer flags (Note [Two buffer flags])."""
+from its arguments before any Reducer exists: the names DDP leaves alone (Note [Names DDP
+ignores]), which parameters DDP manages (``_build_params_for_reducer``), what it broadcasts
+(``_sync_module_states``, ``_assign_modules_buffers``) and the buffer flags (Note [Two buffer flags])."""
 from __future__ import annotations
 
 import warnings
 
 from torch import nn
 
-from ddpsim import buckets
+from ddpsim import buckets, torchcompat
 
 BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
 BOTH_BUFFER_FLAGS = ("Both `broadcast_buffers` and `forward_sync_buffers` were specified. `broadcast_buffers` is "
@@ -17,6 +18,56 @@ BROADCAST_BUFFERS_DEPRECATED = (
     "`broadcast_buffers=False`, `forward_sync_buffers=False` still syncs buffers at init. If you rely on "
     "buffers NOT being synced at init (e.g. rank-local buffers), keep using `broadcast_buffers=False` until "
     "`init_sync_buffers` is available.")
+DELAY_ARGUMENTS_TOGETHER = "delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same time."
+NOT_NEEDED = ("DistributedDataParallel is not needed when a module doesn't have any parameter that "
+              "requires a gradient.")
+
+
+def parameters_to_ignore(module: nn.Module, delay_all_reduce_named_params, param_to_hook_all_reduce):
+    """Mirrors the start of ``DistributedDataParallel.__init__``: returns (parameters_to_ignore,
+    the delayed parameters), after torch's ValueError when only one of the two delay arguments is
+    given. The delayed parameters' names join the ignored ones (Note [Delayed allreduce] in
+    minddp/delayed.py).
+
+    Note [Names DDP ignores]: ``_set_params_and_buffers_to_ignore_for_model(module, names)`` stores
+    full names on the module; DDP then leaves those parameters out of its Reducer (no bucket, no
+    allreduce: each rank keeps its own gradient) and leaves those parameters and buffers out of every
+    broadcast. torch checks the names in two spellings: the broadcasts and the "not needed" check
+    take ``named_parameters()``/``named_buffers()`` names ("w" for a parameter of the root module),
+    the Reducer's list takes ``f"{module_name}.{param_name}"`` (".w" there). So a root-module
+    parameter named in the list is not broadcast but is still reduced; one of a submodule
+    ("lin.w") is neither. Measured on 2 gloo ranks (tests/test_minddp_ignored_params.py).
+    """
+    if (delay_all_reduce_named_params is not None) != (param_to_hook_all_reduce is not None):
+        raise ValueError(DELAY_ARGUMENTS_TOGETHER)
+    ignore, delayed = torchcompat.ddp_params_and_buffers_to_ignore(module), []
+    for name, param in delay_all_reduce_named_params or ():
+        ignore.add(name)
+        delayed.append(param)
+    return ignore, delayed
+
+
+def module_parameters(module: nn.Module, ignore, delayed) -> list:
+    """Mirrors ``self._module_parameters`` and the constructor's first check of it: torch's "not needed"
+    RuntimeError when no parameter left requires a gradient and none is delayed (the device checks that
+    follow: ``devices.place``)."""
+    params = [p for n, p in module.named_parameters() if n not in ignore]
+    if not any(p.requires_grad for p in params) and not delayed:
+        raise RuntimeError(NOT_NEEDED)
+    return params
+
+
+def module_states(module: nn.Module, ignore, with_buffers: bool) -> list:
+    """Mirrors the list ``_sync_module_states`` (distributed/utils.py) broadcasts: the parameters,
+    then (``with_buffers``) the buffers, by ``named_parameters()``/``named_buffers()`` name, less
+    the ignored ones (Note [Names DDP ignores])."""
+    states = [p.detach() for n, p in module.named_parameters() if n not in ignore]
+    return states + (modules_buffers(module, ignore) if with_buffers else [])
+
+
+def modules_buffers(module: nn.Module, ignore) -> list:
+    """Mirrors ``_assign_modules_buffers``: the buffers DDP broadcasts, less the ignored ones."""
+    return [b for n, b in module.named_buffers() if n not in ignore]
 
 
 def buffer_sync_flags(broadcast_buffers, forward_sync_buffers):
@@ -39,17 +90,22 @@ def buffer_sync_flags(broadcast_buffers, forward_sync_buffers):
     return effective, effective
 
 
-def build_params_for_reducer(module: nn.Module):
+def build_params_for_reducer(module: nn.Module, parameters_to_ignore=None):
     """Mirrors ``DistributedDataParallel._build_params_for_reducer``.
 
-    named_modules() x named_parameters(recurse=False), requires_grad only; a
-    parameter shared by several modules (tied weights) counts once, under the name
-    of its first module. Returns (params, names, expect_sparse_gradient).
+    named_modules() x named_parameters(recurse=False), requires_grad only, less the ignored
+    names (``parameters_to_ignore``; None: the module's own list, as torch's DDP reads it without
+    delayed parameters; Note [Names DDP ignores]); a parameter shared by several modules (tied
+    weights) counts once, under the name of its first module. Returns (params, names,
+    expect_sparse_gradient).
     """
+    if parameters_to_ignore is None:
+        parameters_to_ignore = torchcompat.ddp_params_and_buffers_to_ignore(module)
     params, names, sparse, memo = [], [], [], set()
     for module_name, m in module.named_modules():
         for param_name, p in m.named_parameters(recurse=False):
-            if p.requires_grad and p not in memo:
+            ignored = f"{module_name}.{param_name}" in parameters_to_ignore  # ".w" for the root's "w"
+            if p.requires_grad and not ignored and p not in memo:
                 memo.add(p)
                 params.append(p)
                 names.append(f"{module_name}.{param_name}" if module_name else param_name)

@@ -27,10 +27,12 @@ from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
 from ddpsim.minddp.reducer import Reducer
-from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, buffer_sync_flags, build_params_for_reducer
+from ddpsim.minddp.construction import (BROADCAST_BUCKET_BYTES, buffer_sync_flags, build_params_for_reducer,
+                                        module_parameters, module_states, modules_buffers, parameters_to_ignore)
+from ddpsim.minddp.delayed import ALL_DELAYED_FORWARD, DelayedAllReduceDDP, delay_broadcast_bytes
 from ddpsim.minddp.verify import verify_params_across_processes
 
-class DistributedDataParallel(nn.Module, JoinableDDP):
+class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
     """Drop-in for the part of torch DDP that training code uses.
 
     ``bucket_order`` (ddpsim only, **not in torch**): which parameters share a bucket
@@ -53,6 +55,9 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
     ``device_ids``, ``output_device``, ``dim``, ``check_reduction`` and ``device_mesh`` (minddp/devices.py).
     ``mixed_precision`` (torch's ``_MixedPrecision``) stops at the first forward without an accelerator, as in
     torch 2.13 (Note [Mixed precision stops at the first forward on CPU] in minddp/mixed_precision.py).
+    ``delay_all_reduce_named_params`` with ``param_to_hook_all_reduce`` (Note [Delayed allreduce] in
+    minddp/delayed.py) and the names ``_set_params_and_buffers_to_ignore_for_model`` stores on the module
+    (Note [Names DDP ignores] in minddp/construction.py).
 
     ``bucket_order`` exists so real runs can measure bucket orderings that torch cannot choose
     (``python -m ddpsim record --impl minddp --order ...``), to check the simulator's
@@ -64,17 +69,18 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
                  skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
                  init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None,
-                 mixed_precision=None):
+                 mixed_precision=None, delay_all_reduce_named_params=None, param_to_hook_all_reduce=None):
         super().__init__()
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
         self.bucket_order = None if order is BucketOrder.TORCH else order.value
-        # torch's order of checks: Note [A device mesh gives the process group], Note [One device per DDP] (devices.py)
+        # torch's order of checks: the delay arguments and the names left alone (Note [Names DDP ignores]), the
+        # process group (Note [A device mesh gives the process group]), a parameter to reduce, the devices
+        self.parameters_to_ignore, self.delay_all_reduce_params = parameters_to_ignore(
+            module, delay_all_reduce_named_params, param_to_hook_all_reduce)
         devices.set_process_group(self, process_group, device_mesh, module)
-        params, names, sparse = build_params_for_reducer(module)
-        if not params:
-            raise RuntimeError(devices.NOT_NEEDED)
-        devices.place(self, module, device_ids, output_device, dim)
+        self.module_parameters = module_parameters(module, self.parameters_to_ignore, self.delay_all_reduce_params)
+        devices.place(self, self.module_parameters, device_ids, output_device, dim)  # Note [One device per DDP]
         self.module = module
         self.find_unused_parameters = find_unused_parameters
         self.static_graph = static_graph
@@ -85,14 +91,19 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         self.require_forward_param_sync = True
         self.divide_by_initial_world_size = True  # set by join(); torch's default True
         self.broadcast_bucket_size = BROADCAST_BUCKET_BYTES
-        if any(sparse):
-            raise NotImplementedError("minddp does not support sparse gradients")
         self.mixed_precision = log_config(mixed_precision)
         # torch's _bucket_config (Note [The small first bucket], Note [Caps torch takes] in ddpsim/buckets.py)
         self.bucket_config = buckets.BucketCapacityConfig.create(bucket_cap_mb, bucket_cap_mb_list)
         self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap  # torch keeps these two on DDP too
         self.bucket_bytes_cap_list = list(self.bucket_config.per_bucket_bytes_caps)
-        self.modules_buffers = [b for _, b in module.named_buffers()]
+        self.delay_grad_buffer, self.delay_grad_views, self.delay_all_reduce_all_params = None, [], False
+        if self.delay_all_reduce_params and self.register_delay_all_reduce_hook(
+                delay_broadcast_bytes(bucket_cap_mb, bucket_cap_mb_list), param_to_hook_all_reduce):
+            return  # Note [All parameters delayed] in minddp/delayed.py
+        params, names, sparse = build_params_for_reducer(module, self.parameters_to_ignore)
+        if any(sparse):
+            raise NotImplementedError("minddp does not support sparse gradients")
+        self.modules_buffers = modules_buffers(module, self.parameters_to_ignore)  # _assign_modules_buffers
         if init_sync:  # Note [init_sync] in minddp/verify.py; Note [Same model on every rank, checked first]
             verify_params_across_processes(self.process_group, params)
             self.sync_module_states(init_sync_buffers)
@@ -115,9 +126,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
 
     def sync_module_states(self, init_sync_buffers=True):
         """Mirrors ``_sync_module_states``: every rank starts from rank 0's weights, and its buffers
-        unless ``broadcast_buffers=False`` (Note [Two buffer flags])."""
-        buffers = self.modules_buffers if init_sync_buffers else []
-        tensors = [p.detach() for p in self.module.parameters()] + buffers
+        unless ``broadcast_buffers=False`` (Note [Two buffer flags]), less the ignored ones."""
+        tensors = module_states(self.module, self.parameters_to_ignore, init_sync_buffers)
         if tensors:
             torchcompat.broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
 
@@ -195,6 +205,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
             self.require_backward_grad_sync = old
 
     def forward(self, *inputs, **kwargs):
+        if self.delay_all_reduce_all_params:  # Note [All parameters delayed] in minddp/delayed.py
+            raise AttributeError(ALL_DELAYED_FORWARD)
         with torch.autograd.profiler.record_function("DistributedDataParallel.forward"):
             self.pre_forward()
             if self.device_ids:  # a single-GPU module: inputs to its device (Note [One device per DDP])
@@ -233,7 +245,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         """
         start = now_ns()
         rank = 0 if not self._join_config.enable else self.find_common_rank(dist.get_rank(self.process_group), True)
-        self.modules_buffers = [b for _, b in self.module.named_buffers()]
+        self.modules_buffers = modules_buffers(self.module, self.parameters_to_ignore)
         self.sync_module_buffers(rank)
         if self.recorder is not None:
             self.recorder.buffer_broadcast(start, now_ns(), buckets.tensor_bytes(self.modules_buffers))
@@ -258,5 +270,6 @@ class DistributedDataParallel(nn.Module, JoinableDDP):
         if syncing:
             self.reducer.prepare_for_backward(find_tensors(output) if dynamic else [])
         if dynamic or (self.static_graph and not self.reducer.delay_all_reduce_queued):
-            return DDPSink.pass_through(output, self.reducer.on_sink_backward)
+            output = DDPSink.pass_through(output, self.reducer.on_sink_backward)
+        self.clear_grad_buffer()  # Note [Delayed allreduce] in minddp/delayed.py
         return output

@@ -36,8 +36,6 @@ import torch.distributed as dist
 from ddpsim import torchcompat
 
 # distributed.py's messages (torch 2.13), word for word
-NOT_NEEDED = ("DistributedDataParallel is not needed when a module doesn't have any parameter that "
-              "requires a gradient.")
 TOO_MANY_DEVICE_IDS = "device_ids can only be None or contain a single element."
 GROUP_AND_MESH = "Cannot specify both process_group and device_mesh arguments."
 CHECK_REDUCTION_DEPRECATED = ("The `check_reduction` argument in `DistributedDataParallel` module is "
@@ -61,13 +59,13 @@ def set_process_group(ddp, process_group, device_mesh, module) -> None:
         torchcompat.pre_dp_module_transform(module)
 
 
-def place(ddp, module, device_ids, output_device, dim) -> None:
+def place(ddp, params, device_ids, output_device, dim) -> None:
     """Mirrors the device checks of ``__init__`` (torch 2.13, Note [One device per DDP]): sets
     ``is_multi_device_module``, ``device_type``, ``device_ids`` and ``output_device`` (None unless a
     single-GPU module), ``dim`` (Note [dim is stored, not used]), ``device`` (the first
-    parameter's) and ``use_side_stream_for_tensor_copies``. Call it after the check that some
-    parameter requires a gradient, as torch does."""
-    params = list(module.parameters())
+    parameter's) and ``use_side_stream_for_tensor_copies``. ``params``: the module's parameters less
+    the ignored ones (``construction.module_parameters``, torch's ``_module_parameters``), after its
+    check that some parameter requires a gradient, as torch does."""
     if device_ids is not None and len(device_ids) > 1:
         raise ValueError(TOO_MANY_DEVICE_IDS)
     ddp.is_multi_device_module = len({p.device for p in params}) > 1
@@ -88,7 +86,7 @@ def place(ddp, module, device_ids, output_device, dim) -> None:
         ddp.device_ids = [torchcompat.device_index(x) for x in device_ids]
         ddp.output_device = torchcompat.device_index(device_ids[0] if output_device is None else output_device)
     ddp.dim = dim
-    ddp.device = params[0].device
+    ddp.device = params[0].device  # none: every parameter delayed, refused above (a set() of types)
     ddp.use_side_stream_for_tensor_copies = os.environ.get("PYTORCH_DDP_USE_SIDE_STREAM", "1") == "1"
 
 

@@ -24,6 +24,7 @@ from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 from ddpsim import torchcompat
 from ddpsim.events import RankRecorder, now_ns
+from ddpsim.minddp.construction import module_states
 
 
 class _DDPJoinHook(JoinHook):
@@ -125,6 +126,5 @@ class JoinableDDP(Joinable):
         """Mirrors ``_sync_final_model``: every rank takes the model (and buffers) of the last rank
         to join (the largest such rank when several joined last)."""
         src = self.find_common_rank(dist.get_rank(self.process_group), is_last_joiner)
-        buffers = self.modules_buffers if self.forward_sync_buffers else []
-        tensors = [p.detach() for p in self.module.parameters()] + buffers
+        tensors = module_states(self.module, self.parameters_to_ignore, self.forward_sync_buffers)
         torchcompat.broadcast_coalesced(self.process_group, tensors, self.broadcast_bucket_size, src)

@@ -26,7 +26,8 @@ from torch import nn
 
 from ddpsim import torchcompat
 from ddpsim.minddp import devices
-from ddpsim.minddp.construction import BROADCAST_BUCKET_BYTES, build_params_for_reducer
+from ddpsim.minddp.construction import (BROADCAST_BUCKET_BYTES, build_params_for_reducer, module_parameters,
+                                        module_states, modules_buffers)
 from ddpsim.events import now_ns
 
 
@@ -35,29 +36,32 @@ class NaiveDDP(nn.Module):
     ``device_ids``, ``output_device``, ``dim`` and ``check_reduction`` are checked and used as there
     (minddp/devices.py); the bucket and buffer options are accepted and ignored (parameters and
     buffers are always broadcast from rank 0 at construction, buffers before each forward);
-    ``mixed_precision`` is refused."""
+    ``mixed_precision`` and the delayed allreduce are refused. The names the module's
+    ``_set_params_and_buffers_to_ignore_for_model`` list holds are left alone, as torch's DDP does
+    (Note [Names DDP ignores] in minddp/construction.py)."""
 
     def __init__(self, module, bucket_cap_mb=None, find_unused_parameters=False,
                  static_graph=False, gradient_as_bucket_view=False, process_group=None,
                  recorder=None, bucket_order=None, broadcast_buffers=None, bucket_cap_mb_list=None,
                  skip_all_reduce_unused_params=False, forward_sync_buffers=None, batched_grad_copy=False,
                  init_sync=True, device_ids=None, output_device=None, dim=0, check_reduction=False, device_mesh=None,
-                 mixed_precision=None):
+                 mixed_precision=None, delay_all_reduce_named_params=None, param_to_hook_all_reduce=None):
         super().__init__()
-        if mixed_precision is not None:
-            raise ValueError(f"{type(self).__name__} has no mixed_precision: use minddp's DistributedDataParallel")
+        for name, given in (("mixed_precision", mixed_precision), ("delay_all_reduce_named_params",
+                            delay_all_reduce_named_params), ("param_to_hook_all_reduce", param_to_hook_all_reduce)):
+            if given is not None:
+                raise ValueError(f"{type(self).__name__} has no {name}: use minddp's DistributedDataParallel")
         devices.set_process_group(self, process_group, device_mesh, module)
-        if not any(p.requires_grad for p in module.parameters()):
-            raise RuntimeError(devices.NOT_NEEDED)
-        devices.place(self, module, device_ids, output_device, dim)
+        self.ignored = torchcompat.ddp_params_and_buffers_to_ignore(module)  # left alone, as torch's DDP does
+        devices.place(self, module_parameters(module, self.ignored, []), device_ids, output_device, dim)
         devices.warn_check_reduction(check_reduction)
         self.module = module
         self.world_size = dist.get_world_size(self.process_group)
         self.recorder = recorder
         self.require_backward_grad_sync = True
-        self.params, self.param_names, _ = build_params_for_reducer(module)
+        self.params, self.param_names, _ = build_params_for_reducer(module, self.ignored)
         self.launch_order = list(reversed(range(len(self.params))))
-        self._sync(list(p.detach() for p in module.parameters()))
+        self._sync(module_states(module, self.ignored, with_buffers=False))
         self._queued = self._syncing = False
         me = weakref.ref(self)
         self.hooks = [p.register_post_accumulate_grad_hook(
@@ -70,8 +74,10 @@ class NaiveDDP(nn.Module):
                 for k, i in enumerate(self.launch_order)])
 
     def _sync(self, extra=()):
-        """Broadcast rank 0's parameters (construction) and buffers (each forward)."""
-        tensors = list(extra) + [b for _, b in self.module.named_buffers()]
+        """Broadcast rank 0's parameters (construction) and buffers (each forward), less the ones the
+        module's ``_set_params_and_buffers_to_ignore_for_model`` list names (Note [Names DDP ignores]
+        in minddp/construction.py)."""
+        tensors = list(extra) + modules_buffers(self.module, self.ignored)
         if tensors:
             with torch.no_grad():
                 torchcompat.broadcast_coalesced(self.process_group, tensors,

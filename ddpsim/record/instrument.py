@@ -28,7 +28,8 @@ OUR_LAUNCH = "ddpsim::bucket_launch"
 
 
 def reducer_params(module: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """DDP's parameter list (see ``ddpsim.minddp.construction.build_params_for_reducer``)."""
+    """DDP's parameter list (see ``ddpsim.minddp.construction.build_params_for_reducer``), less the
+    names the module's ``_set_params_and_buffers_to_ignore_for_model`` list gives, as torch's Reducer."""
     return build_params_for_reducer(module)[0]
 
 
