@@ -467,3 +467,58 @@ def mixed_precision_upcast_hook(ddp):
 
     state = _AllreduceUpcastHookState(ddp_weakref=weakref.ref(ddp), upcast_stream=torch.Stream())
     return state, _reducer_allreduce_and_upcast_hook
+
+
+# ----------------------------------------------------------------------------- the optimizer in the backward
+# (_apply_optimizer_in_backward and _register_fused_optim: ddpsim/minddp/optimizer_in_backward.py)
+
+
+def apply_optimizer_in_backward(optimizer_class, params, optimizer_kwargs) -> None:
+    """``torch.distributed.optim._apply_optimizer_in_backward`` (2.13): each parameter gets its own
+    ``optimizer_class([param], **optimizer_kwargs)`` in ``param._in_backward_optimizers``, and a hook
+    on its AccumulateGrad that steps it (DDP removes that hook at its first forward)."""
+    from torch.distributed.optim import _apply_optimizer_in_backward
+
+    _apply_optimizer_in_backward(optimizer_class, params, optimizer_kwargs)
+
+
+def optim_hook_handles(param) -> list:
+    """The hooks ``_apply_optimizer_in_backward`` registered on ``param``'s AccumulateGrad
+    (``torch.distributed.optim.apply_optimizer_in_backward.param_to_optim_hook_handle_map``, which
+    DDP's ``_setup_in_backward_optimizers`` empties of DDP's parameters; 2.13)."""
+    from torch.distributed.optim import apply_optimizer_in_backward
+
+    return apply_optimizer_in_backward.param_to_optim_hook_handle_map.get(param, [])
+
+
+def apply_optim_in_backward_hook(gradient_is_bucket_view: bool):
+    """torch's own comm hook for ``_apply_optimizer_in_backward`` under DDP, as 2.13's
+    ``_setup_in_backward_optimizers`` makes it: ``_apply_optim_in_backward_hook(
+    gradient_is_bucket_view=...)`` from torch/distributed/algorithms/ddp_comm_hooks/
+    optimizer_overlap_hooks.py. Its state is a weakref to the DDP, of which it reads ``reducer``
+    (``_run_allreduce_hook``), ``process_group``, ``module`` and ``_get_data_parallel_params``."""
+    from torch.distributed.algorithms.ddp_comm_hooks.optimizer_overlap_hooks import _apply_optim_in_backward_hook
+
+    return _apply_optim_in_backward_hook(gradient_is_bucket_view=gradient_is_bucket_view)
+
+
+def as_overlapped_optim(optim_cls, params, *args, **kwargs):
+    """``torch.distributed.algorithms._optimizer_overlap._as_overlapped_optim`` (2.13), with which
+    ``_register_fused_optim`` wraps ``optim_cls``: its functional twin (``as_functional_optim``;
+    ValueError where there is none) in an ``_OptimizerHookState``; ``register_ddp(ddp)`` then
+    calls ``ddp.register_comm_hook(None, _hook_then_optimizer(allreduce_hook, state))``."""
+    from torch.distributed.algorithms._optimizer_overlap import _as_overlapped_optim
+
+    return _as_overlapped_optim(optim_cls, params, *args, **kwargs)
+
+
+def has_in_backward_optimizers(param) -> bool:
+    """Whether ``_apply_optimizer_in_backward`` gave ``param`` optimizers (its
+    ``_in_backward_optimizers`` attribute, which DDP's ``_setup_in_backward_optimizers`` looks for; 2.13)."""
+    return hasattr(param, "_in_backward_optimizers")
+
+
+def is_ddp_ignored(param) -> bool:
+    """Whether ``param`` carries ``_ddp_ignored`` (set by FSDP/composable APIs; DDP's
+    ``_get_data_parallel_params`` leaves such parameters out; 2.13)."""
+    return hasattr(param, "_ddp_ignored")

@@ -170,9 +170,16 @@ def run_comm_hook(reducer, bucket: GradBucket) -> torch.futures.Future:
     """Mirrors ``Reducer::run_comm_hook``: the registered hook, else ``run_allreduce_hook``
     (``_AllReduceBySumCommHook``: a sum; the divide happened while copying into the bucket)."""
     if reducer.comm_hook is None:
-        return dist.all_reduce(bucket.buffer(), group=reducer.process_group, async_op=True).get_future()
+        return run_allreduce_hook(reducer.process_group, bucket)
     check_powersgd_gloo(reducer.comm_hook.hook, reducer)
     return reducer.comm_hook.run_hook(bucket)
+
+
+def run_allreduce_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
+    """Mirrors ``Reducer::run_allreduce_hook`` (``_AllReduceBySumCommHook``): a sum of the bucket's
+    buffer, undivided; the future holds ``[tensor]``. torch's optimizer-in-backward hook calls it
+    too (``reducer._run_allreduce_hook``: minddp/optimizer_in_backward.py)."""
+    return dist.all_reduce(bucket.buffer(), group=process_group, async_op=True).get_future()
 
 
 def bucket_result(reducer, value) -> torch.Tensor:

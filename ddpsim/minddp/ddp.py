@@ -22,7 +22,7 @@ from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
-from ddpsim.minddp import comm_hook, devices, messages
+from ddpsim.minddp import comm_hook, devices, messages, optimizer_in_backward
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
@@ -114,6 +114,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
             setup_mixed_precision(self, params)
         if static_graph:
             self.set_static_graph()
+        self.lazy_init_ran = False  # _lazy_init: minddp/optimizer_in_backward.py
 
     @property
     def broadcast_buffers(self) -> bool:
@@ -194,6 +195,11 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
         comm_hook.check_comm_hook(hook)
         comm_hook.register_comm_hook(self.reducer, state, hook)
 
+    def _register_fused_optim(self, optim, *args, optim_params=None, **kwargs):
+        """Mirrors ``_register_fused_optim`` (torch's name): ``optim`` steps each parameter as soon as
+        its bucket is reduced (Note [The optimizer in the backward] in minddp/optimizer_in_backward.py)."""
+        optimizer_in_backward.register_fused_optim(self, optim, *args, optim_params=optim_params, **kwargs)
+
     @contextmanager
     def no_sync(self):
         """Mirrors ``no_sync``: run forward *and* backward inside to skip the allreduce."""
@@ -215,6 +221,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
 
     def pre_forward(self):
         """Mirrors ``_pre_forward`` (Join's two allreduces: Note [Join] in minddp/join.py)."""
+        if not self.lazy_init_ran:  # Note [The optimizer in the backward] in minddp/optimizer_in_backward.py
+            optimizer_in_backward.lazy_init(self)
         syncing = torch.is_grad_enabled() and self.require_backward_grad_sync
         if syncing:
             self.reducer.prepare_for_forward()

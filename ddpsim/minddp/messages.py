@@ -51,6 +51,11 @@ GRAPH_CHANGED = ("Your training graph has changed in this iteration, e.g., one p
 UNDEFINED_BUT_USED = ("Encountered gradient which is undefined, but still allreduced by DDP reducer. This "
                       "indicates a bug in DDP implementation, please report a bug with a repro to PyTorch.")
 
+# ``ensure_prior_reduction_finished``'s TORCH_INTERNAL_ASSERT (reducer.cpp, torch 2.13): a backward marked every
+# parameter ready but was never finalized; torch's text names its build's file and line, minddp the function
+NO_UNMARKED_PARAMS = ("!unmarked_param_indices.empty() INTERNAL ASSERT FAILED at reducer.cpp "
+                      "(Reducer::ensure_prior_reduction_finished), please report a bug to PyTorch. ")
+
 # distributed.py's ``_set_static_graph`` (torch 2.13), a UserWarning, word for word
 STATIC_GRAPH_FINDS_UNUSED = (
     "You passed find_unused_parameters=true to DistributedDataParallel, `_set_static_graph` will detect unused "

@@ -72,6 +72,7 @@ class Reducer:
         self.div_factor = None  # kUnsetDivFactor: set at the first gradient of each backward
         self.forward_pass_work, self.use_static_world_size = None, True  # Join's notice (join.py)
         self.comm_hook = None  # comm_hook_: a PythonCommHook once registered (minddp/comm_hook.py)
+        self.optim_in_backward = False  # optim_in_backward_: the hook steps, .grad is left (optimizer_in_backward.py)
         self.initialize_buckets(bucket_indices, per_bucket_size_limits)
         self.record_layout("construction")
         me = weakref.ref(self)  # the hooks must not keep the reducer alive
@@ -154,6 +155,8 @@ class Reducer:
         """Mirrors ``Reducer::ensure_prior_reduction_finished``."""
         if self.require_finalize:
             missing = [i for i in range(len(self.params)) if i not in self.ready_params]
+            if not missing:  # torch: TORCH_INTERNAL_ASSERT (Note [The optimizer in the backward needs an accelerator])
+                raise RuntimeError(messages.NO_UNMARKED_PARAMS)
             raise messages.MissingGradientError(messages.missing_gradients(
                 self.rank, missing, self.param_names, self.find_unused_parameters))
 
@@ -380,6 +383,8 @@ class Reducer:
         for index, view in zip(bucket.variable_indices, bucket.views):
             if (self.static_graph or self.find_unused_parameters) and self.global_unused(index):
                 continue  # unused on every rank: keep .grad untouched
+            if self.optim_in_backward:  # the hook has stepped (optimizer_in_backward.py; not reached on CPU)
+                continue
             p = self.params[index]
             if p.grad is None:
                 p.grad = view if self.gradient_as_bucket_view \
