@@ -7,11 +7,12 @@ rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, rev
 then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
 rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
 (prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``. Communication hooks
-(``register_comm_hook``): ``ddpsim.minddp.comm_hook``.
+(``register_comm_hook``): ``ddpsim.minddp.comm_hook``. The methods called after construction
+(``_set_static_graph``, ``_register_builtin_comm_hook``, ``_get_ddp_logging_data``, ...):
+``ddpsim.minddp.ddp_methods``.
 """
 from __future__ import annotations
 
-import warnings
 from contextlib import contextmanager
 
 import torch
@@ -22,7 +23,9 @@ from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
 from ddpsim.minddp.autograd import DDPSink, find_tensors
-from ddpsim.minddp import comm_hook, devices, messages, optimizer_in_backward
+from ddpsim.minddp import comm_hook, devices, optimizer_in_backward
+from ddpsim.minddp.ddp_methods import DDPMethods
+from ddpsim.minddp.logging_data import Logger
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
@@ -32,7 +35,7 @@ from ddpsim.minddp.construction import (BROADCAST_BUCKET_BYTES, buffer_sync_flag
 from ddpsim.minddp.delayed import ALL_DELAYED_FORWARD, DelayedAllReduceDDP, delay_broadcast_bytes
 from ddpsim.minddp.verify import verify_params_across_processes
 
-class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
+class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMethods):
     """Drop-in for the part of torch DDP that training code uses.
 
     ``bucket_order`` (ddpsim only, **not in torch**): which parameters share a bucket
@@ -83,7 +86,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
         devices.place(self, self.module_parameters, device_ids, output_device, dim)  # Note [One device per DDP]
         self.module = module
         self.find_unused_parameters = find_unused_parameters
-        self.static_graph = static_graph
+        self.static_graph = False  # _set_static_graph sets it, at the end
         self.forward_sync_buffers, init_sync_buffers = buffer_sync_flags(broadcast_buffers, forward_sync_buffers)
         devices.warn_check_reduction(check_reduction)
         self.recorder = recorder
@@ -109,11 +112,13 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
             self.sync_module_states(init_sync_buffers)
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         self.batched_grad_copy = batched_grad_copy
-        self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder)
+        self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder, static_graph)
+        self.logger = Logger(self.reducer)  # minddp/logging_data.py
+        self.logger.set_construction_data_and_log(self, static_graph)
         if mixed_precision is not None:
             setup_mixed_precision(self, params)
         if static_graph:
-            self.set_static_graph()
+            self._set_static_graph()  # the methods called after construction: minddp/ddp_methods.py
         self.lazy_init_ran = False  # _lazy_init: minddp/optimizer_in_backward.py
 
     @property
@@ -132,7 +137,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
         if tensors:
             torchcompat.broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
 
-    def ddp_init_helper(self, params, names, gradient_as_bucket_view, recorder):
+    def ddp_init_helper(self, params, names, gradient_as_bucket_view, recorder, static_graph=False):
         """Mirrors ``_ddp_init_helper``.
 
         Note [One bucket in iteration 0]: parameter definition order is not the
@@ -148,7 +153,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
             self.reducer = self.fixed_order_reducer(params, names, gradient_as_bucket_view, recorder)
             return
         limits, limits_for_rebuilding = self.bucket_config.compute_bucket_size_limits(
-            self.static_graph, self.find_unused_parameters)
+            static_graph, self.find_unused_parameters)
         indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
         self.reducer = self.new_reducer(params, indices[::-1], per_bucket_limits[::-1], names,
                                         gradient_as_bucket_view, recorder, limits_for_rebuilding)
@@ -159,12 +164,6 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
         return Reducer(params, indices, limits, self.process_group, caps.bucket_bytes_cap, self.find_unused_parameters,
                        gradient_as_bucket_view, names, caps.first_bucket_bytes_cap, recorder, limits_for_rebuilding,
                        self.batched_grad_copy, self.skip_all_reduce_unused_params)
-
-    def set_static_graph(self):
-        """Mirrors ``_set_static_graph`` as the constructor calls it (``Reducer::set_static_graph``)."""
-        self.reducer.static_graph = True
-        if self.find_unused_parameters:
-            warnings.warn(messages.STATIC_GRAPH_FINDS_UNUSED, stacklevel=2)
 
     def fixed_order_reducer(self, params, names, gradient_as_bucket_view, recorder):
         """ddpsim only (``bucket_order``, not in torch): a Reducer whose layout is fixed.
@@ -193,6 +192,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
         (``torch.distributed.algorithms.ddp_comm_hooks``) run unchanged. See ddpsim/minddp/comm_hook.py.
         """
         comm_hook.check_comm_hook(hook)
+        self.logger.set_comm_hook(getattr(hook, "__qualname__", type(hook).__qualname__))
         comm_hook.register_comm_hook(self.reducer, state, hook)
 
     def _register_fused_optim(self, optim, *args, optim_params=None, **kwargs):
@@ -225,6 +225,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP):
             optimizer_in_backward.lazy_init(self)
         syncing = torch.is_grad_enabled() and self.require_backward_grad_sync
         if syncing:
+            self.logger.set_runtime_stats_and_log()
             self.reducer.prepare_for_forward()
         work = Join.notify_join_context(self)  # an allreduce of ones, inside ``with model.join()`` only
         if work:

@@ -31,6 +31,7 @@ class _DDPJoinHook(JoinHook):
     """Mirrors ``_DDPJoinHook``: what a joined rank does for each iteration the others still run."""
 
     def __init__(self, ddp, divide_by_initial_world_size):
+        ddp.logger.set_uneven_input_join()  # the logging data's join_uneven_inputs
         self.ddp = ddp
         self.ddp.divide_by_initial_world_size = divide_by_initial_world_size
         super().__init__()

@@ -59,7 +59,7 @@ class Reducer:
         self.first_autograd_hook_called = self.has_marked_unused_parameters = False
         self.has_rebuilt_bucket = False
         self.num_iterations = self.num_bwd_calls = 0
-        self.next_bucket = 0
+        self.next_bucket = self.num_buckets_reduced = 0  # num_buckets_reduced_: the logger reads it
         self.unused_parameters, self.ready_params = [], set()
         self.rebuilt_param_indices, self.grad_ready_order_indices = [], []
         self.hooks_triggered = [0] * len(self.params)  # numGradHooksTriggeredMap_
@@ -103,6 +103,13 @@ class Reducer:
             it = self.recorder.iteration
             start = it["iteration"] if it else self.num_iterations
             self.recorder.set_layout(start, kind, [b.describe() for b in self.buckets])
+
+    def set_static_graph(self):
+        """Mirrors ``Reducer::set_static_graph`` (DDP's ``_set_static_graph``: minddp/ddp_methods.py)."""
+        if self.num_iterations != 0:
+            raise RuntimeError("set_static_graph() should be called before training loop starts "
+                               "and after DistributedDataParallel is constructed.")
+        self.static_graph = True
 
     # -- 1. forward begins ----------------------------------------------------------
     def prepare_for_forward(self):
@@ -165,7 +172,7 @@ class Reducer:
         """Mirrors ``Reducer::prepare_for_backward`` (+ ``reset_bucket_counting``)."""
         self.expect_autograd_hooks = True
         self.grad_ready_order_indices = []
-        self.next_bucket = 0
+        self.next_bucket = self.num_buckets_reduced = 0
         for bucket in self.buckets:
             bucket.pending = len(bucket.variable_indices)
         if self.static_graph:
@@ -313,6 +320,7 @@ class Reducer:
                 unused_buckets.record_skipped(self, bucket)
             else:
                 self.all_reduce_bucket(bucket)
+                self.num_buckets_reduced += 1
             self.next_bucket += 1
 
     def all_reduce_bucket(self, bucket):

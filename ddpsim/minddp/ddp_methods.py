@@ -1,0 +1,64 @@
+"""The methods of torch's ``DistributedDataParallel`` that training code calls after construction
+(distributed.py, torch 2.13): ``_set_static_graph``, ``_register_builtin_comm_hook``,
+``_remove_autograd_hooks``, ``_check_reducer_finalized`` and ``_get_ddp_logging_data``. They start
+with an underscore in torch, yet user code calls them (``ddp._set_static_graph()`` with activation
+checkpointing, for one), so minddp's DDP has them under the same names.
+
+Measured on torch 2.13 (2 and 3 gloo ranks; tests/test_minddp_ddp_methods.py):
+
+- ``_set_static_graph()`` before the first synced forward trains exactly like ``static_graph=True``
+  in the constructor (the first iteration's ``delay_all_reduce`` included), even with the buckets
+  that find_unused_parameters built; with find_unused_parameters it warns as the constructor does.
+  A second call only warns (UserWarning "You've set static_graph to be True, no need to set it
+  again."). After a synced forward it raises the reducer's RuntimeError, but only after setting
+  ``ddp.static_graph = True``: the DDP then thinks the graph is static and the reducer does not.
+  torch's next backward fails there (by distributed.py, its sink queues ``delay_all_reduce`` for a
+  reducer that is not static); minddp does not mirror that failure and trains on.
+- ``_remove_autograd_hooks()``: the reducer's hooks leave the parameters, so the next backward
+  leaves each rank's own gradients, with no allreduce and no error (with static_graph too: its
+  first-iteration ``delay_all_reduce`` still runs, but no parameter counts as used, so no
+  ``.grad`` is written). Calling it again does nothing.
+- ``_check_reducer_finalized()``: ``ensure_prior_reduction_finished``: nothing after a complete
+  backward (or before any), the missing-gradients error when a parameter got no gradient.
+"""
+from __future__ import annotations
+
+import warnings
+
+from ddpsim.minddp import builtin_hooks, messages
+
+AGAIN = "You've set static_graph to be True, no need to set it again."  # distributed.py, a UserWarning
+
+
+class DDPMethods:
+    """Mixed into ``ddpsim.minddp.DistributedDataParallel`` (ddp.py)."""
+
+    def _set_static_graph(self):
+        """Mirrors ``_set_static_graph``: the constructor calls it for ``static_graph=True``."""
+        if self.static_graph:
+            warnings.warn(AGAIN, stacklevel=2)
+            return
+        self.static_graph = True  # before the reducer's check, as in torch
+        self.reducer.delay_all_reduce_queued = False  # _static_graph_delay_allreduce_enqueued
+        self.reducer.set_static_graph()
+        self.logger.set_static_graph()
+        if self.find_unused_parameters:
+            warnings.warn(messages.STATIC_GRAPH_FINDS_UNUSED, stacklevel=2)
+
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        """Mirrors ``_register_builtin_comm_hook``: torch's C++ ALLREDUCE or FP16_COMPRESS hook
+        (Note [Builtin hooks are the Python hooks in C++] in minddp/builtin_hooks.py)."""
+        self.logger.set_comm_hook(str(comm_hook_type))
+        builtin_hooks.register_builtin_comm_hook(self.reducer, comm_hook_type)
+
+    def _remove_autograd_hooks(self):
+        """Mirrors ``_remove_autograd_hooks`` (``Reducer::remove_autograd_hooks``)."""
+        self.reducer.remove_autograd_hooks()
+
+    def _check_reducer_finalized(self):
+        """Mirrors ``_check_reducer_finalized`` (``Reducer::check_finalized``)."""
+        self.reducer.ensure_prior_reduction_finished()
+
+    def _get_ddp_logging_data(self):
+        """Mirrors ``_get_ddp_logging_data`` (Note [What the logging data holds] in minddp/logging_data.py)."""
+        return self.logger.get_ddp_logging_data()

@@ -1,0 +1,132 @@
+"""DDP's logging data in the readable DDP: ``c10d::Logger`` (torch/csrc/distributed/c10d/logger.cpp,
+torch 2.13), what ``DistributedDataParallel._get_ddp_logging_data()`` returns.
+
+Note [What the logging data holds]: torch's logger keeps two maps, strings and integers, filled at
+three moments: at construction (the options, the parameters, the construction buckets, some
+environment variables), when a hook is registered (``comm_hook``) or static_graph is set, and at the
+start of a synced forward in the sampled iterations (``set_runtime_stats_and_log``: the first ten,
+then every hundredth), which reports the *previous* iteration: its index, its buckets reduced, its
+unused parameters, its gradient-ready order, and the rebuilt buckets once they exist. A rebuild
+happens in that same ``_pre_forward``, after the logger ran, so the rebuilt layout shows up one
+forward later. ``_get_ddp_logging_data()`` returns ``{**strings, **integers}``.
+
+minddp fills the keys it knows exactly, with torch's formats (lists as ``"160, 32"``, a rebuilt
+bucket's parameter indices as ``"5 4 3, 2 1 0"``, booleans as 0/1). Left out: the timing keys
+(``*_time``, ``avg_*``: they measure this process, not torch), ``gloo_num_threads`` (read from the
+gloo backend through a private API) and ``has_error``/``error`` (torch records there the message of
+every reducer check that fails; minddp's messages are worded differently: minddp/messages.py).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+SAMPLE_RATE = 100  # kDDPRuntimeLoggingSampleRate (reducer.hpp)
+# ``caffe2::TypeMeta::name()`` of the dtypes DDP takes, as the ``dtypes`` key spells them
+DTYPE_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+               torch.bfloat16: "c10::BFloat16", torch.complex64: "c10::complex<float>",
+               torch.complex128: "c10::complex<double>"}
+ENV = {"master_port": "MASTER_PORT", "master_addr": "MASTER_ADDR",
+       "torch_distributed_debug": "TORCH_DISTRIBUTED_DEBUG", "cuda_visible_devices": "CUDA_VISIBLE_DEVICES"}
+GLOO_ENV = {"gloo_socket_ifname": "GLOO_SOCKET_IFNAME", "gloo_device_transport": "GLOO_DEVICE_TRANSPORT"}
+NCCL_ENV = {"nccl_socket_ifname": "NCCL_SOCKET_IFNAME", "nccl_debug": "NCCL_DEBUG",
+            "nccl_nthreads": "NCCL_NTHREADS", "nccl_ib_timeout": "NCCL_IB_TIMEOUT"}
+NCCL_ENV_PAIRS = {"nccl_blocking_wait": ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"),
+                  "nccl_async_error_handling": ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")}
+
+
+def join(values, sep=", ") -> str:
+    """``c10::Join``."""
+    return sep.join(str(v) for v in values)
+
+
+def env(*names) -> str:
+    """``getCvarString(names, "N/A")``: the first variable set, else "N/A"."""
+    return next((os.environ[n] for n in names if n in os.environ), "N/A")
+
+
+class Logger:
+    """Mirrors ``c10d::Logger`` (Note [What the logging data holds])."""
+
+    def __init__(self, reducer):
+        self.reducer = reducer
+        self.strs, self.ints = {}, {}
+        self.stats_recorded = 0  # num_iterations_stats_recorded_
+
+    def set_construction_data_and_log(self, ddp, static_graph: bool) -> None:
+        """Mirrors ``Logger::set_construction_data_and_log``, as ``_ddp_init_helper`` calls it."""
+        if static_graph:
+            self.set_static_graph()
+        r = self.reducer
+        self.strs["module_name"] = type(ddp.module).__name__
+        self.ints.update(world_size=r.world_size, rank=r.rank, iteration=0,
+                         is_multi_device_module=int(ddp.is_multi_device_module))
+        self.set_parameter_stats()
+        self.strs["bucket_sizes"] = join(self.bucket_sizes())
+        self.set_env_variables(dist.get_backend(r.process_group))
+        self.strs["device_ids"] = join(ddp.device_ids or [])
+        self.ints.update(output_device=-1 if ddp.output_device is None else ddp.output_device,
+                         broadcast_buffers=int(ddp.forward_sync_buffers),
+                         has_sync_bn=int(any(isinstance(m, torch.nn.SyncBatchNorm) for m in ddp.module.modules())),
+                         bucket_cap_bytes=r.bucket_bytes_cap, find_unused_parameters=int(r.find_unused_parameters),
+                         gradient_as_bucket_view=int(r.gradient_as_bucket_view))
+        self.strs["backend_name"] = dist.get_backend(r.process_group)
+
+    def set_env_variables(self, backend: str) -> None:
+        """Mirrors ``Logger::set_env_variables`` (less gloo_num_threads: Note [What the logging data holds])."""
+        names = dict(ENV, **(GLOO_ENV if backend == "gloo" else NCCL_ENV if backend == "nccl" else {}))
+        self.strs.update({key: env(name) for key, name in names.items()})
+        if backend == "nccl":
+            self.strs.update({key: env(*pair) for key, pair in NCCL_ENV_PAIRS.items()})
+
+    def set_parameter_stats(self) -> None:
+        """Mirrors ``Logger::set_parameter_stats``: count, bytes, and the sorted set of dtypes."""
+        params = self.reducer.params
+        self.ints["num_parameter_tensors"] = len(params)
+        self.ints["total_parameter_size_bytes"] = sum(p.numel() * p.element_size() for p in params)
+        self.strs["dtypes"] = join(sorted({DTYPE_NAMES.get(p.dtype, str(p.dtype)) for p in params}))
+
+    def bucket_sizes(self) -> list[int]:
+        """Mirrors ``Logger::get_bucket_sizes``: each bucket's bytes, in bucket order."""
+        params = self.reducer.params
+        return [sum(params[i].numel() * params[i].element_size() for i in b.variable_indices)
+                for b in self.reducer.buckets]
+
+    def set_comm_hook(self, name: str) -> None:
+        """Mirrors ``Logger::set_comm_hook``: set before the registration, kept if it fails."""
+        self.strs["comm_hook"] = name
+
+    def set_uneven_input_join(self) -> None:
+        """Mirrors ``Logger::set_uneven_input_join`` (``_DDPJoinHook.__init__``)."""
+        self.ints["join_uneven_inputs"] = 1
+
+    def set_static_graph(self) -> None:
+        """Mirrors ``Logger::set_static_graph``: the reducer's flag, as it is now."""
+        self.ints["static_graph"] = int(self.reducer.static_graph)
+
+    def set_runtime_stats_and_log(self) -> None:
+        """Mirrors ``Logger::set_runtime_stats_and_log`` less its timers: the previous iteration,
+        in the sampled iterations (``Reducer::should_collect_runtime_stats``)."""
+        r = self.reducer
+        if not (r.num_iterations > 0 and (r.num_iterations <= 10 or r.num_iterations % SAMPLE_RATE == 0)):
+            return
+        self.stats_recorded += 1
+        self.ints.update(iteration=r.num_iterations, num_buckets_reduced=r.num_buckets_reduced,
+                         unused_parameter_size=sum(r.params[i].numel() * r.params[i].element_size()
+                                                   for i in r.unused_parameters))
+        self.ints.setdefault("has_rebuilt_buckets", 0)  # std::map's operator[] adds the key
+        if self.ints["has_rebuilt_buckets"] != int(r.has_rebuilt_bucket):  # set once, after the rebuild
+            self.ints["has_rebuilt_buckets"] = int(r.has_rebuilt_bucket)
+            if r.has_rebuilt_bucket:
+                self.strs["rebuilt_bucket_sizes"] = join(self.bucket_sizes())
+                self.strs["rebuilt_per_bucket_param_indices"] = join(
+                    join(b.variable_indices, " ") for b in r.buckets)
+        if r.grad_ready_order_indices:
+            self.strs["prev_iteration_grad_ready_order_indices"] = join(r.grad_ready_order_indices)
+
+    def get_ddp_logging_data(self) -> dict:
+        """``DistributedDataParallel._get_ddp_logging_data``: ``{**strs_map, **ints_map}``, each
+        map in key order (std::map)."""
+        return {**dict(sorted(self.strs.items())), **dict(sorted(self.ints.items()))}
