@@ -522,3 +522,33 @@ def is_ddp_ignored(param) -> bool:
     """Whether ``param`` carries ``_ddp_ignored`` (set by FSDP/composable APIs; DDP's
     ``_get_data_parallel_params`` leaves such parameters out; 2.13)."""
     return hasattr(param, "_ddp_ignored")
+
+
+# ----------------------------------------------------------------------------- DDP's private methods
+# torch's DDP methods that training code calls by their private names; minddp's DDP has the same names
+# (ddpsim/minddp/ddp_methods.py, optimizer_in_backward.py), so these take either. Run on 2.13 only.
+
+
+def register_builtin_comm_hook(ddp, kind: str) -> None:
+    """``ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.<kind>)``: "ALLREDUCE" or "FP16_COMPRESS"."""
+    ddp._register_builtin_comm_hook(getattr(torch.distributed.BuiltinCommHookType, kind))
+
+
+def set_static_graph(ddp) -> None:
+    """``ddp._set_static_graph()``: static_graph after construction, before the first synced forward."""
+    ddp._set_static_graph()
+
+
+def remove_autograd_hooks(ddp) -> None:
+    """``ddp._remove_autograd_hooks()``: the reducer's gradient hooks, removed."""
+    ddp._remove_autograd_hooks()
+
+
+def check_reducer_finalized(ddp) -> None:
+    """``ddp._check_reducer_finalized()``: raises where the last backward left a reduction unfinished."""
+    ddp._check_reducer_finalized()
+
+
+def register_fused_optim(ddp, optim, *args, optim_params=None, **kwargs) -> None:
+    """``ddp._register_fused_optim(optim, *args, optim_params=..., **kwargs)``: the optimizer in the backward."""
+    ddp._register_fused_optim(optim, *args, optim_params=optim_params, **kwargs)

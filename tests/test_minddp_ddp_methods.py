@@ -6,10 +6,10 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from ddpsim import torchcompat
 from distutil import run_ranks
 
 IMPLS = ("torch", "minddp")
@@ -72,10 +72,15 @@ def _steps(rank, ddp, n, first=0, lr=0.1):
     return out
 
 
+def _call(method, ddp):
+    """``_outcome`` of one of torchcompat's calls of a private DDP method, on ``ddp`` (torch's or minddp's)."""
+    return _outcome(lambda: method(ddp))
+
+
 def _register(kind):
     """Register a hook by name: a builtin type or torch's Python hook of ``default_hooks``."""
     if kind in BUILTIN:
-        return lambda d: d._register_builtin_comm_hook(getattr(dist.BuiltinCommHookType, kind))
+        return lambda d: torchcompat.register_builtin_comm_hook(d, kind)
     return lambda d: d.register_comm_hook(None, getattr(default_hooks, kind))
 
 
@@ -88,7 +93,7 @@ def _hooks(rank, impl):
             ddp = _ddp(impl, Branches())
             _register(first)(ddp)
             twice[first, second] = _outcome(lambda: _register(second)(ddp)), \
-                ddp._get_ddp_logging_data()["comm_hook"]
+                torchcompat.ddp_logging_data(ddp)["comm_hook"]
     ddp = _ddp(impl, Branches())
     late = _steps(rank, ddp, 1) + [_outcome(lambda: _register("FP16_COMPRESS")(ddp))] + _steps(rank, ddp, 2, 1)
     return grads, twice, late
@@ -105,16 +110,16 @@ def _static_graph(rank, impl):
     out = {}
     for find_unused in (False, True):
         ddp = _ddp(impl, Branches(use_c=False), find_unused_parameters=find_unused)
-        out["set", find_unused] = [_outcome(ddp._set_static_graph), _outcome(ddp._set_static_graph)]
+        out["set", find_unused] = [_call(torchcompat.set_static_graph, ddp), _call(torchcompat.set_static_graph, ddp)]
         out["steps", find_unused] = _steps(rank, ddp, 3)
         out["constructor", find_unused] = _steps(rank, _ddp(impl, Branches(use_c=False), static_graph=True,
                                                             find_unused_parameters=find_unused), 3)
         ddp = _ddp(impl, Branches(), find_unused_parameters=find_unused)
-        out["late", find_unused] = _steps(rank, ddp, 2) + [_outcome(ddp._set_static_graph), ddp.static_graph]
+        out["late", find_unused] = _steps(rank, ddp, 2) + [_call(torchcompat.set_static_graph, ddp), ddp.static_graph]
     ddp = _ddp(impl, Branches())
     with torch.no_grad():
         ddp(torch.ones(1, 4))
-    out["after a no_grad forward"] = _outcome(ddp._set_static_graph)
+    out["after a no_grad forward"] = _call(torchcompat.set_static_graph, ddp)
     return out
 
 
@@ -124,10 +129,10 @@ def _removed_hooks(rank, impl):
                           "static_graph": dict(static_graph=True)}.items():
         model = Branches(use_c=not options)
         ddp = _ddp(impl, model, **options)
-        out[name] = [_outcome(ddp._remove_autograd_hooks), _outcome(ddp._remove_autograd_hooks)] + \
-            _steps(rank, ddp, 3) + [_outcome(ddp._check_reducer_finalized)]
+        out[name] = [_call(torchcompat.remove_autograd_hooks, ddp), _call(torchcompat.remove_autograd_hooks, ddp)] + \
+            _steps(rank, ddp, 3) + [_call(torchcompat.check_reducer_finalized, ddp)]
         ddp = _ddp(impl, Branches(use_c=not options), **options)
-        out[name, "after a step"] = _steps(rank, ddp, 1) + [_outcome(ddp._remove_autograd_hooks)] + _steps(rank, ddp, 2, 1)
+        out[name, "after a step"] = _steps(rank, ddp, 1) + [_call(torchcompat.remove_autograd_hooks, ddp)] + _steps(rank, ddp, 2, 1)
     out["local"] = _steps(rank, _Local(Branches()), 3)
     out["local, c unused"] = _steps(rank, _Local(Branches(use_c=False)), 3)
     return out
@@ -146,14 +151,14 @@ class _Local(nn.Module):
 
 def _finalized(rank, impl):
     ddp = _ddp(impl, Branches())
-    out = [_outcome(ddp._check_reducer_finalized)]
+    out = [_call(torchcompat.check_reducer_finalized, ddp)]
     ddp(torch.ones(2, 4)).sum().backward()
-    out.append(_outcome(ddp._check_reducer_finalized))
+    out.append(_call(torchcompat.check_reducer_finalized, ddp))
     ddp(torch.ones(2, 4))
-    out.append(_outcome(ddp._check_reducer_finalized))
+    out.append(_call(torchcompat.check_reducer_finalized, ddp))
     ddp = _ddp(impl, Branches(use_c=False))
     ddp(torch.ones(2, 4)).sum().backward()
-    out += [_outcome(ddp._check_reducer_finalized), _outcome(ddp._check_reducer_finalized)]
+    out += [_call(torchcompat.check_reducer_finalized, ddp), _call(torchcompat.check_reducer_finalized, ddp)]
     return out
 
 
@@ -161,20 +166,20 @@ def _logging(rank, impl):
     out = {}
     for name, options in LOGGING_OPTIONS.items():
         ddp = _ddp(impl, Branches(), **options)
-        seen = [ddp._get_ddp_logging_data()]
+        seen = [torchcompat.ddp_logging_data(ddp)]
         for step in range(3):
             _steps(rank, ddp, 1, step)
-            seen.append(ddp._get_ddp_logging_data())
+            seen.append(torchcompat.ddp_logging_data(ddp))
         out[name] = seen
     ddp = _ddp(impl, Branches())
-    ddp._set_static_graph()
-    ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
+    torchcompat.set_static_graph(ddp)
+    torchcompat.register_builtin_comm_hook(ddp, "FP16_COMPRESS")
     _steps(rank, ddp, 2)
     with ddp.join():
         _steps(rank, ddp, 1, 2)
-    out["_set_static_graph, FP16_COMPRESS, join"] = [ddp._get_ddp_logging_data()]
+    out["_set_static_graph, FP16_COMPRESS, join"] = [torchcompat.ddp_logging_data(ddp)]
     mixed = nn.Sequential(nn.Linear(2, 2).double(), nn.Linear(2, 2).to(torch.bfloat16), nn.Linear(2, 2).half(), nn.Linear(2, 2))
-    out["four dtypes"] = [_ddp(impl, mixed)._get_ddp_logging_data()]
+    out["four dtypes"] = [torchcompat.ddp_logging_data(_ddp(impl, mixed))]
     return out
 
 

@@ -98,9 +98,9 @@ def _setup(impl, case):
         torchcompat.apply_optimizer_in_backward(opt_cls, chosen, kwargs)
     if how == "fused":
         params = chosen if case.get("subset") else None
-        errors["fused"] = _error(lambda: ddp._register_fused_optim(opt_cls, optim_params=params, **kwargs))
+        errors["fused"] = _error(lambda: torchcompat.register_fused_optim(ddp, opt_cls, optim_params=params, **kwargs))
         if case.get("twice"):
-            errors["fused twice"] = _error(lambda: ddp._register_fused_optim(opt_cls, **kwargs))
+            errors["fused twice"] = _error(lambda: torchcompat.register_fused_optim(ddp, opt_cls, **kwargs))
     if case.get("hook") == "after":
         errors["hook after"] = _error(lambda: ddp.register_comm_hook(None, allreduce_hook))
     plain = opt_cls(model.parameters(), **kwargs) if how == "plain" else None

@@ -130,7 +130,8 @@ def test_no_private_torch_use_outside_torchcompat():
     offenders = []
     for line in out:
         code = re.sub(r"``[^`]*``|`[^`]*`", "", line.split(":", 2)[2]).split("#")[0]
-        if not line.startswith(allowed) and re.search(pattern, code) and not _prose(code):
+        mirror = line.startswith("ddpsim/minddp/") and re.match(r"\s*def _", code)  # minddp's method, torch's name
+        if not line.startswith(allowed) and re.search(pattern, code) and not _prose(code) and not mirror:
             offenders.append(line)
     assert not offenders, "\n".join(offenders)
 
