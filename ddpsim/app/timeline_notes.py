@@ -3,7 +3,9 @@ iteration communicated at all, and what the GPU clock changed.
 """
 from __future__ import annotations
 
-from ddpsim.analysis import rank_overlaps
+import statistics
+
+from ddpsim.analysis import cycle_metrics, rank_overlaps, steady_cycles
 from ddpsim.trace import Trace
 
 MATERIAL = 0.01  # a lag under this share of the iteration is a pixel or two on the Timeline: not worth a warning
@@ -18,6 +20,55 @@ def import_notes(trace: Trace) -> str | None:
     files = ", ".join(trace.meta.get("imported_from") or []) or "a PyTorch profile"
     return (f"**Imported** from {files} with `ddpsim import`. What the import says about it:\n\n"
             + "\n".join(f"- {n}" for n in notes))
+
+
+STEADY_HOW = {"iteration_time_s": "median over", "exposed_comm_s": "median over",
+              "overlap_fraction": "HTA's overlap over"}
+
+
+def reference(trace: Trace, iteration: int, steady: dict | None) -> dict | None:
+    """The steady state to set ``iteration`` beside, like for like (None for a partial run).
+
+    Note [One micro-step beside its like]: under no_sync (a sync every n micro-steps) the steady state
+    (``steady``: ``steady_summary``) is per micro-step, a cycle's time and exposed communication over n,
+    as the What-if and Compare pages give them. One synced micro-step carries the whole cycle's allreduce,
+    so beside that average it always looked slow (sample 05: exposed 61.4 ms, "40.9 ms" over a steady
+    20.5 ms). Here a micro-step is set beside the median of the steady micro-steps of its own kind,
+    synced or not; ``per_step`` keeps the cycle's figures for the help text."""
+    if steady is None:
+        return None
+    chosen = steady_cycles(trace)
+    if all(len(c) == 1 for c in chosen):  # every step syncs: the steady state is per step already
+        return {**steady, "kind": "", "per_step": None}
+    synced = any(it.sync for it in trace.iteration_on_ranks(iteration))
+    same = [i for c in chosen for i in c if (i == c[-1]) == synced]
+    rows = [cycle_metrics(trace, [i]) for i in same]
+    return {"iteration_time_s": statistics.median(r["iteration_time_s"] for r in rows),
+            "exposed_comm_s": statistics.median(r["exposed_comm_s"] for r in rows) if synced else None,
+            "overlap_fraction": steady["overlap_fraction"] if synced else None,
+            "communicates": steady["communicates"] and synced,
+            "steady_iterations": same, "kind": "synced " if synced else "no_sync ",
+            "per_step": (len(chosen[-1]), steady)}
+
+
+def steady_help(ref: dict, key: str, fmt: str, scale: float) -> str:
+    """A Timeline metric's help: the steady state it is set beside, and under no_sync the per-micro-step figure."""
+    its = ref["steady_iterations"]
+    which = (f"{its[0]}..{its[-1]}" if its == list(range(its[0], its[-1] + 1)) and len(its) > 2
+             else ", ".join(map(str, its)))
+    text = (f"Steady state ({STEADY_HOW[key]} the {ref['kind']}iteration{'s' * (len(its) > 1)} {which}): "
+            f"{fmt.format(ref[key] * scale)}. Iteration 0 is expected to differ: one bucket, reduced after the "
+            "whole backward.")
+    if ref["per_step"] and key != "overlap_fraction":
+        n, steady = ref["per_step"]
+        text += (f" The run synced every {n} micro-steps: per micro-step (a cycle's time over {n}, as the What-if "
+                 f"and Compare pages give it) the steady state is {fmt.format(steady[key] * scale)}.")
+    return text
+
+
+def versus(ref: dict | None) -> str:
+    """What a Timeline delta is against: the steady state, or under no_sync the steady micro-steps of its kind."""
+    return f"vs steady {ref['kind']}micro-steps" if ref and ref["kind"] else "vs the steady state"
 
 
 def communicates(trace: Trace, iteration: int) -> bool:

@@ -5,6 +5,7 @@ from ddpsim.app import jobs, ui
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app.state import get_trace, open_partial, open_recording
 from ddpsim.app.whatif import POWERSGD_START  # PowerSGD from step 2, as the What-if page prices it
+from ddpsim.cli.headline import headline_lines  # the line `ddpsim record` prints: the same figures here
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
@@ -88,6 +89,8 @@ elif result and result[0] == "done":
     trace = get_trace(label, quiet=True)  # this session's, or found in the runs folder while the page was away
     if trace is not None:
         st.success(f"Done: '{label}' is now the open trace: see it on every page.")
+        st.markdown("  \n".join(headline_lines(trace, "**Recorded**, medians over the steady iterations "
+                                                       "(as `ddpsim record` prints them)")))
         last = max(it.iteration for it in trace.ranks[0].iterations)
         it = 1 if last >= 1 else 0
         ui.show_figure(f"rec:{label}:{id(trace)}:{it}", lambda: plot_timeline(trace, it),

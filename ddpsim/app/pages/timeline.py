@@ -25,28 +25,26 @@ with left:
 with right:
     ranks = st.multiselect("Ranks", all_ranks, default=all_ranks[:4], key=f"ddpsim_ranks:{label}")
 
-# The numbers: the chosen iteration alone, and the steady state (summarize) for reference.
-STEADY_HOW = {"iteration_time_s": "median over", "exposed_comm_s": "median over",
-              "overlap_fraction": "HTA's overlap over"}
+# The numbers: the chosen iteration alone, beside the steady state of its like (Note [One micro-step beside its like]).
 report = iteration_report(trace, iteration)
-talked = {"this": notes.communicates(trace, iteration), "steady": bool(steady and steady["communicates"])}
+ref = notes.reference(trace, iteration, steady)
+talked = {"this": notes.communicates(trace, iteration), "steady": bool(ref and ref["communicates"])}
 cols = st.columns(3)
 for col, key, name, fmt, scale in (
         (cols[0], "iteration_time_s", "Iteration time", "{:.1f} ms", 1e3),
         (cols[1], "exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3),
         (cols[2], "overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1)):
     value = report["metrics"][key] * scale if report["metrics"][key] is not None else None
-    base = steady[key] * scale if steady and (key != "overlap_fraction" or talked["steady"]) else None
+    base = ref[key] * scale if ref and ref[key] is not None and (key != "overlap_fraction" or talked["steady"]) else None
     if key == "overlap_fraction" and value is not None and not talked["this"]:  # 0% of nothing
         col.metric(f"{name}, iteration {iteration}", "none", help=notes.NO_OVERLAP)
         continue
     delta, zero = (None, False) if value is None or base is None else ui.delta_text(fmt, value - base)
     col.metric(
         f"{name}, iteration {iteration}", "no allreduce" if value is None else fmt.format(value), delta=delta,
-        delta_color="off", delta_arrow="off" if zero else "auto", delta_description="vs the steady state",
-        help=None if base is None else f"Steady state ({STEADY_HOW[key]} iterations "
-             f"{steady['steady_iterations'][0]}..{steady['steady_iterations'][-1]}): {fmt.format(base)}. "
-             "Iteration 0 is expected to differ: one bucket, reduced after the whole backward.")
+        delta_color="off", delta_arrow="off" if zero else "auto",
+        delta_description=notes.versus(ref),
+        help=None if base is None else notes.steady_help(ref, key, fmt, scale))
 
 if (gap := report["enqueue_gap"]):  # GPU traces: the CPU's time for each gradient beside the GPU's
     st.info(notes.gpu_clock_note(trace, gap, report["metrics"]["iteration_time_s"]))

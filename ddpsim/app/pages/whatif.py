@@ -51,6 +51,7 @@ cap = c1.select_slider("Bucket cap (MiB)", whatif.cap_options(base), value=now["
                        help="default = torch's 25 MiB with a 1 MiB first bucket.")
 if (listed := widgets.cap_list_note(base)):
     c1.caption(listed)
+buckets_here = c1.empty()  # filled once simulated: how many buckets this cap builds
 order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index(now["order"]), key=k + "order",
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
@@ -77,7 +78,7 @@ if base.kind == "trace":
     network = c3.selectbox("Network", nets, format_func=lambda n: widgets.network_label(n, node), key=k + "net")
 else:
     network = base.network
-    c3.markdown(f"**Network:** {widgets.network_label(network, base.gpu)}  \n**GPU:** {base.gpu}")
+    c3.markdown(widgets.gpu_model_nodes(base, world))
 algo = None
 if base.kind != "trace":  # a GPU model: NCCL_ALGO, among what NCCL runs at this size
     algos = widgets.nccl_algos(base, world)
@@ -122,6 +123,7 @@ except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
     st.stop()
 
+buckets_here.caption(widgets.bucket_note(out.sim, out.unchanged))
 for caution in out.cautions:
     st.warning(caution, icon=":material/warning:")
 ui.metric_row(out.summary, out.unchanged_summary, base_name="unchanged (simulated)")

@@ -1,0 +1,74 @@
+"""The user's path through the app (record, open, What-if), driven for real with AppTest on the
+bundled samples: what a new user read wrong there (tests/test_app_pages.py has the pages' basics).
+"""
+from streamlit.testing.v1 import AppTest
+
+from apputil import APP, with_uploads
+from ddpsim.samples import sample_path
+from ddpsim.trace import load_trace
+
+NO_SYNC = "05_convnet_torch_no_sync3"  # a sync every 3 micro-steps
+MLP = "01_mlp_torch_default"  # 12 MiB of gradients in 10 parameters: caps of 0.25 to 2 MiB build the same 4 buckets
+
+
+def on_page(sample: str, page: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["ddpsim_source"] = sample
+    at.run()
+    if page is not None:
+        at.switch_page(f"ddpsim/app/pages/{page}").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def widget(at: AppTest, kind: str, end: str):
+    return next(w for w in getattr(at, kind) if w.key and w.key.endswith(end))
+
+
+def test_a_synced_micro_step_is_set_beside_the_synced_ones():
+    """Under no_sync the steady state is per micro-step (a cycle over 3); the typical synced step carries the
+    whole cycle's allreduce and read "61.4 ms, up 40.9 ms vs the steady state" beside it."""
+    at = on_page(NO_SYNC)
+    m = {x.label: x for x in at.metric}
+    exposed = m["Exposed communication, iteration 5"]
+    assert exposed.value == "61.4 ms" and exposed.delta == "0.0 ms", exposed.delta
+    assert exposed.proto.delta_description == "vs steady synced micro-steps"
+    assert "per micro-step" in exposed.help and "20.5 ms" in exposed.help  # the What-if page's figure
+    at.select_slider[0].set_value(3).run()  # a no_sync micro-step, beside the no_sync ones
+    it = {x.label: x for x in at.metric}["Iteration time, iteration 3"]
+    assert it.delta == "13.5 ms" and it.proto.delta_description == "vs steady no_sync micro-steps"
+
+
+def test_a_gpu_model_says_when_its_ranks_fit_in_one_node():
+    """A v100-eth25 model at 8 ranks runs on one node's NVLink: the exposed communication fell from 8.1 to
+    0.2 ms while the page still said "Network: eth25"."""
+    at = on_page(MLP, "whatif.py")
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    widget(at, "select_slider", ":world").set_value(8).run()
+    said = " ".join(x.value for x in at.markdown)
+    assert "8 ranks fit in one node" in said and "(eth25) is not used" in said
+    widget(at, "select_slider", ":world").set_value(16).run()
+    said = " ".join(x.value for x in at.markdown)
+    assert "16 ranks on 2 nodes: NVLink inside each node, eth25: 25 GbE TCP between them" in said
+
+
+def test_the_bucket_cap_says_how_many_buckets_it_builds():
+    """Caps of 1 and 0.25 MiB build the same 4 buckets of the MLP: the slider moved and nothing changed."""
+    at = on_page(MLP, "whatif.py")
+    count = lambda: [c.value for c in at.caption if "in the steady iterations" in c.value]  # noqa: E731
+    assert count() == ["2 buckets in the steady iterations, as unchanged."]
+    for cap in (1.0, 0.25):
+        widget(at, "select_slider", ":cap").set_value(cap).run()
+        assert count() == ["4 buckets in the steady iterations (unchanged: 2)."]
+
+
+def test_a_finished_recording_shows_the_figures_record_prints():
+    """The command line prints the run's iteration time, exposed communication and overlap; the Record page
+    showed a figure and no number to hold the What-if page's replay against."""
+    trace = load_trace(sample_path(MLP))
+    at = with_uploads({"recorded: run": trace}, "record.py", "recorded: run")
+    at.session_state["ddpsim_rec_result"] = ("done", "recorded: run")
+    at.run()
+    assert not at.exception
+    said = " ".join(x.value for x in at.markdown)
+    assert "iteration 39.4 ms, exposed comm 12.0 ms, overlap 36%" in said, said[:300]
