@@ -1,6 +1,8 @@
 """The user's path through the app (record, open, What-if), driven for real with AppTest on the
 bundled samples: what a new user read wrong there (tests/test_app_pages.py has the pages' basics).
 """
+import re
+
 from streamlit.testing.v1 import AppTest
 
 from apputil import APP, with_uploads
@@ -72,3 +74,15 @@ def test_a_finished_recording_shows_the_figures_record_prints():
     assert not at.exception
     said = " ".join(x.value for x in at.markdown)
     assert "iteration 39.4 ms, exposed comm 12.0 ms, overlap 36%" in said, said[:300]
+
+
+def test_minutes_per_iteration_read_in_seconds():
+    """A CPU recording at 100,000 ranks: the page had said "547347.5 ms" and "+1924114.2%" (in ms whatever the size)."""
+    at = on_page(MLP, "whatif.py")
+    widget(at, "select_slider", ":world").set_value(100_000).run()
+    assert not at.exception, [e.message for e in at.exception]
+    iteration = next(m for m in at.metric if m.label == "Iteration time")
+    assert iteration.value.endswith(" s") and iteration.delta.endswith(" s"), (iteration.value, iteration.delta)
+    change = next(x.value for x in [*at.markdown, *at.caption, *at.success, *at.info]
+                  if "against the same configuration" in x.value)
+    assert re.search(r"\+\d{1,3}(,\d{3})+% against", change) and re.search(r"\(\d+\.\d ms → \d+\.\d s\)", change), change

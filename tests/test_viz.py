@@ -133,7 +133,7 @@ def test_assign_lanes_and_describe(trace):
     assert assign_lanes([(0, 5), (4, 8), (5, 9), (8, 10)]) == [0, 1, 0, 1]
     assert assign_lanes([]) == []
     assert describe_iteration(trace, 1) == (
-        "iteration 1: rebuilt layout, 3 buckets, first iteration after the rebuild")
+        "iteration 1: rebuilt layout, 3 buckets, the first allreduce on the rebuilt buckets")
     assert describe_iteration(trace, 3) == (
         "iteration 3: rebuilt layout, 3 buckets; reduces grads accumulated over 2 micro-steps")
 

@@ -13,7 +13,7 @@ from typing import Callable
 import streamlit as st
 from matplotlib.figure import Figure
 
-from ddpsim.app import learn
+from ddpsim.app import learn, units
 from ddpsim.analysis.period import ITERATION_TIME
 from ddpsim.errors import first_line
 from ddpsim.trace.export import to_chrome
@@ -136,8 +136,8 @@ def delta_text(fmt: str, d: float) -> tuple[str, bool]:
 def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> None:
     """Iteration time, exposed comm and overlap as st.metric, with deltas against ``base``."""
     cols = st.columns(3)
-    spec = (("iteration_time_s", "Iteration time", "{:.1f} ms", 1e3, "inverse"),
-            ("exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3, "inverse"),
+    spec = (("iteration_time_s", "Iteration time", *units.metric_unit(values["iteration_time_s"]), "inverse"),
+            ("exposed_comm_s", "Exposed communication", *units.metric_unit(values["iteration_time_s"]), "inverse"),
             ("overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1, "normal"))
     for col, (k, name, fmt, scale, color) in zip(cols, spec):
         if k == "overlap_fraction" and not values.get("communicates", True):

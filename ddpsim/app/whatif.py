@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
-from ddpsim.app import beyond, waiting
+from ddpsim.app import beyond, units, waiting
 from ddpsim.learn import hardware, hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
@@ -259,10 +259,10 @@ def describe_change(out: Outcome) -> str:
     """One sentence: the change in iteration time, with the run's noise band."""
     ch = out.change["iteration_time_s"] * 100
     if out.summary["iteration_time_s"] == out.unchanged_summary["iteration_time_s"]:
-        return (f"Iteration time {out.summary['iteration_time_s'] * 1e3:.1f} ms, the same as the configuration "
+        return (f"Iteration time {units.duration(out.summary['iteration_time_s'])}, the same as the configuration "
                 "unchanged, both simulated: move a control above to see what it changes.")
-    text = (f"Iteration time {ch:+.1f}% against the same configuration unchanged, both simulated "
-            f"({out.unchanged_summary['iteration_time_s'] * 1e3:.1f} → {out.summary['iteration_time_s'] * 1e3:.1f} ms).")
+    text = (f"Iteration time {units.change(ch / 100)} against the same configuration unchanged, both simulated "
+            f"({units.duration(out.unchanged_summary['iteration_time_s'])} → {units.duration(out.summary['iteration_time_s'])}).")
     if out.noise is None:
         why = ("a simulated run has none" if out.recorded_summary is None else
                f"the recorded run has {out.noise_iterations} steady synced iteration{'s' * (out.noise_iterations != 1)}")

@@ -24,7 +24,7 @@ def describe_iteration(trace: Trace, iteration: int) -> str:
     else:
         what = f"{layout.kind} layout, {n} bucket{'s' if n != 1 else ''}"
         if layout.from_iteration == iteration and iteration > 0:
-            what += ", first iteration after the rebuild"
+            what += ", the first allreduce on the rebuilt buckets"
     accumulated = 0  # no_sync micro-steps just before this synced one
     for x in sorted((x for x in rank.iterations if x.iteration < iteration),
                     key=lambda x: -x.iteration):

@@ -133,7 +133,7 @@ if (waits := whatif.describe_stragglers(out)):
 if (replay := whatif.describe_replay(out)):
     st.caption(replay)
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
-               lambda: plot_compare([("unchanged (SIMULATED)", out.unchanged), ("what-if (SIMULATED)", out.sim)]),
+               lambda: plot_compare([("unchanged", out.unchanged), ("what-if", out.sim)]),  # compare.py marks each SIMULATED
                "whatif_timeline", alt="The unchanged configuration and the what-if, both simulated, on one time axis")
 st.caption("The figure draws rank 0's most typical iteration of each run (closest to its medians), with that "
            "iteration's own time in its header; the figures above are medians over the steady iterations, and "

@@ -1,0 +1,24 @@
+"""Durations and changes as the dashboard writes them: milliseconds where an iteration takes less than
+ten seconds, seconds beyond (a CPU run simulated at 100,000 ranks takes minutes); a change in percent,
+with thousands separators where it is large."""
+from __future__ import annotations
+
+SECONDS_FROM = 10.0  # s: at and above this, a duration is written in seconds
+
+
+def duration(seconds: float, ms_digits: int = 1) -> str:
+    """``seconds`` as "28.5 ms" or, from ten seconds on, "547.3 s"."""
+    if abs(seconds) >= SECONDS_FROM:
+        return f"{seconds:,.1f} s"
+    return f"{seconds * 1e3:.{ms_digits}f} ms"
+
+
+def change(fraction: float) -> str:
+    """A relative change as "+3.2%", or "+1,924,114%" where it is a thousand percent or more."""
+    pct = fraction * 100
+    return f"{pct:+.1f}%" if abs(pct) < 1000 else f"{pct:+,.0f}%"
+
+
+def metric_unit(seconds: float) -> tuple[str, float]:
+    """(format, scale) for an ``st.metric`` of a duration: ms, or s from ten seconds on."""
+    return ("{:,.1f} s", 1.0) if abs(seconds) >= SECONDS_FROM else ("{:.1f} ms", 1e3)
