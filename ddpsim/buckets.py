@@ -140,6 +140,11 @@ class BucketCapacityConfig:
     per_bucket_bytes_caps: tuple[int, ...]  # bucket_cap_mb_list in bytes; (): none
     first_bucket_bytes_cap: int
 
+    @property
+    def bucket_cap_mb(self) -> int:
+        """Mirrors the ``bucket_cap_mb`` property: the cap in whole MiB (torch's "for backward compatibility")."""
+        return self.bucket_bytes_cap // MIB
+
     @classmethod
     def create(cls, bucket_cap_mb=None, bucket_cap_mb_list=None,
                first_bucket_cap_mb=None) -> "BucketCapacityConfig":

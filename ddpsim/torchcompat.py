@@ -519,8 +519,9 @@ def has_in_backward_optimizers(param) -> bool:
 
 
 def is_ddp_ignored(param) -> bool:
-    """Whether ``param`` carries ``_ddp_ignored`` (set by FSDP/composable APIs; DDP's
-    ``_get_data_parallel_params`` leaves such parameters out; 2.13)."""
+    """Whether ``param`` (or a buffer) carries ``_ddp_ignored``, which ``_set_params_and_buffers_to_ignore_for_model``
+    sets (and FSDP's composable APIs); DDP's ``_get_data_parallel_params`` and its mixed precision leave such
+    tensors alone (2.13; torch sets it only to True)."""
     return hasattr(param, "_ddp_ignored")
 
 

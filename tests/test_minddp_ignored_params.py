@@ -13,8 +13,10 @@ from distutil import run_ranks
 IMPLS = ("torch", "minddp")
 IGNORED = ["a.weight", "w", "own"]  # a submodule's parameter, a root parameter, a buffer
 DELAYED = ["b.weight", "b.bias"]  # the last layer: its gradients are accumulated before a.weight's hook fires
-PLAN = "nzan"
-ALL_DELAYED = [(True, False), (False, False), (True, True)]  # (a frozen Linear, a root parameter)  # per step: n = zero_grad(set_to_none=True), z = zero_grad(set_to_none=False), a = accumulate
+PLAN = "nzan"  # per step: n = zero_grad(set_to_none=True), z = zero_grad(set_to_none=False), a = accumulate
+ALL_DELAYED = [(True, False), (False, False), (True, True)]  # (a frozen Linear, a root parameter)
+CAPS = {"default": {}, "0.5 MiB": dict(bucket_cap_mb=0.5), "list": dict(bucket_cap_mb_list=[1.5, 2.5])}  # whole MiB
+# to the delayed broadcast: 25, 0 and 2 (torch's bucket_cap_mb property)
 
 
 class Net(nn.Module):
@@ -68,12 +70,12 @@ def _ignored(rank, impl):
     return out
 
 
-def _delayed(rank, impl):
+def _delayed(rank, impl, caps):
     """SGD steps after PLAN, the delayed allreduce read after a barrier (gloo's waits for earlier work)."""
     model = Net(rank)
     named = dict(model.named_parameters())
     ddp = _ddp(impl, model, delay_all_reduce_named_params=[(n, named[n]) for n in DELAYED],
-               param_to_hook_all_reduce=model.a.weight)
+               param_to_hook_all_reduce=model.a.weight, **CAPS[caps])
     opt, steps, init = torch.optim.SGD(model.parameters(), lr=0.1), [], _state(model)
     for i, zero in enumerate(PLAN):
         if zero != "a":
@@ -124,7 +126,7 @@ def _errors(rank, impl):
 def _every_case(rank, world):
     torch.set_num_threads(1)
     return {"ignored": {impl: _ignored(rank, impl) for impl in IMPLS + ("naive",)},
-            "delayed": {impl: _delayed(rank, impl) for impl in IMPLS},
+            "delayed": {caps: {impl: _delayed(rank, impl, caps) for impl in IMPLS} for caps in CAPS},
             "all_delayed": {(impl, *case): _all_delayed(rank, impl, *case)
                             for impl in IMPLS for case in ALL_DELAYED},
             "errors": {impl: _errors(rank, impl) for impl in IMPLS}}
@@ -161,8 +163,9 @@ def test_ignored_parameters_and_buffers_as_torch(ranks):
 
 
 @pytest.mark.slow
-def test_delayed_allreduce_as_torch(ranks):
-    r0, r1 = (r["delayed"] for r in ranks)
+@pytest.mark.parametrize("caps", list(CAPS))
+def test_delayed_allreduce_as_torch(ranks, caps):
+    r0, r1 = (r["delayed"][caps] for r in ranks)
     for r in (r0, r1):
         assert r["minddp"] == r["torch"]
         assert all(storages == 1 for _, storages in r["torch"]["steps"])  # .grad: views of one buffer

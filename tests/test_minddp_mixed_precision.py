@@ -24,7 +24,8 @@ CONFIGS = {
     "all None": (None, None, None),
 }
 OPTIONS = {"default": {}, "find_unused_parameters": dict(find_unused_parameters=True),
-           "gradient_as_bucket_view": dict(gradient_as_bucket_view=True)}
+           "gradient_as_bucket_view": dict(gradient_as_bucket_view=True),
+           "names ignored": dict(ignore=["bn.weight", "bn.running_mean"])}  # _set_params_and_buffers_to_ignore_for_model
 LOGGERS = {"torch": "torch.nn.parallel.distributed", "minddp": "ddpsim.minddp.mixed_precision"}
 
 
@@ -57,10 +58,18 @@ def _gloo_calls(fn):
 
 
 def _params(model):
-    return [(n, str(p.dtype), p.flatten().tolist(), str(p._mp_param.dtype), p._mp_param.untyped_storage().size(),
-             p._mp_param.requires_grad, p.data_ptr() == p._mp_param.data_ptr(), p.data_ptr() == p._fp_param.data_ptr(),
-             getattr(p, "_idx", None), None if p.grad is None else (str(p.grad.dtype), p.grad.flatten().tolist()))
+    return [(n, str(p.dtype), p.flatten().tolist(), *_twins(p), getattr(p, "_idx", None),
+             None if p.grad is None else (str(p.grad.dtype), p.grad.flatten().tolist()))
             for n, p in model.named_parameters()]
+
+
+def _twins(p):
+    """The low-precision twin's dtype, storage, requires_grad, and which of the twins ``p`` holds (None:
+    no twins, a parameter DDP ignores)."""
+    if not hasattr(p, "_mp_param"):
+        return (None,)
+    return (str(p._mp_param.dtype), p._mp_param.untyped_storage().size(), p._mp_param.requires_grad,
+            p.data_ptr() == p._mp_param.data_ptr(), p.data_ptr() == p._fp_param.data_ptr())
 
 
 def _buffers(model):
@@ -79,7 +88,9 @@ def _one_case(rank, impl, dtypes, options):
     handler.emit = lambda r: records.append((r.levelname, r.getMessage()))
     logging.getLogger(LOGGERS[impl]).addHandler(handler)
     try:
-        model = RootLinear(rank)
+        model, options = RootLinear(rank), dict(options)
+        if "ignore" in options:
+            torchcompat.set_ddp_params_and_buffers_to_ignore(model, options.pop("ignore"))
         ddp, built = _gloo_calls(lambda: cls(model, mixed_precision=torchcompat.mixed_precision_class()(*dtypes),
                                              **options))
     finally:
@@ -120,6 +131,7 @@ def test_minddp_stops_where_torch_stops(ranks, config, option):
             assert ours[key] == torch_out[key], f"rank {rank}, {key}"
 
 
+@pytest.mark.slow
 def test_what_torch_does_without_an_accelerator(ranks):
     """The figures of Note [Mixed precision stops at the first forward on CPU], on torch itself."""
     refused = "RuntimeError: cpu backend doesn't support events."
@@ -134,3 +146,7 @@ def test_what_torch_does_without_an_accelerator(ranks):
     assert root["bn.weight"][1] == "torch.float32" and root["bn.weight"][9][0] == "torch.float32"
     assert f16["register_comm_hook"] == ("RuntimeError: register_comm_hook or register_builtin_comm_hook "
                                          "can only be called once.")
+    ignored = ranks[0][("f16", "names ignored", "torch")]  # left in full precision, with no twin
+    params, buffers = {p[0]: p for p in ignored["constructed"][0]}, {n: d for n, d, _ in ignored["constructed"][1]}
+    assert params["bn.weight"][3] is None and params["weight"][3] == "torch.float16"
+    assert buffers["bn.running_mean"] == "torch.float32" and buffers["bn.running_var"] == "torch.float16"

@@ -19,7 +19,8 @@ HOOK = "allreduce_hook"
 # "in_backward": _apply_optimizer_in_backward before DDP, "in_backward_after": after DDP but before the
 # first forward, "fused": _register_fused_optim), "ddp" (options), "subset" (only the first layer's
 # parameters), "no_sync" (the first step under no_sync), "hook" (before or after the optimizer's setup),
-# "unused" (the model's third layer takes no part)
+# "unused" (the model's third layer takes no part), "ignored" (a.weight left to each rank by
+# _set_params_and_buffers_to_ignore_for_model, and the only parameter given the optimizer in the backward)
 CASES = {
     "plain sgd": dict(opt=SGD, how="plain"),
     "plain adam": dict(opt=ADAM, how="plain"),
@@ -27,6 +28,7 @@ CASES = {
     "in_backward adam": dict(opt=ADAM, how="in_backward"),
     "in_backward sgd, after DDP": dict(opt=SGD, how="in_backward_after"),
     "in_backward sgd, subset": dict(opt=SGD, how="in_backward", subset=True),
+    "in_backward sgd, an ignored parameter": dict(opt=SGD, how="in_backward", ignored=True),
     "in_backward sgd, find_unused_parameters": dict(opt=SGD, how="in_backward", unused=True,
                                                     ddp=dict(find_unused_parameters=True)),
     "in_backward sgd, gradient_as_bucket_view": dict(opt=SGD, how="in_backward",
@@ -89,6 +91,9 @@ def _setup(impl, case):
     model, errors = Net(case.get("unused", False)), {}
     (opt_cls, kwargs), how = case["opt"], case["how"]
     chosen = list(model.a.parameters()) if case.get("subset") else list(model.parameters())
+    if case.get("ignored"):
+        torchcompat.set_ddp_params_and_buffers_to_ignore(model, ["a.weight"])
+        chosen = [model.a.weight]
     if how == "in_backward":
         torchcompat.apply_optimizer_in_backward(opt_cls, chosen, kwargs)
     ddp = cls(model, **case.get("ddp", {}))

@@ -32,7 +32,7 @@ from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
 from ddpsim.minddp.reducer import Reducer
 from ddpsim.minddp.construction import (BROADCAST_BUCKET_BYTES, buffer_sync_flags, build_params_for_reducer,
                                         module_parameters, module_states, modules_buffers, parameters_to_ignore)
-from ddpsim.minddp.delayed import ALL_DELAYED_FORWARD, DelayedAllReduceDDP, delay_broadcast_bytes
+from ddpsim.minddp.delayed import ALL_DELAYED_FORWARD, DelayedAllReduceDDP
 from ddpsim.minddp.verify import verify_params_across_processes
 
 class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMethods):
@@ -101,7 +101,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         self.bucket_bytes_cap_list = list(self.bucket_config.per_bucket_bytes_caps)
         self.delay_grad_buffer, self.delay_grad_views, self.delay_all_reduce_all_params = None, [], False
         if self.delay_all_reduce_params and self.register_delay_all_reduce_hook(
-                delay_broadcast_bytes(bucket_cap_mb, bucket_cap_mb_list), param_to_hook_all_reduce):
+                self.bucket_config.bucket_cap_mb, param_to_hook_all_reduce, device_ids):
             return  # Note [All parameters delayed] in minddp/delayed.py
         params, names, sparse = build_params_for_reducer(module, self.parameters_to_ignore)
         if any(sparse):

@@ -38,23 +38,17 @@ from ddpsim import torchcompat
 ALL_DELAYED_FORWARD = "'DistributedDataParallel' object has no attribute '_lazy_init_ran'"
 
 
-def delay_broadcast_bytes(bucket_cap_mb, bucket_cap_mb_list):
-    """The bucket size torch passes to ``_broadcast_coalesced`` for the delayed parameters: the
-    cap in MiB (``_BucketCapacityConfig.bucket_cap_mb``: 25 by default, the list's largest entry),
-    taken as bytes. Only the number of broadcasts depends on it, not the values."""
-    if bucket_cap_mb_list:
-        return max(bucket_cap_mb_list)
-    return 25 if bucket_cap_mb is None else bucket_cap_mb
-
-
 class DelayedAllReduceDDP:
     """The delayed allreduce of ``ddpsim.minddp.DistributedDataParallel`` (Note [Delayed allreduce]).
     Expects ``process_group``, ``module``, ``parameters_to_ignore`` and ``delay_all_reduce_params``."""
 
-    def register_delay_all_reduce_hook(self, bucket_cap_mb, param_to_hook_all_reduce) -> bool:
-        """Mirrors ``_register_delay_all_reduce_hook`` (CPU: minddp has no ``device_ids``); returns
-        ``delay_all_reduce_all_params`` (Note [All parameters delayed])."""
-        self.delay_grad_buffer = torch.zeros(sum(p.numel() for p in self.delay_all_reduce_params), device="cpu")
+    def register_delay_all_reduce_hook(self, bucket_cap_mb: int, param_to_hook_all_reduce, device_ids) -> bool:
+        """Mirrors ``_register_delay_all_reduce_hook``; returns ``delay_all_reduce_all_params`` (Note [All
+        parameters delayed]). ``bucket_cap_mb``: torch passes the cap in whole MiB
+        (``_BucketCapacityConfig.bucket_cap_mb``) where ``_broadcast_coalesced`` takes bytes; only the number
+        of broadcasts depends on it. ``device_ids``: the constructor's argument, as torch reads it."""
+        device = torch.device("cpu") if device_ids is None else device_ids[0]
+        self.delay_grad_buffer = torch.zeros(sum(p.numel() for p in self.delay_all_reduce_params), device=device)
         detached = [p.detach() for p in self.delay_all_reduce_params]  # sent even with init_sync=False
         torchcompat.broadcast_coalesced(self.process_group, detached, bucket_cap_mb, 0)
         param_to_hook_all_reduce.register_hook(self.delayed_all_reduce_hook)

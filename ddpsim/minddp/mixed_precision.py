@@ -18,7 +18,11 @@ low-precision ever runs on CPU. minddp does the same steps with torch's own piec
 at the same point, with the same error (tests/test_minddp_mixed_precision.py). What follows the
 event in torch (each submodule waiting on its event, the low-precision backward, the hook's
 reduction in ``reduce_dtype`` and upcast) needs an accelerator and is not mirrored: where the
-event records, minddp raises ``NotImplementedError``.
+event records, minddp raises ``NotImplementedError``. Parameters and buffers DDP ignores (Note [Names DDP
+ignores] in minddp/construction.py) keep their full precision, as in torch.
+
+``_mp_param``, ``_fp_param`` and ``_idx`` are torch's own attribute names, set on the parameters under
+those names because torch's upcast hook (mixed_precision_hooks.py, run unchanged) reads them.
 """
 from __future__ import annotations
 
@@ -59,8 +63,11 @@ def setup_mixed_precision(ddp, params) -> None:
 
 
 def cast_buffers(config, root_module) -> None:
-    """Mirrors ``_cast_buffers``: every buffer to ``buffer_dtype`` (None keeps its dtype)."""
+    """Mirrors ``_cast_buffers``: every buffer to ``buffer_dtype`` (None keeps its dtype), but those DDP
+    ignores (Note [Names DDP ignores] in minddp/construction.py)."""
     for buf in root_module.buffers():
+        if torchcompat.is_ddp_ignored(buf):
+            continue
         buf.data = buf.to(dtype=config.buffer_dtype)
 
 
@@ -69,6 +76,8 @@ def setup_mixed_precision_params(config, root_module) -> None:
     ``param_dtype`` whose storage is freed at once (allocated again by each forward's copy), and
     ``_fp_param``, its full-precision data, to switch back to after the backward."""
     for param in root_module.parameters():
+        if torchcompat.is_ddp_ignored(param):  # left in full precision, as torch leaves it
+            continue
         if not hasattr(param, "_mp_param"):
             param._mp_param = torch.zeros_like(param, device=param.device, dtype=config.param_dtype,
                                                requires_grad=param.requires_grad)
@@ -84,6 +93,8 @@ def root_copy_hook(ddp, module, args, kwargs) -> None:
     with ddp.mp_stream:
         for submodule in ddp.module.modules():
             for param in submodule.parameters(recurse=False):
+                if torchcompat.is_ddp_ignored(param):
+                    continue
                 torchcompat.alloc_storage(param._mp_param, param.size())
                 with torch.no_grad():
                     param._mp_param.copy_(param.data)  # copy_ casts down

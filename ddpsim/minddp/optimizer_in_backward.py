@@ -83,8 +83,9 @@ def lazy_init(ddp) -> None:
 
 def setup_in_backward_optimizers(ddp) -> None:
     """Mirrors ``_setup_in_backward_optimizers`` (distributed.py, torch 2.13): Note [The optimizer
-    in the backward]. ``_module_parameters`` are all the module's parameters (minddp ignores none)."""
-    params = list(ddp.module.parameters())
+    in the backward]. Over ``_module_parameters``: the parameters DDP does not ignore (Note [Names DDP
+    ignores] in minddp/construction.py); an ignored one keeps its own optimizer hook."""
+    params = ddp.module_parameters
     if not any(torchcompat.has_in_backward_optimizers(p) for p in params):
         return
     for p in params:  # the AccumulateGrad hooks of _apply_optimizer_in_backward: DDP steps instead
