@@ -72,6 +72,15 @@ def _steps(rank, ddp, n, first=0, lr=0.1):
     return out
 
 
+def _failure(outcome):
+    """What failed, in torch's words for it (minddp words some of these errors its own way, with torch's inside)."""
+    kind, said = outcome
+    for words in ("Expected a proper Tensor but got None", "ready only once", "!unmarked_param_indices.empty()"):
+        if words in str(said):
+            return kind, words
+    return outcome
+
+
 def _call(method, ddp):
     """``_outcome`` of one of torchcompat's calls of a private DDP method, on ``ddp`` (torch's or minddp's)."""
     return _outcome(lambda: method(ddp))
@@ -115,7 +124,8 @@ def _static_graph(rank, impl):
         out["constructor", find_unused] = _steps(rank, _ddp(impl, Branches(use_c=False), static_graph=True,
                                                             find_unused_parameters=find_unused), 3)
         ddp = _ddp(impl, Branches(), find_unused_parameters=find_unused)
-        out["late", find_unused] = _steps(rank, ddp, 2) + [_call(torchcompat.set_static_graph, ddp), ddp.static_graph]
+        out["late", find_unused] = _steps(rank, ddp, 2) + [_call(torchcompat.set_static_graph, ddp), ddp.static_graph] \
+            + [_failure(done) for done, _ in _steps(rank, ddp, 3, 2)]
     ddp = _ddp(impl, Branches())
     with torch.no_grad():
         ddp(torch.ones(1, 4))
@@ -230,7 +240,11 @@ def test_set_static_graph_after_construction_is_the_constructors_static_graph(ra
             first, second = out["set", find_unused]
             assert first[0] == "ok" and len(first[1]) == int(find_unused) and second == ("ok", [again])
             assert out["steps", find_unused] == out["constructor", find_unused]
-            assert out["late", find_unused][2:] == [late, True]  # ddp.static_graph is True all the same
+            assert out["late", find_unused][2:4] == [late, True]  # ddp.static_graph is True all the same
+            # Note [A late _set_static_graph]: the next backward fails, and every forward after it
+            first = "ready only once" if find_unused else "Expected a proper Tensor but got None"
+            assert out["late", find_unused][4:] == [("RuntimeError", first)] + \
+                [("RuntimeError", "!unmarked_param_indices.empty()")] * 2
         assert out["after a no_grad forward"] == ("ok", [])
 
 

@@ -22,7 +22,7 @@ from torch import nn
 from ddpsim import buckets, torchcompat
 from ddpsim.buckets import REAL_ORDERS, BucketOrder
 from ddpsim.events import now_ns
-from ddpsim.minddp.autograd import DDPSink, find_tensors
+from ddpsim.minddp.autograd import DDPSink, find_tensors, queue_callback
 from ddpsim.minddp import comm_hook, devices, optimizer_in_backward
 from ddpsim.minddp.ddp_methods import DDPMethods
 from ddpsim.minddp.logging_data import Logger
@@ -278,7 +278,14 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         dynamic = self.find_unused_parameters and not self.static_graph
         if syncing:
             self.reducer.prepare_for_backward(find_tensors(output) if dynamic else [])
-        if dynamic or (self.static_graph and not self.reducer.delay_all_reduce_queued):
-            output = DDPSink.pass_through(output, self.reducer.on_sink_backward)
+        if dynamic or (self.static_graph and not self.static_graph_delay_allreduce_enqueued):
+            output = DDPSink.pass_through(output, self.sink_backward)
         self.clear_grad_buffer()  # Note [Delayed allreduce] in minddp/delayed.py
         return output
+
+    def sink_backward(self):
+        """Mirrors ``_DDPSink.backward``: static_graph's first backward queues the Reducer's ``delay_all_reduce``.
+        It reads the DDP's flags, not the Reducer's (Note [A late _set_static_graph] in minddp/ddp_methods.py)."""
+        if self.static_graph and not self.static_graph_delay_allreduce_enqueued:
+            queue_callback(self.reducer.delay_all_reduce)
+            self.static_graph_delay_allreduce_enqueued = True

@@ -10,10 +10,17 @@ Measured on torch 2.13 (2 and 3 gloo ranks; tests/test_minddp_ddp_methods.py):
   in the constructor (the first iteration's ``delay_all_reduce`` included), even with the buckets
   that find_unused_parameters built; with find_unused_parameters it warns as the constructor does.
   A second call only warns (UserWarning "You've set static_graph to be True, no need to set it
-  again."). After a synced forward it raises the reducer's RuntimeError, but only after setting
-  ``ddp.static_graph = True``: the DDP then thinks the graph is static and the reducer does not.
-  torch's next backward fails there (by distributed.py, its sink queues ``delay_all_reduce`` for a
-  reducer that is not static); minddp does not mirror that failure and trains on.
+  again."). After a synced forward it raises the reducer's RuntimeError: Note [A late _set_static_graph].
+
+Note [A late _set_static_graph]: ``_set_static_graph`` sets ``ddp.static_graph = True`` before the
+Reducer's check, which refuses once an iteration has run; the DDP then thinks the graph is static and the
+Reducer does not. The sink of the next forward reads the DDP's flag (``_DDPSink.backward``) and queues the
+Reducer's ``delay_all_reduce`` after a backward that reduced as usual. Without find_unused_parameters the
+Reducer never made its used-parameter map, and ``delay_all_reduce`` fails on it ("Expected a proper Tensor
+but got None ..."); with it, it marks every parameter ready a second time ("Expected to mark a variable
+ready only once"). Either way the finalize that was queued after it never runs, and every later forward
+fails torch's internal assert in ``ensure_prior_reduction_finished``. minddp does the same, error for
+error (measured on 2 gloo ranks).
 - ``_remove_autograd_hooks()``: the reducer's hooks leave the parameters, so the next backward
   leaves each rank's own gradients, with no allreduce and no error (with static_graph too: its
   first-iteration ``delay_all_reduce`` still runs, but no parameter counts as used, so no
@@ -39,7 +46,7 @@ class DDPMethods:
             warnings.warn(AGAIN, stacklevel=2)
             return
         self.static_graph = True  # before the reducer's check, as in torch
-        self.reducer.delay_all_reduce_queued = False  # _static_graph_delay_allreduce_enqueued
+        self.static_graph_delay_allreduce_enqueued = False
         self.reducer.set_static_graph()
         self.logger.set_static_graph()
         if self.find_unused_parameters:

@@ -51,6 +51,9 @@ GRAPH_CHANGED = ("Your training graph has changed in this iteration, e.g., one p
 UNDEFINED_BUT_USED = ("Encountered gradient which is undefined, but still allreduced by DDP reducer. This "
                       "indicates a bug in DDP implementation, please report a bug with a repro to PyTorch.")
 
+# ``all_reduce_local_used_map`` where the Reducer never made its map (Note [A late _set_static_graph] in
+# minddp/ddp_methods.py): torch's words for the undefined tensor it copies
+NO_LOCAL_USED_MAP = "Expected a proper Tensor but got None (or an undefined Tensor in C++) for argument #0 'self'"
 # ``ensure_prior_reduction_finished``'s TORCH_INTERNAL_ASSERT (reducer.cpp, torch 2.13): a backward marked every
 # parameter ready but was never finalized; torch's text names its build's file and line, minddp the function
 NO_UNMARKED_PARAMS = ("!unmarked_param_indices.empty() INTERNAL ASSERT FAILED at reducer.cpp "

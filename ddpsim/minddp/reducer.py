@@ -68,7 +68,7 @@ class Reducer:
         # local_used_map_dev_: the map as last allreduced (zeros before), what Join's shadow sends
         self.local_used_tensor = torch.zeros(len(self.params), dtype=torch.int32, device=self.params[0].device)
         self.local_used_work, self.local_used_map_reduced = None, False
-        self.delay_all_reduce_queued = False
+        self.has_local_used_map = find_unused_parameters  # initialize_local_used_map: here, or set_static_graph
         self.div_factor = None  # kUnsetDivFactor: set at the first gradient of each backward
         self.forward_pass_work, self.use_static_world_size = None, True  # Join's notice (join.py)
         self.comm_hook = None  # comm_hook_: a PythonCommHook once registered (minddp/comm_hook.py)
@@ -109,7 +109,7 @@ class Reducer:
         if self.num_iterations != 0:
             raise RuntimeError("set_static_graph() should be called before training loop starts "
                                "and after DistributedDataParallel is constructed.")
-        self.static_graph = True
+        self.static_graph = self.has_local_used_map = True
 
     # -- 1. forward begins ----------------------------------------------------------
     def prepare_for_forward(self):
@@ -204,12 +204,6 @@ class Reducer:
         return unused
 
     # -- 3. backward ----------------------------------------------------------------
-    def on_sink_backward(self):
-        """Mirrors ``_DDPSink.backward``: static_graph's first backward queues ``delay_all_reduce``."""
-        if self.static_graph and not self.delay_all_reduce_queued:
-            self.delay_all_reduce_queued = True
-            queue_callback(self.delay_all_reduce)
-
     def autograd_hook(self, index):
         """Mirrors ``Reducer::autograd_hook``: parameter ``index`` has its gradient. A hook with no
         gradient (a Function returning None for it, or an output the sink passes on undefined) marks
@@ -351,6 +345,8 @@ class Reducer:
         summed so ``finalize_backward`` can leave the ``.grad`` of a parameter that
         is unused on *every* rank untouched instead of writing zeros into it.
         """
+        if not self.has_local_used_map:  # no map: torch copies an undefined tensor (Note [A late _set_static_graph])
+            raise RuntimeError(messages.NO_LOCAL_USED_MAP)
         self.local_used_tensor = torch.tensor(self.local_used_map, dtype=torch.int32, device=self.params[0].device)
         launch = now_ns()
         work = dist.all_reduce(self.local_used_tensor, group=self.process_group, async_op=True)
