@@ -264,6 +264,11 @@ def ddp_takes(argument: str) -> bool:
 NEWER_DDP_ARGUMENTS = ("bucket_cap_mb_list", "skip_all_reduce_unused_params", "batched_grad_copy")  # torch 2.13 has them
 
 
+def ddp_lacks(options: dict) -> list[str]:
+    """The ``NEWER_DDP_ARGUMENTS`` given in ``options`` (not None, False or empty) that this torch's DDP does not take."""
+    return [n for n in NEWER_DDP_ARGUMENTS if options.get(n) not in (None, False, []) and not ddp_takes(n)]
+
+
 def torch_ddp(module, broadcast_buffers: bool = True, **options):
     """torch's ``DistributedDataParallel`` with ``broadcast_buffers`` as it meant up to 2.12: False
     means no buffer broadcast at all, neither at construction nor before each forward. 2.13
@@ -271,13 +276,14 @@ def torch_ddp(module, broadcast_buffers: bool = True, **options):
     construction, and keeps the old meaning for ``broadcast_buffers=False``; so ddpsim passes it
     only when False, with that warning silenced. Checked on 2.4 - 2.14. The arguments of
     ``NEWER_DDP_ARGUMENTS`` (torch 2.13's; which earlier release added each was not checked) are
-    passed only when given (not None or False), and refused in one line by a torch without them.
+    passed only when given (not None, False or empty), and refused in one line by a torch without them.
     """
     for name in NEWER_DDP_ARGUMENTS:
-        if options.get(name) in (None, False):
+        if options.get(name) in (None, False, []):
             options.pop(name, None)
-        elif not ddp_takes(name):
-            raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no {name} (torch 2.13 has it)")
+    if ddp_lacks(options):
+        raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no {ddp_lacks(options)[0]} "
+                        "(torch 2.13 has it)")
     if broadcast_buffers:
         return torch.nn.parallel.DistributedDataParallel(module, **options)
     with warnings.catch_warnings():
@@ -429,6 +435,11 @@ def to_kwargs(inputs, kwargs, device, use_side_stream: bool):
     inputs to ``device_ids[0]`` (read in 2.13, not run: no GPU here)."""
     from torch.distributed.utils import _to_kwargs
     return _to_kwargs(inputs, kwargs, device, use_side_stream)
+
+
+# ----------------------------------------------------------------------------- mixed precision
+# (DDP's mixed_precision argument: ddpsim/minddp/mixed_precision.py)
+
 
 def mixed_precision_class():
     """torch's ``_MixedPrecision`` (torch/nn/parallel/distributed.py), the config DDP's

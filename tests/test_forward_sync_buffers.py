@@ -1,5 +1,5 @@
 """torch 2.13's two buffer flags, ``broadcast_buffers`` (deprecated) and ``forward_sync_buffers``:
-minddp against torch's DDP on real gloo ranks (Note [Two buffer flags] in ddpsim/minddp/ddp.py)."""
+minddp against torch's DDP on real gloo ranks (Note [Two buffer flags] in ddpsim/minddp/construction.py)."""
 import warnings
 
 import pytest

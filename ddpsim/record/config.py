@@ -92,7 +92,8 @@ class RecordConfig:
              f"--uneven {self.uneven} leaves rank {self.world_size - 1} without iterations: rank r runs "
              f"--iters minus {self.uneven} x r ({self.iters} - {self.uneven} x {self.world_size - 1} < 1)"),
             *[(not given or self.impl in ("torch", "minddp"), f"{flag} needs --impl torch or minddp (got --impl {self.impl})")
-              for flag, given in (("--join", self.join), ("--skip-all-reduce-unused-params", self.skip_all_reduce_unused_params),
+              for flag, given in (("--join", self.join), ("--bucket-cap-mb-list", self.bucket_cap_mb_list is not None),
+                                  ("--skip-all-reduce-unused-params", self.skip_all_reduce_unused_params),
                                   ("--batched-grad-copy", self.batched_grad_copy))],
             (self.join or self.divide_by_initial_world_size,
              "--no-divide-by-initial-world-size is an argument of model.join(): add --join"),
@@ -104,6 +105,7 @@ class RecordConfig:
                 raise CLIError(message)
         from ddpsim.record.caps import check_caps
         check_caps(self)
+        self._check_torch_takes()
         if self.comm_hook is not None:
             from ddpsim.record.hooks import check_comm_hook
             check_comm_hook(self.comm_hook)
@@ -129,6 +131,20 @@ class RecordConfig:
              f"--powersgd-start-iter must be between 2 (torch's PowerSGDState needs > 1 with error "
              f"feedback) and {MAX_ITERS}, not {self.powersgd_start_iter}"),
         ]
+
+    def _check_torch_takes(self) -> None:
+        """``--impl torch`` given an option this torch's DDP does not take (torch 2.13's): one line, before
+        any rank starts (torchcompat.ddp_lacks; torch_ddp refuses it the same way in the ranks)."""
+        if self.impl != "torch":
+            return
+        import torch
+
+        from ddpsim import torchcompat
+
+        lacks = torchcompat.ddp_lacks(asdict(self))
+        if lacks:
+            raise CLIError(f"--{lacks[0].replace('_', '-')}: this torch ({torch.__version__}) has no "
+                           f"DistributedDataParallel({lacks[0]}) (torch 2.13 has it)")
 
     def placement(self) -> "Placement":
         """The backend and device this node will use (see ``choose_backend``)."""

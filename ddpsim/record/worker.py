@@ -203,7 +203,7 @@ def run_rank(cfgs: list[RecordConfig], shard_paths: list[str], header: dict | No
     die_with_parent()
     rank, world, local = env_rank()
     cfg = cfgs[0]  # world size, backend, timeout and pinning are shared by all configs
-    placement = Placement.for_rank(cfg)  # the launcher's (Note [CPU ranks see no GPU] in config.py)
+    placement = Placement.for_rank(cfg)  # the launcher's (Note [CPU ranks see no GPU] in placement.py)
     backend = placement.backend
     torch.set_num_threads(1)
     header = {**(header or {}), "placement": {"device": placement.device, "reason": placement.reason}}
