@@ -106,14 +106,15 @@ def _all_delayed(rank, impl, frozen, root):
 
 
 def _errors(rank, impl):
-    """What construction raises: one delay argument alone, and modules with nothing to reduce."""
+    """What construction raises: one delay argument alone, modules with nothing to reduce, a lazy module."""
     from ddpsim import torchcompat
     model, out = Net(rank), []
     everything = Net(rank)
     torchcompat.set_ddp_params_and_buffers_to_ignore(everything, [n for n, _ in everything.named_parameters()])
     cases = [(model, dict(delay_all_reduce_named_params=[("a.weight", model.a.weight)])),
              (model, dict(param_to_hook_all_reduce=model.a.weight)),
-             (nn.ReLU(), {}), (nn.Linear(2, 2).requires_grad_(False), {}), (everything, {})]
+             (nn.ReLU(), {}), (nn.Linear(2, 2).requires_grad_(False), {}), (everything, {}),
+             (nn.LazyLinear(2), {})]  # a lazy module before its first forward
     for module, options in cases:
         try:
             _ddp(impl, module, **options)
@@ -199,4 +200,6 @@ def test_construction_errors_as_torch(ranks):
     not_needed = ["RuntimeError", "DistributedDataParallel is not needed when a module doesn't have any "
                   "parameter that requires a gradient."]
     for r in ranks:
-        assert r["errors"]["minddp"] == r["errors"]["torch"] == [together, together] + [not_needed] * 3
+        assert r["errors"]["minddp"] == r["errors"]["torch"] == [together, together] + [not_needed] * 3 + [
+            ["RuntimeError", "Modules with uninitialized parameters can't be used with `DistributedDataParallel`. "
+                             "Run a dummy forward pass to correctly initialize the modules"]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 from torch import nn
+from torch.nn.parameter import UninitializedParameter
 
 from ddpsim import buckets, torchcompat
 
@@ -19,6 +20,8 @@ BROADCAST_BUFFERS_DEPRECATED = (
     "buffers NOT being synced at init (e.g. rank-local buffers), keep using `broadcast_buffers=False` until "
     "`init_sync_buffers` is available.")
 DELAY_ARGUMENTS_TOGETHER = "delay_all_reduce_named_params and param_to_hook_all_reduce need to be set at the same time."
+UNINITIALIZED = ("Modules with uninitialized parameters can't be used with `DistributedDataParallel`. "
+                 "Run a dummy forward pass to correctly initialize the modules")
 NOT_NEEDED = ("DistributedDataParallel is not needed when a module doesn't have any parameter that "
               "requires a gradient.")
 
@@ -55,6 +58,13 @@ def module_parameters(module: nn.Module, ignore, delayed) -> list:
     if not any(p.requires_grad for p in params) and not delayed:
         raise RuntimeError(NOT_NEEDED)
     return params
+
+
+def check_initialized(params) -> None:
+    """Mirrors the constructor's check for lazy modules' parameters (``nn.LazyLinear`` before its first
+    forward): torch's RuntimeError, word for word."""
+    if any(isinstance(p, UninitializedParameter) for p in params):
+        raise RuntimeError(UNINITIALIZED)
 
 
 def module_states(module: nn.Module, ignore, with_buffers: bool) -> list:

@@ -1,10 +1,12 @@
 """A readable DistributedDataParallel: the Python side of torch DDP
 (torch/nn/parallel/distributed.py, torch 2.13) around ``ddpsim.minddp.reducer``.
 
-Construction: ``_build_params_for_reducer`` -> with init_sync, the same model on every rank
-(``_verify_param_shape_across_processes``), then broadcast parameters and buffers from
-rank 0 (``_sync_module_states``) -> ``_ddp_init_helper`` (bucket assignment, reversed,
-then the Reducer). Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
+Construction, in the four steps of ``__init__``: what DDP manages and where (the names it leaves
+alone, the process group, the devices) -> the options, kept and warned about -> the delayed
+allreduce, if asked -> ``_build_params_for_reducer``, with init_sync the same model on every rank
+(``_verify_param_shape_across_processes``) and rank 0's parameters and buffers
+(``_sync_module_states``), then ``_ddp_init_helper`` (bucket assignment, reversed, the Reducer, its
+logger), mixed precision and ``_set_static_graph`` if asked. Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
 rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
 (prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``. Communication hooks
 (``register_comm_hook``): ``ddpsim.minddp.comm_hook``. The methods called after construction
@@ -31,7 +33,8 @@ from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
 from ddpsim.minddp.reducer import Reducer
 from ddpsim.minddp.construction import (BROADCAST_BUCKET_BYTES, buffer_sync_flags, build_params_for_reducer,
-                                        module_parameters, module_states, modules_buffers, parameters_to_ignore)
+                                        check_initialized, module_parameters, module_states, modules_buffers,
+                                        parameters_to_ignore)
 from ddpsim.minddp.delayed import ALL_DELAYED_FORWARD, DelayedAllReduceDDP
 from ddpsim.minddp.verify import verify_params_across_processes
 
@@ -77,32 +80,39 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         Joinable.__init__(self)  # Join's per-model settings (off outside ``with model.join()``)
         order = BucketOrder.parse(bucket_order, allowed=REAL_ORDERS)
         self.bucket_order = None if order is BucketOrder.TORCH else order.value
-        # torch's order of checks: the delay arguments and the names left alone (Note [Names DDP ignores]), the
-        # process group (Note [A device mesh gives the process group]), a parameter to reduce, the devices
+        self.recorder = recorder  # ddpsim only: where the Reducer reports its events
+        # 1. What DDP manages, and where, in torch's order of checks: the delay arguments and the names left
+        # alone (Note [Names DDP ignores]), the process group (Note [A device mesh gives the process group]),
+        # a parameter to reduce, the devices (Note [One device per DDP])
         self.parameters_to_ignore, self.delay_all_reduce_params = parameters_to_ignore(
             module, delay_all_reduce_named_params, param_to_hook_all_reduce)
         devices.set_process_group(self, process_group, device_mesh, module)
         self.module_parameters = module_parameters(module, self.parameters_to_ignore, self.delay_all_reduce_params)
-        devices.place(self, self.module_parameters, device_ids, output_device, dim)  # Note [One device per DDP]
-        self.module = module
-        self.find_unused_parameters = find_unused_parameters
+        devices.place(self, self.module_parameters, device_ids, output_device, dim)
         self.static_graph = False  # _set_static_graph sets it, at the end
+        self.module = module
+        # 2. The options, kept (and warned about) in torch's order
         self.forward_sync_buffers, init_sync_buffers = buffer_sync_flags(broadcast_buffers, forward_sync_buffers)
+        self.find_unused_parameters = find_unused_parameters
+        self.require_backward_grad_sync = self.require_forward_param_sync = True
+        self.gradient_as_bucket_view, self.batched_grad_copy = gradient_as_bucket_view, batched_grad_copy
+        self.mixed_precision = log_config(mixed_precision)
         devices.warn_check_reduction(check_reduction)
-        self.recorder = recorder
-        self.require_backward_grad_sync = True
-        self.require_forward_param_sync = True
+        check_initialized(self.module_parameters)
         self.divide_by_initial_world_size = True  # set by join(); torch's default True
         self.broadcast_bucket_size = BROADCAST_BUCKET_BYTES
-        self.mixed_precision = log_config(mixed_precision)
         # torch's _bucket_config (Note [The small first bucket], Note [Caps torch takes] in ddpsim/buckets.py)
         self.bucket_config = buckets.BucketCapacityConfig.create(bucket_cap_mb, bucket_cap_mb_list)
-        self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap  # torch keeps these two on DDP too
+        self.bucket_bytes_cap = self.bucket_config.bucket_bytes_cap  # torch keeps these on DDP too
         self.bucket_bytes_cap_list = list(self.bucket_config.per_bucket_bytes_caps)
+        self.bucket_bytes_cap_default = self.bucket_config.first_bucket_bytes_cap < self.bucket_bytes_cap
+        # 3. The delayed allreduce: with every parameter delayed there is nothing more to build
         self.delay_grad_buffer, self.delay_grad_views, self.delay_all_reduce_all_params = None, [], False
         if self.delay_all_reduce_params and self.register_delay_all_reduce_hook(
                 self.bucket_config.bucket_cap_mb, param_to_hook_all_reduce, device_ids):
             return  # Note [All parameters delayed] in minddp/delayed.py
+        # 4. The same model on every rank, rank 0's weights, then the Reducer
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
         params, names, sparse = build_params_for_reducer(module, self.parameters_to_ignore)
         if any(sparse):
             raise NotImplementedError("minddp does not support sparse gradients")
@@ -110,11 +120,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         if init_sync:  # Note [init_sync] in minddp/verify.py; Note [Same model on every rank, checked first]
             verify_params_across_processes(self.process_group, params)
             self.sync_module_states(init_sync_buffers)
-        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params  # Note [Skipping the allreduce of unused buckets]
-        self.batched_grad_copy = batched_grad_copy
-        self.ddp_init_helper(params, names, gradient_as_bucket_view, recorder, static_graph)
-        self.logger = Logger(self.reducer)  # minddp/logging_data.py
-        self.logger.set_construction_data_and_log(self, static_graph)
+        self.ddp_init_helper(params, names, static_graph)
         if mixed_precision is not None:
             setup_mixed_precision(self, params)
         if static_graph:
@@ -137,8 +143,8 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         if tensors:
             torchcompat.broadcast_coalesced(self.process_group, tensors, BROADCAST_BUCKET_BYTES, 0)
 
-    def ddp_init_helper(self, params, names, gradient_as_bucket_view, recorder, static_graph=False):
-        """Mirrors ``_ddp_init_helper``.
+    def ddp_init_helper(self, params, names, static_graph):
+        """Mirrors ``_ddp_init_helper``: the bucket layout, the Reducer, and its logger (logging_data.py).
 
         Note [One bucket in iteration 0]: parameter definition order is not the
         order gradients arrive, and a rank with an unused branch could launch an
@@ -150,22 +156,23 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         reversed, guessing that gradients arrive in reverse definition order.
         """
         if self.bucket_order is not None:  # ddpsim only: a fixed layout, never rebuilt
-            self.reducer = self.fixed_order_reducer(params, names, gradient_as_bucket_view, recorder)
-            return
-        limits, limits_for_rebuilding = self.bucket_config.compute_bucket_size_limits(
-            static_graph, self.find_unused_parameters)
-        indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
-        self.reducer = self.new_reducer(params, indices[::-1], per_bucket_limits[::-1], names,
-                                        gradient_as_bucket_view, recorder, limits_for_rebuilding)
+            self.reducer = self.fixed_order_reducer(params, names)
+        else:
+            limits, limits_for_rebuilding = self.bucket_config.compute_bucket_size_limits(
+                static_graph, self.find_unused_parameters)
+            indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
+            self.reducer = self.new_reducer(params, indices[::-1], per_bucket_limits[::-1], names, limits_for_rebuilding)
+        self.logger = Logger(self.reducer)
+        self.logger.set_construction_data_and_log(self, static_graph)
 
-    def new_reducer(self, params, indices, limits, names, gradient_as_bucket_view, recorder, limits_for_rebuilding):
+    def new_reducer(self, params, indices, limits, names, limits_for_rebuilding):
         """``dist.Reducer(...)`` as ``_ddp_init_helper`` builds it, with this DDP's caps and options."""
         caps = self.bucket_config
         return Reducer(params, indices, limits, self.process_group, caps.bucket_bytes_cap, self.find_unused_parameters,
-                       gradient_as_bucket_view, names, caps.first_bucket_bytes_cap, recorder, limits_for_rebuilding,
-                       self.batched_grad_copy, self.skip_all_reduce_unused_params)
+                       self.gradient_as_bucket_view, names, caps.first_bucket_bytes_cap, self.recorder,
+                       limits_for_rebuilding, self.batched_grad_copy, self.skip_all_reduce_unused_params)
 
-    def fixed_order_reducer(self, params, names, gradient_as_bucket_view, recorder):
+    def fixed_order_reducer(self, params, names):
         """ddpsim only (``bucket_order``, not in torch): a Reducer whose layout is fixed.
 
         "reverse": torch's find_unused construction layout (caps over definition
@@ -179,8 +186,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         else:
             indices, per_bucket = buckets.rebuilt_layout(specs, list(range(len(params))), caps)
         per_bucket = [buckets.MAXSIZE if c is None else c for c in per_bucket]
-        reducer = self.new_reducer(params, indices, per_bucket, names, gradient_as_bucket_view, recorder,
-                                   list(caps.per_bucket_bytes_caps))
+        reducer = self.new_reducer(params, indices, per_bucket, names, list(caps.per_bucket_bytes_caps))
         reducer.fixed_layout = True
         return reducer
 

@@ -40,8 +40,8 @@ NOT_MIRRORED = ("minddp mirrors DDP's mixed_precision only up to the first forwa
 
 
 def log_config(config):
-    """Mirrors the start of ``DistributedDataParallel.__init__``: keep ``mixed_precision`` and log
-    it (torch's ``logger.warning``, same text); returns it."""
+    """Mirrors where ``DistributedDataParallel.__init__`` keeps ``mixed_precision``: it logs it
+    (torch's ``logger.warning``, same text), before the ``check_reduction`` warning; returns it."""
     if config is not None:
         logger.warning("Received mixed precision config %s", config)
     return config
