@@ -211,6 +211,10 @@ def test_torch_apply_optimizer_in_backward_stops_without_an_accelerator(results)
         assert no_sync[1]["backward"] == NO_ACCELERATOR and no_sync[1]["params"] == plain[1]["params"]
         first = r["in_backward sgd, comm hook first"]
         assert all(s["forward"] == ONCE and s["params"] == first["initial"] for s in first["steps"])
+        ignored = r["in_backward sgd, an ignored parameter"]  # its own hook steps it; DDP reduces the rest
+        assert all(s["forward"] is None and s["backward"] is None for s in ignored["steps"])
+        assert ignored["steps"][-1]["params"][0] != ignored["initial"][0]
+        assert all(s["params"][1:] == ignored["initial"][1:] for s in ignored["steps"])
 
 
 @pytest.mark.slow

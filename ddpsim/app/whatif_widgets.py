@@ -5,7 +5,7 @@ from __future__ import annotations
 from ddpsim.app.state import SIMULATED_PREFIX
 from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, SWEEP_RUNS, Base
 from ddpsim.sim import budget, nccl
-from ddpsim.sim.network import gpu_networks, gpus, network_for, networks
+from ddpsim.sim.network import fabric_between_nodes, gpu_networks, gpus, network_for, networks
 
 
 def recorded_hook(base: Base) -> str | None:
@@ -93,7 +93,7 @@ def gpu_model_nodes(base: Base, world: int) -> str:
     (at 8 ranks of a v100-eth25 model the exposed communication fell from 8.1 to 0.2 ms, unexplained)."""
     per_node = network_for(base.hardware, max(int(world), 1)).cluster.gpus_per_node
     head = f"**GPU:** {base.gpu}, {per_node} per node."
-    fabric = gpus()[base.gpu].get("default_fabric", "ib200") if base.network == "nvlink" else base.network
+    fabric = fabric_between_nodes(gpus()[base.gpu], base.network)
     if world <= 1:
         return f"{head} One rank: no allreduce, so no network."
     if world <= per_node:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-ONCE = "register_builtin_comm_hook or register_comm_hook can only be called once."  # reducer.cpp
+from ddpsim.minddp import messages
 
 
 class AllReduceCommHook:
@@ -57,11 +57,11 @@ class FP16CompressCommHook(AllReduceCommHook):
 def register_builtin_comm_hook(reducer, comm_hook_type) -> None:
     """Mirrors ``Reducer::register_builtin_comm_hook``: once only, whichever kind came first (the
     Python ``register_comm_hook`` refuses a second hook with the two names the other way round)."""
-    if reducer.comm_hook is not None:
-        raise RuntimeError(ONCE)
-    if not isinstance(comm_hook_type, dist.BuiltinCommHookType):  # torch: pybind11's argument check
+    if not isinstance(comm_hook_type, dist.BuiltinCommHookType):  # torch: pybind11's argument check, first
         raise TypeError(f"_register_builtin_comm_hook(): comm_hook_type must be a "
                         f"torch.distributed.BuiltinCommHookType, not {type(comm_hook_type).__name__}")
+    if reducer.comm_hook is not None:
+        raise RuntimeError(messages.ONCE_BUILTIN)
     hooks = {dist.BuiltinCommHookType.ALLREDUCE: AllReduceCommHook,
              dist.BuiltinCommHookType.FP16_COMPRESS: FP16CompressCommHook}
     reducer.comm_hook = hooks[comm_hook_type](reducer.process_group)

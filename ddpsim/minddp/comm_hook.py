@@ -41,6 +41,8 @@ import inspect
 import torch
 import torch.distributed as dist
 
+from ddpsim.minddp import messages
+
 POWERSGD_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")  # powerSGD_hook.py
 BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")  # distributed.py
 
@@ -161,7 +163,7 @@ def register_comm_hook(reducer, state, hook) -> None:
     registering after the first iteration (distributed.py's docstring only advises before the
     first backward); the hook then applies from the next bucket launched."""
     if reducer.comm_hook is not None:
-        raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
+        raise RuntimeError(messages.ONCE_PYTHON)
     check_powersgd_gloo(hook, reducer)
     reducer.comm_hook = PythonCommHook(state, hook)
 

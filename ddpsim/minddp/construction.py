@@ -4,12 +4,15 @@ ignores]), which parameters DDP manages (``_build_params_for_reducer``), what it
 (``_sync_module_states``, ``_assign_modules_buffers``) and the buffer flags (Note [Two buffer flags])."""
 from __future__ import annotations
 
+import logging
 import warnings
 
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
 from ddpsim import buckets, torchcompat
+
+logger = logging.getLogger(__name__)
 
 BROADCAST_BUCKET_BYTES = 250 * buckets.MIB  # distributed.py: self.broadcast_bucket_size
 BOTH_BUFFER_FLAGS = ("Both `broadcast_buffers` and `forward_sync_buffers` were specified. `broadcast_buffers` is "
@@ -55,8 +58,10 @@ def module_parameters(module: nn.Module, ignore, delayed) -> list:
     RuntimeError when no parameter left requires a gradient and none is delayed (the device checks that
     follow: ``devices.place``)."""
     params = [p for n, p in module.named_parameters() if n not in ignore]
-    if not any(p.requires_grad for p in params) and not delayed:
-        raise RuntimeError(NOT_NEEDED)
+    if not any(p.requires_grad for p in params):
+        if not delayed:
+            raise RuntimeError(NOT_NEEDED)
+        logger.info("Delay the AllReduce of all parameters.")  # torch's logger.info, same words
     return params
 
 

@@ -53,7 +53,6 @@ class Logger:
     def __init__(self, reducer):
         self.reducer = reducer
         self.strs, self.ints = {}, {}
-        self.stats_recorded = 0  # num_iterations_stats_recorded_
 
     def set_construction_data_and_log(self, ddp, static_graph: bool) -> None:
         """Mirrors ``Logger::set_construction_data_and_log``, as ``_ddp_init_helper`` calls it."""
@@ -112,7 +111,6 @@ class Logger:
         r = self.reducer
         if not (r.num_iterations > 0 and (r.num_iterations <= 10 or r.num_iterations % SAMPLE_RATE == 0)):
             return
-        self.stats_recorded += 1
         self.ints.update(iteration=r.num_iterations, num_buckets_reduced=r.num_buckets_reduced,
                          unused_parameter_size=sum(r.params[i].numel() * r.params[i].element_size()
                                                    for i in r.unused_parameters))

@@ -64,3 +64,10 @@ STATIC_GRAPH_FINDS_UNUSED = (
     "You passed find_unused_parameters=true to DistributedDataParallel, `_set_static_graph` will detect unused "
     "parameters automatically, so you do not need to set find_unused_parameters=true, just be sure these unused "
     "parameters will not change during training loop while calling `_set_static_graph`.")
+
+# reducer.cpp's words (torch 2.13) for a second comm hook: the one being registered is named first
+ONCE_BUILTIN = "register_builtin_comm_hook or register_comm_hook can only be called once."
+ONCE_PYTHON = "register_comm_hook or register_builtin_comm_hook can only be called once."
+# ``Reducer::set_static_graph`` once an iteration has run (Note [A late _set_static_graph] in minddp/ddp_methods.py)
+STATIC_GRAPH_TOO_LATE = ("set_static_graph() should be called before training loop starts and after "
+                         "DistributedDataParallel is constructed.")

@@ -107,8 +107,7 @@ class Reducer:
     def set_static_graph(self):
         """Mirrors ``Reducer::set_static_graph`` (DDP's ``_set_static_graph``: minddp/ddp_methods.py)."""
         if self.num_iterations != 0:
-            raise RuntimeError("set_static_graph() should be called before training loop starts "
-                               "and after DistributedDataParallel is constructed.")
+            raise RuntimeError(messages.STATIC_GRAPH_TOO_LATE)
         self.static_graph = self.has_local_used_map = True
 
     # -- 1. forward begins ----------------------------------------------------------

@@ -259,6 +259,12 @@ def cluster_for(gpu: dict, fabric: dict) -> nccl.Cluster:
         nic_near=bool(fabric.get("nic_near", gpu.get("nic_near", True))))
 
 
+def fabric_between_nodes(gpu: dict, net: str) -> str:
+    """The network between a GPU model's nodes: ``net``, or for ``nvlink`` (one node's NVLink) the GPU's
+    default fabric (gpus.json; ib200 where it names none)."""
+    return gpu.get("default_fabric", "ib200") if net == "nvlink" else net
+
+
 def network_for(spec: str, world_size: int) -> Link:
     """The Link a ``gpu-network`` job of ``world_size`` ranks communicates over.
 
@@ -267,7 +273,7 @@ def network_for(spec: str, world_size: int) -> Link:
     bandwidth shown with it are NVLink's on one node, one NIC's beyond.
     """
     gpu, net = parse_hardware(spec)
-    fabric_name = gpu.get("default_fabric", "ib200") if net == "nvlink" else net
+    fabric_name = fabric_between_nodes(gpu, net)
     fabric = networks()[fabric_name]
     cluster = cluster_for(gpu, fabric)
     one_node = world_size <= cluster.gpus_per_node
