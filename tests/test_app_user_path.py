@@ -86,3 +86,12 @@ def test_minutes_per_iteration_read_in_seconds():
     change = next(x.value for x in [*at.markdown, *at.caption, *at.success, *at.info]
                   if "against the same configuration" in x.value)
     assert re.search(r"\+\d{1,3}(,\d{3})+% against", change) and re.search(r"\(\d+\.\d ms → \d+\.\d s\)", change), change
+
+
+def test_the_record_page_records_as_many_iterations_as_the_command_line():
+    """It recorded 3 by default: 2 steady iterations to learn from (their spread ±19% on one recording)."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.switch_page("ddpsim/app/pages/record.py").run()
+    iters = at.slider(key="ddpsim_rec_iters")
+    assert iters.value == 6 and iters.max == 20 and "steady" in iters.help

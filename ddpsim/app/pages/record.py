@@ -7,6 +7,7 @@ from ddpsim.app.state import get_trace, open_partial, open_recording
 from ddpsim.app.whatif import POWERSGD_START  # PowerSGD from step 2, as the What-if page prices it
 from ddpsim.cli.headline import headline_lines  # the line `ddpsim record` prints: the same figures here
 from ddpsim.models import ZOO_NAMES as MODELS  # torch-free: the app never imports torch
+from ddpsim.record.config import RecordConfig  # its default iterations, the command line's (torch-free too)
 from ddpsim.trace import TraceFormatError, load_trace
 from ddpsim.viz import plot_timeline
 
@@ -21,7 +22,10 @@ with st.form("ddpsim_record_form"):
                          help="branchy has a branch that is not used every iteration: it needs "
                               "find_unused_parameters.")
     world = c2.slider("World size (processes)", 1, 4, 2, key="ddpsim_rec_world")
-    iters = c3.slider("Iterations", 2, 10, 3, key="ddpsim_rec_iters")
+    iters = c3.slider("Iterations", 2, 20, RecordConfig.iters, key="ddpsim_rec_iters",
+                      help="The first iteration builds the buckets; the What-if page learns from the steady "
+                           "ones after it, so more iterations give it more to learn from (docs/accuracy.md "
+                           "replays runs of 20).")
     c1, c2, c3 = st.columns(3)
     impl = c1.selectbox("Implementation", IMPLS, key="ddpsim_rec_impl",
                         format_func={"torch": "torch DDP", "minddp": "ddpsim's readable DDP (minddp)",
