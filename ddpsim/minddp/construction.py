@@ -29,11 +29,16 @@ NOT_NEEDED = ("DistributedDataParallel is not needed when a module doesn't have 
               "requires a gradient.")
 
 
-def parameters_to_ignore(module: nn.Module, delay_all_reduce_named_params, param_to_hook_all_reduce):
-    """Mirrors the start of ``DistributedDataParallel.__init__``: returns (parameters_to_ignore,
-    the delayed parameters), after torch's ValueError when only one of the two delay arguments is
-    given. The delayed parameters' names join the ignored ones (Note [Delayed allreduce] in
-    minddp/delayed.py).
+def check_delay_arguments(delay_all_reduce_named_params, param_to_hook_all_reduce) -> None:
+    """The first check of ``DistributedDataParallel.__init__``: the two delay arguments come together."""
+    if (delay_all_reduce_named_params is not None) != (param_to_hook_all_reduce is not None):
+        raise ValueError(DELAY_ARGUMENTS_TOGETHER)
+
+
+def parameters_to_ignore(module: nn.Module, delay_all_reduce_named_params):
+    """Mirrors ``parameters_to_ignore`` in ``DistributedDataParallel.__init__``, after the process group:
+    returns (parameters_to_ignore, the delayed parameters). The delayed parameters' names join the ignored
+    ones (Note [Delayed allreduce] in minddp/delayed.py).
 
     Note [Names DDP ignores]: ``_set_params_and_buffers_to_ignore_for_model(module, names)`` stores
     full names on the module; DDP then leaves those parameters out of its Reducer (no bucket, no
@@ -44,8 +49,6 @@ def parameters_to_ignore(module: nn.Module, delay_all_reduce_named_params, param
     parameter named in the list is not broadcast but is still reduced; one of a submodule
     ("lin.w") is neither. Measured on 2 gloo ranks (tests/test_minddp_ignored_params.py).
     """
-    if (delay_all_reduce_named_params is not None) != (param_to_hook_all_reduce is not None):
-        raise ValueError(DELAY_ARGUMENTS_TOGETHER)
     ignore, delayed = torchcompat.ddp_params_and_buffers_to_ignore(module), []
     for name, param in delay_all_reduce_named_params or ():
         ignore.add(name)

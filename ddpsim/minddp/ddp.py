@@ -6,9 +6,9 @@ alone, the process group, the devices) -> the options, kept and warned about -> 
 allreduce, if asked -> ``_build_params_for_reducer``, with init_sync the same model on every rank
 (``_verify_param_shape_across_processes``) and rank 0's parameters and buffers
 (``_sync_module_states``), then ``_ddp_init_helper`` (bucket assignment, reversed, the Reducer, its
-logger), mixed precision and ``_set_static_graph`` if asked. Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice,
-rebuild_buckets, buffer broadcast, Join's sync flag) -> module forward -> ``_post_forward``
-(prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``. Communication hooks
+logger), mixed precision and ``_set_static_graph`` if asked.
+Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice, rebuild_buckets, buffer
+broadcast, Join's sync flag) -> module forward -> ``_post_forward`` (prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``. Communication hooks
 (``register_comm_hook``): ``ddpsim.minddp.comm_hook``. The methods called after construction
 (``_set_static_graph``, ``_register_builtin_comm_hook``, ``_get_ddp_logging_data``, ...):
 ``ddpsim.minddp.ddp_methods``.
@@ -33,8 +33,8 @@ from ddpsim.minddp.join import Join, Joinable, JoinableDDP
 from ddpsim.minddp.mixed_precision import log_config, setup_mixed_precision
 from ddpsim.minddp.reducer import Reducer
 from ddpsim.minddp.construction import (BROADCAST_BUCKET_BYTES, buffer_sync_flags, build_params_for_reducer,
-                                        check_initialized, module_parameters, module_states, modules_buffers,
-                                        parameters_to_ignore)
+                                        check_delay_arguments, check_initialized, module_parameters,
+                                        module_states, modules_buffers, parameters_to_ignore)
 from ddpsim.minddp.delayed import ALL_DELAYED_FORWARD, DelayedAllReduceDDP
 from ddpsim.minddp.verify import verify_params_across_processes
 
@@ -84,9 +84,10 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         # 1. What DDP manages, and where, in torch's order of checks: the delay arguments and the names left
         # alone (Note [Names DDP ignores]), the process group (Note [A device mesh gives the process group]),
         # a parameter to reduce, the devices (Note [One device per DDP])
-        self.parameters_to_ignore, self.delay_all_reduce_params = parameters_to_ignore(
-            module, delay_all_reduce_named_params, param_to_hook_all_reduce)
+        check_delay_arguments(delay_all_reduce_named_params, param_to_hook_all_reduce)
         devices.set_process_group(self, process_group, device_mesh, module)
+        self.parameters_to_ignore, self.delay_all_reduce_params = parameters_to_ignore(
+            module, delay_all_reduce_named_params)
         self.module_parameters = module_parameters(module, self.parameters_to_ignore, self.delay_all_reduce_params)
         devices.place(self, self.module_parameters, device_ids, output_device, dim)
         self.static_graph = False  # _set_static_graph sets it, at the end
