@@ -54,6 +54,9 @@ def add_arguments(p) -> None:
                    help="DDP's broadcast of rank 0's buffers before each forward (default: as recorded)")
     d.add_argument("--skip-all-reduce-unused-params", action=argparse.BooleanOptionalAction, default=None,
                    help="no allreduce for a bucket whose parameters are all unused (torch 2.13; default: as recorded)")
+    d.add_argument("--last-bucket-small", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch's DDP_SET_LAST_BUCKET_CAP=1: the rebuild's small first cap goes to the bucket "
+                        "reduced last (default: as recorded)")
     d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
     d.add_argument("--uneven", type=int, metavar="K", help="rank r has K x r fewer batches (needs --join)")
     d.add_argument("--comm-hook", metavar="HOOK", help="register_comm_hook what-if: allreduce, fp16, bf16, noop, "
@@ -212,7 +215,7 @@ FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb", "bucket_
           "static_graph": "static_graph", "broadcast_buffers": "broadcast_buffers", "no_sync_every": "no_sync_every", "iters": "iters", "seed": "seed",
           "uneven": "uneven", "join": "join", "comm_hook": "comm_hook", "powersgd_rank": "powersgd_rank",
           "powersgd_start_iter": "powersgd_start_iter", "skip_all_reduce_unused_params": "skip_all_reduce_unused_params",
-          "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
+          "last_bucket_small": "last_bucket_small", "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "hardware": "hardware", "concurrency": "concurrency", "interference": "interference",
           "max_events": "max_events", "time_limit_s": "time_limit_s"}
 

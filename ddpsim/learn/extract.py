@@ -66,7 +66,7 @@ def config_from_trace(trace: Trace) -> dict:
     if opts.get("bucket_cap_mb") is not None:
         out["bucket_cap_mb"] = float(opts["bucket_cap_mb"])
     out.update(cap_list_field(opts))  # bucket_cap_mb_list, where the run gave one
-    for k in ("find_unused_parameters", "static_graph", "broadcast_buffers", "skip_all_reduce_unused_params"):
+    for k in ("find_unused_parameters", "static_graph", "broadcast_buffers", "skip_all_reduce_unused_params", "last_bucket_small"):
         if opts.get(k) is not None:
             out[k] = bool(opts[k])
     if opts.get("no_sync_every"):

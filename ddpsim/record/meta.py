@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ddpsim.buckets import last_bucket_small_requested
 from ddpsim.record.config import RecordConfig
 
 OPTION_KEYS = ("bucket_cap_mb", "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
@@ -28,6 +29,8 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
             del config[key]
         else:
             options[key] = config[key]
+    if cfg.impl in ("torch", "minddp") and last_bucket_small_requested(os.environ):  # the ranks' environment
+        options["last_bucket_small"] = True  # DDP_SET_LAST_BUCKET_CAP=1: Note [The small bucket last]
     if cfg.comm_hook is None:  # likewise: a run without a hook writes the config it always wrote
         config = {k: v for k, v in config.items() if k not in cfg.HOOK_FIELDS}
     else:

@@ -26,6 +26,9 @@ class SimConfig:
     static_graph: bool = False
     broadcast_buffers: bool = True  # rank 0's buffers to every rank before each forward; torch default True
     skip_all_reduce_unused_params: bool = False  # no allreduce for a bucket of unused params only; torch default False
+    # torch's DDP_SET_LAST_BUCKET_CAP=1: the rebuild gives its first cap to the bucket reduced last
+    # (Note [The small bucket last] in ddpsim/buckets.py); torch default off (the variable unset)
+    last_bucket_small: bool = False
     order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
     no_sync_every: int = 1
     uneven: int = 0  # rank r has uneven * r fewer micro-steps of data (record --uneven; not in torch)

@@ -83,7 +83,7 @@ def choose_layouts(w: Workload, cfg: SimConfig) -> tuple[list, list[str], list[i
     if fu and not static:  # never rebuilt
         return [construction_layout(w, caps, static, fu)], ["construction"], []
     # a single bucket (or bucket_cap_mb_list's), rebuilt in ready order
-    return ([construction_layout(w, caps, static, fu), ordered_layout(w, ready, caps)],
+    return ([construction_layout(w, caps, static, fu), ordered_layout(w, ready, caps, cfg.last_bucket_small)],
             ["construction", "rebuilt"], switch)
 
 

@@ -25,6 +25,7 @@ def recorded_options(trace) -> dict:
             "bucket_cap_mb_list": cap_list(opts.get("bucket_cap_mb_list")),
             "find_unused_parameters": bool(opts.get("find_unused_parameters", False)),
             "static_graph": bool(opts.get("static_graph", False)),
+            "last_bucket_small": bool(opts.get("last_bucket_small", False)),
             "order": BucketOrder.parse(LEGACY_ORDERS.get(order, order)).value}
 
 
@@ -75,7 +76,8 @@ def replayed(w, cfg) -> tuple[list, list[str]] | None:
             and cap_list(cfg.bucket_cap_mb_list) == opts.get("bucket_cap_mb_list")
             and cfg.first_bucket_cap_mb is None and order == opts["order"]
             and cfg.find_unused_parameters == opts["find_unused_parameters"]
-            and cfg.static_graph == opts["static_graph"])
+            and cfg.static_graph == opts["static_graph"]
+            and cfg.last_bucket_small == opts.get("last_bucket_small", False))
     lays = rec["layouts"]
     if not same or not 1 <= len(lays) <= 2:
         return None

@@ -147,10 +147,11 @@ def construction_layout(w: Workload, caps: BucketCapacityConfig, static_graph: b
     return buckets.construction_layout([p.spec for p in w.params], caps, static_graph, find_unused)
 
 
-def ordered_layout(w: Workload, order: list[int], caps: BucketCapacityConfig) -> tuple[list[list[int]], list]:
+def ordered_layout(w: Workload, order: list[int], caps: BucketCapacityConfig,
+                   last_bucket_small: bool = False) -> tuple[list[list[int]], list]:
     """The rebuild path (``ddpsim.buckets.rebuilt_layout``): params taken in ``order``;
-    bucket 0 is the first to close."""
-    return buckets.rebuilt_layout([p.spec for p in w.params], order, caps)
+    bucket 0 is the first to close (``last_bucket_small``: Note [The small bucket last])."""
+    return buckets.rebuilt_layout([p.spec for p in w.params], order, caps, last_bucket_small)
 
 
 ORDERS = tuple(o.value for o in BucketOrder)  # the simulator runs every BucketOrder

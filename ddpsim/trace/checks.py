@@ -30,7 +30,7 @@ NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read
     ("options", "uneven"): (int, 0), ("options", "join"): (bool, None), ("placement", "device"): (str, None),
     ("options", "comm_hook"): (str, None), ("options", "powersgd_rank"): (int, 1),
     ("options", "powersgd_start_iter"): (int, 0), ("options", "skip_all_reduce_unused_params"): (bool, None),
-    ("options", "batched_grad_copy"): (bool, None),
+    ("options", "batched_grad_copy"): (bool, None), ("options", "last_bucket_small"): (bool, None),
     ("link", "concurrency"): (int, 1), ("link", "shared_core"): (bool, None), ("link", "cpus"): (int, 0),
     ("pinning", "cpus"): (int, 0), ("calibration", "world_size"): (int, 1),
     ("calibration", "host_cpus"): (int, 0), ("calibration", "intercept_s"): (float, None),
