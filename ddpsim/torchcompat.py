@@ -281,9 +281,8 @@ def torch_ddp(module, broadcast_buffers: bool = True, **options):
     for name in NEWER_DDP_ARGUMENTS:
         if options.get(name) in (None, False, []):
             options.pop(name, None)
-    if ddp_lacks(options):
-        raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no {ddp_lacks(options)[0]} "
-                        "(torch 2.13 has it)")
+    if lacks := ddp_lacks(options):
+        raise TypeError(f"torch {torch.__version__}'s DistributedDataParallel has no {lacks[0]} (torch 2.13 has it)")
     if broadcast_buffers:
         return torch.nn.parallel.DistributedDataParallel(module, **options)
     with warnings.catch_warnings():

@@ -23,6 +23,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from ddpsim.buckets import tensor_bytes
+
 SAMPLE_RATE = 100  # kDDPRuntimeLoggingSampleRate (reducer.hpp)
 # ``caffe2::TypeMeta::name()`` of the dtypes DDP takes, as the ``dtypes`` key spells them
 DTYPE_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
@@ -64,14 +66,14 @@ class Logger:
                          is_multi_device_module=int(ddp.is_multi_device_module))
         self.set_parameter_stats()
         self.strs["bucket_sizes"] = join(self.bucket_sizes())
-        self.set_env_variables(dist.get_backend(r.process_group))
+        self.strs["backend_name"] = backend = dist.get_backend(r.process_group)
+        self.set_env_variables(backend)
         self.strs["device_ids"] = join(ddp.device_ids or [])
         self.ints.update(output_device=-1 if ddp.output_device is None else ddp.output_device,
                          broadcast_buffers=int(ddp.forward_sync_buffers),
                          has_sync_bn=int(any(isinstance(m, torch.nn.SyncBatchNorm) for m in ddp.module.modules())),
                          bucket_cap_bytes=r.bucket_bytes_cap, find_unused_parameters=int(r.find_unused_parameters),
                          gradient_as_bucket_view=int(r.gradient_as_bucket_view))
-        self.strs["backend_name"] = dist.get_backend(r.process_group)
 
     def set_env_variables(self, backend: str) -> None:
         """Mirrors ``Logger::set_env_variables`` (less gloo_num_threads: Note [What the logging data holds])."""
@@ -84,14 +86,13 @@ class Logger:
         """Mirrors ``Logger::set_parameter_stats``: count, bytes, and the sorted set of dtypes."""
         params = self.reducer.params
         self.ints["num_parameter_tensors"] = len(params)
-        self.ints["total_parameter_size_bytes"] = sum(p.numel() * p.element_size() for p in params)
+        self.ints["total_parameter_size_bytes"] = tensor_bytes(params)
         self.strs["dtypes"] = join(sorted({DTYPE_NAMES.get(p.dtype, str(p.dtype)) for p in params}))
 
     def bucket_sizes(self) -> list[int]:
         """Mirrors ``Logger::get_bucket_sizes``: each bucket's bytes, in bucket order."""
         params = self.reducer.params
-        return [sum(params[i].numel() * params[i].element_size() for i in b.variable_indices)
-                for b in self.reducer.buckets]
+        return [tensor_bytes(params[i] for i in b.variable_indices) for b in self.reducer.buckets]
 
     def set_comm_hook(self, name: str) -> None:
         """Mirrors ``Logger::set_comm_hook``: set before the registration, kept if it fails."""
@@ -112,8 +113,7 @@ class Logger:
         if not (r.num_iterations > 0 and (r.num_iterations <= 10 or r.num_iterations % SAMPLE_RATE == 0)):
             return
         self.ints.update(iteration=r.num_iterations, num_buckets_reduced=r.num_buckets_reduced,
-                         unused_parameter_size=sum(r.params[i].numel() * r.params[i].element_size()
-                                                   for i in r.unused_parameters))
+                         unused_parameter_size=tensor_bytes(r.params[i] for i in r.unused_parameters))
         self.ints.setdefault("has_rebuilt_buckets", 0)  # std::map's operator[] adds the key
         if self.ints["has_rebuilt_buckets"] != int(r.has_rebuilt_bucket):  # set once, after the rebuild
             self.ints["has_rebuilt_buckets"] = int(r.has_rebuilt_bucket)

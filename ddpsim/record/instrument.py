@@ -172,7 +172,7 @@ def record_skipped_buckets(members: list[list[int]], params, recorder: RankRecor
     index = {id(p): i for i, p in enumerate(params)}
     for b, ids in enumerate(members):
         if b not in seen:
-            nbytes = sum(params[index[i]].numel() * params[index[i]].element_size() for i in ids)
+            nbytes = tensor_bytes(params[index[i]] for i in ids)
             recorder.bucket_skipped(b, [index[i] for i in ids], nbytes)
 
 
