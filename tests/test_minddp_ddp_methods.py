@@ -278,10 +278,10 @@ def test_check_reducer_finalized_raises_where_the_next_forward_would(ranks):
 def test_logging_data_has_torchs_values(ranks, name):
     for out in ranks:
         for theirs, ours in zip(out["logging", "torch"][name], out["logging", "minddp"][name], strict=True):
-            missing = {k for k in theirs if k not in ours and not k.endswith("_time") and "_time_" not in k}
-            assert missing <= LEFT_OUT
-            assert set(ours) <= set(theirs)
-            assert {k: theirs[k] for k in ours} == ours
+            assert set(theirs) - set(ours) <= LEFT_OUT and set(ours) <= set(theirs)
+            # the timing keys measure each process: tests/test_minddp_logging_timing.py
+            timed = {k for k in ours if k.endswith("_time") or "_time_" in k}
+            assert {k: theirs[k] for k in ours if k not in timed} == {k: ours[k] for k in ours if k not in timed}
         ours = out["logging", "minddp"][name][-1]
         assert KNOWN <= set(ours)
         if name in ("default", "caps"):  # rebuilt at the second forward, logged at the third

@@ -17,7 +17,7 @@ Then the options, one module each, read when you need them:
 - the Reducer's options: unused_buckets.py (``skip_all_reduce_unused_params``), batched_copy.py
   (``batched_grad_copy``), builtin_hooks.py (torch's C++ comm hooks);
 - ddp_methods.py (``_set_static_graph`` and the other methods called after construction),
-  logging_data.py (``_get_ddp_logging_data``), messages.py (the errors).
+  logging_data.py (``_get_ddp_logging_data``) with timer.py (its timings), messages.py (the errors).
 """
 from ddpsim.minddp.buckets import compute_bucket_assignment_by_size
 from ddpsim.minddp.comm_hook import GradBucket

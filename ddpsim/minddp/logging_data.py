@@ -6,15 +6,26 @@ three moments: at construction (the options, the parameters, the construction bu
 environment variables), when a hook is registered (``comm_hook``) or static_graph is set, and at the
 start of a synced forward in the sampled iterations (``set_runtime_stats_and_log``: the first ten,
 then every hundredth), which reports the *previous* iteration: its index, its buckets reduced, its
-unused parameters, its gradient-ready order, and the rebuilt buckets once they exist. A rebuild
-happens in that same ``_pre_forward``, after the logger ran, so the rebuilt layout shows up one
-forward later. ``_get_ddp_logging_data()`` returns ``{**strings, **integers}``.
+unused parameters, its gradient-ready order, the rebuilt buckets once they exist, and its timings.
+A rebuild happens in that same ``_pre_forward``, after the logger ran, so the rebuilt layout shows
+up one forward later. ``_get_ddp_logging_data()`` returns ``{**strings, **integers}``.
 
-minddp fills the keys it knows exactly, with torch's formats (lists as ``"160, 32"``, a rebuilt
-bucket's parameter indices as ``"5 4 3, 2 1 0"``, booleans as 0/1). Left out: the timing keys
-(``*_time``, ``avg_*``: they measure this process, not torch), ``gloo_num_threads`` (read from the
-gloo backend through a private API) and ``has_error``/``error`` (torch records there the message of
-every reducer check that fails; minddp's messages are worded differently: minddp/messages.py).
+The timings come from the reducer's timer (Note [The runtime timer] in minddp/timer.py), all in
+nanoseconds. They appear at the second synced forward (which reports the first iteration), and
+every sampled forward from then on sets the same 13 integer keys: the five stamps
+(``forward_compute_time_start``, ``backward_compute_time_start``, ``backward_compute_time_end``,
+``backward_comm_time_start``, ``backward_comm_time_end``), four durations
+(``forward_compute_time``: forward start to backward compute start; ``backward_compute_time``;
+``backward_comm_time``; ``backward_compute_comm_overlap_time``: comm start to compute end) and their
+running means ``avg_*``, each ``(duration + avg * (n - 1)) // n`` over the n sampled iterations.
+A duration that cannot be measured is 0 and leaves its mean as it was (but n still counts). They
+measure this process, so their values differ from those of torch's DDP run beside it.
+
+minddp fills these keys with torch's formats (lists as ``"160, 32"``, a rebuilt bucket's parameter
+indices as ``"5 4 3, 2 1 0"``, booleans as 0/1). Left out: ``gloo_num_threads`` (read from the gloo
+backend through a private API), ``has_error``/``error`` (torch records there the message of every
+reducer check that fails; minddp's messages are worded differently: minddp/messages.py), and on CUDA
+torch's timer of CUDA events (minddp times with the host clock on every device).
 """
 from __future__ import annotations
 
@@ -24,8 +35,18 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.buckets import tensor_bytes
+from ddpsim.minddp.timer import Event
 
-SAMPLE_RATE = 100  # kDDPRuntimeLoggingSampleRate (reducer.hpp)
+# the durations: (key, start event, end event), in Logger::set_runtime_stats_and_log's order
+DURATIONS = (("forward_compute_time", Event.FORWARD_START, Event.BACKWARD_COMPUTE_START),
+             ("backward_compute_time", Event.BACKWARD_COMPUTE_START, Event.BACKWARD_COMPUTE_END),
+             ("backward_comm_time", Event.BACKWARD_COMM_START, Event.BACKWARD_COMM_END),
+             ("backward_compute_comm_overlap_time", Event.BACKWARD_COMM_START, Event.BACKWARD_COMPUTE_END))
+STAMPS = {"forward_compute_time_start": Event.FORWARD_START,  # the stamps, in set_event_time's order
+          "backward_compute_time_start": Event.BACKWARD_COMPUTE_START,
+          "backward_comm_time_start": Event.BACKWARD_COMM_START,
+          "backward_compute_time_end": Event.BACKWARD_COMPUTE_END,
+          "backward_comm_time_end": Event.BACKWARD_COMM_END}
 # ``caffe2::TypeMeta::name()`` of the dtypes DDP takes, as the ``dtypes`` key spells them
 DTYPE_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
                torch.bfloat16: "c10::BFloat16", torch.complex64: "c10::complex<float>",
@@ -55,6 +76,7 @@ class Logger:
     def __init__(self, reducer):
         self.reducer = reducer
         self.strs, self.ints = {}, {}
+        self.num_iterations_stats_recorded = 0  # num_iterations_stats_recorded_
 
     def set_construction_data_and_log(self, ddp, static_graph: bool) -> None:
         """Mirrors ``Logger::set_construction_data_and_log``, as ``_ddp_init_helper`` calls it."""
@@ -107,11 +129,12 @@ class Logger:
         self.ints["static_graph"] = int(self.reducer.static_graph)
 
     def set_runtime_stats_and_log(self) -> None:
-        """Mirrors ``Logger::set_runtime_stats_and_log`` less its timers: the previous iteration,
-        in the sampled iterations (``Reducer::should_collect_runtime_stats``)."""
+        """Mirrors ``Logger::set_runtime_stats_and_log``: the previous iteration, in the sampled
+        iterations (``Reducer::should_collect_runtime_stats``)."""
         r = self.reducer
-        if not (r.num_iterations > 0 and (r.num_iterations <= 10 or r.num_iterations % SAMPLE_RATE == 0)):
+        if not r.should_collect_runtime_stats():
             return
+        self.num_iterations_stats_recorded += 1
         self.ints.update(iteration=r.num_iterations, num_buckets_reduced=r.num_buckets_reduced,
                          unused_parameter_size=tensor_bytes(r.params[i] for i in r.unused_parameters))
         self.ints.setdefault("has_rebuilt_buckets", 0)  # std::map's operator[] adds the key
@@ -123,6 +146,31 @@ class Logger:
                     join(b.variable_indices, " ") for b in r.buckets)
         if r.grad_ready_order_indices:
             self.strs["prev_iteration_grad_ready_order_indices"] = join(r.grad_ready_order_indices)
+        self.set_timings()
+
+    def set_timings(self) -> None:
+        """The end of ``Logger::set_runtime_stats_and_log``: ``reset_performance_stats``, then
+        ``calculate_avg_time`` per duration and ``set_event_time`` per stamp (Note [What the logging
+        data holds])."""
+        self.ints.update(dict.fromkeys([key for key, _, _ in DURATIONS] + list(STAMPS), 0))
+        for key, start, end in DURATIONS:
+            self.calculate_avg_time(key, start, end)
+        for key, event in STAMPS.items():
+            stamp = self.reducer.timer.get_timestamp(event)  # set_event_time
+            if stamp is not None:
+                self.ints[key] = stamp
+
+    def calculate_avg_time(self, key: str, start, end) -> None:
+        """Mirrors ``Logger::calculate_avg_time``: the duration and the running mean ``avg_<key>``
+        (created as 0 first, as std::map's operator[] does); one that cannot be measured leaves the
+        duration at 0 and the mean as it was."""
+        avg = self.ints.setdefault(f"avg_{key}", 0)
+        duration = self.reducer.timer.measure_difference(start, end)
+        if duration is None:
+            return
+        n = self.num_iterations_stats_recorded
+        self.ints[key] = duration
+        self.ints[f"avg_{key}"] = (duration + avg * (n - 1)) // n  # int64 division; never negative here
 
     def get_ddp_logging_data(self) -> dict:
         """``DistributedDataParallel._get_ddp_logging_data``: ``{**strs_map, **ints_map}``, each

@@ -28,13 +28,13 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.buckets import last_bucket_small_requested, rebuild_assignment, rebuild_size_limits, spec_of
-from ddpsim.minddp import batched_copy, comm_hook, messages, unused_buckets
+from ddpsim.minddp import batched_copy, comm_hook, messages, timer, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, make_bucket
 from ddpsim.events import RankRecorder, now_ns
 
 
-class Reducer:
+class Reducer(timer.RuntimeStats):
     """Mirrors ``c10d::Reducer``; see the module docstring for the order of steps."""
 
     def __init__(self, params, bucket_indices, per_bucket_size_limits, process_group,
@@ -73,6 +73,7 @@ class Reducer:
         self.forward_pass_work, self.use_static_world_size = None, True  # Join's notice (join.py)
         self.comm_hook = None  # comm_hook_: a PythonCommHook once registered (minddp/comm_hook.py)
         self.optim_in_backward = False  # optim_in_backward_: the hook steps, .grad is left (optimizer_in_backward.py)
+        self.timer = timer.CpuTimer()  # timer_ (Note [The runtime timer] in minddp/timer.py)
         self.initialize_buckets(bucket_indices, per_bucket_size_limits)
         self.record_layout("construction")
         me = weakref.ref(self)  # the hooks must not keep the reducer alive
@@ -114,6 +115,7 @@ class Reducer:
     def prepare_for_forward(self):
         """Mirrors ``Reducer::prepare_for_forward``: counts iterations."""
         self.num_iterations += 1
+        self.record_forward_compute_start_time()
 
     def should_rebuild_buckets(self):
         """Mirrors ``Reducer::should_rebuild_buckets`` (reducer.hpp).
@@ -169,6 +171,7 @@ class Reducer:
     # -- 2. forward ends ------------------------------------------------------------
     def prepare_for_backward(self, outputs):
         """Mirrors ``Reducer::prepare_for_backward`` (+ ``reset_bucket_counting``)."""
+        self.record_backward_compute_start_time()
         self.expect_autograd_hooks = True
         self.grad_ready_order_indices = []
         self.next_bucket = self.num_buckets_reduced = 0
@@ -253,7 +256,7 @@ class Reducer:
         if self.next_bucket == len(self.buckets):
             if self.dynamic_graph_find_unused():
                 self.all_reduce_local_used_map()
-            queue_callback(self.finalize_backward)
+            queue_callback(self.finalize_callback)  # minddp/timer.py
 
     def set_divide_factor(self):
         """Mirrors ``Reducer::set_divide_factor``, once per backward: the world size, or under Join
@@ -308,6 +311,8 @@ class Reducer:
             return
         while self.next_bucket < len(self.buckets) \
                 and self.buckets[self.next_bucket].pending == 0:
+            if self.next_bucket == 0:  # num_buckets_ready_ == 1
+                self.record_backward_comm_start_time()
             bucket = self.buckets[self.next_bucket]
             if unused_buckets.should_skip_all_reduce_bucket(self, bucket):  # ddpsim/minddp/unused_buckets.py
                 unused_buckets.record_skipped(self, bucket)
@@ -380,6 +385,7 @@ class Reducer:
         if self.dynamic_graph_find_unused():
             self.local_used_map = [0] * len(self.params)
             self.local_used_map_reduced = False
+        self.record_backward_comm_end_time()
 
     def finalize_bucket_dense(self, bucket):
         """Mirrors ``Reducer::finalize_bucket_dense`` + ``copy_bucket_to_grad``."""
@@ -410,6 +416,8 @@ class Reducer:
     def delay_all_reduce(self):
         """Mirrors ``Reducer::delay_all_reduce``: static_graph's iteration 0 reduces
         everything once backward is over, after counting the hooks of each param."""
+        self.record_backward_compute_end_time()
+        self.record_backward_comm_start_time()
         self.all_reduce_local_used_map()
         self.unused_parameters = [i for i, n in enumerate(self.hooks_triggered) if n == 0]
         self.require_finalize = True

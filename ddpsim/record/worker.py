@@ -146,7 +146,9 @@ class Run:
         rec.iteration["anchor_window_ns"] = timer.window_ns  # Note [Host clock alignment] in gpuclock.py
 
     def logging_data(self) -> dict | None:
-        return torchcompat.ddp_logging_data(self.ddp) if self.cfg.impl == "torch" else None
+        """``_get_ddp_logging_data()`` of torch's DDP or of minddp's (which mirrors it: minddp/logging_data.py);
+        the naive DDP has none."""
+        return torchcompat.ddp_logging_data(self.ddp) if self.cfg.impl in ("torch", "minddp") else None
 
 
 def train(cfgs: list[RecordConfig], rank: int, world: int, device, recorders: list[RankRecorder]) -> bool:
