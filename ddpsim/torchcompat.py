@@ -550,6 +550,11 @@ def set_static_graph(ddp) -> None:
     ddp._set_static_graph()
 
 
+def set_ddp_runtime_logging_sample_rate(ddp, sample_rate: int) -> None:
+    """``ddp._set_ddp_runtime_logging_sample_rate(n)``: after the first ten iterations, time one in ``n``."""
+    ddp._set_ddp_runtime_logging_sample_rate(sample_rate)
+
+
 def remove_autograd_hooks(ddp) -> None:
     """``ddp._remove_autograd_hooks()``: the reducer's gradient hooks, removed."""
     ddp._remove_autograd_hooks()

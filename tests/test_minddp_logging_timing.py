@@ -22,7 +22,8 @@ STEPS = 12
 # steps run under no_sync in the "no_sync" case: they neither count nor sample
 NO_SYNC_STEPS = {2, 3, 7}
 OPTIONS = {"default": {}, "static_graph": dict(static_graph=True), "find_unused": dict(find_unused_parameters=True),
-           "several buckets": dict(bucket_cap_mb=0.0002), "comm hook": {}, "no_sync": {}}
+           "several buckets": dict(bucket_cap_mb=0.0002), "comm hook": {}, "no_sync": {}, "sample rate": {}}
+SAMPLE_RATE = 11  # the "sample rate" case: after iteration 10, iteration 11 is timed too (not 12)
 STAMPS = ("forward_compute_time_start", "backward_compute_time_start", "backward_compute_time_end",
           "backward_comm_time_start", "backward_comm_time_end")
 # duration key: (start stamp, end stamp), as Logger::set_runtime_stats_and_log measures them
@@ -56,6 +57,8 @@ def _train(rank, impl, name):
     ddp = cls(Branches(use_c=name != "find_unused"), **OPTIONS[name])
     if name == "comm hook":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    if name == "sample rate":
+        torchcompat.set_ddp_runtime_logging_sample_rate(ddp, SAMPLE_RATE)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     start = time.time_ns()
     seen = [torchcompat.ddp_logging_data(ddp)]
@@ -72,9 +75,22 @@ def _train(rank, impl, name):
     return {"seen": seen, "window": (start, time.time_ns())}
 
 
+def _refused_rate(impl):
+    """The error a sample rate below 1 raises."""
+    from ddpsim.minddp import DistributedDataParallel as MinDDP
+
+    ddp = (torch.nn.parallel.DistributedDataParallel if impl == "torch" else MinDDP)(Branches())
+    try:
+        torchcompat.set_ddp_runtime_logging_sample_rate(ddp, 0)
+    except Exception as e:  # noqa: BLE001 -- compared with torch's
+        return [type(e).__name__, str(e)]
+    return None
+
+
 def _every_case(rank, world):
     torch.set_num_threads(1)
-    return {(impl, name): _train(rank, impl, name) for name in OPTIONS for impl in IMPLS}
+    out = {(impl, name): _train(rank, impl, name) for name in OPTIONS for impl in IMPLS}
+    return {**out, **{(impl, "refused"): _refused_rate(impl) for impl in IMPLS}}
 
 
 @pytest.fixture(scope="module")
@@ -123,12 +139,20 @@ def test_timing_values_follow_torchs_arithmetic(ranks, name, impl):
                 avg[key] = (d[key] + avg[key] * (n - 1)) // n if measured else avg[key]
                 assert d[f"avg_{key}"] == avg[key], (step, key)
             assert d["backward_compute_comm_overlap_time"] <= d["backward_comm_time"]
-        assert n == min(_synced_before(name, STEPS) - 1, 10)  # the last synced forward reports the one before
-        if name != "no_sync":  # 12 synced steps: nothing sampled after iteration 10 until the 100th
+        reported = _synced_before(name, STEPS) - 1  # the last synced forward reports the one before
+        assert n == (reported if name == "sample rate" else min(reported, 10))
+        if name not in ("no_sync", "sample rate"):  # 12 synced steps: nothing sampled after iteration 10 until the 100th
             assert seen[-1] == seen[-2]
         if name == "static_graph":  # delay_all_reduce: comm starts after compute ends; nothing overlaps
             first = next(d for d in seen if TIMING & set(d))
             assert first["backward_compute_comm_overlap_time"] == 0 == first["avg_backward_compute_comm_overlap_time"]
+
+
+@pytest.mark.slow
+def test_a_sample_rate_below_one_is_refused_as_torch_does(ranks):
+    for out in ranks:
+        assert out["minddp", "refused"] == out["torch", "refused"] == \
+            ["ValueError", "DDP runtime logging sample rate should be equal or greater than 1"]
 
 
 @pytest.mark.slow

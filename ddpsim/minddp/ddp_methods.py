@@ -34,6 +34,7 @@ import warnings
 
 from ddpsim.minddp import builtin_hooks, messages
 
+SAMPLE_RATE_TOO_SMALL = "DDP runtime logging sample rate should be equal or greater than 1"  # distributed.py
 AGAIN = "You've set static_graph to be True, no need to set it again."  # distributed.py, a UserWarning
 
 
@@ -65,6 +66,14 @@ class DDPMethods:
     def _check_reducer_finalized(self):
         """Mirrors ``_check_reducer_finalized`` (``Reducer::check_finalized``)."""
         self.reducer.ensure_prior_reduction_finished()
+
+    def _set_ddp_runtime_logging_sample_rate(self, sample_rate):
+        """Mirrors ``_set_ddp_runtime_logging_sample_rate``: after the first ten iterations, time one in
+        ``sample_rate`` (Note [The runtime timer] in minddp/timer.py). torch also logs the error into the
+        logging data's ``error`` key, which minddp leaves out (Note [What the logging data holds])."""
+        if sample_rate < 1:
+            raise ValueError(SAMPLE_RATE_TOO_SMALL)
+        self.reducer.set_ddp_runtime_logging_sample_rate(sample_rate)
 
     def _get_ddp_logging_data(self):
         """Mirrors ``_get_ddp_logging_data`` (Note [What the logging data holds] in minddp/logging_data.py)."""

@@ -3,7 +3,8 @@ reducer.cpp's ``CpuTimer``, and the reducer's side of it: ``should_collect_runti
 five ``record_*_time`` methods, mixed into minddp's Reducer (minddp/reducer.py).
 
 Note [The runtime timer]: in the sampled iterations (``should_collect_runtime_stats``: the first ten,
-then every hundredth, as ``prepare_for_forward`` counts them) the reducer stamps five moments with the
+then every hundredth, as ``prepare_for_forward`` counts them; DDP's
+``_set_ddp_runtime_logging_sample_rate`` changes the hundred) the reducer stamps five moments with the
 host clock, in nanoseconds since the epoch (``c10::getTime()``; ``time.time_ns()`` here):
 
   forward start            ``prepare_for_forward`` (DDP's ``_pre_forward``)
@@ -63,10 +64,18 @@ class RuntimeStats:
     and ``timer``. torch checks ``should_collect_runtime_stats()`` at each call site of a
     ``record_*_time``; here each ``record_*_time`` checks it, which is the same."""
 
+    ddp_runtime_logging_sample_rate = SAMPLE_RATE  # ddp_runtime_logging_sample_rate_ (reducer.hpp)
+
+    def set_ddp_runtime_logging_sample_rate(self, sample_rate: int) -> None:
+        """Mirrors ``Reducer::set_ddp_runtime_logging_sample_rate`` (DDP's
+        ``_set_ddp_runtime_logging_sample_rate`` checked it is at least 1)."""
+        self.ddp_runtime_logging_sample_rate = sample_rate
+
     def should_collect_runtime_stats(self) -> bool:
-        """Mirrors ``Reducer::should_collect_runtime_stats``: iterations 1 to 10, then every 100th."""
+        """Mirrors ``Reducer::should_collect_runtime_stats``: iterations 1 to 10, then every
+        ``ddp_runtime_logging_sample_rate``-th (100 unless DDP's ``_set_ddp_runtime_logging_sample_rate``)."""
         n = self.num_iterations
-        return n > 0 and (n <= 10 or n % SAMPLE_RATE == 0)
+        return n > 0 and (n <= 10 or n % self.ddp_runtime_logging_sample_rate == 0)
 
     def _record(self, event: Event) -> None:
         if self.should_collect_runtime_stats():
