@@ -207,6 +207,16 @@ def layout_caps(caps: BucketCaps, params, observed: list[dict], construction: bo
 # ----------------------------------------------------------------------------- DDP internals
 
 
+def gloo_num_threads(process_group) -> int | None:
+    """The threads of a gloo process group, as torch's DDP logger reads them for ``gloo_num_threads``
+    (``ProcessGroupGloo::getNumThreads``); None where this torch does not expose them (checked on 2.13:
+    ``_get_backend(cpu).options._threads``)."""
+    try:
+        return int(process_group._get_backend(torch.device("cpu")).options._threads)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+
+
 def ddp_logging_data(ddp) -> dict | None:
     """torch's ``ddp._get_ddp_logging_data()`` as a plain dict, or None where it is missing.
 

@@ -21,7 +21,7 @@ LOGGING_OPTIONS = {"default": {}, "find_unused": dict(find_unused_parameters=Tru
                    "caps, find_unused, views": dict(bucket_cap_mb=0.0002, find_unused_parameters=True,
                                                     gradient_as_bucket_view=True)}
 # torch's keys minddp leaves out (Note [What the logging data holds] in ddpsim/minddp/logging_data.py)
-LEFT_OUT = {"gloo_num_threads", "has_error", "error"}
+LEFT_OUT = {"has_error", "error"}
 KNOWN = {"backend_name", "bucket_cap_bytes", "bucket_sizes", "dtypes", "find_unused_parameters", "gradient_as_bucket_view",
          "num_parameter_tensors", "rank", "total_parameter_size_bytes", "world_size", "module_name", "iteration"}
 

@@ -22,8 +22,7 @@ A duration that cannot be measured is 0 and leaves its mean as it was (but n sti
 measure this process, so their values differ from those of torch's DDP run beside it.
 
 minddp fills these keys with torch's formats (lists as ``"160, 32"``, a rebuilt bucket's parameter
-indices as ``"5 4 3, 2 1 0"``, booleans as 0/1). Left out: ``gloo_num_threads`` (read from the gloo
-backend through a private API), ``has_error``/``error`` (torch records there the message of every
+indices as ``"5 4 3, 2 1 0"``, booleans as 0/1). Left out: ``has_error``/``error`` (torch records there the message of every
 reducer check that fails; minddp's messages are worded differently: minddp/messages.py), and on CUDA
 torch's timer of CUDA events (minddp times with the host clock on every device).
 """
@@ -34,6 +33,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from ddpsim import torchcompat
 from ddpsim.buckets import tensor_bytes
 from ddpsim.minddp.timer import Event
 
@@ -98,9 +98,11 @@ class Logger:
                          gradient_as_bucket_view=int(r.gradient_as_bucket_view))
 
     def set_env_variables(self, backend: str) -> None:
-        """Mirrors ``Logger::set_env_variables`` (less gloo_num_threads: Note [What the logging data holds])."""
+        """Mirrors ``Logger::set_env_variables``; for gloo also its threads, as torch reads them."""
         names = dict(ENV, **(GLOO_ENV if backend == "gloo" else NCCL_ENV if backend == "nccl" else {}))
         self.strs.update({key: env(name) for key, name in names.items()})
+        if backend == "gloo" and (threads := torchcompat.gloo_num_threads(self.reducer.process_group)) is not None:
+            self.ints["gloo_num_threads"] = threads
         if backend == "nccl":
             self.strs.update({key: env(*pair) for key, pair in NCCL_ENV_PAIRS.items()})
 
