@@ -1,11 +1,15 @@
 """The user's path through the app (record, open, What-if), driven for real with AppTest on the
 bundled samples: what a new user read wrong there (tests/test_app_pages.py has the pages' basics).
 """
+import json
 import re
+import shlex
 
 from streamlit.testing.v1 import AppTest
 
 from apputil import APP, with_uploads
+from ddpsim.app import units
+from ddpsim.cli import main
 from ddpsim.samples import sample_path
 from ddpsim.trace import load_trace
 
@@ -95,3 +99,53 @@ def test_the_record_page_records_as_many_iterations_as_the_command_line():
     at.switch_page("ddpsim/app/pages/record.py").run()
     iters = at.slider(key="ddpsim_rec_iters")
     assert iters.value == 6 and iters.max == 20 and "steady" in iters.help
+
+
+def test_the_small_bucket_last_is_a_what_if_the_command_repeats(capsys):
+    """torch's DDP_SET_LAST_BUCKET_CAP=1 (``simulate --last-bucket-small``) had no control on the page: ticked on
+    ResNet-50 at 64 H100s it cuts the exposed communication as the command line does, and the page's command
+    says so and prints the page's figures."""
+    at = on_page(MLP, "whatif.py")
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    at.selectbox(key="ddpsim_wi_gpu").set_value("h100").run()
+    at.selectbox(key="ddpsim_wi_net").set_value("ib400").run()
+    assert widget(at, "select_slider", ":world").value == 64
+    box = widget(at, "checkbox", ":small")
+    assert box.value is False and "DDP_SET_LAST_BUCKET_CAP=1" in box.help and "last gradients ready" in box.help
+    shown = lambda: {m.label: m.value for m in at.metric}  # noqa: E731
+    command = lambda: next(c.value for c in at.code if "ddpsim simulate" in c.value)  # noqa: E731
+    before = shown()
+    assert "--last-bucket-small" not in command()
+    box.check().run()
+    assert not at.exception, [e.message for e in at.exception]
+    after, cmd = shown(), command()
+    assert "--last-bucket-small" in cmd and "--hardware h100-ib400" in cmd, cmd
+    for argv, metrics in ((cmd, after), (cmd.replace(" --last-bucket-small", ""), before)):
+        assert main(shlex.split(argv)[3:]) == 0
+        printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert metrics["Exposed communication"] == units.duration(printed["exposed_comm_s"]), (argv, metrics)
+        assert metrics["Iteration time"] == units.duration(printed["iteration_time_s"]), (argv, metrics)
+    assert after["Exposed communication"] != before["Exposed communication"]
+
+
+def test_a_run_recorded_with_the_small_bucket_last_starts_with_it():
+    """A recording made with DDP_SET_LAST_BUCKET_CAP=1 (``meta.options.last_bucket_small``) replays with it: the
+    box starts ticked, and unticking it is a change the command writes."""
+    trace = load_trace(sample_path(MLP))
+    trace.meta["options"]["last_bucket_small"] = True
+    at = with_uploads({"recorded: small": trace}, "whatif.py", "recorded: small")
+    box = widget(at, "checkbox", ":small")
+    command = lambda: next(c.value for c in at.code if "ddpsim simulate" in c.value)  # noqa: E731
+    assert box.value is True and "last-bucket-small" not in command()
+    box.uncheck().run()
+    assert "--no-last-bucket-small" in command()
+
+
+def test_a_change_that_changes_nothing_is_not_called_no_change():
+    """A 1 MiB cap on the small convnet builds the same buckets: the page answered the moved slider with "move a
+    control above to see what it changes", as though nothing had been moved."""
+    at = on_page(NO_SYNC, "whatif.py")
+    said = lambda: " ".join(x.value for x in at.markdown)  # noqa: E731
+    assert "move a control above" in said()
+    widget(at, "select_slider", ":cap").set_value(1.0).run()
+    assert "move a control above" not in said() and "change nothing in its simulation here" in said(), said()[:400]
