@@ -149,3 +149,15 @@ def test_a_change_that_changes_nothing_is_not_called_no_change():
     assert "move a control above" in said()
     widget(at, "select_slider", ":cap").set_value(1.0).run()
     assert "move a control above" not in said() and "change nothing in its simulation here" in said(), said()[:400]
+
+
+def test_a_simulated_sample_has_its_gpu_models_hook_costs():
+    """A simulated sample replays its GPU model, with the profile's hook rates (the same fp16 figures as that GPU
+    model picked by hand), yet the page warned that "the hook's casts and matmuls are free here"."""
+    at = on_page("20_sim_resnet50_v100-eth25_w64_default", "whatif.py")
+    widget(at, "selectbox", ":hook").set_value("fp16").run()
+    sample = {m.label: m.value for m in at.metric}
+    assert not [w.value for w in at.warning if "hook costs" in w.value], [w.value for w in at.warning]
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()  # resnet50 on v100, eth25, 64 ranks
+    widget(at, "selectbox", ":hook").set_value("fp16").run()
+    assert {m.label: m.value for m in at.metric} == sample

@@ -196,8 +196,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     recorded = int(base.config.get("world_size", 2))
     chosen = cfg.bandwidth_gbps is not None or cfg.hardware is not None
     out = beyond.far_cautions(trace, work, recorded, cfg.world_size, chosen) if base.kind == "trace" else []
-    out += [c for c in [quiet_ranks(trace) if base.kind == "trace" else None,
-                        hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
+    learnt = trace if base.kind == "trace" else None  # a simulated sample replays its GPU model, whose rates it has
+    out += [c for c in [quiet_ranks(trace) if learnt else None, hookrates.caution(learnt, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
