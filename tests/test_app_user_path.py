@@ -123,7 +123,7 @@ def test_the_small_bucket_last_is_a_what_if_the_command_repeats(capsys):
     for argv, metrics in ((cmd, after), (cmd.replace(" --last-bucket-small", ""), before)):
         assert main(shlex.split(argv)[3:]) == 0
         printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-        assert metrics["Exposed communication"] == units.duration(printed["exposed_comm_s"]), (argv, metrics)
+        assert metrics["Exposed communication"] == f"{printed['exposed_comm_s'] * 1e3:.2f} ms", (argv, metrics)
         assert metrics["Iteration time"] == units.duration(printed["iteration_time_s"]), (argv, metrics)
     assert after["Exposed communication"] != before["Exposed communication"]
 
@@ -161,3 +161,15 @@ def test_a_simulated_sample_has_its_gpu_models_hook_costs():
     at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()  # resnet50 on v100, eth25, 64 ranks
     widget(at, "selectbox", ":hook").set_value("fp16").run()
     assert {m.label: m.value for m in at.metric} == sample
+
+
+def test_sub_millisecond_exposed_communication_reads_in_hundredths():
+    """The H200 run's exposed communication of 0.01 ms read "0.0 ms" on the Timeline and What-if pages while the
+    What-if's replay caption said "0.01 against 0.02 ms"."""
+    at = on_page("11_h200_resnet50_nccl_1rank")
+    exposed = next(m for m in at.metric if m.label.startswith("Exposed communication"))
+    assert re.fullmatch(r"0\.0[1-9] ms", exposed.value), exposed.value
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    exposed = next(m for m in at.metric if m.label == "Exposed communication")
+    assert exposed.value == "0.01 ms" and exposed.delta == "0.00 ms", (exposed.value, exposed.delta)
+    assert "exposed communication 0.01 against 0.02 ms" in " ".join(c.value for c in at.caption)
