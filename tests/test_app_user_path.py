@@ -1,11 +1,15 @@
 """The user's path through the app (record, open, What-if), driven for real with AppTest on the
 bundled samples: what a new user read wrong there (tests/test_app_pages.py has the pages' basics).
 """
+import json
 import re
+import shlex
 
 from streamlit.testing.v1 import AppTest
 
 from apputil import APP, with_uploads
+from ddpsim.app import units
+from ddpsim.cli import main
 from ddpsim.samples import sample_path
 from ddpsim.trace import load_trace
 
@@ -95,3 +99,77 @@ def test_the_record_page_records_as_many_iterations_as_the_command_line():
     at.switch_page("ddpsim/app/pages/record.py").run()
     iters = at.slider(key="ddpsim_rec_iters")
     assert iters.value == 6 and iters.max == 20 and "steady" in iters.help
+
+
+def test_the_small_bucket_last_is_a_what_if_the_command_repeats(capsys):
+    """torch's DDP_SET_LAST_BUCKET_CAP=1 (``simulate --last-bucket-small``) had no control on the page: ticked on
+    ResNet-50 at 64 H100s it cuts the exposed communication as the command line does, and the page's command
+    says so and prints the page's figures."""
+    at = on_page(MLP, "whatif.py")
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    at.selectbox(key="ddpsim_wi_gpu").set_value("h100").run()
+    at.selectbox(key="ddpsim_wi_net").set_value("ib400").run()
+    assert widget(at, "select_slider", ":world").value == 64
+    box = widget(at, "checkbox", ":small")
+    assert box.value is False and "DDP_SET_LAST_BUCKET_CAP=1" in box.help and "last gradients ready" in box.help
+    shown = lambda: {m.label: m.value for m in at.metric}  # noqa: E731
+    command = lambda: next(c.value for c in at.code if "ddpsim simulate" in c.value)  # noqa: E731
+    before = shown()
+    assert "--last-bucket-small" not in command()
+    box.check().run()
+    assert not at.exception, [e.message for e in at.exception]
+    after, cmd = shown(), command()
+    assert "--last-bucket-small" in cmd and "--hardware h100-ib400" in cmd, cmd
+    for argv, metrics in ((cmd, after), (cmd.replace(" --last-bucket-small", ""), before)):
+        assert main(shlex.split(argv)[3:]) == 0
+        printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert metrics["Exposed communication"] == f"{printed['exposed_comm_s'] * 1e3:.2f} ms", (argv, metrics)
+        assert metrics["Iteration time"] == units.duration(printed["iteration_time_s"]), (argv, metrics)
+    assert after["Exposed communication"] != before["Exposed communication"]
+
+
+def test_a_run_recorded_with_the_small_bucket_last_starts_with_it():
+    """A recording made with DDP_SET_LAST_BUCKET_CAP=1 (``meta.options.last_bucket_small``) replays with it: the
+    box starts ticked, and unticking it is a change the command writes."""
+    trace = load_trace(sample_path(MLP))
+    trace.meta["options"]["last_bucket_small"] = True
+    at = with_uploads({"recorded: small": trace}, "whatif.py", "recorded: small")
+    box = widget(at, "checkbox", ":small")
+    command = lambda: next(c.value for c in at.code if "ddpsim simulate" in c.value)  # noqa: E731
+    assert box.value is True and "last-bucket-small" not in command()
+    box.uncheck().run()
+    assert "--no-last-bucket-small" in command()
+
+
+def test_a_change_that_changes_nothing_is_not_called_no_change():
+    """A 1 MiB cap on the small convnet builds the same buckets: the page answered the moved slider with "move a
+    control above to see what it changes", as though nothing had been moved."""
+    at = on_page(NO_SYNC, "whatif.py")
+    said = lambda: " ".join(x.value for x in at.markdown)  # noqa: E731
+    assert "move a control above" in said()
+    widget(at, "select_slider", ":cap").set_value(1.0).run()
+    assert "move a control above" not in said() and "change nothing in its simulation here" in said(), said()[:400]
+
+
+def test_a_simulated_sample_has_its_gpu_models_hook_costs():
+    """A simulated sample replays its GPU model, with the profile's hook rates (the same fp16 figures as that GPU
+    model picked by hand), yet the page warned that "the hook's casts and matmuls are free here"."""
+    at = on_page("20_sim_resnet50_v100-eth25_w64_default", "whatif.py")
+    widget(at, "selectbox", ":hook").set_value("fp16").run()
+    sample = {m.label: m.value for m in at.metric}
+    assert not [w.value for w in at.warning if "hook costs" in w.value], [w.value for w in at.warning]
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()  # resnet50 on v100, eth25, 64 ranks
+    widget(at, "selectbox", ":hook").set_value("fp16").run()
+    assert {m.label: m.value for m in at.metric} == sample
+
+
+def test_sub_millisecond_exposed_communication_reads_in_hundredths():
+    """The H200 run's exposed communication of 0.01 ms read "0.0 ms" on the Timeline and What-if pages while the
+    What-if's replay caption said "0.01 against 0.02 ms"."""
+    at = on_page("11_h200_resnet50_nccl_1rank")
+    exposed = next(m for m in at.metric if m.label.startswith("Exposed communication"))
+    assert re.fullmatch(r"0\.0[1-9] ms", exposed.value), exposed.value
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    exposed = next(m for m in at.metric if m.label == "Exposed communication")
+    assert exposed.value == "0.01 ms" and exposed.delta == "0.00 ms", (exposed.value, exposed.delta)
+    assert "exposed communication 0.01 against 0.02 ms" in " ".join(c.value for c in at.caption)

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from ddpsim import samples
 from ddpsim.analysis import summarize
-from ddpsim.app import whatif
+from ddpsim.app import sweep_verdict, whatif
 from ddpsim.experiments.worldsize import measurable
 from ddpsim.trace import load_trace
 
@@ -106,7 +106,7 @@ def test_recommendation_is_a_value_the_widgets_offer():
     for name in (REAL, GPU):
         trace, base, work = setup(name)
         rows, _ = whatif.sweep_rows(work, config(base, work))
-        best = whatif.recommend(rows)
+        best = sweep_verdict.recommend(rows)
         assert best["bucket_cap_mb"] in whatif.cap_options(base)
         assert best["order"] in whatif.ORDERS
     assert set(whatif.SWEEP_CAPS) <= set(whatif.CAPS)
@@ -118,14 +118,14 @@ def test_a_best_with_find_unused_says_why():
     base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
     work = whatif.workload(base, None)
     rows, _ = whatif.sweep_rows(work, config(base, work))
-    best = whatif.recommend(rows)
-    text = whatif.describe_sweep(rows, best, 64)
+    best = sweep_verdict.recommend(rows)
+    text = sweep_verdict.describe_sweep(rows, best, 64)
     assert best["find_unused_parameters"] is True and "never rebuilds its buckets" in text
     plain = [r for r in rows if not r["find_unused_parameters"]]
-    assert "never rebuilds" not in whatif.describe_sweep([{**r, "best": r is plain[0]} for r in plain], best, 64)
+    assert "never rebuilds" not in sweep_verdict.describe_sweep([{**r, "best": r is plain[0]} for r in plain], best, 64)
     slower = {**best, "iteration_time_s": best["iteration_time_s"] + 1e-3}
-    assert "nothing to change" not in whatif.describe_sweep(rows, slower, 64)
-    assert "as fast or faster: nothing to change" in whatif.describe_sweep(rows, {**best, "iteration_time_s": best[
+    assert "nothing to change" not in sweep_verdict.describe_sweep(rows, slower, 64)
+    assert "as fast or faster: nothing to change" in sweep_verdict.describe_sweep(rows, {**best, "iteration_time_s": best[
         "iteration_time_s"] + 4e-5}, 64)  # a tie at the 0.1 ms shown recommends no change
 
 
@@ -486,16 +486,16 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
     def row(cap, t, best=False):
         return {"bucket_cap_mb": cap, "order": "torch", "find_unused_parameters": False, "iteration_time_s": t,
                 "best": best}
-    tie = whatif.describe_sweep([row(0.25, 0.0306, True), row(None, 0.03061)], {"iteration_time_s": 0.0306}, 1)
+    tie = sweep_verdict.describe_sweep([row(0.25, 0.0306, True), row(None, 0.03061)], {"iteration_time_s": 0.0306}, 1)
     assert tie.startswith("Bucket size, ordering and find_unused_parameters make no difference here") and "at 1 rank." in tie
-    apart = whatif.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2)
+    apart = sweep_verdict.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2)
     assert "bucket_cap_mb=25** (given explicitly, 25 MiB has no 1 MiB first bucket)" in apart and "at 2 ranks" in apart
     assert "Its gain" not in apart  # no recorded spread given: nothing to compare the gain with
-    noisy = whatif.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
+    noisy = sweep_verdict.describe_sweep([row(25.0, 0.0388, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
     assert noisy.endswith("Its gain (1.5%) is inside the recorded run's iteration-to-iteration spread (±14%): a "
                           "measurement could not tell the two apart."), noisy
-    assert "Its gain" not in whatif.describe_sweep([row(5.0, 0.030, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
-    near = whatif.describe_sweep([row(0.25, 0.03060, True), row(None, 0.03062), row(100.0, 0.0307)],
+    assert "Its gain" not in sweep_verdict.describe_sweep([row(5.0, 0.030, True), row(None, 0.0394)], {"iteration_time_s": 0.0394}, 2, 0.14)
+    near = sweep_verdict.describe_sweep([row(0.25, 0.03060, True), row(None, 0.03062), row(100.0, 0.0307)],
                                  {"iteration_time_s": 0.03062}, 1, 0.05)  # the H200 run at 1 rank
     assert "as fast or faster: nothing to change" in near and "Its gain" not in near, near
 

@@ -19,6 +19,8 @@ CASES = [  # (sample, the page's choices that differ from the run as recorded)
     ("10_h100_resnet18_gloo_2ranks", {"world_size": 16, "network": "ib100", "find_unused_parameters": True}),
     ("20_sim_resnet50_v100-eth25_w64_default", {"world_size": 128, "bucket_cap_mb": 10.0, "hook": "powersgd"}),
     ("24_sim_bert-large_a100-eth100_w64_default", {"world_size": 512, "algo": "tree"}),
+    ("20_sim_resnet50_v100-eth25_w64_default", {"last_bucket_small": True}),  # torch's DDP_SET_LAST_BUCKET_CAP=1
+    ("03_shuffled_torch_default", {"last_bucket_small": True, "bucket_cap_mb": 1.0}),
 ]
 
 
@@ -30,15 +32,16 @@ def page_and_command(name: str, change: dict) -> tuple[float, str]:
     work = whatif.workload(base, trace)
     c = {**whatif.choices(base), "hook": None, **change}
     bufs = c["broadcast_buffers"] if "broadcast_buffers" in change else None
+    small = c["last_bucket_small"]  # the page's box, which starts as recorded
     kind_trace = base.kind == "trace"
     cfg = whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"], c["no_sync_every"],
                             c["world_size"], c["network"], work=work if kind_trace else None,
                             trace=trace if kind_trace else None, algo=c["algo"], broadcast_buffers=bufs,
-                            comm_hook=c["hook"])
+                            comm_hook=c["hook"], last_bucket_small=small)
     _, summary = whatif.run(work, cfg)
     cmd = simulate_command(base, str(path), c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
                            c["no_sync_every"], c["world_size"], c["network"], c["hook"], bufs, c["algo"],
-                           trace if kind_trace else None)
+                           trace if kind_trace else None, small)
     return summary["iteration_time_s"], cmd
 
 

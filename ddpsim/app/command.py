@@ -16,9 +16,9 @@ from ddpsim.sim.network import networks
 
 def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str, fu: bool, n_sync: int,
                      world: int, network: str, hook: str | None = None, bufs: bool | None = None,
-                     algo: str | None = None, trace=None) -> str:
+                     algo: str | None = None, trace=None, small: bool | None = None) -> str:
     """The command for the page's choices; ``hook`` is what the simulator plays
-    (``whatif_widgets.simulated_hook``)."""
+    (``whatif_widgets.simulated_hook``); ``small``: torch's DDP_SET_LAST_BUCKET_CAP=1 (None: as recorded)."""
     args = ["python", "-m", "ddpsim", "simulate"]
     if base.kind == "trace":
         args += ["--trace", trace_file or "TRACE.json"]
@@ -28,7 +28,7 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
         args += ["--arch", base.arch, "--hardware", base.hardware, "--iters", str(whatif.SIM_ITERS)]
         args += ["--batch", str(base.batch)] if base.batch else []
         now = {"bucket_cap_mb": None, "find_unused_parameters": False, "no_sync_every": 1,
-               "broadcast_buffers": None}  # SimConfig's defaults, torch's
+               "broadcast_buffers": None, "last_bucket_small": False}  # SimConfig's defaults, torch's
         recorded_order = "torch"
     args += ["--world-size", str(world)]
     if cap != now["bucket_cap_mb"]:
@@ -41,6 +41,8 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
         args += ["--no-sync-every", str(n_sync)]
     if bufs is not None and bufs != now["broadcast_buffers"]:
         args += ["--broadcast-buffers" if bufs else "--no-broadcast-buffers"]
+    if small is not None and bool(small) != now["last_bucket_small"]:
+        args += ["--last-bucket-small" if small else "--no-last-bucket-small"]
     if hook:
         args += ["--comm-hook", hook] + (["--powersgd-start-iter", str(whatif.POWERSGD_START)] if hook == "powersgd" else [])
     if algo:

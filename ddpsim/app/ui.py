@@ -137,7 +137,8 @@ def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> N
     """Iteration time, exposed comm and overlap as st.metric, with deltas against ``base``."""
     cols = st.columns(3)
     spec = (("iteration_time_s", "Iteration time", *units.metric_unit(values["iteration_time_s"]), "inverse"),
-            ("exposed_comm_s", "Exposed communication", *units.metric_unit(values["iteration_time_s"]), "inverse"),
+            ("exposed_comm_s", "Exposed communication",
+             *units.metric_unit(values["iteration_time_s"], values["exposed_comm_s"]), "inverse"),
             ("overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1, "normal"))
     for col, (k, name, fmt, scale, color) in zip(cols, spec):
         if k == "overlap_fraction" and not values.get("communicates", True):

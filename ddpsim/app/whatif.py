@@ -35,8 +35,6 @@ SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the re
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
-TIE = ", as fast or faster: nothing to change"  # the choice within 0.05 ms of the sweep's best, or better
-FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,8 @@ def base_for(trace: Trace | None) -> Base:
         if w.get("kind") == "synthetic" and "-" in str(w.get("hardware", "")):
             gpu, _, net = str(w["hardware"]).partition("-")
             cfg = dict(trace.meta.get("config") or {})
-            keep = {k: cfg[k] for k in ("world_size", "bucket_cap_mb", "find_unused_parameters", "no_sync_every", "order") if k in cfg}
+            keep = {k: cfg[k] for k in ("world_size", "bucket_cap_mb", "find_unused_parameters", "no_sync_every", "order",
+                                        "last_bucket_small") if k in cfg}
             return Base("synthetic", w.get("arch", "resnet50"), gpu, net, w.get("batch"), keep)
     if trace is not None:
         return Base("trace", config=config_from_trace(trace))
@@ -81,7 +80,8 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=None, work=None,
-               trace: Trace | None = None, algo=None, broadcast_buffers=None, comm_hook=None) -> SimConfig:
+               trace: Trace | None = None, algo=None, broadcast_buffers=None, comm_hook=None,
+               last_bucket_small=None) -> SimConfig:
     """A SimConfig for the what-if choices. A recorded trace (``work`` learnt from ``trace``): its
     replay with the changes (``replay_config``: at its world size its ranks as recorded, a hook's
     cost as its ranks measured it); a network other than the recorded one overrides the link.
@@ -95,6 +95,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
         changes["trace_ranks"] = int(trace_ranks)
     if broadcast_buffers is not None:  # None: as recorded
         changes["broadcast_buffers"] = bool(broadcast_buffers)
+    if last_bucket_small is not None:  # None: as recorded (a GPU model: torch's default, off)
+        changes["last_bucket_small"] = bool(last_bucket_small)  # torch's DDP_SET_LAST_BUCKET_CAP=1
     if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
         changes.update(comm_hook=comm_hook, powersgd_start_iter=POWERSGD_START)
     if base.kind != "trace":  # a GPU model: its profile's rank noise and hook rates, as simulate --arch
@@ -130,34 +132,6 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
     return rows, notes
 
 
-def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float | None = None) -> str | None:
-    """The sweep's verdict: the best configuration against the chosen one (and ``noise``, the recorded spread)."""
-    best = recommend(rows)
-    if best is None:
-        return None
-    default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]] or rows
-    every = [r["iteration_time_s"] for r in rows]
-    if max(every) - min(every) < 5e-5:  # within 0.05 ms: no winner to name
-        return (f"Bucket size, ordering and find_unused_parameters make no difference here: all {len(rows)} "
-                f"combinations simulate at {best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)}.")
-    cap = "default (torch's 25 MiB, first bucket 1 MiB)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
-    explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
-    times, tie = [r["iteration_time_s"] * 1e3 for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
-    return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
-            f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
-            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
-            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "
-            f"Across bucket sizes with torch's ordering the iteration time ranges "
-            f"{min(times):.1f}–{max(times):.1f} ms." + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise)))
-
-
-def _within(gain: float, noise: float | None) -> str:
-    """A sentence when the best's gain over the chosen configuration is inside the recorded spread."""
-    return "" if noise is None or not 0 < gain < noise else (
-        f" Its gain ({gain:.1%}) is inside the recorded run's iteration-to-iteration spread (±{noise:.0%}): "
-        "a measurement could not tell the two apart.")
-
-
 def choices(base: Base) -> dict:
     """The widget defaults that reproduce the run as recorded (nothing changed)."""
     c = base.config
@@ -166,7 +140,8 @@ def choices(base: Base) -> dict:
             "find_unused_parameters": bool(c.get("find_unused_parameters")),
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
             "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None,
-            "broadcast_buffers": bool(c.get("broadcast_buffers", True))}
+            "broadcast_buffers": bool(c.get("broadcast_buffers", True)),
+            "last_bucket_small": bool(c.get("last_bucket_small", False))}
 
 
 def cap_options(base: Base) -> list:
@@ -221,8 +196,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     recorded = int(base.config.get("world_size", 2))
     chosen = cfg.bandwidth_gbps is not None or cfg.hardware is not None
     out = beyond.far_cautions(trace, work, recorded, cfg.world_size, chosen) if base.kind == "trace" else []
-    out += [c for c in [quiet_ranks(trace) if base.kind == "trace" else None,
-                        hookrates.caution(trace, cfg.comm_hook, work, cfg.world_size),
+    learnt = trace if base.kind == "trace" else None  # a simulated sample replays its GPU model, whose rates it has
+    out += [c for c in [quiet_ranks(trace) if learnt else None, hookrates.caution(learnt, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
@@ -239,7 +214,8 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     sim_fn = simulate_fn or run
     c = choices(base)
     unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
-                               c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks, work, trace, c["algo"])
+                               c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks, work, trace, c["algo"],
+                               last_bucket_small=c["last_bucket_small"])
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show
@@ -259,8 +235,10 @@ def describe_change(out: Outcome) -> str:
     """One sentence: the change in iteration time, with the run's noise band."""
     ch = out.change["iteration_time_s"] * 100
     if out.summary["iteration_time_s"] == out.unchanged_summary["iteration_time_s"]:
-        return (f"Iteration time {units.duration(out.summary['iteration_time_s'])}, the same as the configuration "
-                "unchanged, both simulated: move a control above to see what it changes.")
+        same = f"Iteration time {units.duration(out.summary['iteration_time_s'])}, the same as the configuration unchanged, both simulated"
+        if (out.sim.meta.get("config") or {}) == (out.unchanged.meta.get("config") or {}):
+            return same + ": move a control above to see what it changes."
+        return same + ": the choices above differ from the run as recorded, but change nothing in its simulation here."
     text = (f"Iteration time {units.change(ch / 100)} against the same configuration unchanged, both simulated "
             f"({units.duration(out.unchanged_summary['iteration_time_s'])} → {units.duration(out.summary['iteration_time_s'])}).")
     if out.noise is None:
@@ -293,8 +271,3 @@ def describe_stragglers(out: Outcome) -> str | None:
     return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
                             (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
                             out.spread_source, int((out.sim.meta.get("config") or {}).get("no_sync_every") or 1))
-
-
-def recommend(rows: list[dict]) -> dict | None:
-    """The best sweep row (lowest iteration time); its cap and order are slider/select values."""
-    return next((r for r in rows if r.get("best")), None)

@@ -53,9 +53,11 @@ def simulated_hook(hook: str | None, base: Base) -> str | None:
     return None if hook == recorded_hook(base) else (hook or "allreduce")
 
 
-def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, network: str, hook, bufs, algo) -> str:
+def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, network: str, hook, bufs, algo,
+              small: bool = False) -> str:
     """A kept what-if's name with every choice in it: two different runs never share a name."""
-    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else ""]
+    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else "",
+             "small-last" if small else ""]
     return " ".join([f"{SIMULATED_PREFIX}{who} cap={'default' if cap is None else f'{cap:g}'} {order} fu={int(fu)} n={n_sync} w={world} "
                      f"{network}", *filter(None, extra)])
 
@@ -121,6 +123,14 @@ def network_label(name: str, gpu: str | None = None) -> str:
     if name == "nvlink":  # a CPU recording has no GPU node: NVLink's figures as one link between every rank
         return "nvlink: NVLink's datasheet figures, as one flat link between all ranks"
     return f"{name}: {networks()[name].get('name', name)}"
+
+
+LAST_BUCKET_SMALL_HELP = (
+    "torch's DDP_SET_LAST_BUCKET_CAP=1 (an environment variable; torch reads it at the rebuild after the first "
+    "iteration). By default the rebuild gives its small first cap (1 MiB, or bucket_cap_mb_list's first) to the "
+    "first gradients ready, so their allreduce starts early; with it set, the small bucket goes to the last "
+    "gradients ready, so the allreduce left after the backward is short. No effect where torch never rebuilds "
+    "(find_unused_parameters without static_graph, an ordering other than torch's).")
 
 
 SWEEP_ASK_S = 5.0  # seconds: a sweep expected to take longer waits for its button (a page choice, not torch's)

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from ddpsim.analysis import iteration_report, steady_summary
-from ddpsim.app import timeline_notes as notes, ui
+from ddpsim.app import timeline_notes as notes, ui, units
 from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import typical_iteration, plot_timeline
 
@@ -32,7 +32,8 @@ talked = {"this": notes.communicates(trace, iteration), "steady": bool(ref and r
 cols = st.columns(3)
 for col, key, name, fmt, scale in (
         (cols[0], "iteration_time_s", "Iteration time", "{:.1f} ms", 1e3),
-        (cols[1], "exposed_comm_s", "Exposed communication", "{:.1f} ms", 1e3),
+        (cols[1], "exposed_comm_s", "Exposed communication",
+         units.metric_unit(0.0, report["metrics"]["exposed_comm_s"])[0], 1e3),  # sub-ms: two decimals
         (cols[2], "overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1)):
     value = report["metrics"][key] * scale if report["metrics"][key] is not None else None
     base = ref[key] * scale if ref and ref[key] is not None and (key != "overlap_fraction" or talked["steady"]) else None

@@ -1,7 +1,7 @@
 """What-if page: change DDP's options, see the simulated timeline beside the run it came from."""
 import streamlit as st
 
-from ddpsim.app import beyond, cache, command, ui, whatif
+from ddpsim.app import beyond, cache, command, sweep_verdict, ui, whatif
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware
@@ -68,6 +68,8 @@ fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], ke
 bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
                  help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
                       "rank waits for it.") if base.kind == "trace" and has_buffers(trace) else None
+small = c3.checkbox("Small bucket last", value=now["last_bucket_small"], key=k + "small",
+                    help=widgets.LAST_BUCKET_SMALL_HELP)
 c1, c2, c3 = st.columns(3)
 world = c1.select_slider("World size (ranks)", whatif.world_options(base), value=now["world_size"], key=k + "world")
 n_sync = c2.select_slider("Sync every n micro-steps (no_sync)", sorted({*range(1, 9), now["no_sync_every"]}),
@@ -117,7 +119,7 @@ try:
     work = cache.workload(f"{source_key}:{base.hardware}", base, trace)
     cfg = whatif.sim_config(base, cap, order, fu, n_sync, world, network,
                             work=work, trace=trace, algo=algo,
-                            broadcast_buffers=bufs, comm_hook=sim_hook)
+                            broadcast_buffers=bufs, comm_hook=sim_hook, last_bucket_small=small)
     out = cache.evaluate(source_key, cache.config_key(cfg), work, base, trace, cfg)
 except ValueError as e:
     st.error(f"The simulator cannot run this configuration: {e}")
@@ -141,7 +143,7 @@ st.caption("The figure draws rank 0's most typical iteration of each run (closes
            "typical iteration, against the rank that waits most.")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
-    name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo)
+    name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo, small)
     name = keep_trace(name, out.sim, f"{source_key}:{cache.config_key(cfg)}")
     st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it beside the open trace
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
@@ -149,14 +151,14 @@ if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 with st.expander("The same on the command line", key=k + "cli"):  # a key: it stays open as boxes come and go above
     st.code(command.simulate_command(base, f"{ui.slug(label)}.json" if label else None, cap, order, fu, n_sync, world,
-                                     network, sim_hook, bufs, algo, trace), language="bash")
+                                     network, sim_hook, bufs, algo, trace, small), language="bash")
     st.caption("It prints this what-if's iteration time and exposed communication" +
                (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above
+sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook, buffers, small-last chosen above
                               trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=algo,
-                              broadcast_buffers=bufs, comm_hook=sim_hook)
+                              broadcast_buffers=bufs, comm_hook=sim_hook, last_bucket_small=small)
 sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
 swept = st.session_state.setdefault(SWEPT, set())  # sweeps run this session: shown at once again
 wait_s = widgets.sweep_seconds(out.summary)
@@ -167,7 +169,7 @@ if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
 else:
     swept.add(sweep_key)
     rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg)
-    if (verdict := whatif.describe_sweep(rows, out.summary, world, out.noise)):
+    if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise)):
         st.success(verdict)
         ui.show_figure(f"sweep:{sweep_key}",
                        lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
