@@ -25,9 +25,9 @@ def _later(d: dict, delta: int) -> None:
                 _later(x, delta)
 
 
-def spread(gap_ns: int):
-    """The sample with ``gap_ns`` more between one iteration's end and the next one's start."""
-    raw = json.loads(SAMPLE.read_text())
+def spread(gap_ns: int, sample=SAMPLE, edit=lambda raw: raw):
+    """The sample (``edit``-ed) with ``gap_ns`` more between one iteration's end and the next one's start."""
+    raw = edit(json.loads(sample.read_text()))
     for rank in raw["ranks"]:
         for it in rank["iterations"]:
             _later(it, it["iteration"] * gap_ns)
@@ -47,6 +47,27 @@ def test_the_time_between_steps_is_counted_and_said_where_it_is_much():
     assert lines[1].startswith(said) and "outside the iteration time" in lines[1]
     assert between_steps_s(base) < 0.05 * t  # a recording that runs its steps back to back: no such line
     assert not any(line.startswith("between steps") for line in headline_lines(base, "wrote run.json"))
+
+
+def test_a_no_sync_cycle_leaves_out_the_time_between_its_micro_steps_too():
+    """A cycle of 3 micro-steps counted the time between them, and a synced step not the time after it:
+    the same gap made a no_sync run slower per micro-step (Note [The time between steps is left out])."""
+    no_sync = BUNDLED_DIR / "05_convnet_torch_no_sync3.json"  # a sync every 3 micro-steps
+    base, slow = spread(0, no_sync), spread(50_000_000, no_sync)
+    assert summarize(slow)["iteration_time_s"] == pytest.approx(summarize(base)["iteration_time_s"])
+    base, slow = spread(0, edit=sync_every_2), spread(50_000_000, edit=sync_every_2)  # two steady cycles
+    assert summarize(slow)["iteration_time_s"] == pytest.approx(summarize(base)["iteration_time_s"])
+    assert between_steps_s(slow) == pytest.approx(between_steps_s(base) + 0.05)  # per micro-step, as before
+
+
+def sync_every_2(raw: dict) -> dict:
+    """``raw`` (the MLP sample) with its iterations 1 and 3 accumulated (no allreduce, no optimizer):
+    cycles [0], [1, 2], [3, 4], the last two steady."""
+    for rank in raw["ranks"]:
+        for it in rank["iterations"]:
+            if it["iteration"] in (1, 3):
+                it.update(sync=False, buckets=[], optimizer=None)
+    return raw
 
 
 def test_the_time_between_steps_is_each_pairs_own_gap():

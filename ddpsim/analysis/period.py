@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from ddpsim.analysis.metrics import steady_cycles
+from ddpsim.analysis.metrics import between_micro_steps_ns, steady_cycles
 from ddpsim.trace import Trace
 
 ITERATION_TIME = ("The iteration time runs from the forward's start to the optimizer's end, so it leaves out "
@@ -16,8 +16,10 @@ BETWEEN_SHOWN = 0.05  # the time between steps is printed where it is more than 
 
 def between_steps_s(trace: Trace) -> float | None:
     """The median time from a steady cycle's end (its last rank's) to the next cycle's first forward
-    start (its first rank's), per micro-step as the iteration time is; None without two consecutive
-    steady cycles. Each gap is one pair's own, so it never mixes two sets of iterations."""
+    start (its first rank's), with the time between the cycle's own micro-steps that the iteration
+    time leaves out too (Note [The time between steps is left out] in metrics.py), per micro-step as
+    the iteration time is; None without two consecutive steady cycles. Each gap is one pair's own,
+    so it never mixes two sets of iterations."""
     cycles = steady_cycles(trace)
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
@@ -25,6 +27,7 @@ def between_steps_s(trace: Trace) -> float | None:
         for it in rank.iterations:
             starts[it.iteration] = min(starts.get(it.iteration, it.forward.start_ns), it.forward.start_ns)
             ends[it.iteration] = max(ends.get(it.iteration, it.end_ns), it.end_ns)
-    gaps = [max(0, starts[b[0]] - ends[a[-1]]) / len(a) for a, b in zip(cycles, cycles[1:])
+    gaps = [(max(0, starts[b[0]] - ends[a[-1]]) + between_micro_steps_ns(trace, a)) / len(a)
+            for a, b in zip(cycles, cycles[1:])
             if b[0] == a[-1] + 1 and a[-1] in ends and b[0] in starts]
     return statistics.median(gaps) * 1e-9 if gaps else None
