@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.minddp import messages
+from ddpsim.minddp.logging_data import failed_check
 
 
 class AllReduceCommHook:
@@ -61,7 +62,7 @@ def register_builtin_comm_hook(reducer, comm_hook_type) -> None:
         raise TypeError(f"_register_builtin_comm_hook(): comm_hook_type must be a "
                         f"torch.distributed.BuiltinCommHookType, not {type(comm_hook_type).__name__}")
     if reducer.comm_hook is not None:
-        raise RuntimeError(messages.ONCE_BUILTIN)
+        raise failed_check(reducer, RuntimeError(messages.ONCE_BUILTIN))
     hooks = {dist.BuiltinCommHookType.ALLREDUCE: AllReduceCommHook,
              dist.BuiltinCommHookType.FP16_COMPRESS: FP16CompressCommHook}
     reducer.comm_hook = hooks[comm_hook_type](reducer.process_group)

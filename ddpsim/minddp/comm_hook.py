@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.minddp import messages
+from ddpsim.minddp.logging_data import failed_check
 
 POWERSGD_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")  # powerSGD_hook.py
 BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")  # distributed.py
@@ -105,28 +106,29 @@ def make_grad_bucket(index, bucket_count, bucket, params, buffer=None) -> GradBu
                       offsets, lengths, [p.size() for p in members], members)
 
 
-def check_comm_hook(hook) -> None:
+def check_comm_hook(ddp, hook) -> None:
     """Mirrors ``DistributedDataParallel._check_comm_hook``: callable, annotations, and the bf16
-    hook only where torch allows it (CUDA with NCCL >= 2.10, or XPU with XCCL).
+    hook only where torch allows it (CUDA with NCCL >= 2.10, or XPU with XCCL); each refusal goes
+    through ``ddp._log_and_throw`` (Note [Errors in the logging data] in minddp/logging_data.py).
 
     ddpsim only: a hook with no ``bucket`` parameter gets this one-line TypeError (torch's check
-    fails there with ``KeyError: 'bucket'``); a ``bucket`` annotated with minddp's ``GradBucket``
-    is accepted too.
+    fails there with ``KeyError: 'bucket'``, which it does not log); a ``bucket`` annotated with
+    minddp's ``GradBucket`` is accepted too.
     """
     if not callable(hook):
-        raise TypeError("Communication hook must be callable.")
+        ddp._log_and_throw(TypeError, "Communication hook must be callable.")
     sig = inspect.signature(hook)
     if "bucket" not in sig.parameters:
         raise TypeError(f"Communication hook {getattr(hook, '__name__', hook)!r} must take a parameter "
                         "named 'bucket': hook(state, bucket) -> torch.futures.Future[torch.Tensor]")
     if sig.parameters["bucket"].annotation not in (inspect.Parameter.empty, dist.GradBucket, GradBucket):
-        raise ValueError("Communication hook: bucket annotation should be dist.GradBucket.")
+        ddp._log_and_throw(ValueError, "Communication hook: bucket annotation should be dist.GradBucket.")
     if sig.return_annotation not in (inspect.Signature.empty, torch.futures.Future[torch.Tensor]):
-        raise ValueError("Communication hook: return annotation should be "
-                         "torch.futures.Future[torch.Tensor].")
+        ddp._log_and_throw(ValueError, "Communication hook: return annotation should be "
+                                       "torch.futures.Future[torch.Tensor].")
     if getattr(hook, "__name__", None) in BF16_HOOKS and not bf16_hook_supported():
-        raise TypeError("BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+ "
-                        "or XPU and XCCL")
+        ddp._log_and_throw(TypeError, "BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+ "
+                                      "or XPU and XCCL")
 
 
 def bf16_hook_supported() -> bool:
@@ -163,7 +165,7 @@ def register_comm_hook(reducer, state, hook) -> None:
     registering after the first iteration (distributed.py's docstring only advises before the
     first backward); the hook then applies from the next bucket launched."""
     if reducer.comm_hook is not None:
-        raise RuntimeError(messages.ONCE_PYTHON)
+        raise failed_check(reducer, RuntimeError(messages.ONCE_PYTHON))
     check_powersgd_gloo(hook, reducer)
     reducer.comm_hook = PythonCommHook(state, hook)
 

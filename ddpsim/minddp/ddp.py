@@ -164,6 +164,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
             indices, per_bucket_limits = compute_bucket_assignment_by_size(params, limits)
             self.reducer = self.new_reducer(params, indices[::-1], per_bucket_limits[::-1], names, limits_for_rebuilding)
         self.logger = Logger(self.reducer)
+        self.reducer.set_logger(self.logger)
         self.logger.set_construction_data_and_log(self, static_graph)
 
     def new_reducer(self, params, indices, limits, names, limits_for_rebuilding):
@@ -198,7 +199,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         bucket's new value. Once only, checked like torch (``_check_comm_hook``); torch's own hooks
         (``torch.distributed.algorithms.ddp_comm_hooks``) run unchanged. See ddpsim/minddp/comm_hook.py.
         """
-        comm_hook.check_comm_hook(hook)
+        comm_hook.check_comm_hook(self, hook)
         self.logger.set_comm_hook(getattr(hook, "__qualname__", type(hook).__qualname__))
         comm_hook.register_comm_hook(self.reducer, state, hook)
 

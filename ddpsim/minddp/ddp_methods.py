@@ -1,8 +1,9 @@
 """The methods of torch's ``DistributedDataParallel`` that training code calls after construction
 (distributed.py, torch 2.13): ``_set_static_graph``, ``_register_builtin_comm_hook``,
-``_remove_autograd_hooks``, ``_check_reducer_finalized`` and ``_get_ddp_logging_data``. They start
-with an underscore in torch, yet user code calls them (``ddp._set_static_graph()`` with activation
-checkpointing, for one), so minddp's DDP has them under the same names.
+``_remove_autograd_hooks``, ``_check_reducer_finalized`` and ``_get_ddp_logging_data``, and the
+``_log_and_throw`` that DDP's checks raise through. They start with an underscore in torch, yet user
+code calls them (``ddp._set_static_graph()`` with activation checkpointing, for one), so minddp's DDP
+has them under the same names.
 
 Measured on torch 2.13 (2 and 3 gloo ranks; tests/test_minddp_ddp_methods.py):
 
@@ -41,6 +42,16 @@ AGAIN = "You've set static_graph to be True, no need to set it again."  # distri
 class DDPMethods:
     """Mixed into ``ddpsim.minddp.DistributedDataParallel`` (ddp.py)."""
 
+    logger = None  # torch's ``self.logger: dist.Logger | None = None``, until _ddp_init_helper makes it
+
+    def _log_and_throw(self, err_type, err_msg):
+        """Mirrors ``_log_and_throw``: the error goes into the logging data as
+        ``"<class 'ValueError'>: ..."`` once the logger exists, then is raised (Note [Errors in the
+        logging data] in minddp/logging_data.py)."""
+        if self.logger is not None:
+            self.logger.set_error_and_log(f"{str(err_type)}: {err_msg}")
+        raise err_type(err_msg)
+
     def _set_static_graph(self):
         """Mirrors ``_set_static_graph``: the constructor calls it for ``static_graph=True``."""
         if self.static_graph:
@@ -69,10 +80,10 @@ class DDPMethods:
 
     def _set_ddp_runtime_logging_sample_rate(self, sample_rate):
         """Mirrors ``_set_ddp_runtime_logging_sample_rate``: after the first ten iterations, time one in
-        ``sample_rate`` (Note [The runtime timer] in minddp/timer.py). torch also logs the error into the
-        logging data's ``error`` key, which minddp leaves out (Note [What the logging data holds])."""
+        ``sample_rate`` (Note [The runtime timer] in minddp/timer.py); a rate below 1 is logged and
+        raised (``_log_and_throw``)."""
         if sample_rate < 1:
-            raise ValueError(SAMPLE_RATE_TOO_SMALL)
+            self._log_and_throw(ValueError, SAMPLE_RATE_TOO_SMALL)
         self.reducer.set_ddp_runtime_logging_sample_rate(sample_rate)
 
     def _get_ddp_logging_data(self):

@@ -96,7 +96,8 @@ class JoinableDDP(Joinable):
         rank_to_use = torch.tensor([input_rank if rank_cond else -1], device=self.join_device)
         dist.all_reduce(rank_to_use, op=dist.ReduceOp.MAX, group=self.process_group)
         if rank_to_use.item() == -1:
-            raise ValueError("BUG! Expected rank_cond to be true for at least one process.")
+            self._log_and_throw(ValueError, "BUG! Expected rank_cond to be true for at least one process."
+                                            " This indicates a bug in PyTorch, please report an issue.")
         return int(rank_to_use.item())
 
     def match_all_reduce_for_bwd_pass(self):

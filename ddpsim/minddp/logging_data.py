@@ -22,9 +22,23 @@ A duration that cannot be measured is 0 and leaves its mean as it was (but n sti
 measure this process, so their values differ from those of torch's DDP run beside it.
 
 minddp fills these keys with torch's formats (lists as ``"160, 32"``, a rebuilt bucket's parameter
-indices as ``"5 4 3, 2 1 0"``, booleans as 0/1). Left out: ``has_error``/``error`` (torch records there the message of every
-reducer check that fails; minddp's messages are worded differently: minddp/messages.py), and on CUDA
-torch's timer of CUDA events (minddp times with the host clock on every device).
+indices as ``"5 4 3, 2 1 0"``, booleans as 0/1), and the error keys as torch does (Note [Errors in the
+logging data]). Left out: on CUDA torch's timer of CUDA events (minddp times with the host clock on
+every device).
+
+Note [Errors in the logging data]: ``set_error_and_log`` sets ``has_error`` to 1, ``error`` to the
+message and ``iteration`` to the Reducer's count of synced forwards (``num_iterations_``: how far
+training got).
+Two paths lead there, both after the logger exists (an error during construction is only raised):
+distributed.py's ``_log_and_throw(err_type, err_msg)`` stores ``f"{str(err_type)}: {err_msg}"``
+(``"<class 'ValueError'>: DDP runtime logging sample rate ..."``: a bad comm hook, a sample rate
+below 1, Join's ``_find_common_rank`` finding no rank), and reducer.cpp's ``REDUCER_CHECK`` stores
+its message as it is (a second comm hook, a late ``_set_static_graph``, a changed static graph, a
+missing gradient, a parameter marked ready twice, ...). A later error replaces the earlier one. Not
+logged: the Reducer's internal asserts, errors from tensors or autograd (an undefined tensor copied),
+pybind11's argument checks and Python's own errors (``KeyError: 'bucket'``). Where minddp words an
+error its own way (the missing gradient, marked ready twice: minddp/messages.py) its ``error`` holds
+minddp's message, the one it raised.
 """
 from __future__ import annotations
 
@@ -58,6 +72,15 @@ NCCL_ENV = {"nccl_socket_ifname": "NCCL_SOCKET_IFNAME", "nccl_debug": "NCCL_DEBU
             "nccl_nthreads": "NCCL_NTHREADS", "nccl_ib_timeout": "NCCL_IB_TIMEOUT"}
 NCCL_ENV_PAIRS = {"nccl_blocking_wait": ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"),
                   "nccl_async_error_handling": ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")}
+
+
+def failed_check(reducer, error: Exception) -> Exception:
+    """The failing branch of reducer.cpp's ``REDUCER_CHECK`` macro: the message goes to the Reducer's
+    logger while it lives (Note [Errors in the logging data]); the caller raises the error returned."""
+    logger = reducer.logger() if reducer.logger is not None else None  # logger_.expired()
+    if logger is not None:
+        logger.set_error_and_log(str(error))
+    return error
 
 
 def join(values, sep=", ") -> str:
@@ -173,6 +196,12 @@ class Logger:
         n = self.num_iterations_stats_recorded
         self.ints[key] = duration
         self.ints[f"avg_{key}"] = (duration + avg * (n - 1)) // n  # int64 division; never negative here
+
+    def set_error_and_log(self, error: str) -> None:
+        """Mirrors ``Logger::set_error_and_log`` (logger.hpp): Note [Errors in the logging data]."""
+        self.ints["has_error"] = 1
+        self.strs["error"] = error
+        self.ints["iteration"] = self.reducer.num_iterations
 
     def get_ddp_logging_data(self) -> dict:
         """``DistributedDataParallel._get_ddp_logging_data``: ``{**strs_map, **ints_map}``, each

@@ -31,6 +31,7 @@ from ddpsim.buckets import last_bucket_small_requested, rebuild_assignment, rebu
 from ddpsim.minddp import batched_copy, comm_hook, messages, timer, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, make_bucket
+from ddpsim.minddp.logging_data import failed_check
 from ddpsim.events import RankRecorder, now_ns
 
 
@@ -51,6 +52,7 @@ class Reducer(timer.RuntimeStats):
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.batched_grad_copy = batched_grad_copy  # batched_grad_copy_ (minddp/batched_copy.py); torch: False
         self.recorder = recorder
+        self.logger = None  # logger_: set_logger, a weak reference (Note [Errors in the logging data])
         self.static_graph = False
         self.fixed_layout = False  # ddpsim only (DDP bucket_order, not in torch): never rebuild
         # skip_all_reduce_unused_params_ (minddp/unused_buckets.py); torch's default False
@@ -108,7 +110,7 @@ class Reducer(timer.RuntimeStats):
     def set_static_graph(self):
         """Mirrors ``Reducer::set_static_graph`` (DDP's ``_set_static_graph``: minddp/ddp_methods.py)."""
         if self.num_iterations != 0:
-            raise RuntimeError(messages.STATIC_GRAPH_TOO_LATE)
+            raise failed_check(self, RuntimeError(messages.STATIC_GRAPH_TOO_LATE))
         self.static_graph = self.has_local_used_map = True
 
     # -- 1. forward begins ----------------------------------------------------------
@@ -165,8 +167,8 @@ class Reducer(timer.RuntimeStats):
             missing = [i for i in range(len(self.params)) if i not in self.ready_params]
             if not missing:  # torch: TORCH_INTERNAL_ASSERT (Note [The optimizer in the backward needs an accelerator])
                 raise RuntimeError(messages.NO_UNMARKED_PARAMS)
-            raise messages.MissingGradientError(messages.missing_gradients(
-                self.rank, missing, self.param_names, self.find_unused_parameters))
+            raise failed_check(self, messages.MissingGradientError(messages.missing_gradients(
+                self.rank, missing, self.param_names, self.find_unused_parameters)))
 
     # -- 2. forward ends ------------------------------------------------------------
     def prepare_for_backward(self, outputs):
@@ -230,7 +232,7 @@ class Reducer(timer.RuntimeStats):
                 self.mark_variable_ready(unused)
         if self.static_graph and self.num_bwd_calls > 1:  # static_graph_after_first_iteration()
             if self.hooks_left[index] <= 0:  # torch's REDUCER_CHECK
-                raise RuntimeError(messages.GRAPH_CHANGED)
+                raise failed_check(self, RuntimeError(messages.GRAPH_CHANGED))
             self.hooks_left[index] -= 1
             if self.hooks_left[index] != 0:
                 return
@@ -241,8 +243,8 @@ class Reducer(timer.RuntimeStats):
     def mark_variable_ready(self, index):
         """Mirrors ``Reducer::mark_variable_ready``."""
         if index in self.ready_params:
-            raise messages.MarkedReadyTwiceError(
-                messages.marked_twice(self.rank, index, self.param_names))
+            raise failed_check(self, messages.MarkedReadyTwiceError(
+                messages.marked_twice(self.rank, index, self.param_names)))
         self.ready_params.add(index)
         self.require_finalize = True
         self.set_divide_factor()
@@ -282,7 +284,7 @@ class Reducer(timer.RuntimeStats):
         if p.grad is None:
             if (self.dynamic_graph_find_unused() or self.static_graph_first_iteration()) \
                     and self.local_used_map[index]:  # torch's REDUCER_CHECK: used, yet no gradient now
-                raise RuntimeError(messages.UNDEFINED_BUT_USED)
+                raise failed_check(self, RuntimeError(messages.UNDEFINED_BUT_USED))
             view.zero_()
         elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
             if self.comm_hook is None and not self.batched_grad_copy:  # batched: the flat div_ does it
@@ -429,6 +431,10 @@ class Reducer(timer.RuntimeStats):
                 batched_copy.flush_deferred_copies(self, bucket)
             self.all_reduce_bucket(bucket)
         self.finalize_backward()
+
+    def set_logger(self, logger):
+        """Mirrors ``Reducer::set_logger``: where its checks log (``failed_check``)."""
+        self.logger = weakref.ref(logger)
 
     # -- Join (ddpsim/minddp/join.py) ---------------------------------------------------
     def set_forward_pass_work_handle(self, work, use_static_world_size):
