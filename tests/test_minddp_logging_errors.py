@@ -157,6 +157,23 @@ def test_error_keys_as_torchs(ranks, name):
 
 
 @pytest.mark.slow  # real gloo ranks
+@pytest.mark.parametrize("name", ["missing gradient", "missing gradient, static_graph", "marked ready twice"])
+def test_own_words_carry_torchs_diagnosis(ranks, name):
+    """Where minddp words an error its own way, it quotes torch's first words, and its advice follows
+    torch's case: under static_graph the training graph changed (it had advised find_unused_parameters)."""
+    quoted = {"missing gradient": "Expected to have finished reduction in the prior iteration before starting a new one",
+              "missing gradient, static_graph": "your training graph has changed in this iteration",
+              "marked ready twice": "Expected to mark a variable ready only once"}[name]
+    for out in ranks:
+        failed = [(t[1], o[1]) for (t, _), (o, _) in zip(out["torch", name], out["minddp", name]) if o != "ok"]
+        assert failed
+        for theirs, ours in failed:
+            assert quoted in theirs and quoted in ours and ours.startswith(OWN_WORDS), (theirs, ours)
+            if name.startswith("missing gradient"):
+                assert ("static_graph" in name) == ("pass find_unused_parameters=True" not in ours), ours
+
+
+@pytest.mark.slow  # real gloo ranks
 @pytest.mark.parametrize("name", list(CASES))
 def test_same_steps_fail(ranks, name):
     """The same steps fail, with errors of the same type (minddp's own errors: messages.py); the

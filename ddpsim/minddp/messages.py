@@ -14,14 +14,21 @@ def _names(indices, names) -> str:
     return ", ".join(f"{names[i]} (index {i})" for i in indices)
 
 
-def missing_gradients(rank: int, indices, names, find_unused: bool) -> str:
-    """The text of ``ensure_prior_reduction_finished`` in reducer.cpp, with names."""
+def missing_gradients(rank: int, indices, names, find_unused: bool, static_graph: bool = False) -> str:
+    """The text of ``ensure_prior_reduction_finished`` in reducer.cpp, with names; its advice follows
+    torch's three cases (static_graph, then find_unused_parameters, then neither)."""
     head = (f"minddp (rank {rank}): a new forward started before the previous backward was reduced, "
             f"but {len(indices)} parameter(s) received no gradient: {_names(indices, names)}.\n"
             "DDP launches a bucket's allreduce only when every parameter in the bucket "
             "has its gradient, so these buckets were never reduced and the ranks would "
             "disagree (torch DDP's words: 'Expected to have finished reduction in the "
             "prior iteration before starting a new one').\n")
+    if static_graph:  # torch: "This error indicates that your training graph has changed in this iteration"
+        return head + (
+            "static_graph=True: this error indicates that your training graph has changed in this "
+            "iteration (torch's words), e.g. a parameter used in the first iteration got no gradient "
+            "now. static_graph needs the same parameters in the loss every iteration: keep them so, "
+            "or construct DDP without static_graph (with find_unused_parameters=True if some go unused).")
     if find_unused:
         return head + (
             "find_unused_parameters=True is on, so the graph search found these "

@@ -168,7 +168,7 @@ class Reducer(timer.RuntimeStats):
             if not missing:  # torch: TORCH_INTERNAL_ASSERT (Note [The optimizer in the backward needs an accelerator])
                 raise RuntimeError(messages.NO_UNMARKED_PARAMS)
             raise failed_check(self, messages.MissingGradientError(messages.missing_gradients(
-                self.rank, missing, self.param_names, self.find_unused_parameters)))
+                self.rank, missing, self.param_names, self.find_unused_parameters, self.static_graph)))
 
     # -- 2. forward ends ------------------------------------------------------------
     def prepare_for_backward(self, outputs):
