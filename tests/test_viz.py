@@ -78,6 +78,15 @@ def test_iteration1_rebuilt_overlapping_allreduces_stack(trace):
     assert any(t.startswith("exposed ") and t.endswith(" ms") for t in texts)
 
 
+def test_exposed_under_a_millisecond_reads_in_hundredths():
+    """The H200 run's exposed communication read "exposed 0.0 ms" beside the page's 0.01 ms."""
+    gpu = load_trace(samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
+    exposed_ms = exposed_comm_ns(gpu.ranks[0].iteration(3)) * 1e-6
+    assert 0 < exposed_ms < 1
+    texts = [t.get_text() for t in plot_timeline(gpu, 3).axes[0].texts]
+    assert f"exposed {exposed_ms:.2f} ms" in texts, texts
+
+
 def test_no_sync_iteration(trace):
     fig = plot_timeline(trace, 2)
     assert by_gid(fig, "allreduce:") == []

@@ -213,7 +213,7 @@ def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabe
                                edgecolor=pal.EXPOSED, hatch="////", lw=0, alpha=0.55, zorder=2.5,
                                gid=f"exposed:r{rank.rank}"))
         ax.vlines(start, yc, ym + n_lanes, colors=pal.EXPOSED, lw=1, ls=":", zorder=5)
-        label = f"exposed {exposed * MS:.1f} ms"
+        label = f"exposed {exposed * MS:.{2 if exposed * MS < 1 else 1}f} ms"  # 0.01 ms read "0.0 ms"
         end = start + exposed * MS
         ha, x, which = place_label(ax.get_xlim(), start, end, minlabel * len(label) * 1.1,  # bold 9.5 pt, in ms
                                    minlabel, head_chars, [ms(b.ready_ns) for b in it.buckets])
