@@ -38,6 +38,7 @@ CASES = {
     "device_mesh 2-D, device_ids=[0, 1]": dict(device_mesh="MESH2", device_ids=[0, 1]),
     "device_mesh sliced from 2-D": dict(device_mesh="SLICED"),
     "process_group=WORLD, dim=-1": dict(process_group="WORLD", dim=-1),
+    "SyncBatchNorm in a CPU module": {},  # minddp only: NaiveDDP does not check the layers
 }
 BUFFER_FLAGS = ("broadcast_buffers", "forward_sync_buffers")  # NaiveDDP takes them and ignores them
 ATTRIBUTES = ("device_ids", "output_device", "dim", "device", "device_type", "is_multi_device_module",
@@ -52,6 +53,8 @@ def _model(name):
         model.requires_grad_(False)
     if name == "cpu and meta parameters":
         model[2] = nn.Linear(8, 2, device="meta")
+    if name.startswith("SyncBatchNorm"):
+        model.insert(1, nn.SyncBatchNorm(8))
     return model
 
 
@@ -109,7 +112,8 @@ def _every_case(rank, world):
     meshes = {"MESH1": init_device_mesh("cpu", (world,)), "MESH2": mesh2, "SLICED": mesh2["dp"],
               "WORLD": dist.group.WORLD}
     built = {(name, impl): _construct(impl, name, options, meshes) for name, options in CASES.items()
-             for impl in ("torch", "minddp", "naive") if impl != "naive" or not set(options) & set(BUFFER_FLAGS)}
+             for impl in ("torch", "minddp", "naive")
+             if impl != "naive" or not (set(options) & set(BUFFER_FLAGS) or name.startswith("SyncBatchNorm"))}
     trained = {(mesh, impl): _train(impl, meshes[mesh], rank) for mesh in TRAINED_MESHES
                for impl in ("torch", "minddp")}
     return built, trained
@@ -138,6 +142,8 @@ def test_what_torch_does_with_these_arguments(ranks):
         return built[(name, "torch")]
     assert torch_("device_ids=[0, 1]")["error"] == [
         "ValueError", "device_ids can only be None or contain a single element."]
+    assert torch_("SyncBatchNorm in a CPU module")["error"] == [
+        "ValueError", "SyncBatchNorm layers only work with GPU modules"]
     assert torch_("device_ids=[0]")["error"][1].endswith(
         "but got device_ids [0], output_device None, and module parameters {device(type='cpu')}.")
     assert torch_("output_device=0 (falsy)")["error"] is None  # `if device_ids or output_device`

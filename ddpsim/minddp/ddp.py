@@ -166,6 +166,7 @@ class DistributedDataParallel(nn.Module, JoinableDDP, DelayedAllReduceDDP, DDPMe
         self.logger = Logger(self.reducer)
         self.reducer.set_logger(self.logger)
         self.logger.set_construction_data_and_log(self, static_graph)
+        devices.passing_sync_batchnorm_handle(self)
 
     def new_reducer(self, params, indices, limits, names, limits_for_rebuilding):
         """``dist.Reducer(...)`` as ``_ddp_init_helper`` builds it, with this DDP's caps and options."""

@@ -103,3 +103,13 @@ def move_inputs(ddp, inputs, kwargs):
     device = torch.device(ddp.device_type, ddp.device_ids[0])
     moved_inputs, moved_kwargs = torchcompat.to_kwargs(inputs, kwargs, device, ddp.use_side_stream_for_tensor_copies)
     return moved_inputs[0], moved_kwargs[0]
+
+
+SYNC_BN_ON_CPU = "SyncBatchNorm layers only work with GPU modules"  # distributed.py (torch 2.13)
+
+
+def passing_sync_batchnorm_handle(ddp) -> None:
+    """Mirrors ``_passing_sync_batchnorm_handle``, the last step of ``_ddp_init_helper``: a SyncBatchNorm
+    in a CPU module is refused, through ``_log_and_throw``, so the logging data keeps the error."""
+    if ddp.device_type == "cpu" and any(isinstance(m, torch.nn.SyncBatchNorm) for m in ddp.module.modules()):
+        ddp._log_and_throw(ValueError, SYNC_BN_ON_CPU)
