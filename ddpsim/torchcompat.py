@@ -555,6 +555,12 @@ def register_builtin_comm_hook(ddp, kind: str) -> None:
     ddp._register_builtin_comm_hook(getattr(torch.distributed.BuiltinCommHookType, kind))
 
 
+def find_common_rank(ddp, rank: int, condition: bool) -> int:
+    """``ddp._find_common_rank(rank, condition)`` (Join's choice of a rank; minddp names it ``find_common_rank``)."""
+    fn = getattr(ddp, "_find_common_rank", None)
+    return (fn or ddp.find_common_rank)(rank, condition)
+
+
 def set_static_graph(ddp) -> None:
     """``ddp._set_static_graph()``: static_graph after construction, before the first synced forward."""
     ddp._set_static_graph()

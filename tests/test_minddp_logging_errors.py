@@ -78,11 +78,11 @@ def _heads_backward(y):
 
 def _find_common_rank(ddp, rank):
     """``_find_common_rank`` (minddp: ``find_common_rank``) where no rank's condition holds."""
-    return (ddp._find_common_rank if hasattr(ddp, "_find_common_rank") else ddp.find_common_rank)(rank, False)
+    return torchcompat.find_common_rank(ddp, rank, False)
 
 
 def _builtin(ddp):
-    ddp._register_builtin_comm_hook(torch.distributed.BuiltinCommHookType.ALLREDUCE)
+    torchcompat.register_builtin_comm_hook(ddp, "ALLREDUCE")
 
 
 # name: (model, DDP options, steps); a step is f(ddp, rank). Every rank fails alike (no hang).
