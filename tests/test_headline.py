@@ -43,7 +43,7 @@ def test_the_time_between_steps_is_counted_and_said_where_it_is_much():
     assert between_steps_s(slow) == pytest.approx(between_steps_s(base) + gap * 1e-9)
     lines = headline_lines(slow, "wrote run.json")
     assert lines[0].startswith(f"wrote run.json; iteration {t * 1e3:.1f} ms, exposed comm ")
-    said = f"between steps {between_steps_s(slow) * 1e3:.1f} ms (median, after the optimizer and before the next forward)"
+    said = f"between steps {between_steps_s(slow) * 1e3:.1f} ms (median, after each step's end and before the next forward)"
     assert lines[1].startswith(said) and "outside the iteration time" in lines[1]
     assert between_steps_s(base) < 0.05 * t  # a recording that runs its steps back to back: no such line
     assert not any(line.startswith("between steps") for line in headline_lines(base, "wrote run.json"))
@@ -53,8 +53,10 @@ def test_a_no_sync_cycle_leaves_out_the_time_between_its_micro_steps_too():
     """A cycle of 3 micro-steps counted the time between them, and a synced step not the time after it:
     the same gap made a no_sync run slower per micro-step (Note [The time between steps is left out])."""
     no_sync = BUNDLED_DIR / "05_convnet_torch_no_sync3.json"  # a sync every 3 micro-steps
-    base, slow = spread(0, no_sync), spread(50_000_000, no_sync)
+    base, slow = spread(0, no_sync), spread(50_000_000, no_sync)  # one steady cycle: its own gaps
     assert summarize(slow)["iteration_time_s"] == pytest.approx(summarize(base)["iteration_time_s"])
+    assert between_steps_s(slow) == pytest.approx(between_steps_s(base) + 0.05)
+    assert any(line.startswith("between steps") for line in headline_lines(slow, "wrote run.json"))
     base, slow = spread(0, edit=sync_every_2), spread(50_000_000, edit=sync_every_2)  # two steady cycles
     assert summarize(slow)["iteration_time_s"] == pytest.approx(summarize(base)["iteration_time_s"])
     assert between_steps_s(slow) == pytest.approx(between_steps_s(base) + 0.05)  # per micro-step, as before

@@ -118,7 +118,8 @@ def partial_note(trace: Trace) -> None:
 
 METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. " + ITERATION_TIME + " Under no_sync "
                                     "(a sync every n micro-steps) each micro-step counts as an iteration: the "
-                                    "time is per micro-step, and n of them make one synced step.",
+                                    "time is per micro-step, and n of them make one synced step (the time between the "
+                                    "micro-steps is left out too).",
                "overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
                                     "that overlaps compute, over all communication time, in the steady "
                                     "iterations (mean over ranks). Compute is the GPU's compute kernels for a "

@@ -33,7 +33,7 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
     lines = [f"{head}; {step} {t * 1e3:.1f} ms, exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, {overlap}"]
     gap = between_steps_s(trace)
     if gap is not None and gap > BETWEEN_SHOWN * t:
-        lines.append(f"between steps {gap * 1e3:.1f} ms (median, after the optimizer and before the next forward), "
+        lines.append(f"between steps {gap * 1e3:.1f} ms (median, after each step's end and before the next forward), "
                      f"outside the iteration time: a step takes about {(t + gap) * 1e3:.1f} ms; for a throughput, "
                      "divide the batch by that")
     if (joined := join_line(trace)) is not None:

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim import torchcompat
+from ddpsim.minddp.logging_data import has_sync_bn
 
 # distributed.py's messages (torch 2.13), word for word
 TOO_MANY_DEVICE_IDS = "device_ids can only be None or contain a single element."
@@ -111,5 +112,5 @@ SYNC_BN_ON_CPU = "SyncBatchNorm layers only work with GPU modules"  # distribute
 def passing_sync_batchnorm_handle(ddp) -> None:
     """Mirrors ``_passing_sync_batchnorm_handle``, the last step of ``_ddp_init_helper``: a SyncBatchNorm
     in a CPU module is refused, through ``_log_and_throw``, so the logging data keeps the error."""
-    if ddp.device_type == "cpu" and any(isinstance(m, torch.nn.SyncBatchNorm) for m in ddp.module.modules()):
+    if ddp.device_type == "cpu" and has_sync_bn(ddp.module):
         ddp._log_and_throw(ValueError, SYNC_BN_ON_CPU)

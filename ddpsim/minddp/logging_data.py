@@ -23,16 +23,18 @@ measure this process, so their values differ from those of torch's DDP run besid
 
 minddp fills these keys with torch's formats (lists as ``"160, 32"``, a rebuilt bucket's parameter
 indices as ``"5 4 3, 2 1 0"``, booleans as 0/1), and the error keys as torch does (Note [Errors in the
-logging data]). Left out: on CUDA torch's timer of CUDA events (minddp times with the host clock on
-every device).
+logging data]). Left out, both CUDA only and never run here: torch's timer of CUDA events (minddp
+times with the host clock on every device), and the early return of ``set_runtime_stats_and_log``
+for a CUDA module on several devices (torch keeps no timings there).
 
 Note [Errors in the logging data]: ``set_error_and_log`` sets ``has_error`` to 1, ``error`` to the
 message and ``iteration`` to the Reducer's count of synced forwards (``num_iterations_``: how far
 training got).
-Two paths lead there, both after the logger exists (an error during construction is only raised):
-distributed.py's ``_log_and_throw(err_type, err_msg)`` stores ``f"{str(err_type)}: {err_msg}"``
-(``"<class 'ValueError'>: DDP runtime logging sample rate ..."``: a bad comm hook, a sample rate
-below 1, Join's ``_find_common_rank`` finding no rank), and reducer.cpp's ``REDUCER_CHECK`` stores
+Two paths lead there, both once the logger exists (an error before it, early in construction, is
+only raised): distributed.py's ``_log_and_throw(err_type, err_msg)`` stores ``f"{str(err_type)}:
+{err_msg}"`` (``"<class 'ValueError'>: DDP runtime logging sample rate ..."``: a bad comm hook, a
+sample rate below 1, Join's ``_find_common_rank`` finding no rank, a SyncBatchNorm in a CPU module at
+the end of construction), and reducer.cpp's ``REDUCER_CHECK`` stores
 its message as it is (a second comm hook, a late ``_set_static_graph``, a changed static graph, a
 missing gradient, a parameter marked ready twice, ...). A later error replaces the earlier one. Not
 logged: the Reducer's internal asserts, errors from tensors or autograd (an undefined tensor copied),
@@ -83,6 +85,11 @@ def failed_check(reducer, error: Exception) -> Exception:
     return error
 
 
+def has_sync_bn(module) -> bool:
+    """Whether ``module`` holds a SyncBatchNorm (the logger's ``has_sync_bn``; refused on CPU: minddp/devices.py)."""
+    return any(isinstance(m, torch.nn.SyncBatchNorm) for m in module.modules())
+
+
 def join(values, sep=", ") -> str:
     """``c10::Join``."""
     return sep.join(str(v) for v in values)
@@ -116,7 +123,7 @@ class Logger:
         self.strs["device_ids"] = join(ddp.device_ids or [])
         self.ints.update(output_device=-1 if ddp.output_device is None else ddp.output_device,
                          broadcast_buffers=int(ddp.forward_sync_buffers),
-                         has_sync_bn=int(any(isinstance(m, torch.nn.SyncBatchNorm) for m in ddp.module.modules())),
+                         has_sync_bn=int(has_sync_bn(ddp.module)),
                          bucket_cap_bytes=r.bucket_bytes_cap, find_unused_parameters=int(r.find_unused_parameters),
                          gradient_as_bucket_view=int(r.gradient_as_bucket_view))
 

@@ -205,7 +205,7 @@ class RankTrace:
     error: str | None = None
     layouts: list[Layout] = field(default_factory=list)
     iterations: list[Iteration] = field(default_factory=list)
-    ddp_logging_data: dict | None = None  # torch's _get_ddp_logging_data(), verbatim
+    ddp_logging_data: dict | None = None  # _get_ddp_logging_data() of torch's DDP or minddp's, verbatim
     join: JoinRecord | None = None  # recorded under ``model.join()`` (uneven inputs)
 
     def layout_at(self, iteration: int) -> Layout | None:
