@@ -162,3 +162,17 @@ def test_notebook05_prints_what_published_reproduces():
     got = re.findall(r"(\d+) V100s \(\s*\S+\): published (\d\.\d+) s, simulated (\d\.\d+) s", out)
     want = [(str(r["world_size"]), f"{r['published']:.3f}", f"{r['predicted']:.3f}") for r in reproduce(SOURCES[0])]
     assert got == want
+
+
+def test_notebook05_straggler_row_is_what_simulate_prints():
+    """Notebook 05's section on stragglers makes `simulate --arch`'s calls (arch_defaults, wait_s): its
+    100,000-rank row is the iteration time and straggler wait the command line prints."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--arch", "resnet50", "--hardware",
+                          "v100-ib100", "--world-size", "100000"], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout
+    cli = re.search(r"waiting for stragglers: ([\d.]+) ms of the ([\d.]+) ms", out)
+    row = re.search(r"^ *100000 +[\d.]+ +([\d.]+) ms +([\d.]+) ms", "\n".join(printed("05_scaling_up")), re.M)
+    assert cli and row, (out, row)
+    assert (row.group(1), row.group(2)) == (cli.group(2), cli.group(1))
