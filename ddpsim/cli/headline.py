@@ -1,11 +1,13 @@
 """The headline lines ``record`` and ``import`` print about the trace they wrote: the iteration time,
 the exposed communication and the overlap (``ddpsim.analysis.summarize``), the time between steps
-where the iteration time leaves much out, and Join's line for a run under Join."""
+where the iteration time leaves much out, torch's own timing of an iteration beside the recording's,
+and Join's line for a run under Join."""
 from __future__ import annotations
 
 from ddpsim.analysis import summarize
 from ddpsim.analysis.join import join_line
 from ddpsim.analysis.period import BETWEEN_SHOWN, between_steps_s
+from ddpsim.analysis.torch_logger import logger_line
 from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Trace
 
@@ -36,6 +38,8 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
         lines.append(f"between steps {gap * 1e3:.1f} ms (median, after each step's end and before the next forward), "
                      f"outside the iteration time: a step takes about {(t + gap) * 1e3:.1f} ms; for a throughput, "
                      "divide the batch by that")
+    if (logged := logger_line(trace)) is not None:  # Note [Torch's logger as a second clock]
+        lines.append(logged)
     if (joined := join_line(trace)) is not None:
         lines.append(joined)
     return lines
