@@ -8,8 +8,10 @@ With ``--gpu`` (a CUDA machine), each of these is recorded by ``record``'s own l
 
 and each trace is checked (``trace_problems``): the GPU timebase, every iteration complete, every
 gradient-ready time inside its backward, every allreduce launched after its bucket's last
-gradient and complete by the end of the backward; on the GPU also the forward's GPU start against
-the host time it was queued (``forward_lags_us``). Then the recorder is compared with torch's
+gradient and complete by the end of the backward; on the GPU also the iteration torch's own DDP
+logger timed, against the recording (``logger_problems``, Note [Torch's logger as a second clock];
+on the CPU, where a preemption between two stamps costs milliseconds, it is printed with no bound),
+and the forward's GPU start against the host time it was queued (``forward_lags_us``). Then the recorder is compared with torch's
 profiler on the same ResNet-50 iterations (``profiler_truth``): the median error of the
 per-parameter gradient-ready times and of the bucket allreduce starts and ends must be at most
 ``TRUTH_MS``. Without ``--gpu`` the same checks run on the CPU with gloo (the zoo's ``convnet``;
@@ -34,6 +36,8 @@ RESNET50 = "ddpsim.models.resnet:resnet50"
 TRUTH_MS = 0.1  # ms: the largest median error against the profiler that passes (the GPU acceptance bound)
 SLACK_NS = 2_000  # ns: CUDA event times are good to ~0.5 us; order checks allow this much
 MAX_LAG_US = 1_000  # us: the most an idle GPU may take to start queued work (a launch is ~5-20 us)
+LOGGER_MS = 2.0  # ms: a duration may differ from torch's logger by this much (bundled runs: 1.03 ms at most)
+LOGGER_SHARE = 0.1  # or by this share of torch's figure, whichever is larger
 
 
 def add_arguments(p) -> None:
@@ -64,7 +68,32 @@ def trace_problems(trace, gpu: bool, iters: int) -> list[str]:
                             f"({rank.error or 'incomplete'})")
         for it in rank.iterations:
             problems += _iteration_problems(rank, it)
-    return problems[:8]
+    return (problems + (logger_problems(trace) if gpu else []))[:8]  # on the CPU printed, with no bound
+
+
+def logger_difference_ms(trace) -> float | None:
+    """The largest difference (ms) between the recording and torch's own DDP logger; None where it timed nothing."""
+    from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
+
+    diffs = [abs(r["torch"][k] - r["recorded"][k]) for r in against_torch_logger(trace) for k in KEYS]
+    return round(max(diffs) * 1e3, 3) if diffs else None
+
+
+def logger_problems(trace) -> list[str]:
+    """Where the recording and torch's own DDP logger disagree on the iteration torch timed; a recording
+    of torch's DDP must carry its timings for every rank."""
+    from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
+
+    rows = against_torch_logger(trace)
+    if trace.meta.get("impl") == "torch" and len(rows) != len(trace.ranks):
+        return [f"torch's DDP logger timed an iteration on {len(rows)} of {len(trace.ranks)} ranks"]
+    out = []
+    for row, (key, name) in ((r, kv) for r in rows for kv in KEYS.items()):
+        theirs, ours = row["torch"][key], row["recorded"][key]
+        if abs(theirs - ours) > max(LOGGER_MS * 1e-3, LOGGER_SHARE * theirs):
+            out.append(f"rank {row['rank']} iteration {row['iteration']}: {name} {ours * 1e3:.2f} ms recorded, "
+                       f"{theirs * 1e3:.2f} ms by torch's own DDP logger")
+    return out
 
 
 def _iteration_problems(rank, it) -> list[str]:
@@ -144,6 +173,7 @@ def record_and_check(name: str, fields: dict, folder: Path, gpu: bool) -> dict:
     return {"check": name, "ok": not problems, "problems": problems, "seconds": round(time.perf_counter() - t0, 1),
             "forward_lag_us": round(statistics.median(lag for lag, _ in lags), 1) if lags else None,
             "iteration_ms": round(summarize(trace)["iteration_time_s"] * 1e3, 2),
+            "torch_logger_ms": logger_difference_ms(trace),
             "buckets": len(trace.ranks[0].iterations[-1].buckets) if trace.ranks[0].iterations else 0}
 
 
@@ -177,6 +207,8 @@ def line(row: dict) -> str:
                      "so their times are not compared")
     else:
         figs = f"{row['iteration_ms']:.2f} ms/iteration, {row['buckets']} buckets, {row['seconds']} s"
+        if row.get("torch_logger_ms") is not None:
+            figs += f", torch's own DDP logger agrees within {row['torch_logger_ms']:.2f} ms"
         if row.get("forward_lag_us") is not None:
             figs += f", queued-to-GPU lag at the forward's start {row['forward_lag_us']:.1f} us (median)"
     return f"{status} {row['check']}: {figs}" + "".join(f"\n     {p}" for p in row["problems"])
