@@ -57,6 +57,27 @@ def test_timeline_zoom_and_downloads():
     assert "compete" in markdown(at)
 
 
+def test_timeline_shows_torchs_own_timing_of_the_iteration_it_logged():
+    """The bundled MLP's logging data times iteration 3 (Note [Torch's logger as a second clock]): there the
+    page shows torch's figures beside the recording's; at iteration 2 it says nothing of them."""
+    from ddpsim.analysis.torch_logger import against_torch_logger
+    from ddpsim.trace import load_trace
+
+    at = page("timeline.py")
+    slider = next(s for s in at.select_slider if s.key.startswith("ddpsim_iteration:"))
+    assert "01_mlp_torch_default" in slider.key  # the page opens on the first bundled sample
+    slider.set_value(3).run()
+    ok(at)
+    said = [c.value for c in at.caption if c.value.startswith("torch's own DDP logger")]
+    assert len(said) == 1 and "timed this iteration on rank 0: forward " in said[0], said
+    row = against_torch_logger(load_trace(samples.sample_path("01_mlp_torch_default")))[0]
+    assert f"communication {row['torch']['backward_comm_time'] * 1e3:.1f} ms" in said[0]
+    assert f"communication {row['recorded']['backward_comm_time'] * 1e3:.1f} ms" in said[0]
+    next(s for s in at.select_slider if s.key.startswith("ddpsim_iteration:")).set_value(2).run()
+    ok(at)
+    assert not any(c.value.startswith("torch's own DDP logger") for c in at.caption)
+
+
 def test_timeline_on_simulated_sample_is_labelled():
     at = page("timeline.py", SIM)
     assert any("SIMULATED" in i.value for i in at.info)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis import cycle_metrics, rank_overlaps, steady_cycles
+from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
 from ddpsim.trace import Trace
 
 MATERIAL = 0.01  # a lag under this share of the iteration is a pixel or two on the Timeline: not worth a warning
@@ -92,3 +93,19 @@ def gpu_clock_note(trace: Trace, gap: dict, iteration_s: float) -> str:
                 f"rest up to {top:.2f} ms after it: CPU clocks alone would show those late ones too soon.")
     return (f"{head} The CPU's times ({when}) are within {top:.2f} ms of them (median {med:.2f} ms), under "
             f"{MATERIAL:.0%} of the iteration: CPU clocks would show about the same.")
+
+
+def torch_logger(trace: Trace, iteration: int) -> str | None:
+    """torch's own DDP logger's timing of ``iteration`` beside the recording's (Note [Torch's logger as a
+    second clock] in analysis/torch_logger.py); None unless the logger timed this iteration."""
+    rows = [r for r in against_torch_logger(trace) if r["iteration"] == iteration]
+    if not rows:
+        return None
+    row = rows[0]
+    return (f"torch's own DDP logger (`_get_ddp_logging_data`) timed this iteration on rank {row['rank']}: "
+            f"{_durations(row['torch'])}. This recording, measured as torch measures (its backward compute "
+            f"ends after the last bucket's launch): {_durations(row['recorded'])}.")
+
+
+def _durations(seconds: dict) -> str:
+    return ", ".join(f"{KEYS[k]} {seconds[k] * 1e3:.1f} ms" for k in KEYS)
