@@ -18,8 +18,8 @@ def between_steps_s(trace: Trace) -> float | None:
     """The median time from a steady cycle's end (its last rank's) to the next cycle's first forward
     start (its first rank's), with the time between the cycle's own micro-steps that the iteration
     time leaves out too (Note [The time between steps is left out] in metrics.py), per micro-step as
-    the iteration time is. Without two consecutive steady cycles, the mean gap inside a steady no_sync
-    cycle; None with neither. Each gap is one pair's own, so it never mixes two sets of iterations."""
+    the iteration time is. With one steady no_sync cycle (6 micro-steps, a sync every 3), the mean gap
+    inside it; None otherwise. Each gap is one pair's own, so it never mixes two sets of iterations."""
     cycles = steady_cycles(trace)
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
@@ -30,6 +30,6 @@ def between_steps_s(trace: Trace) -> float | None:
     gaps = [(max(0, starts[b[0]] - ends[a[-1]]) + between_micro_steps_ns(trace, a)) / len(a)
             for a, b in zip(cycles, cycles[1:])
             if b[0] == a[-1] + 1 and a[-1] in ends and b[0] in starts]
-    if not gaps:  # one steady no_sync cycle (6 micro-steps, a sync every 3): the gaps inside it
-        gaps = [between_micro_steps_ns(trace, c) / (len(c) - 1) for c in cycles if len(c) > 1]
+    if not gaps and len(cycles) == 1 and len(cycles[0]) > 1:  # one steady no_sync cycle: the gaps inside it
+        gaps = [between_micro_steps_ns(trace, cycles[0]) / (len(cycles[0]) - 1)]
     return statistics.median(gaps) * 1e-9 if gaps else None

@@ -14,13 +14,20 @@ Logger turns them into durations (Note [The runtime timer] in ddpsim/minddp/time
 The recorder times the same iteration with its own clock, on its own hooks: the forward span, the
 gradients' ready times, each bucket's launch (and the end of that call), and the backward's return,
 which comes after ``finalize_backward``. Measured with torch's definitions (the callback is no
-earlier than the last gradient ready and the last launch's return), the two clocks must agree, up to
-the few steps between torch's stamp and the recorder's. They do on every bundled torch recording
-(six CPU runs on gloo, the H200 run on NCCL): every duration within 1.1 ms (the most, 3.1%, on the
-forward, which the recorder starts at DDP's ``forward`` call, before ``_pre_forward``), the
-communication within 0.17 ms (``tests/test_torch_logger.py``). On a busy CPU a preemption between
-two stamps adds milliseconds, so ``selfcheck`` bounds the difference on the GPU only. A recording
-made with ``--impl minddp`` carries minddp's logger, which mirrors torch's timer.
+earlier than the last gradient ready and the last launch's return; static_graph's first iteration
+stamps the compute end and the comm start together, as ``delay_all_reduce`` begins after the last
+gradient), the two clocks must agree, up to the few steps between torch's stamp and the recorder's.
+They do on every bundled torch recording (six CPU runs on gloo, the H200 run on NCCL): every
+duration within 1.1 ms, the communication within 0.17 ms (``tests/test_torch_logger.py``). The
+forward and the backward compute differ most, by nearly equal and opposite amounts: the recording's
+forward ends after the loss, which torch counts as backward compute. On a busy CPU a preemption
+between two stamps adds milliseconds, so ``selfcheck`` bounds the difference on the GPU only. A
+recording made with ``--impl minddp`` carries minddp's logger, which mirrors torch's timer.
+
+Not compared: an iteration whose logging data holds an error (its ``iteration`` key is then the
+count at the error, not the iteration timed), a host-timed iteration without the launches' return
+times (recordings older than ``launch_end_ns``), and a CUDA run the recorder timed on the host (a
+Python comm hook on the GPU: torch's timer there records CUDA events).
 """
 from __future__ import annotations
 
@@ -32,23 +39,31 @@ KEYS = {"forward_compute_time": "forward", "backward_compute_time": "backward co
         "backward_comm_time": "communication", "backward_compute_comm_overlap_time": "overlap"}
 
 
-def logged_iteration(rank: RankTrace) -> Iteration | None:
+def logged_iteration(trace: Trace, rank: RankTrace) -> Iteration | None:
     """The synced iteration the rank's logging data times: its ``iteration`` key counts the synced
-    forwards before the last logged one, which reported the synced iteration before it. None without
-    timing keys or where that iteration was not recorded with buckets."""
+    forwards before the last logged one, which reported the synced iteration before it. None where
+    there is nothing to compare (the Note's last paragraph)."""
     data = rank.ddp_logging_data or {}
     n = data.get("iteration")
-    if not isinstance(n, int) or n < 1 or any(k not in data for k in KEYS):
+    if not isinstance(n, int) or n < 1 or any(k not in data for k in KEYS) or data.get("has_error"):
+        return None
+    host_timed = (trace.meta.get("timebase") or {}).get("backward") != "gpu"
+    if host_timed and (trace.meta.get("placement") or {}).get("device") == "cuda":
         return None
     synced = [it for it in rank.iterations if it.sync]
     it = synced[n - 1] if n <= len(synced) else None
-    return it if it is not None and it.buckets and all(b.launch_ns is not None for b in it.buckets) else None
+    if it is None or not it.buckets or any(b.launch_ns is None for b in it.buckets):
+        return None
+    return None if host_timed and any(b.launch_end_ns is None for b in it.buckets) else it
 
 
-def recorded_as_torch(it: Iteration) -> dict[str, float]:
-    """The iteration's durations (seconds) measured as torch's logger measures them (module docstring)."""
+def recorded_as_torch(it: Iteration, delayed: bool = False) -> dict[str, float]:
+    """The iteration's durations (seconds) measured as torch's logger measures them (the Note);
+    ``delayed``: static_graph's first iteration, reduced by ``delay_all_reduce``."""
     first_launch = min(b.launch_ns for b in it.buckets)
     compute_end = max([it.backward_compute_end_ns, *(b.launch_end_ns or b.launch_ns for b in it.buckets)])
+    if delayed:  # delay_all_reduce stamps both as it begins, once the last gradient is ready
+        compute_end = first_launch = it.backward_compute_end_ns
     return {"forward_compute_time": (it.backward.start_ns - it.forward.start_ns) * NS,
             "backward_compute_time": (compute_end - it.backward.start_ns) * NS,
             "backward_comm_time": (it.backward.end_ns - first_launch) * NS,
@@ -60,11 +75,26 @@ def against_torch_logger(trace: Trace) -> list[dict]:
     durations and the recording's (seconds, keyed as the logging data)."""
     out = []
     for rank in trace.ranks:
-        it = logged_iteration(rank)
+        it = logged_iteration(trace, rank)
         if it is not None:
-            logged = {k: rank.ddp_logging_data[k] * NS for k in KEYS}
-            out.append({"rank": rank.rank, "iteration": it.iteration, "torch": logged, "recorded": recorded_as_torch(it)})
+            data = rank.ddp_logging_data
+            delayed = bool(data.get("static_graph")) and it is next(i for i in rank.iterations if i.sync)
+            out.append({"rank": rank.rank, "iteration": it.iteration, "torch": {k: data[k] * NS for k in KEYS},
+                        "recorded": recorded_as_torch(it, delayed)})
     return out
+
+
+def largest_difference(rows: list[dict], keys=KEYS) -> float:
+    """The largest |torch - recorded| (seconds) over ``rows`` and ``keys``."""
+    return max((abs(r["torch"][k] - r["recorded"][k]) for r in rows for k in keys), default=0.0)
+
+
+def disagreements(rows: list[dict], seconds: float, share: float) -> list[str]:
+    """One line per duration that differs from torch's by more than ``seconds`` and ``share`` of torch's."""
+    return [f"rank {r['rank']} iteration {r['iteration']}: {name} {r['recorded'][k] * 1e3:.2f} ms recorded, "
+            f"{r['torch'][k] * 1e3:.2f} ms by torch's own DDP logger"
+            for r in rows for k, name in KEYS.items()
+            if abs(r["torch"][k] - r["recorded"][k]) > max(seconds, share * r["torch"][k])]
 
 
 def logger_line(trace: Trace) -> str | None:
@@ -75,7 +105,7 @@ def logger_line(trace: Trace) -> str | None:
         return None
     first = rows[0]
     shown = ("forward_compute_time", "backward_compute_time", "backward_comm_time")
-    worst = max(abs(r["torch"][k] - r["recorded"][k]) for r in rows for k in KEYS)
+    worst = largest_difference(rows)
     return (f"torch's own DDP logger timed iteration {first['iteration']} on rank {first['rank']}: "
             + ", ".join(f"{KEYS[k]} {first['torch'][k] * 1e3:.1f} ms" for k in shown)
             + "; recorded " + ", ".join(f"{first['recorded'][k] * 1e3:.1f}" for k in shown)

@@ -73,27 +73,21 @@ def trace_problems(trace, gpu: bool, iters: int) -> list[str]:
 
 def logger_difference_ms(trace) -> float | None:
     """The largest difference (ms) between the recording and torch's own DDP logger; None where it timed nothing."""
-    from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
+    from ddpsim.analysis.torch_logger import against_torch_logger, largest_difference
 
-    diffs = [abs(r["torch"][k] - r["recorded"][k]) for r in against_torch_logger(trace) for k in KEYS]
-    return round(max(diffs) * 1e3, 3) if diffs else None
+    rows = against_torch_logger(trace)
+    return round(largest_difference(rows) * 1e3, 3) if rows else None
 
 
 def logger_problems(trace) -> list[str]:
     """Where the recording and torch's own DDP logger disagree on the iteration torch timed; a recording
     of torch's DDP must carry its timings for every rank."""
-    from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
+    from ddpsim.analysis.torch_logger import against_torch_logger, disagreements
 
     rows = against_torch_logger(trace)
     if trace.meta.get("impl") == "torch" and len(rows) != len(trace.ranks):
         return [f"torch's DDP logger timed an iteration on {len(rows)} of {len(trace.ranks)} ranks"]
-    out = []
-    for row, (key, name) in ((r, kv) for r in rows for kv in KEYS.items()):
-        theirs, ours = row["torch"][key], row["recorded"][key]
-        if abs(theirs - ours) > max(LOGGER_MS * 1e-3, LOGGER_SHARE * theirs):
-            out.append(f"rank {row['rank']} iteration {row['iteration']}: {name} {ours * 1e3:.2f} ms recorded, "
-                       f"{theirs * 1e3:.2f} ms by torch's own DDP logger")
-    return out
+    return disagreements(rows, LOGGER_MS * 1e-3, LOGGER_SHARE)
 
 
 def _iteration_problems(rank, it) -> list[str]:
