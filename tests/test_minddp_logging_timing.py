@@ -11,12 +11,12 @@ import time
 
 import pytest
 import torch
-from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddpsim import torchcompat
 from ddpsim.analysis.torch_logger import against_torch_logger, largest_difference
 from distutil import run_ranks
+from test_minddp_ddp_methods import Branches  # three Linears, the third one optional
 
 IMPLS = ("torch", "minddp")
 STEPS = 12
@@ -33,19 +33,6 @@ DURATIONS = {"forward_compute_time": ("forward_compute_time_start", "backward_co
              "backward_comm_time": ("backward_comm_time_start", "backward_comm_time_end"),
              "backward_compute_comm_overlap_time": ("backward_comm_time_start", "backward_compute_time_end")}
 TIMING = {*STAMPS, *DURATIONS, *(f"avg_{k}" for k in DURATIONS)}
-
-
-class Branches(nn.Module):
-    """Three Linears; ``c`` takes part only when ``use_c``."""
-
-    def __init__(self, use_c=True):
-        super().__init__()
-        torch.manual_seed(0)
-        self.a, self.b, self.c, self.use_c = nn.Linear(4, 13), nn.Linear(13, 2), nn.Linear(4, 2), use_c
-
-    def forward(self, x):
-        y = self.b(torch.relu(self.a(x)))
-        return y + self.c(x) if self.use_c else y
 
 
 def _train(rank, impl, name):
