@@ -162,6 +162,8 @@ def test_whatif_gpu_model_sweep_and_keep_for_compare():
     ok(at)
     best = next(s.value for s in at.success if "Best simulated" in s.value)
     assert "bucket_cap_mb=" in best
+    # its best is the small bucket last (126.5 ms), not find_unused_parameters=True for the layout it keeps (126.9)
+    assert "DDP_SET_LAST_BUCKET_CAP=1" in best and "find_unused_parameters **False**" in best, best
     assert "Waiting for stragglers" in markdown(at) and "slowest of 64" in markdown(at)  # the GPU profile's spread
     at.selectbox(key="ddpsim_wi:synthetic:v100-eth25:resnet50:algo").set_value("tree").run()  # NCCL_ALGO=Tree
     ok(at)
@@ -222,7 +224,7 @@ def test_whatif_world_size_network_and_no_sync():
 
 
 def test_whatif_long_sweep_waits_for_its_button():
-    """A CPU recording at 64 ranks: each of the sweep's 66 simulations plays all 64 ranks (they share the
+    """A CPU recording at 64 ranks: each of the sweep's 77 simulations plays all 64 ranks (they share the
     recording's cores), about 20 s in all here; the sweep waits to be asked, and once run it stays."""
     at = page("whatif.py")
     next(s for s in at.select_slider if s.label.startswith("World size")).set_value(64).run()

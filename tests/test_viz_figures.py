@@ -92,6 +92,23 @@ def test_a_best_default_cap_with_find_unused_sits_on_its_level():
     assert len(level) == 2 and list(level[0].get_ydata()) == pytest.approx([20.0, 20.0])
 
 
+def test_the_small_bucket_last_is_a_series_of_its_own():
+    """The What-if sweep also tries torch's ordering with DDP_SET_LAST_BUCKET_CAP=1 (last_bucket_small): its
+    rows are their own line and legend entry, not mixed into torch's, and a best among them says so."""
+    rows = [{"bucket_cap_mb": c, "order": "torch", "find_unused_parameters": fu, "last_bucket_small": small,
+             "iteration_time_s": (20 + (c or 0) / 10 - 3 * small + fu) / 1000, "exposed_comm_s": 0.001}
+            for c in (None, 1, 25) for fu, small in ((False, False), (True, False), (False, True))]
+    fig = plot_sweep(rows)
+    assert len(gids(fig, "series:small_last:nofu")) == 2 and len(gids(fig, "series:torch:nofu")) == 2
+    assert len(gids(fig, "default:small_last")) == 2 and len(gids(fig, "default:torch")) == 2
+    assert any(h.get_label() == "order: torch, DDP_SET_LAST_BUCKET_CAP=1" for h in fig.legends[0].legend_handles)
+    label = next(t for t in fig.axes[0].texts if t.get_text().startswith("best:")).get_text()
+    assert label.startswith("best: torch default (25 MiB, 1 MiB first), torch, small bucket last"), label
+    tie = [{**r, "iteration_time_s": 0.02} for r in rows if r["bucket_cap_mb"] is None and (r["find_unused_parameters"]
+                                                                                         or r["last_bucket_small"])]
+    assert not plot_sweep(tie).axes[0].texts[0].get_text().count("find_unused")  # as fast: the one without it
+
+
 def test_the_best_label_stays_inside_its_panel():
     """With the smallest cap best, the label centred under its star covered the y axis's ticks."""
     for best in (0.25, 250):

@@ -1,13 +1,17 @@
 """The What-if page's sweep in words: its best configuration against the chosen one (no Streamlit here).
 
 The rows are ``whatif.sweep_rows``'s: iteration time and exposed communication per bucket cap x
-ordering x find_unused_parameters, the best marked."""
+ordering x find_unused_parameters, and torch's ordering with the small bucket last
+(``last_bucket_small``: torch's DDP_SET_LAST_BUCKET_CAP=1), the best marked."""
 from __future__ import annotations
 
 from ddpsim.app import beyond
 
 TIE = ", as fast or faster: nothing to change"  # the choice within 0.05 ms of the sweep's best, or better
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
+SMALL_LAST = (", with **DDP_SET_LAST_BUCKET_CAP=1** in the ranks' environment (the page's \"Small bucket last\": "
+              "torch's rebuild gives its small first bucket to the gradients ready last, so the bucket reduced "
+              "last, after the backward, is small)")
 
 
 def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float | None = None) -> str | None:
@@ -15,20 +19,39 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
     best = recommend(rows)
     if best is None:
         return None
-    default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]] or rows
+    default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]
+                    and not r.get("last_bucket_small")] or rows
     every = [r["iteration_time_s"] for r in rows]
     if max(every) - min(every) < 5e-5:  # within 0.05 ms: no winner to name
-        return (f"Bucket size, ordering and find_unused_parameters make no difference here: all {len(rows)} "
+        what = ("Bucket size, ordering, find_unused_parameters and the small bucket last" if _small(rows)
+                else "Bucket size, ordering and find_unused_parameters")
+        return (f"{what} make no difference here: all {len(rows)} "
                 f"combinations simulate at {best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)}.")
     cap = "default (torch's 25 MiB, first bucket 1 MiB)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
     explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
     times, tie = [r["iteration_time_s"] * 1e3 for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
     return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
-            f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}: "
+            f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}"
+            f"{SMALL_LAST * bool(best.get('last_bucket_small'))}: "
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
-            f"{min(times):.1f}–{max(times):.1f} ms." + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise)))
+            f"{min(times):.1f}–{max(times):.1f} ms." + _small_instead(best, rows)
+            + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise)))
+
+
+def _small(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("last_bucket_small")]
+
+
+def _small_instead(best: dict, rows: list[dict]) -> str:
+    """Where find_unused_parameters wins by keeping a layout: the small bucket last, its direct switch, beside it."""
+    if not best["find_unused_parameters"] or not (small := _small(rows)):
+        return ""
+    r = min(small, key=lambda r: r["iteration_time_s"])
+    cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
+    return (f" Without find_unused_parameters (it searches the autograd graph every iteration), "
+            f"DDP_SET_LAST_BUCKET_CAP=1 at {cap} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
 
 
 def _within(gain: float, noise: float | None) -> str:
@@ -39,5 +62,6 @@ def _within(gain: float, noise: float | None) -> str:
 
 
 def recommend(rows: list[dict]) -> dict | None:
-    """The best sweep row (lowest iteration time); its cap and order are slider/select values."""
+    """The best sweep row (lowest iteration time); its cap and order are slider/select values, its
+    last_bucket_small the "Small bucket last" checkbox."""
     return next((r for r in rows if r.get("best")), None)

@@ -1,11 +1,13 @@
 """The sweep curve: iteration time and exposed communication against bucket size.
 
 One line per (ordering, find_unused_parameters): the ordering sets the colour and
-marker, find_unused_parameters on is dashed. torch's ordering is drawn on top and
+marker, find_unused_parameters on is dashed. Rows with ``last_bucket_small`` (torch's
+ordering with DDP_SET_LAST_BUCKET_CAP=1) are a series of their own, "torch, small last",
+with its own colour. torch's ordering is drawn on top and
 thicker: other orderings often give the same times and would hide it. The best row (lowest iteration time)
 is a star; the configuration being looked at is a black ring. Rows are those of
 ``ddpsim.sim.sweep.sweep``: bucket_cap_mb, order, find_unused_parameters,
-iteration_time_s, exposed_comm_s, and optionally best. A row whose bucket_cap_mb is
+iteration_time_s, exposed_comm_s, and optionally best and last_bucket_small. A row whose bucket_cap_mb is
 None is torch's default cap (25 MiB with a 1 MiB first bucket); it is drawn as a
 dotted horizontal line (find_unused off), and placed at 25 MiB when it is the best.
 """
@@ -22,6 +24,16 @@ SERIES = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00")
 
 
 DEFAULT_CAP_MB = 25.0  # where a default-cap row is placed on the x axis
+SMALL_LAST = "torch, small last"  # the series of torch's ordering with DDP_SET_LAST_BUCKET_CAP=1
+
+
+def _series(row: dict) -> str:
+    """The row's series (colour): its ordering, or SMALL_LAST."""
+    return SMALL_LAST if row.get("last_bucket_small") else row.get("order", "torch")
+
+
+def _gid(series: str) -> str:
+    return "small_last" if series == SMALL_LAST else series
 
 
 def _x(row: dict) -> float:
@@ -29,7 +41,8 @@ def _x(row: dict) -> float:
 
 
 def best_row(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
-    return min(rows, key=lambda r: r[metric]) if rows else None
+    """The lowest ``metric``; among rows as low, one without find_unused_parameters (as ``whatif.sweep_rows``)."""
+    return min(rows, key=lambda r: (r[metric], bool(r.get("find_unused_parameters")))) if rows else None
 
 
 def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -> Figure:
@@ -42,15 +55,15 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax_t, ax_e = fig.subplots(1, 2, sharex=True)
     panels = ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s"))
-    orders = list(dict.fromkeys(r.get("order", "torch") for r in rows))
+    orders = list(dict.fromkeys(_series(r) for r in rows))
     fus = list(dict.fromkeys(bool(r.get("find_unused_parameters", False)) for r in rows))
     for k, order in enumerate(orders):
         for fu in fus:
-            _draw_series(panels, [r for r in rows if r.get("order", "torch") == order
+            _draw_series(panels, [r for r in rows if _series(r) == order
                                   and bool(r.get("find_unused_parameters", False)) == fu], k, order, fu)
     best = best_row(rows)
     if best["bucket_cap_mb"] is None and best.get("find_unused_parameters"):  # its level, or the star floats
-        color = SERIES[orders.index(best.get("order", "torch")) % len(SERIES)]
+        color = SERIES[orders.index(_series(best)) % len(SERIES)]
         for ax, key in panels:
             ax.axhline(best[key] * 1e3, color=color, ls=":", lw=1.3, gid="default:best")
     for ax, key in panels:
@@ -70,7 +83,8 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     cap = "torch default (25 MiB, 1 MiB first)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g} MiB"
     side = _label_side(best, rows)
     ax_t.annotate(f"best: {cap}, {best.get('order', 'torch')}"
-                  f"{', find_unused' if best.get('find_unused_parameters') else ''}\n"
+                  f"{', find_unused' if best.get('find_unused_parameters') else ''}"
+                  f"{', small bucket last' if best.get('last_bucket_small') else ''}\n"
                   f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration",
                   (_x(best), best["iteration_time_s"] * 1e3), xytext=(side[1], -34),
                   textcoords="offset points", ha=side[0], fontsize=8.5, color=pal.TEXT,
@@ -104,16 +118,18 @@ def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool) -> None
             ax.plot([x for x, _ in pts], [r[key] * 1e3 for _, r in pts], color=color,
                     marker=MARKERS[k % len(MARKERS)], ms=6 if order == "torch" else 5,
                     ls="--" if fu else "-", lw=2.4 if order == "torch" else 1.4,
-                    zorder=4 if order == "torch" else 3 - k * 0.1,  # torch's line on top
+                    zorder=4.5 if order == SMALL_LAST else 4 if order == "torch" else 3 - k * 0.1,  # torch's line on
+                    # top, the small-last one over it (thinner): it runs along find_unused's, the same buckets
                     alpha=1 if order == "torch" else 0.85,
-                    gid=f"series:{order}:{'fu' if fu else 'nofu'}")
+                    gid=f"series:{_gid(order)}:{'fu' if fu else 'nofu'}")
         if default is not None and not fu:
-            ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3, gid=f"default:{order}")
+            ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3, gid=f"default:{_gid(order)}")
 
 
 def _legend_handles(rows: list[dict], orders: list[str], fus: list[bool], current) -> list:
     handles = [Line2D([], [], color=SERIES[k % len(SERIES)], marker=MARKERS[k % len(MARKERS)],
-                      label=f"order: {o}") for k, o in enumerate(orders)]
+                      label="order: torch, DDP_SET_LAST_BUCKET_CAP=1" if o == SMALL_LAST else f"order: {o}")
+               for k, o in enumerate(orders)]
     if len(fus) > 1 or fus == [True]:
         handles += [Line2D([], [], color=pal.TEXT, ls="-", label="find_unused off"),
                     Line2D([], [], color=pal.TEXT, ls="--", label="find_unused on")]

@@ -156,9 +156,9 @@ with st.expander("The same on the command line", key=k + "cli"):  # a key: it st
                (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook, buffers, small-last chosen above
-                              trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=algo,
-                              broadcast_buffers=bufs, comm_hook=sim_hook, last_bucket_small=small)
+sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above;
+                              trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=algo,  # small-last: swept
+                              broadcast_buffers=bufs, comm_hook=sim_hook)
 sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
 swept = st.session_state.setdefault(SWEPT, set())  # sweeps run this session: shown at once again
 wait_s = widgets.sweep_seconds(out.summary)
