@@ -25,7 +25,13 @@ def metric_unit(seconds: float, value: float | None = None) -> tuple[str, float]
     against 0.12 ms read "0.2 ms" and "0.1 ms", and 0.01 ms read "0.0 ms" beside a caption's "0.01 ms")."""
     if abs(seconds) >= SECONDS_FROM:
         return "{:,.1f} s", 1.0
-    return ("{:.2f} ms" if value is not None and abs(value) < SUB_MS else "{:.1f} ms"), 1e3
+    return ms_format(value), 1e3
 
 
 SUB_MS = 1e-3  # s: below this, a metric shows two decimals of a millisecond
+
+
+def ms_format(*values: float | None) -> str:
+    """The format of durations shown in ms beside each other: two decimals where one of ``values``
+    (seconds; None: not shown) is under a millisecond, else one."""
+    return "{:.2f} ms" if any(v is not None and abs(v) < SUB_MS for v in values) else "{:.1f} ms"

@@ -8,10 +8,10 @@ allreduce, if asked -> ``_build_params_for_reducer``, with init_sync the same mo
 (``_sync_module_states``), then ``_ddp_init_helper`` (bucket assignment, reversed, the Reducer, its
 logger), mixed precision and ``_set_static_graph`` if asked.
 Each forward: ``_pre_forward`` (prepare_for_forward, Join's notice, rebuild_buckets, buffer
-broadcast, Join's sync flag) -> module forward -> ``_post_forward`` (prepare_for_backward). Uneven inputs (``join``): ``ddpsim.minddp.join``. Communication hooks
-(``register_comm_hook``): ``ddpsim.minddp.comm_hook``. The methods called after construction
-(``_set_static_graph``, ``_register_builtin_comm_hook``, ``_get_ddp_logging_data``, ...):
-``ddpsim.minddp.ddp_methods``.
+broadcast, Join's sync flag) -> module forward -> ``_post_forward`` (prepare_for_backward). Uneven
+inputs (``join``): ``ddpsim.minddp.join``. Communication hooks (``register_comm_hook``):
+``ddpsim.minddp.comm_hook``. The methods called after construction (``_set_static_graph``,
+``_register_builtin_comm_hook``, ``_get_ddp_logging_data``, ...): ``ddpsim.minddp.ddp_methods``.
 """
 from __future__ import annotations
 

@@ -12,6 +12,12 @@ Measured on torch 2.13 (2 and 3 gloo ranks; tests/test_minddp_ddp_methods.py):
   that find_unused_parameters built; with find_unused_parameters it warns as the constructor does.
   A second call only warns (UserWarning "You've set static_graph to be True, no need to set it
   again."). After a synced forward it raises the reducer's RuntimeError: Note [A late _set_static_graph].
+- ``_remove_autograd_hooks()``: the reducer's hooks leave the parameters, so the next backward
+  leaves each rank's own gradients, with no allreduce and no error (with static_graph too: its
+  first-iteration ``delay_all_reduce`` still runs, but no parameter counts as used, so no
+  ``.grad`` is written). Calling it again does nothing.
+- ``_check_reducer_finalized()``: ``ensure_prior_reduction_finished``: nothing after a complete
+  backward (or before any), the missing-gradients error when a parameter got no gradient.
 
 Note [A late _set_static_graph]: ``_set_static_graph`` sets ``ddp.static_graph = True`` before the
 Reducer's check, which refuses once an iteration has run; the DDP then thinks the graph is static and the
@@ -22,12 +28,6 @@ but got None ..."); with it, it marks every parameter ready a second time ("Expe
 ready only once"). Either way the finalize that was queued after it never runs, and every later forward
 fails torch's internal assert in ``ensure_prior_reduction_finished``. minddp does the same, error for
 error (measured on 2 gloo ranks).
-- ``_remove_autograd_hooks()``: the reducer's hooks leave the parameters, so the next backward
-  leaves each rank's own gradients, with no allreduce and no error (with static_graph too: its
-  first-iteration ``delay_all_reduce`` still runs, but no parameter counts as used, so no
-  ``.grad`` is written). Calling it again does nothing.
-- ``_check_reducer_finalized()``: ``ensure_prior_reduction_finished``: nothing after a complete
-  backward (or before any), the missing-gradients error when a parameter got no gradient.
 """
 from __future__ import annotations
 

@@ -30,11 +30,10 @@ report = iteration_report(trace, iteration)
 ref = notes.reference(trace, iteration, steady)
 talked = {"this": notes.communicates(trace, iteration), "steady": bool(ref and ref["communicates"])}
 cols = st.columns(3)
-exposed = [v for v in (report["metrics"]["exposed_comm_s"], ref and ref["exposed_comm_s"]) if v is not None]
 for col, key, name, fmt, scale in (
         (cols[0], "iteration_time_s", "Iteration time", "{:.1f} ms", 1e3),
-        (cols[1], "exposed_comm_s", "Exposed communication",  # sub-ms (this step's or, on a no_sync step, the steady one's): two decimals
-         units.metric_unit(0.0, min(exposed, default=None))[0], 1e3),
+        (cols[1], "exposed_comm_s", "Exposed communication",  # this step's and the steady one's, alike
+         units.ms_format(report["metrics"]["exposed_comm_s"], ref and ref["exposed_comm_s"]), 1e3),
         (cols[2], "overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1)):
     value = report["metrics"][key] * scale if report["metrics"][key] is not None else None
     base = ref[key] * scale if ref and ref[key] is not None and (key != "overlap_fraction" or talked["steady"]) else None
