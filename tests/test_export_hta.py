@@ -78,7 +78,7 @@ def test_hta_overlap_is_ddpsims(name, tmp_path):
 
 def test_htas_default_microseconds_move_an_imports_figure_by_under_a_point(tmp_path):
     """HTA rounds every event inward to whole microseconds by default; on the import's short kernels
-    (ResNet-18, 400 busy spans an iteration) that lowers its figure a little: 20.8% against 21.65%."""
+    (ResNet-18, 413 busy spans an iteration) that lowers its figure a little: 20.8% against 21.65%."""
     trace = TRACES["imported H100 resnet18 (gloo, 2 ranks)"]
     keep, rounded, _ = hta_on(trace, tmp_path)
     for rank in trace.ranks:
