@@ -22,6 +22,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from ddpsim.app.labels import chooser_name, full_name_note
 from ddpsim.samples import list_samples, sample_path
 from ddpsim.trace import Trace, TraceFormatError, load_trace
 from ddpsim.trace.timed_read import parse_trace_within
@@ -180,9 +181,12 @@ def sidebar() -> None:
                             "simulated run lasts as long as its session): showing another trace.")
     if st.session_state.get("ddpsim_source") not in options:
         st.session_state["ddpsim_source"] = options[0]
-    chooser.selectbox("Trace", options, key="ddpsim_source", format_func=pretty,
-                      help="Bundled recordings (real, 2-core CPU) and simulated GPU runs, the "
-                           "recordings made on the Record page, and traces you uploaded or kept in this session.")
+    chooser.selectbox("Trace", options, key="ddpsim_source", format_func=chooser_name,
+                      help="Bundled recordings (real, 2-core CPU) and simulated GPU runs, the recordings made on "
+                           "the Record page, and traces you uploaded or kept in this session. A long name is cut "
+                           "here: the open trace's full name is written below.")
+    if (full := full_name_note(st.session_state["ddpsim_source"])):
+        chooser.caption(f"Open: {full}")
     st.query_params[QUERY] = st.session_state["ddpsim_source"]  # in the address: a reload, a link
     opened = current_trace(quiet=True)
     if opened:
@@ -192,11 +196,6 @@ def sidebar() -> None:
         measured = st.session_state.get(MEASURED) or {}
         calibration = measured.get(trace_key(label)) if measured else None  # no trace_key (a file stat) without one
         ui.trace_downloads(downloads, label, trace, as_dict=lambda: download_dict(trace, calibration))
-
-
-def pretty(label: str) -> str:
-    """How a trace label reads in the chooser (simulated samples say so)."""
-    return label.replace("_sim_", " SIMULATED ", 1) if "_sim_" in label else label
 
 
 def all_labels() -> list[str]:

@@ -1,15 +1,16 @@
 """The What-if page's sweep in words: its best configuration against the chosen one (no Streamlit here).
 
-The rows are ``whatif.sweep_rows``'s: iteration time and exposed communication per bucket cap x
-ordering x find_unused_parameters, and torch's ordering with the small bucket last
-(``last_bucket_small``: torch's DDP_SET_LAST_BUCKET_CAP=1), the best marked."""
+The rows are ``ddpsim.learn.layout_sweep.sweep_rows``'s (``ddpsim sweep`` runs the same): iteration time
+and exposed communication per bucket cap x ordering x find_unused_parameters, and torch's ordering with
+the small bucket last (``last_bucket_small``: torch's DDP_SET_LAST_BUCKET_CAP=1), the best marked."""
 from __future__ import annotations
 
 from ddpsim.app import beyond
+from ddpsim.learn.layout_sweep import SMALL_LAST_ENV, recommend
 
 TIE = ", as fast or faster: nothing to change"  # the choice within 0.05 ms of the sweep's best, or better
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
-SMALL_LAST = (", with **DDP_SET_LAST_BUCKET_CAP=1** in the ranks' environment (the page's \"Small bucket last\": "
+SMALL_LAST = (f", with **{SMALL_LAST_ENV}** in the ranks' environment (the page's \"Small bucket last\": "
               "torch's rebuild gives its small first bucket to the gradients ready last, so the bucket reduced "
               "last, after the backward, is small)")
 
@@ -51,7 +52,7 @@ def _small_instead(best: dict, rows: list[dict]) -> str:
     r = min(small, key=lambda r: r["iteration_time_s"])
     cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
     return (f" Without find_unused_parameters (it searches the autograd graph every iteration), "
-            f"DDP_SET_LAST_BUCKET_CAP=1 at {cap} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
+            f"{SMALL_LAST_ENV} at {cap} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
 
 
 def _within(gain: float, noise: float | None) -> str:
@@ -59,9 +60,3 @@ def _within(gain: float, noise: float | None) -> str:
     return "" if noise is None or not 0 < gain < noise else (
         f" Its gain ({gain:.1%}) is inside the recorded run's iteration-to-iteration spread (±{noise:.0%}): "
         "a measurement could not tell the two apart.")
-
-
-def recommend(rows: list[dict]) -> dict | None:
-    """The best sweep row (lowest iteration time); its cap and order are slider/select values, its
-    last_bucket_small the "Small bucket last" checkbox."""
-    return next((r for r in rows if r.get("best")), None)

@@ -31,7 +31,12 @@ def metric_unit(seconds: float, value: float | None = None) -> tuple[str, float]
 SUB_MS = 1e-3  # s: below this, a metric shows two decimals of a millisecond
 
 
+def ms_digits(*values: float | None) -> int:
+    """The decimals of durations shown in ms beside each other: two where one of ``values`` (seconds;
+    None: not shown) is under a millisecond, else one (none given: an iteration time, as ``metric_unit``)."""
+    return 2 if any(v is not None and abs(v) < SUB_MS for v in values) else 1
+
+
 def ms_format(*values: float | None) -> str:
-    """The format of durations shown in ms beside each other: two decimals where one of ``values``
-    (seconds; None: not shown) is under a millisecond, else one."""
-    return "{:.2f} ms" if any(v is not None and abs(v) < SUB_MS for v in values) else "{:.1f} ms"
+    """The format of durations shown in ms beside each other (``ms_digits``): "{:.1f} ms" or "{:.2f} ms"."""
+    return f"{{:.{ms_digits(*values)}f}} ms"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.app import beyond, units, waiting
-from ddpsim.learn import hardware, hookrates, learn, replay_config, simulate, sweep
+from ddpsim.learn import hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, synthetic
@@ -25,13 +25,10 @@ from ddpsim.trace import Trace, quiet_ranks
 
 ARCHS = ("resnet50", "bert-large", "gpt2")
 ORDERS = ("torch", "reverse", "definition", "ready", "random")
-SWEEP_ORDERS = ("torch", "definition", "random")
-CAPS = (None, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # None: torch default
-SWEEP_CAPS = tuple(c for c in CAPS if c is not None)  # the slider's values: a best cap is selectable
+# the sweep's layouts and its number of simulations (77), as ``ddpsim sweep`` runs them
+SWEEP_CAPS, SWEEP_ORDERS, SWEEP_RUNS = layout_sweep.SWEEP_CAPS, layout_sweep.SWEEP_ORDERS, layout_sweep.SWEEP_RUNS
+CAPS = (None, *SWEEP_CAPS)  # None: torch default; the slider's values are the sweep's: a best cap is selectable
 SWEEP_RANKS = 2  # simulated ranks the sweep's 77 rows each keep and summarise (the what-if: simulate's 8)
-# the sweep's simulations: caps and torch's default x (orders x find_unused, and torch's ordering with the small
-# bucket last, find_unused off: the one place DDP_SET_LAST_BUCKET_CAP=1 changes anything)
-SWEEP_RUNS = (len(SWEEP_CAPS) + 1) * (len(SWEEP_ORDERS) * 2 + 1)
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
 SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
@@ -120,27 +117,10 @@ def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
     return simulate(work, cfg)
 
 
-def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
-               find_unused=(False, True), small_last=True) -> tuple[list[dict], list[str]]:
-    """Iteration time and exposed comm per bucket cap x ordering x find_unused (best marked), each
-    summarised over as many simulated ranks as the what-if (``cfg.trace_ranks``). Rows with
-    ``bucket_cap_mb`` None are torch's default (25 MiB, first bucket 1 MiB). ``small_last``: torch's
-    ordering with find_unused off also with ``last_bucket_small`` (DDP_SET_LAST_BUCKET_CAP=1), the
-    only rows it changes (elsewhere torch never rebuilds, Note [The small bucket last]); every row
-    says ``last_bucket_small``. Among rows as fast, one without find_unused is best (it costs a graph
-    search per iteration). Returns (rows, notes); a combination the simulator refuses (unused
-    parameters with find_unused off, which torch fails on) becomes a note, not a row."""
-    refused: list = []
-    grid = {"find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps], "order": list(orders)}
-    rows = sweep(work, {**grid, "last_bucket_small": [False]}, cfg, refused=refused)
-    if small_last and "torch" in orders and False in find_unused:
-        rows += sweep(work, {**grid, "find_unused_parameters": [False], "order": ["torch"],
-                             "last_bucket_small": [True]}, cfg, refused=refused)
-    ranked = sorted(rows, key=lambda r: (r["iteration_time_s"], r["find_unused_parameters"]))
-    for n, r in enumerate(ranked, 1):
-        r.update(rank=n, best=n == 1)
-    notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
-    return rows, notes
+def sweep_rows(work, cfg: SimConfig, **options) -> tuple[list[dict], list[str]]:
+    """The page's sweep: ``ddpsim.learn.layout_sweep.sweep_rows`` over ``cfg`` (a whole SimConfig, the
+    what-if's, summarised over as many simulated ranks as ``cfg.trace_ranks``), as ``ddpsim sweep`` runs it."""
+    return layout_sweep.sweep_rows(work, cfg, **options)
 
 
 def choices(base: Base) -> dict:

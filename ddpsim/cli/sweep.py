@@ -1,39 +1,75 @@
 """``python -m ddpsim sweep``: simulate a grid of DDP configurations, mark the best.
 
+    python -m ddpsim sweep --trace real.json            # the What-if page's sweep (77 configurations)
     python -m ddpsim sweep --arch resnet50 --hardware a100-ib200 --world-size 8,64 \\
         --bucket-cap-mb 1,5,25,100 --order torch,definition --out table.csv
     python -m ddpsim sweep --trace real.json --bucket-cap-mb 0.25,1,25 --out table.json
 
-Grid flags take comma-separated values; every combination is simulated. The table
-(CSV or JSON by the --out suffix) has one row per configuration with ``rank``
-and ``best``. The last line on stdout is the best row as one JSON object.
+Grid flags take comma-separated values; every combination is simulated. Without a bucket-layout
+flag (--bucket-cap-mb, --first-bucket-cap-mb, --order, --last-bucket-small) the layouts are the
+What-if page's (``ddpsim.learn.layout_sweep``, the same code): torch's default cap and 0.25-250 MiB
+x torch, definition and random orderings x find_unused_parameters off and on, and torch's ordering
+with find_unused off once more with DDP_SET_LAST_BUCKET_CAP=1; over any other grid flag. Rows are
+ranked as the page ranks them (among rows as good, find_unused_parameters off first). The table
+(CSV or JSON by the --out suffix) has one row per configuration with ``rank`` and ``best``. The
+best row is printed in words (an environment variable named as such), then, as the last line on
+stdout, as one JSON object.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_network_source_arguments,
                                  load_source, parse_stragglers)
 from ddpsim.sim.archs import arch_defaults
+from ddpsim.sim.sweep import to_csv
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
+EPILOG = ("Without --bucket-cap-mb, --first-bucket-cap-mb, --order or --last-bucket-small it runs the What-if page's "
+          "sweep: torch's default cap and 0.25-250 MiB x orders torch, definition, random x find_unused_parameters "
+          "off and on (one of them with --[no-]find-unused-parameters), and torch's ordering with find_unused off "
+          "also with DDP_SET_LAST_BUCKET_CAP=1 (77 configurations per value of the other grid flags). The best row "
+          "(among rows as good, find_unused_parameters off) is printed in words, then as JSON on the last line.")
+LAYOUT = ("bucket_cap_mb", "first_bucket_cap_mb", "order", "last_bucket_small")  # given: the grid as given
 
+
+def cap(value: str) -> float | None:
+    """A bucket cap in MiB; ``default``: torch's (25 MiB, first bucket 1 MiB), as the table prints it."""
+    return None if value == "default" else float(value)
+
+
+def boolean(value: str) -> bool:
+    """``on``/``off`` (true/false, 1/0, yes/no) as a bool; a ValueError otherwise."""
+    v = value.lower()
+    if v in ("on", "true", "1", "yes"):
+        return True
+    if v in ("off", "false", "0", "no"):
+        return False
+    raise ValueError(value)
+
+
+KIND = {cap: "MiB (or default)", boolean: "off/on"}  # what a value is, in an error; else its type's name
 GRID = {  # flag -> (SimConfig field, parser of one value)
-    "world_size": int, "bucket_cap_mb": float, "first_bucket_cap_mb": float, "order": str,
+    "world_size": int, "bucket_cap_mb": cap, "first_bucket_cap_mb": cap, "order": str,
     "no_sync_every": int, "bandwidth_gbps": float, "latency_us": float, "algo": str, "jitter": float,
-    "concurrency": int, "interference": float,
+    "concurrency": int, "interference": float, "last_bucket_small": boolean,
 }
 
 
 def add_arguments(p) -> None:
+    p.epilog = EPILOG
     add_input_arguments(p)
     g = p.add_argument_group("grid (comma-separated values)")
     for name in GRID:
-        g.add_argument("--" + name.replace("_", "-"), metavar="V1,V2,...")
+        g.add_argument("--" + name.replace("_", "-"), metavar="V1,V2,...", help=(
+            "off,on: torch's DDP_SET_LAST_BUCKET_CAP=1 (SimConfig.last_bucket_small)" if name == "last_bucket_small" else
+            "MiB, or default: torch's" if name.endswith("bucket_cap_mb") else None))
     f = p.add_argument_group("fixed options")
-    f.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None)
+    f.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None,
+                   help="fix it (default: the What-if page's sweep tries both; a grid given, as recorded or off)")
     f.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
     f.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     f.add_argument("--overlap", action="store_true", help="per-parameter allreduce from each gradient's hook")
@@ -74,36 +110,60 @@ def parse_grid(args) -> dict:
             grid[name] = [conv(v.strip()) for v in str(raw).split(",") if v.strip()]
         except ValueError:
             raise ValueError(f"--{name.replace('_', '-')}: cannot read {raw!r} as a list of "
-                             f"{conv.__name__} values") from None
+                             f"{KIND.get(conv, conv.__name__)} values") from None
         if not grid[name]:
             raise ValueError(f"--{name.replace('_', '-')} needs at least one value")
     return grid
 
 
 def main(args) -> int:
-    from ddpsim.learn import sweep as learn_sweep
-    from ddpsim.sim.api import SimConfig
-    from ddpsim.sim.sweep import sweep, to_csv
+    from ddpsim.learn import layout_sweep, sweep
 
     grid = parse_grid(args)
     base = fixed_options(args)
     workload, trace = load_source(args, grid.get("world_size", []))
-    if trace is not None:
-        rows = learn_sweep(workload, grid, base, metric=args.metric, trace=trace)
-    else:
-        hook = base.get("comm_hook") or grid.get("comm_hook")  # a GPU model prices a hook at its rates
-        cfg = SimConfig(**{"iters": 4, **arch_defaults(workload, hook, base.get("powersgd_rank")), **base})
-        if "world_size" not in grid:
-            cfg.validate()
-        rows = sweep(workload, grid, cfg, metric=args.metric)
+    if trace is None:
+        base = arch_config(workload, grid, base)
+    if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks
+        rows, notes = layout_sweep.rank(sweep(workload, grid, base, args.metric, trace=trace), args.metric), []
+    else:  # the What-if page's layouts, over the other grid flags
+        fu = [args.find_unused_parameters] if args.find_unused_parameters is not None else [False, True]
+        rows, notes = layout_sweep.sweep_rows(workload, base, trace, find_unused=fu, grid=grid, metric=args.metric)
+    for note in notes:
+        print(f"not in the sweep: {note}", file=sys.stderr)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(rows, indent=1) if out.suffix == ".json" else to_csv(rows))
-    cols = list(grid) + ["iteration_time_s", "exposed_comm_s", "overlap_fraction", "n_buckets", "best"]
-    print("  ".join(f"{c:>16}" for c in cols))
-    for r in rows:
-        print("  ".join(f"{(f'{r[c]:.6g}' if isinstance(r[c], float) else str(r[c])):>16}" for c in cols))
-    best = next(r for r in rows if r["best"])
+    print_table(rows)
+    best = layout_sweep.recommend(rows)
+    print(layout_sweep.describe_best(best))
     print(json.dumps(best, separators=(",", ":")))
     return 0
+
+
+def arch_config(workload, grid: dict, base: dict):
+    """The SimConfig every row of an --arch sweep starts from: the GPU model's defaults, then ``base``."""
+    from ddpsim.sim.api import SimConfig
+
+    hook = base.get("comm_hook") or grid.get("comm_hook")  # a GPU model prices a hook at its rates
+    cfg = SimConfig(**{"iters": 4, **arch_defaults(workload, hook, base.get("powersgd_rank")), **base})
+    if "world_size" not in grid:
+        cfg.validate()
+    return cfg
+
+
+def _cell(col: str, v) -> str:
+    if v is None and col.endswith("bucket_cap_mb"):
+        return "default"  # torch's: 25 MiB, first bucket 1 MiB
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def print_table(rows: list[dict]) -> None:
+    """The rows as columns: the swept fields, the metrics, n_buckets, best."""
+    metrics = ["iteration_time_s", "exposed_comm_s", "overlap_fraction", "n_buckets"]
+    cols = [c for c in rows[0] if c not in (*metrics, "rank", "best")] + metrics + ["best"]
+    width = {c: max(12, len(c)) for c in cols}
+    print("  ".join(f"{c:>{width[c]}}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{_cell(c, r[c]):>{width[c]}}" for c in cols))

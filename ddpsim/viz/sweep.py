@@ -16,6 +16,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ddpsim.learn.layout_sweep import best_row  # the sweep's own rule: the star is its best
 from ddpsim.viz import palette as pal
 
 MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -38,11 +39,6 @@ def _gid(series: str) -> str:
 
 def _x(row: dict) -> float:
     return DEFAULT_CAP_MB if row["bucket_cap_mb"] is None else row["bucket_cap_mb"]
-
-
-def best_row(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
-    """The lowest ``metric``; among rows as low, one without find_unused_parameters (as ``whatif.sweep_rows``)."""
-    return min(rows, key=lambda r: (r[metric], bool(r.get("find_unused_parameters")))) if rows else None
 
 
 def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -> Figure:

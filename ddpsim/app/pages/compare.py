@@ -1,8 +1,9 @@
 """Compare page: two or more runs (real and simulated) on one time axis, with the differences."""
 import streamlit as st
 
-from ddpsim.app import ui
-from ddpsim.app.state import all_labels, get_trace, pretty, trace_key
+from ddpsim.app import ui, units
+from ddpsim.app.labels import pretty
+from ddpsim.app.state import all_labels, get_trace, trace_key
 from ddpsim.experiments import ladder
 from ddpsim.viz import compare_rows, plot_compare, plot_ladder, short_names, usable_runs
 
@@ -51,18 +52,23 @@ def _varies(row) -> str:
 rows = compare_rows(runs)
 NAME_CHARS = 48  # a run's name in the table: its start and its end (a kept what-if's settings) around "…"
 names = short_names([pretty(r["run"]) for r in rows], NAME_CHARS)
+# milliseconds as the Timeline and What-if pages show them (units.ms_digits): an iteration with one decimal,
+# exposed communication with two where a run's is under a millisecond
+it, ex = units.ms_digits(), units.ms_digits(*(r["exposed_comm_ms"] / 1e3 for r in rows))
+MS_COLUMNS = {"iteration (ms, median)": it, "Δ iteration (ms)": it, "exposed comm (ms, median)": ex, "Δ exposed (ms)": ex}
 st.dataframe([{"run": name,  # what people compare first, then how each run was set up
-               "iteration (ms, median)": round(r["iteration_ms"], 2), "Δ iteration (ms)": round(r["d_iteration_ms"], 2),
-               "exposed comm (ms, median)": round(r["exposed_comm_ms"], 2),
-               "Δ exposed (ms)": round(r["d_exposed_comm_ms"], 2),
+               "iteration (ms, median)": round(r["iteration_ms"], it), "Δ iteration (ms)": round(r["d_iteration_ms"], it),
+               "exposed comm (ms, median)": round(r["exposed_comm_ms"], ex),
+               "Δ exposed (ms)": round(r["d_exposed_comm_ms"], ex),
                "overlap (%)": _one_place(r["overlap_pct"]), "Δ overlap (pts)": _one_place(r["d_overlap_pts"]),
                "speed-up vs first": round(r["speedup"], 2) if r["speedup"] else None,
                "kind": r["kind"], "comm hook": r["comm_hook"], "world size": r["world_size"],
                "buckets": r["buckets"], "sent per step (MB)": round(r["sent_bytes"] / 1e6, 3),
-               "iteration range (ms)": f"{r['iteration_min_ms']:.1f}–{r['iteration_max_ms']:.1f}",
-               "exposed range (ms)": f"{r['exposed_min_ms']:.1f}–{r['exposed_max_ms']:.1f}"}
+               "iteration range (ms)": f"{r['iteration_min_ms']:.{it}f}–{r['iteration_max_ms']:.{it}f}",
+               "exposed range (ms)": f"{r['exposed_min_ms']:.{ex}f}–{r['exposed_max_ms']:.{ex}f}"}
               for name, r in zip(names, rows)], hide_index=True, width="stretch",
              column_config={"run": st.column_config.TextColumn(width="large", pinned=True),  # its 48 characters
+                            **{c: st.column_config.NumberColumn(format=f"%.{d}f") for c, d in MS_COLUMNS.items()},
                             "speed-up vs first": st.column_config.NumberColumn(
                                 help="The first run's time per iteration over this run's. At another world size "
                                      "an iteration processes another number of samples: compare throughput then.")})

@@ -7,7 +7,8 @@ from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
-from ddpsim.app.state import MEASURED, SWEPT, current_trace, keep_trace, pretty, trace_key
+from ddpsim.app.labels import pretty
+from ddpsim.app.state import MEASURED, SWEPT, current_trace, keep_trace, trace_key
 from ddpsim.viz import plot_compare, plot_sweep
 
 st.header("What if? Simulate other DDP settings")

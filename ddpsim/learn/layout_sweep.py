@@ -1,0 +1,80 @@
+"""The bucket-layout sweep the What-if page and ``ddpsim sweep`` both run, and the row they recommend.
+
+Bucket cap x ordering x find_unused_parameters, and torch's ordering with find_unused_parameters
+off once more with the small bucket last (``SimConfig.last_bucket_small``: torch's
+DDP_SET_LAST_BUCKET_CAP=1, the only rows it changes: elsewhere torch never rebuilds its buckets,
+Note [The small bucket last]). The best row is the lowest metric; among rows as good, one without
+find_unused_parameters (it searches the autograd graph every iteration).
+
+    rows, notes = sweep_rows(work, cfg)          # a Workload and a whole SimConfig
+    rows, notes = sweep_rows(work, {}, trace=run)  # a recorded run replayed with each row's changes
+    print(describe_best(recommend(rows)))
+"""
+from __future__ import annotations
+
+from ddpsim.learn import sweep
+
+SWEEP_ORDERS = ("torch", "definition", "random")
+SWEEP_CAPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # and None: torch's default
+# caps and torch's default x (orders x find_unused, and torch's ordering with the small bucket last, find_unused off)
+SWEEP_RUNS = (len(SWEEP_CAPS) + 1) * (len(SWEEP_ORDERS) * 2 + 1)
+SMALL_LAST_ENV = "DDP_SET_LAST_BUCKET_CAP=1"  # torch reads it when DDP rebuilds its buckets
+METRICS = {"iteration_time_s": 1, "exposed_comm_s": 1, "overlap_fraction": -1}  # -1: higher is better
+
+
+def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, find_unused=(False, True),
+               small_last=True, grid: dict | None = None, metric: str = "iteration_time_s") -> tuple[list[dict], list[str]]:
+    """The metrics per bucket cap (None, torch's default: 25 MiB, first bucket 1 MiB, then ``caps``) x
+    ``orders`` x ``find_unused``, over ``grid``'s other SimConfig fields (world_size: [8, 64], say), ranked
+    (``rank``, ``best``). ``small_last``: torch's ordering with find_unused off also with
+    ``last_bucket_small``; every row says ``last_bucket_small``. ``base``: a SimConfig, or with ``trace``
+    a dict of the recorded run's changes (``ddpsim.learn.sweep``). Returns (rows, notes); a combination
+    the simulator refuses for unused parameters with find_unused off (torch fails on them) becomes a note;
+    any other refusal (an option out of range, say), or every combination refused, is raised (a ValueError)."""
+    refused: list = []
+    full = {**(grid or {}), "find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
+            "order": list(orders)}
+    rows = sweep(work, {**full, "last_bucket_small": [False]}, base, metric, refused, trace)
+    if small_last and "torch" in orders and False in find_unused:
+        rows += sweep(work, {**full, "find_unused_parameters": [False], "order": ["torch"],
+                             "last_bucket_small": [True]}, base, metric, refused, trace)
+    wrong = [msg for c, msg in refused if c["find_unused_parameters"] or not getattr(work, "unused", True)]
+    if wrong or (refused and not rows):  # not unused parameters without find_unused: an option out of range, say
+        raise ValueError((wrong or [refused[0][1]])[0])
+    notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
+    return rank(rows, metric), notes
+
+
+def _key(row: dict, metric: str):
+    return METRICS[metric] * row[metric], bool(row.get("find_unused_parameters"))
+
+
+def rank(rows: list[dict], metric: str = "iteration_time_s") -> list[dict]:
+    """``rows`` (in their order) with ``rank`` (1: best) and ``best`` set: by ``metric``, and among rows
+    as good, one without find_unused_parameters first."""
+    for n, r in enumerate(sorted(rows, key=lambda r: _key(r, metric)), 1):
+        r.update(rank=n, best=n == 1)
+    return rows
+
+
+def best_row(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
+    """The row ``rank`` would make best (the lowest ``metric``, find_unused off among rows as good)."""
+    return min(rows, key=lambda r: _key(r, metric)) if rows else None
+
+
+def recommend(rows: list[dict]) -> dict | None:
+    """The row ranked best (its cap, order, find_unused_parameters and last_bucket_small to set)."""
+    return next((r for r in rows if r.get("best")), None)
+
+
+def describe_best(row: dict) -> str:
+    """The best row in one line of plain text: what to set, the small bucket last as its environment variable."""
+    what = []
+    if "bucket_cap_mb" in row:
+        cap = row["bucket_cap_mb"]
+        what.append("bucket_cap_mb=" + ("default (torch's 25 MiB, first bucket 1 MiB)" if cap is None else f"{cap:g}"))
+    what += [f"{k}={row[k]}" for k in ("first_bucket_cap_mb", "order", "find_unused_parameters") if k in row]
+    if row.get("last_bucket_small"):
+        what.append(f"{SMALL_LAST_ENV} in the ranks' environment (torch's small bucket last)")
+    return (f"best (SIMULATED): {', '.join(what) or 'the configuration given'}: "
+            f"{row['iteration_time_s'] * 1e3:.1f} ms/iteration, {row['exposed_comm_s'] * 1e3:.1f} ms exposed communication")
