@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
+from ddpsim.analysis.unused import needs_find_unused
 from ddpsim.app import beyond, units, waiting
 from ddpsim.learn import hardware, hookrates, learn, replay_config, simulate, sweep
 from ddpsim.learn.extract import config_from_trace
@@ -104,6 +105,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     if base.kind != "trace":  # a GPU model: its profile's rank noise and hook rates, as simulate --arch
         changes = {**arch_defaults(workload(base, None) if work is None else work, comm_hook), **changes}
     elif work is not None and trace is not None:
+        if (why := needs_find_unused(trace, find_unused_parameters, bool(base.config.get("static_graph")))):
+            raise ValueError(f"find_unused_parameters=False: {why}")  # the recorded model cannot run so
         if network not in (AS_RECORDED, None, "") and (spec := hardware.hardware_of(trace, network)):
             changes["hardware"] = spec  # a GPU recording: NCCL on its GPU's nodes, as simulate --hardware
         elif network not in (AS_RECORDED, None, ""):  # a CPU recording: the profile as one flat link
@@ -121,7 +124,7 @@ def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
 
 
 def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
-               find_unused=(False, True), small_last=True) -> tuple[list[dict], list[str]]:
+               find_unused=(False, True), small_last=True, needs_fu: str | None = None) -> tuple[list[dict], list[str]]:
     """Iteration time and exposed comm per bucket cap x ordering x find_unused (best marked), each
     summarised over as many simulated ranks as the what-if (``cfg.trace_ranks``). Rows with
     ``bucket_cap_mb`` None are torch's default (25 MiB, first bucket 1 MiB). ``small_last``: torch's
@@ -129,8 +132,10 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
     only rows it changes (elsewhere torch never rebuilds, Note [The small bucket last]); every row
     says ``last_bucket_small``. Among rows as fast, one without find_unused is best (it costs a graph
     search per iteration). Returns (rows, notes); a combination the simulator refuses (unused
-    parameters with find_unused off, which torch fails on) becomes a note, not a row."""
-    refused: list = []
+    parameters with find_unused off, which torch fails on) becomes a note, not a row; so does
+    find_unused off altogether where ``needs_fu`` says why the recorded model needs it (``needs_find_unused``)."""
+    refused: list = [({"find_unused_parameters": False}, needs_fu)] if needs_fu else []
+    find_unused = (True,) if needs_fu else find_unused
     grid = {"find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps], "order": list(orders)}
     rows = sweep(work, {**grid, "last_bucket_small": [False]}, cfg, refused=refused)
     if small_last and "torch" in orders and False in find_unused:
@@ -141,6 +146,11 @@ def sweep_rows(work, cfg: SimConfig, caps=SWEEP_CAPS, orders=SWEEP_ORDERS,
         r.update(rank=n, best=n == 1)
     notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
     return rows, notes
+
+
+def sweep_needs_fu(base: Base, trace: Trace | None) -> str | None:
+    """Why the sweep must keep find_unused_parameters on (a recording that marked a parameter unused), or None."""
+    return needs_find_unused(trace, False, bool(base.config.get("static_graph"))) if base.kind == "trace" else None
 
 
 def choices(base: Base) -> dict:
