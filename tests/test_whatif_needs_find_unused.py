@@ -58,3 +58,11 @@ def test_simulate_refuses_no_find_unused_on_such_a_recording(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err, err
     assert err.startswith("ddpsim simulate: error: --no-find-unused-parameters: branch.0.weight got no gradient")
+
+
+def test_sweep_refuses_no_find_unused_on_such_a_recording(tmp_path, capsys):
+    """``sweep --trace 04 --no-find-unused-parameters`` marked bucket_cap_mb=5 best (64.8 ms)."""
+    path = shutil.copy(sample_path(BRANCHY), tmp_path / "b.json")
+    assert main(["sweep", "--trace", str(path), "--bucket-cap-mb", "1,5", "--no-find-unused-parameters"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ddpsim sweep: error: --no-find-unused-parameters: branch.0.weight got no gradient"), err

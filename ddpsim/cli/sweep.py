@@ -17,6 +17,7 @@ from pathlib import Path
 from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_network_source_arguments,
                                  load_source, parse_stragglers)
 from ddpsim.sim.archs import arch_defaults
+from ddpsim.errors import CLIError
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 
@@ -81,6 +82,7 @@ def parse_grid(args) -> dict:
 
 
 def main(args) -> int:
+    from ddpsim.analysis.unused import needs_find_unused
     from ddpsim.learn import sweep as learn_sweep
     from ddpsim.sim.api import SimConfig
     from ddpsim.sim.sweep import sweep, to_csv
@@ -88,6 +90,9 @@ def main(args) -> int:
     grid = parse_grid(args)
     base = fixed_options(args)
     workload, trace = load_source(args, grid.get("world_size", []))
+    if trace is not None and base.get("find_unused_parameters") is False and \
+            (why := needs_find_unused(trace, False, bool(base.get("static_graph")))):
+        raise CLIError(f"--no-find-unused-parameters: {why}")
     if trace is not None:
         rows = learn_sweep(workload, grid, base, metric=args.metric, trace=trace)
     else:
