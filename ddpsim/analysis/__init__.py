@@ -7,9 +7,10 @@
 Modules: metrics (iteration time, exposed communication, overlap, steady state;
 their definitions are in its docstring), phases (forward, backward compute, tail,
 optimizer), iteration (one iteration beside the steady state), intervals (span arithmetic),
-busy (a GPU profile's busy kernels carried into a simulation). ``TraceAnalysis`` holds one trace and
-offers the analyses as methods, as HolisticTraceAnalysis's ``TraceAnalysis`` does:
-the trace format itself knows nothing of them.
+busy (a GPU profile's busy kernels carried into a simulation), unused (a recording that
+needs find_unused_parameters). ``TraceAnalysis`` holds one trace and offers the analyses as
+methods, as HolisticTraceAnalysis's ``TraceAnalysis`` does: the trace format itself knows
+nothing of them.
 """
 from __future__ import annotations
 

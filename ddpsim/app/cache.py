@@ -30,8 +30,8 @@ def simulate(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
 
 
 @st.cache_data(max_entries=32, show_spinner="Sweeping bucket sizes x orderings x find_unused...")
-def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
-    return whatif.sweep_rows(_work, _cfg)
+def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig, needs_fu: str | None = None):
+    return whatif.sweep_rows(_work, _cfg, needs_fu=needs_fu)
 
 
 @st.cache_data(max_entries=256, show_spinner="Simulating...")

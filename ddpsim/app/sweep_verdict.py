@@ -20,8 +20,8 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
     best = recommend(rows)
     if best is None:
         return None
-    default_rows = [r for r in rows if r["order"] == "torch" and not r["find_unused_parameters"]
-                    and not r.get("last_bucket_small")] or rows
+    torch_rows = [r for r in rows if r["order"] == "torch" and not r.get("last_bucket_small")] or rows
+    default_rows = [r for r in torch_rows if not r["find_unused_parameters"]] or torch_rows
     every = [r["iteration_time_s"] for r in rows]
     if max(every) - min(every) < 5e-5:  # within 0.05 ms: no winner to name
         what = ("Bucket size, ordering, find_unused_parameters and the small bucket last" if _small(rows)
@@ -32,7 +32,8 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
     explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
     times, tie = [r["iteration_time_s"] * 1e3 for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
     return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
-            f"find_unused_parameters **{best['find_unused_parameters']}**{FU_KEEPS * best['find_unused_parameters']}"
+            f"find_unused_parameters **{best['find_unused_parameters']}**"
+            f"{FU_KEEPS * (best['find_unused_parameters'] and best['order'] == 'torch')}"
             f"{SMALL_LAST * bool(best.get('last_bucket_small'))}: "
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis import cycle_metrics, rank_overlaps, steady_cycles
+from ddpsim.analysis.join import join_line
 from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
 from ddpsim.trace import Trace
 
@@ -21,6 +22,20 @@ def import_notes(trace: Trace) -> str | None:
     files = ", ".join(trace.meta.get("imported_from") or []) or "a PyTorch profile"
     return (f"**Imported** from {files} with `ddpsim import`. What the import says about it:\n\n"
             + "\n".join(f"- {n}" for n in notes))
+
+
+def join_note(trace: Trace, iteration: int) -> str | None:
+    """Uneven inputs under Join (``record --uneven K --join``): the run's Join line, as ``record`` and ``simulate``
+    print it, and the ranks that had run out of data by ``iteration``, which the figures above leave out."""
+    if (line := join_line(trace)) is None:
+        return None
+    out = [r.rank for r in trace.ranks if r.join and any(s.iteration == iteration for s in r.join.shadows)]
+    if not out:
+        return f"{line}."
+    who = f"rank {out[0]} has" if len(out) == 1 else f"ranks {', '.join(map(str, out[:-1]))} and {out[-1]} have"
+    return (f"{line}. In iteration {iteration} {who} run out of data: no forward or backward, only zero-filled "
+            "allreduces that shadow the others' (\"joined\" in the figure); the figures above are of the ranks "
+            "still training.")
 
 
 STEADY_HOW = {"iteration_time_s": "median over", "exposed_comm_s": "median over",

@@ -242,6 +242,7 @@ def overrides_from_args(args) -> dict:
 
 def config_for(workload, trace, values: dict):
     """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or a GPU model's defaults."""
+    from ddpsim.analysis.unused import needs_find_unused
     from ddpsim.learn import replay_config
     from ddpsim.sim.api import SimConfig
     from ddpsim.sim.archs import arch_defaults
@@ -250,6 +251,8 @@ def config_for(workload, trace, values: dict):
         cfg = SimConfig(**{**arch_defaults(workload, values.get("comm_hook"), values.get("powersgd_rank")), **values})
     else:
         cfg = replay_config(workload, trace, **values)
+        if (why := needs_find_unused(trace, cfg.find_unused_parameters, cfg.static_graph)):
+            raise CLIError(f"--no-find-unused-parameters: {why}")
     cfg.validate()
     return cfg
 

@@ -26,6 +26,7 @@ from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_
                                  load_source, parse_stragglers)
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.sweep import to_csv
+from ddpsim.errors import CLIError
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 EPILOG = ("Without --bucket-cap-mb, --first-bucket-cap-mb, --order or --last-bucket-small it runs the What-if page's "
@@ -117,18 +118,23 @@ def parse_grid(args) -> dict:
 
 
 def main(args) -> int:
+    from ddpsim.analysis.unused import needs_find_unused
     from ddpsim.learn import layout_sweep, sweep
 
     grid = parse_grid(args)
     base = fixed_options(args)
     workload, trace = load_source(args, grid.get("world_size", []))
+    needs_fu = needs_find_unused(trace, False, bool(base.get("static_graph"))) if trace is not None else None
+    if needs_fu and base.get("find_unused_parameters") is False:
+        raise CLIError(f"--no-find-unused-parameters: {needs_fu}")
     if trace is None:
         base = arch_config(workload, grid, base)
     if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks
         rows, notes = layout_sweep.rank(sweep(workload, grid, base, args.metric, trace=trace), args.metric), []
     else:  # the What-if page's layouts, over the other grid flags
         fu = [args.find_unused_parameters] if args.find_unused_parameters is not None else [False, True]
-        rows, notes = layout_sweep.sweep_rows(workload, base, trace, find_unused=fu, grid=grid, metric=args.metric)
+        rows, notes = layout_sweep.sweep_rows(workload, base, trace, find_unused=fu, grid=grid,
+                                                  metric=args.metric, needs_fu=needs_fu)
     for note in notes:
         print(f"not in the sweep: {note}", file=sys.stderr)
     if args.out:

@@ -23,15 +23,19 @@ METRICS = {"iteration_time_s": 1, "exposed_comm_s": 1, "overlap_fraction": -1}  
 
 
 def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, find_unused=(False, True),
-               small_last=True, grid: dict | None = None, metric: str = "iteration_time_s") -> tuple[list[dict], list[str]]:
+               small_last=True, grid: dict | None = None, metric: str = "iteration_time_s",
+               needs_fu: str | None = None) -> tuple[list[dict], list[str]]:
     """The metrics per bucket cap (None, torch's default: 25 MiB, first bucket 1 MiB, then ``caps``) x
     ``orders`` x ``find_unused``, over ``grid``'s other SimConfig fields (world_size: [8, 64], say), ranked
     (``rank``, ``best``). ``small_last``: torch's ordering with find_unused off also with
     ``last_bucket_small``; every row says ``last_bucket_small``. ``base``: a SimConfig, or with ``trace``
     a dict of the recorded run's changes (``ddpsim.learn.sweep``). Returns (rows, notes); a combination
     the simulator refuses for unused parameters with find_unused off (torch fails on them) becomes a note;
-    any other refusal (an option out of range, say), or every combination refused, is raised (a ValueError)."""
+    any other refusal (an option out of range, say), or every combination refused, is raised (a ValueError).
+    ``needs_fu``: why the recorded model cannot run without find_unused_parameters (a parameter it marked
+    unused, ``ddpsim.analysis.unused``): find_unused stays on, and the reason is a note."""
     refused: list = []
+    find_unused = (True,) if needs_fu else find_unused
     full = {**(grid or {}), "find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
             "order": list(orders)}
     rows = sweep(work, {**full, "last_bucket_small": [False]}, base, metric, refused, trace)
@@ -41,6 +45,7 @@ def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, fin
     wrong = [msg for c, msg in refused if c["find_unused_parameters"] or not getattr(work, "unused", True)]
     if wrong or (refused and not rows):  # not unused parameters without find_unused: an option out of range, say
         raise ValueError((wrong or [refused[0][1]])[0])
+    refused += [({"find_unused_parameters": False}, needs_fu)] if needs_fu else []
     notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
     return rank(rows, metric), notes
 

@@ -51,3 +51,17 @@ def root_cause(errors: dict[int, str]) -> tuple[int, str] | None:
     primary = {r: e for r, e in errors.items() if not is_secondary(e)}
     rank = min(primary) if primary else min(errors)
     return rank, errors[rank]
+
+
+def powersgd_on_gloo(comm_hook: str | None, backend: str) -> str:
+    """What to add to a failed recording's line with torch's PowerSGD hook on gloo (Note [PowerSGD on gloo
+    with several buckets] in ddpsim/minddp/comm_hook.py), else "". Seen here on 3 gloo ranks: the MLP at
+    the default cap aborted ("Received data size doesn't match expected size"), with
+    --find-unused-parameters it hung in bucket 1's allreduce, and branchy with find_unused_parameters
+    aborted even in one 100 MiB bucket (the bitmap allreduce interleaves)."""
+    if comm_hook != "powersgd" or backend != "gloo":
+        return ""
+    return ("; PowerSGD on gloo: torch's powerSGD_hook launches its P and Q allreduces from gloo's callback thread, "
+            "so with several buckets, or find_unused_parameters' bitmap allreduce, the ranks can launch them in "
+            "different orders and gloo pairs the wrong ones: record it with one bucket (--bucket-cap-mb 100) and "
+            "without --find-unused-parameters, or on NCCL")

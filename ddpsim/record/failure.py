@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ddpsim import heartbeat
 from ddpsim.errors import CLIError
-from ddpsim.record.explain import SIGNALLED, explain, is_secondary, root_cause
+from ddpsim.record.explain import SIGNALLED, explain, is_secondary, powersgd_on_gloo, root_cause
 from ddpsim.record.merge import empty_shard, merge, read_shard
 from ddpsim.trace.writer import write_trace_dict
 
@@ -58,6 +58,7 @@ def failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, in
     if not hang:
         rank, error = root_cause(errors)
         message = explain(rank, error, params)
+    message += powersgd_on_gloo(cfg.comm_hook, cfg.resolved_backend())
     where = (f"partial trace kept in {kept}" if kept and _iterations(raw) else
              f"no iteration recorded; each rank's fate kept in {kept}" if kept else
              f"no iteration recorded; {out} left as it was")

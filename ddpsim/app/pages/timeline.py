@@ -51,6 +51,8 @@ if (gap := report["enqueue_gap"]):  # GPU traces: the CPU's time for each gradie
     st.info(notes.gpu_clock_note(trace, gap, report["metrics"]["iteration_time_s"]))
 if (said := notes.import_notes(trace)):  # what the profile could not say (docs/trace-format.md)
     st.info(said, icon=":material/input:")
+if (joined := notes.join_note(trace, iteration)):  # uneven inputs: the ranks out of data shadow the others
+    st.info(joined, icon=":material/call_merge:")
 if (logged := notes.torch_logger(trace, iteration)):  # torch's own timing of this iteration
     st.caption(logged)
 

@@ -157,7 +157,8 @@ with st.expander("The same on the command line", key=k + "cli"):  # a key: it st
                (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
 
 st.subheader("Which bucket size? A sweep")
-sweep_cfg = whatif.sim_config(base, None, "torch", False, n_sync, world, network,  # the hook and buffers chosen above;
+needs_fu = whatif.sweep_needs_fu(base, trace)  # a recording that marked a parameter unused: find_unused stays on
+sweep_cfg = whatif.sim_config(base, None, "torch", bool(needs_fu), n_sync, world, network,  # the hook and buffers chosen above;
                               trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=algo,  # small-last: swept
                               broadcast_buffers=bufs, comm_hook=sim_hook)
 sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
@@ -169,7 +170,7 @@ if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
                "here: it waits for the button, so that the choices above stay quick.")
 else:
     swept.add(sweep_key)
-    rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg)
+    rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg, needs_fu)
     if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise)):
         st.success(verdict)
         ui.show_figure(f"sweep:{sweep_key}",

@@ -1,0 +1,37 @@
+"""torch's PowerSGD hook on gloo with several buckets or find_unused_parameters: the ranks launch its
+allreduces in different orders (Note [PowerSGD on gloo with several buckets] in ddpsim/minddp/comm_hook.py).
+``record --comm-hook powersgd --powersgd-start-iter 2`` on 3 gloo ranks ended with "rank 1 failed: died
+from signal SIGABRT; last output: what(): [enforce fail at ...pair.cc:456] ... 1032 vs 512. Received data
+size doesn't match expected size. Is there a distributed collective mismatch in your code?": a learner
+reads that their code is wrong, and nothing says what to change. The failure is timing's (it aborted,
+or hung), so this builds the launcher's line from a rank's real exit: SIGABRT, with gloo's last line
+in its log."""
+import signal
+
+from ddpsim.record.config import RecordConfig
+from ddpsim.record.failure import failure
+
+GLOO = ("  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+        "op.preamble.length <= op.nbytes. 1032 vs 512. Received data size doesn't match expected size. Is "
+        "there a distributed collective mismatch in your code?")
+
+
+def line(tmp_path, **hook) -> str:
+    cfg = RecordConfig(model="mlp", world_size=3, backend="gloo", **hook)
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "rank1.log").write_text(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n{GLOO}\n")
+    shards = [tmp_path / f"s{r}.jsonl" for r in range(3)]
+    return str(failure(cfg, tmp_path / "run.json", shards, logs, {1: -signal.SIGABRT}, [], set()))
+
+
+def test_a_powersgd_failure_on_gloo_says_what_to_change(tmp_path):
+    said = line(tmp_path, comm_hook="powersgd", powersgd_start_iter=2)
+    assert said.startswith("rank 1 failed: died from signal SIGABRT; last output:") and "\n" not in said
+    assert "; PowerSGD on gloo: torch's powerSGD_hook launches its P and Q allreduces from gloo's callback" in said
+    assert "record it with one bucket (--bucket-cap-mb 100) and without --find-unused-parameters, or on NCCL" in said
+
+
+def test_other_hooks_fail_as_before(tmp_path):
+    said = line(tmp_path, comm_hook="fp16")
+    assert said.startswith("rank 1 failed: died from signal SIGABRT") and "PowerSGD" not in said
