@@ -86,15 +86,22 @@ def make_bucket(index, variable_indices, cap_bytes, params) -> Bucket:
     """
     members = [params[i] for i in variable_indices]
     first = members[0]
-    total = sum(p.numel() for p in members)
-    gradients = torch.empty(total, dtype=first.dtype, device=first.device)
+    if any(p.dtype != first.dtype or p.device != first.device for p in members):
+        raise ValueError("all parameters in a bucket must share dtype and device")
+    gradients = torch.empty(sum(p.numel() for p in members), dtype=first.dtype, device=first.device)
+    views = bucket_views(gradients, members)
+    return Bucket(index, list(variable_indices), cap_bytes, gradients, views)
+
+
+def bucket_views(tensor, members) -> list[torch.Tensor]:
+    """One view of ``tensor`` per parameter, with the parameter's sizes and, where it is
+    non-overlapping and dense, its strides as they are now (Note [Gradient layout contract]): the
+    body of ``initialize_bucket_views``, and of ``populate_bucket_views_out`` for a hook's result."""
     views, offset = [], 0
     for p in members:
-        if p.dtype != first.dtype or p.device != first.device:
-            raise ValueError("all parameters in a bucket must share dtype and device")
         if torchcompat.is_non_overlapping_and_dense(p):
-            views.append(gradients.as_strided(p.size(), p.stride(), offset))
+            views.append(tensor.as_strided(p.size(), p.stride(), offset))
         else:
-            views.append(gradients.narrow(0, offset, p.numel()).view(p.size()))
+            views.append(tensor.narrow(0, offset, p.numel()).view(p.size()))
         offset += p.numel()
-    return Bucket(index, list(variable_indices), cap_bytes, gradients, views)
+    return views

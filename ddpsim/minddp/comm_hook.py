@@ -6,8 +6,8 @@ the parse of the result in ``finalize_backward``, ``populate_bucket_views_out``)
 Where a hook plugs in: ``Reducer.all_reduce_bucket`` wraps the ready bucket in a ``GradBucket``
 and calls ``run_comm_hook``: with no hook the default ``_AllReduceBySumCommHook`` (a plain sum),
 else ``hook(state, bucket)``, which returns a ``torch.futures.Future`` holding the new value of
-the bucket. ``finalize_backward`` waits for it and copies that value back into the bucket before
-``finalize_bucket_dense`` writes the ``.grad`` of each parameter. Join's shadow allreduces go
+the bucket. ``finalize_backward`` waits for it, and ``finalize_bucket_dense`` copies each
+parameter's part of that value to its ``.grad`` (into the bucket first, under gradient_as_bucket_view). Join's shadow allreduces go
 through the same ``run_comm_hook`` (``_match_all_reduce_for_bwd_pass``), so a joined rank runs
 the user's hook on zeros, as in torch.
 
@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.minddp import messages
+from ddpsim.minddp.buckets import bucket_views
 from ddpsim.minddp.logging_data import failed_check
 
 POWERSGD_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")  # powerSGD_hook.py
@@ -194,15 +195,14 @@ def bucket_result(reducer, value) -> torch.Tensor:
     return reducer.comm_hook.parse_hook_result(value)
 
 
-def populate_bucket_views_out(bucket, result: torch.Tensor) -> None:
-    """Mirrors ``Reducer::populate_bucket_views_out`` followed by ``finalize_bucket_dense``'s
-    ``bucket_view_in.copy_(bucket_view_out)``, in one copy: the hook's result, when it is a new
-    tensor, becomes the bucket's content, which ``finalize_bucket_dense`` then copies to ``.grad``."""
+def populate_bucket_views_out(bucket, result: torch.Tensor, params) -> list[torch.Tensor]:
+    """Mirrors ``Reducer::populate_bucket_views_out``: ``bucket_views_out``, one view of the hook's
+    result per parameter, with the parameter's strides *now*. ``finalize_bucket_dense`` copies from
+    them (Note [Strides changed after construction] in minddp/grad_checks.py)."""
     if result.numel() != bucket.gradients.numel():
         raise CommHookError(f"bucket {bucket.index}: the communication hook returned "
                             f"{result.numel()} elements, the bucket has {bucket.gradients.numel()}")
-    if result.data_ptr() != bucket.gradients.data_ptr():
-        bucket.gradients.copy_(result.view(-1))
+    return bucket_views(result, [params[i] for i in bucket.variable_indices])
 
 
 def check_powersgd_gloo(hook, reducer) -> None:

@@ -78,3 +78,20 @@ ONCE_PYTHON = "register_comm_hook or register_builtin_comm_hook can only be call
 # ``Reducer::set_static_graph`` once an iteration has run (Note [A late _set_static_graph] in minddp/ddp_methods.py)
 STATIC_GRAPH_TOO_LATE = ("set_static_graph() should be called before training loop starts and after "
                          "DistributedDataParallel is constructed.")
+
+# ``finalize_bucket_dense``'s REDUCER_CHECK under gradient_as_bucket_view (Note [Checks on a ready gradient] in
+# minddp/grad_checks.py), word for word (torch 2.13)
+NOT_BUCKET_VIEW = ("Detected at least one parameter gradient is not the expected DDP bucket view with "
+                   "gradient_as_bucket_view=True. This may happen (for example) if multiple allreduce hooks were "
+                   "registered onto the same parameter. If you hit this error, please file an issue with a minimal "
+                   "repro.")
+
+
+def strides_differ(grad, view) -> str:
+    """``check_grad_layout``'s TORCH_WARN_ONCE, word for word (torch 2.13), less the "(Triggered internally at
+    <torch's build path>:<line>.)" that torch adds when it passes a C++ warning to Python."""
+    return ("Grad strides do not match bucket view strides. This may indicate grad was not created according to "
+            "the gradient layout contract, or that the param's strides changed since DDP was constructed.  This is "
+            "not an error, but may impair performance.\n"
+            f"grad.sizes() = {list(grad.shape)}, strides() = {list(grad.stride())}\n"
+            f"bucket_view.sizes() = {list(view.shape)}, strides() = {list(view.stride())}")

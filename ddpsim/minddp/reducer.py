@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ddpsim.buckets import last_bucket_small_requested, rebuild_assignment, rebuild_size_limits, spec_of
-from ddpsim.minddp import batched_copy, comm_hook, messages, timer, unused_buckets
+from ddpsim.minddp import batched_copy, comm_hook, grad_checks, messages, timer, unused_buckets
 from ddpsim.minddp.autograd import grad_accumulator, queue_callback, reached_accumulators
 from ddpsim.minddp.buckets import broadcast_layout, make_bucket
 from ddpsim.minddp.logging_data import failed_check
@@ -286,7 +286,9 @@ class Reducer(timer.RuntimeStats):
                     and self.local_used_map[index]:  # torch's REDUCER_CHECK: used, yet no gradient now
                 raise failed_check(self, RuntimeError(messages.UNDEFINED_BUT_USED))
             view.zero_()
-        elif p.grad.data_ptr() == view.data_ptr():  # gradient_as_bucket_view
+            return
+        grad_checks.check_grad_layout(self, p.grad, view)  # Note [Checks on a ready gradient]
+        if grad_checks.is_alias_of(p.grad, view):  # gradient_as_bucket_view
             if self.comm_hook is None and not self.batched_grad_copy:  # batched: the flat div_ does it
                 view.div_(self.div_factor)
         elif batched_copy.defers_copy(self, p.grad):  # Note [Batched copies divide the flat bucket]
@@ -379,8 +381,7 @@ class Reducer(timer.RuntimeStats):
             if unused_buckets.skipped_in_finalize(self, bucket):
                 continue
             result = comm_hook.bucket_result(self, bucket.future.wait())
-            comm_hook.populate_bucket_views_out(bucket, result)
-            self.finalize_bucket_dense(bucket)
+            self.finalize_bucket_dense(bucket, comm_hook.populate_bucket_views_out(bucket, result, self.params))
         if self.dynamic_graph_find_unused() or self.static_graph_first_iteration():
             if not self.local_used_map_reduced:
                 self.local_used_work.wait()
@@ -389,19 +390,12 @@ class Reducer(timer.RuntimeStats):
             self.local_used_map_reduced = False
         self.record_backward_comm_end_time()
 
-    def finalize_bucket_dense(self, bucket):
-        """Mirrors ``Reducer::finalize_bucket_dense`` + ``copy_bucket_to_grad``."""
-        for index, view in zip(bucket.variable_indices, bucket.views):
-            if (self.static_graph or self.find_unused_parameters) and self.global_unused(index):
-                continue  # unused on every rank: keep .grad untouched
-            if self.optim_in_backward:  # the hook has stepped (optimizer_in_backward.py; not reached on CPU)
-                continue
-            p = self.params[index]
-            if p.grad is None:
-                p.grad = view if self.gradient_as_bucket_view \
-                    else view.clone(memory_format=torch.preserve_format)
-            elif p.grad.data_ptr() != view.data_ptr():
-                p.grad.copy_(view)
+    def finalize_bucket_dense(self, bucket, views_out):
+        """Mirrors ``Reducer::finalize_bucket_dense``: each parameter's result to its ``.grad``
+        (``grad_checks.finalize_variable``), unless it is unused on every rank."""
+        for intra, index in enumerate(bucket.variable_indices):
+            unused = (self.static_graph or self.find_unused_parameters) and self.global_unused(index)
+            grad_checks.finalize_variable(self, index, bucket.views[intra], views_out[intra], unused)
 
     def global_unused(self, index):
         """The lazy wait of ``finalize_bucket_dense``: only a parameter unused here
