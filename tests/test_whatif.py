@@ -540,6 +540,21 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
     assert "as fast or faster: nothing to change" in near and "Its gain" not in near, near
 
 
+def test_a_best_ordering_that_is_not_torchs_is_named_as_such_beside_torchs_best():
+    """On the branchy sample the sweep's best was "ordering random" (64.8 ms) with no word on how torch
+    would get it: torch has no such option, so the verdict says so and gives torch's own ordering's best."""
+    def row(order, cap, t, fu=True, best=False):
+        return {"bucket_cap_mb": cap, "order": order, "find_unused_parameters": fu, "iteration_time_s": t,
+                "exposed_comm_s": 0.0, "best": best}
+    rows = [row("random", 5.0, 0.0648, best=True), row("torch", None, 0.0661), row("torch", 1.0, 0.0655),
+            row("definition", None, 0.0700)]
+    text = sweep_verdict.describe_sweep(rows, {"iteration_time_s": 0.0661}, 3)
+    assert "Ordering random is not a DDP option" in text, text
+    assert text.endswith("With torch's ordering the best is bucket_cap_mb=1, find_unused_parameters=True: 65.5 ms."), text
+    torch_best = sweep_verdict.describe_sweep([{**r, "best": r is rows[2]} for r in rows[1:3]], {"iteration_time_s": 0.0661}, 3)
+    assert "not a DDP option" not in torch_best
+
+
 def test_the_change_says_why_there_is_no_recorded_spread():
     """It listed three reasons ("a simulated sample, a GPU model, or a run with one steady iteration")
     where one applies (the recorded case: test_one_steady_iteration_has_no_spread_to_compare_with)."""

@@ -38,7 +38,7 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
             f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
-            f"{min(times):.1f}–{max(times):.1f} ms." + _small_instead(best, rows)
+            f"{min(times):.1f}–{max(times):.1f} ms." + _small_instead(best, rows) + _torch_instead(best, rows)
             + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise)))
 
 
@@ -54,6 +54,20 @@ def _small_instead(best: dict, rows: list[dict]) -> str:
     cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
     return (f" Without find_unused_parameters (it searches the autograd graph every iteration), "
             f"{SMALL_LAST_ENV} at {cap} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
+
+
+def _torch_instead(best: dict, rows: list[dict]) -> str:
+    """Where another ordering wins: it is not a DDP option, and the best row with torch's ordering beside it."""
+    if best["order"] == "torch" or not (own := [r for r in rows if r["order"] == "torch"]):
+        return ""
+    r = min(own, key=lambda r: (r["iteration_time_s"], r["find_unused_parameters"]))
+    cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
+    how = (f"find_unused_parameters={r['find_unused_parameters']}"
+           + (f" and {SMALL_LAST_ENV}" if r.get("last_bucket_small") else ""))
+    return (f" Ordering {best['order']} is not a DDP option: torch fills its buckets in reverse order of "
+            "model.parameters(), then rebuilds them in gradient-ready order unless find_unused_parameters=True; "
+            f"the row shows what a layout is worth. With torch's ordering the best is {cap}, {how}: "
+            f"{r['iteration_time_s'] * 1e3:.1f} ms.")
 
 
 def _within(gain: float, noise: float | None) -> str:
