@@ -92,6 +92,27 @@ def test_a_best_default_cap_with_find_unused_sits_on_its_level():
     assert len(level) == 2 and list(level[0].get_ydata()) == pytest.approx([20.0, 20.0])
 
 
+def test_the_legend_names_only_the_series_drawn():
+    """Sample 04 (branchy, a parameter marked unused): the sweep keeps find_unused_parameters on, so every row
+    has it, yet the legend showed "find_unused off" beside "find_unused on", and its default-cap rows, named
+    in the legend, were drawn nowhere. A sweep without find_unused rows names neither line style."""
+    def legend(fig):
+        return [t.get_text() for t in fig.legends[0].get_texts()]
+
+    rows = [{"bucket_cap_mb": c, "order": o, "find_unused_parameters": True,
+             "iteration_time_s": (20 + (c or 30) / 10 + (o == "random")) / 1000, "exposed_comm_s": 0.001}
+            for c in (None, 1, 25) for o in ("torch", "random")]
+    fig = plot_sweep(rows)
+    texts = legend(fig)
+    assert "find_unused on" in texts and "find_unused off" not in texts, texts
+    assert "default cap (25 MiB, 1 MiB first)" in texts and len(gids(fig, "default:torch")) == 2
+    assert not gids(fig, "series:torch:nofu") and len(gids(fig, "series:torch:fu")) == 2
+    off = [{**r, "find_unused_parameters": False} for r in rows]
+    assert not [t for t in legend(plot_sweep(off)) if t.startswith("find_unused")]
+    both = legend(plot_sweep(rows + off))
+    assert [t for t in both if t.startswith("find_unused")] == ["find_unused off", "find_unused on"]
+
+
 def test_the_small_bucket_last_is_a_series_of_its_own():
     """The What-if sweep also tries torch's ordering with DDP_SET_LAST_BUCKET_CAP=1 (last_bucket_small): its
     rows are their own line and legend entry, not mixed into torch's, and a best among them says so."""

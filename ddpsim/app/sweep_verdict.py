@@ -15,8 +15,11 @@ SMALL_LAST = (f", with **{SMALL_LAST_ENV}** in the ranks' environment (the page'
               "last, after the backward, is small)")
 
 
-def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float | None = None) -> str | None:
-    """The sweep's verdict: the best configuration against the chosen one (and ``noise``, the recorded spread)."""
+def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float | None = None,
+                   backend: str | None = None, hook: str | None = None) -> str | None:
+    """The sweep's verdict: the best configuration against the chosen one (and ``noise``, the recorded spread).
+    ``backend`` and ``hook``: the run's process-group backend and the comm hook the sweep simulates (PowerSGD on
+    gloo: ``_powersgd_on_gloo``)."""
     best = recommend(rows)
     if best is None:
         return None
@@ -39,7 +42,8 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
             f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
             f"{min(times):.1f}–{max(times):.1f} ms." + _small_instead(best, rows) + _torch_instead(best, rows)
-            + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise)))
+            + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise))
+            + _powersgd_on_gloo(best, rows, backend, hook))
 
 
 def _small(rows: list[dict]) -> list[dict]:
@@ -75,3 +79,20 @@ def _within(gain: float, noise: float | None) -> str:
     return "" if noise is None or not 0 < gain < noise else (
         f" Its gain ({gain:.1%}) is inside the recorded run's iteration-to-iteration spread (±{noise:.0%}): "
         "a measurement could not tell the two apart.")
+
+
+def _powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: str | None) -> str:
+    """A caution where the best row is one torch's PowerSGD aborts on over gloo: several buckets, or
+    find_unused_parameters (Note [PowerSGD on gloo with several buckets]). The simulator plays a PowerSGD whose
+    collectives go in order on every rank, as NCCL's do."""
+    several = best.get("n_buckets", 0) > 1
+    if backend != "gloo" or hook != "powersgd" or not (several or best["find_unused_parameters"]):
+        return ""
+    why = " and ".join([f"{best['n_buckets']} buckets"] * several + ["find_unused_parameters"] * bool(
+        best["find_unused_parameters"]))
+    return (f" Caution: on gloo, this run's backend, torch's powerSGD_hook aborts (or hangs) with {why}: it issues P's and Q's "
+            "allreduces from gloo's callback thread, in an order that differs between ranks (Note [PowerSGD on gloo "
+            "with several buckets], ddpsim/minddp/comm_hook.py); the sweep and its figure are what NCCL would run, "
+            "and on gloo only one bucket without find_unused_parameters trains" + (
+                ", which this model cannot do (it left a parameter unused)" * all(r["find_unused_parameters"] for r in rows))
+            + ".")

@@ -131,6 +131,16 @@ def sweep_needs_fu(base: Base, trace: Trace | None) -> str | None:
     return needs_find_unused(trace, False, bool(base.config.get("static_graph"))) if base.kind == "trace" else None
 
 
+def backend(base: Base, trace: Trace | None, network: str = AS_RECORDED) -> str | None:
+    """The process-group backend the what-if's runs would use: the recording's (a GPU model, None: NCCL's),
+    except a GPU recording on another network, which runs NCCL between its GPU's nodes (``sim_config``)."""
+    if base.kind != "trace" or trace is None:
+        return None
+    if network not in (AS_RECORDED, None, "") and hardware.hardware_of(trace, network):
+        return "nccl"
+    return str(trace.meta.get("backend") or "") or None
+
+
 def choices(base: Base) -> dict:
     """The widget defaults that reproduce the run as recorded (nothing changed)."""
     c = base.config

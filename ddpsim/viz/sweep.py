@@ -56,9 +56,10 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     for k, order in enumerate(orders):
         for fu in fus:
             _draw_series(panels, [r for r in rows if _series(r) == order
-                                  and bool(r.get("find_unused_parameters", False)) == fu], k, order, fu)
+                                  and bool(r.get("find_unused_parameters", False)) == fu], k, order, fu,
+                         level=not fu or fus == [True])  # find_unused kept on: its default cap is the level
     best = best_row(rows)
-    if best["bucket_cap_mb"] is None and best.get("find_unused_parameters"):  # its level, or the star floats
+    if best["bucket_cap_mb"] is None and best.get("find_unused_parameters") and False in fus:  # or the star floats
         color = SERIES[orders.index(_series(best)) % len(SERIES)]
         for ax, key in panels:
             ax.axhline(best[key] * 1e3, color=color, ls=":", lw=1.3, gid="default:best")
@@ -103,8 +104,8 @@ def _label_side(best: dict, rows: list[dict]) -> tuple[str, float]:
     return "center", 0
 
 
-def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool) -> None:
-    """One (ordering, find_unused) line in both panels, and its default-cap row as a dotted level."""
+def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool, level: bool) -> None:
+    """One (ordering, find_unused) line in both panels, and (``level``) its default-cap row as a dotted level."""
     pts = sorted(((r["bucket_cap_mb"], r) for r in mine if r["bucket_cap_mb"] is not None),
                  key=lambda p: p[0])
     default = next((r for r in mine if r["bucket_cap_mb"] is None), None)
@@ -118,7 +119,7 @@ def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool) -> None
                     # top, the small-last one over it (thinner): it runs along find_unused's, the same buckets
                     alpha=1 if order == "torch" else 0.85,
                     gid=f"series:{_gid(order)}:{'fu' if fu else 'nofu'}")
-        if default is not None and not fu:
+        if default is not None and level:
             ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3, gid=f"default:{_gid(order)}")
 
 
@@ -126,9 +127,9 @@ def _legend_handles(rows: list[dict], orders: list[str], fus: list[bool], curren
     handles = [Line2D([], [], color=SERIES[k % len(SERIES)], marker=MARKERS[k % len(MARKERS)],
                       label="order: torch, DDP_SET_LAST_BUCKET_CAP=1" if o == SMALL_LAST else f"order: {o}")
                for k, o in enumerate(orders)]
-    if len(fus) > 1 or fus == [True]:
-        handles += [Line2D([], [], color=pal.TEXT, ls="-", label="find_unused off"),
-                    Line2D([], [], color=pal.TEXT, ls="--", label="find_unused on")]
+    if fus != [False]:  # a line style per find_unused_parameters value the sweep has rows for
+        handles += [Line2D([], [], color=pal.TEXT, ls="--" if fu else "-", label=f"find_unused {'on' if fu else 'off'}")
+                    for fu in sorted(fus)]
     if any(r["bucket_cap_mb"] is None for r in rows):
         handles.append(Line2D([], [], color=pal.TEXT, ls=":", label="default cap (25 MiB, 1 MiB first)"))
     handles.append(Line2D([], [], marker="*", ms=12, color="#F0E442", mec=pal.TEXT, ls="none",

@@ -171,7 +171,8 @@ if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
 else:
     swept.add(sweep_key)
     rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg, needs_fu)
-    if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise)):
+    if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise,  # PowerSGD on gloo: a caution
+                                                 whatif.backend(base, trace, network), hook)):
         st.success(verdict)
         ui.show_figure(f"sweep:{sweep_key}",
                        lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
