@@ -91,7 +91,7 @@ def test_without_a_matching_allreduce_each_rank_starts_at_its_first_forward_and_
     assert len(said) == 1 and "7200 s apart" in said[0]
 
 
-def _rank(rank: int, clock_ns: int, late_ns: int, steps: int = 6) -> dict:
+def _rank(rank: int, clock_ns: int, late_ns: int, steps: int = 6, drift_ns=lambda s: 0) -> dict:
     """A rank's iterations as the import has them before ``align``: each 100 ms step's forward
     starts ``late_ns`` / 2 late and its compute takes ``late_ns`` / 2 longer, but its three
     allreduces end when every rank's do (a few us apart); all on a clock ``clock_ns`` ahead."""
@@ -100,8 +100,9 @@ def _rank(rank: int, clock_ns: int, late_ns: int, steps: int = 6) -> dict:
         t = s * 100 * MS + clock_ns
         f0, b0, b1 = t + late_ns // 2, t + 30 * MS + late_ns, t + 85 * MS
         buckets = [{"bucket": k, "bytes": 4 << 20, "ready_ns": b0 + (10 + 10 * k) * MS,
-                    "launch_ns": b0 + (10 + 10 * k) * MS, "complete_ns": t + (70 + 5 * k) * MS + 3000 * rank * (s % 3),
-                    END: t + (70 + 5 * k) * MS + 3000 * rank * (s % 3)} for k in range(3)]
+                    "launch_ns": b0 + (10 + 10 * k) * MS,
+                    "complete_ns": t + (70 + 5 * k) * MS + 3000 * rank * (s % 3) + drift_ns(s),
+                    END: t + (70 + 5 * k) * MS + 3000 * rank * (s % 3) + drift_ns(s)} for k in range(3)]
         its.append({"iteration": s, "sync": True, "forward": {"start_ns": f0, "end_ns": b0},
                     "backward": {"start_ns": b0, "end_ns": b1}, "buckets": buckets,
                     "optimizer": {"start_ns": b1, "end_ns": b1 + 5 * MS}})
@@ -126,3 +127,14 @@ def test_a_slow_rank_is_not_made_fast(clock_ms):
         assert clock["method"] == "collective-ends" and abs(clock["offsets_ns"]["1"] - 3.7 * MS) <= 3000
     assert late_launch_ms(ranks) == pytest.approx(6.0, abs=0.01)  # ms: the estimate is off by the ends' 3 us
     assert ranks[0]["iterations"][0]["forward"]["start_ns"] == 0  # t = 0: the earliest first forward
+
+
+@pytest.mark.parametrize("clock_ms", [0.0, 3.7])
+def test_ends_that_do_not_meet_on_any_clock_are_said_to_be_perhaps_two_runs(clock_ms):
+    """Rank 1's allreduces end 1 ms before rank 0's in one step and 1 ms after in the next (two runs'
+    steps, or a busy host): no one clock makes them meet, and the import says so rather than align
+    them quietly; with an offset the clock is still moved by it."""
+    ranks = [_rank(0, 0, 0), _rank(1, int(clock_ms * MS), 0, drift_ns=lambda s: (1 if s % 2 else -1) * MS)]
+    clock, said = align(ranks)
+    assert said is not None and said.startswith("caution: ") and "ends scatter over 2.0 ms" in said, said
+    assert clock["method"] == ("kineto-shared" if clock_ms == 0 else "collective-ends")

@@ -12,7 +12,8 @@ quarters are left out) says how well the ends pin it. A rank's first forward doe
 aligning the ranks there erases how long one rank waited for another. On the bundled H100 gloo
 profiles (two ranks on one host, one clock) the 9 ends differ by a median of +60 us with a middle
 half 119 us wide: gloo's ring over TCP ends its last step on the two ranks up to a chunk's
-transfer apart. Used by ``ddpsim.trace.profile_meta.align`` (``ddpsim import``).
+transfer apart. Ends scattered by milliseconds meet on no one clock: the profiles may come from two
+runs, or a busy host delayed its collectives, and the import says so (``scatter``). Used by ``ddpsim.trace.profile_meta.align`` (``ddpsim import``).
 
 Each bucket's end is that of the event the import reads as its allreduce: the NCCL kernel on the
 GPU clock, gloo's ``gloo:all_reduce`` run on the CPU (the device copies that follow it on a GPU
@@ -29,6 +30,9 @@ END = "sync_end_ns"  # a bucket's collective end on its rank's clock: set by the
 # microseconds, NCCL's last ring step reaches the ranks one message's latency apart (a few us over
 # NVLink, ~10-20 us over InfiniBand), so two ranks' ends differ by tens of us on one clock.
 FLOOR_NS = 20_000
+# Ends scattered wider than this (ns; the middle half's range) are not one job's: its allreduces end
+# within about a message's latency (tens to a few hundred us here), two runs' drift apart by whole ms.
+SCATTER_NS = 1_000_000
 LISTED = 8  # ranks named in the note; the others are summarised by their range
 CLOCK = "clock: "  # the note of ranks moved onto one clock, which ``ddpsim import`` prints
 
@@ -101,6 +105,15 @@ def note(offsets: list[Offset]) -> str:
     return (f"{CLOCK}the profiles' clocks differ; each rank was moved onto rank {first.rank}'s by the median "
             f"difference of the ends of the {n} allreduces it shares with rank {first.rank} (Note [A collective "
             f"ends at once on every rank] in ddpsim/trace/clock_align.py): {listed}")
+
+
+def scatter(offsets: list[Offset]) -> str | None:
+    """Where the ends scatter wider than ``SCATTER_NS`` on any one clock, why the profiles may not be one
+    job's (Note [A collective ends at once on every rank]); else None."""
+    wide = max(o.spread_ns for o in offsets)
+    return None if wide <= SCATTER_NS else (
+        f"the allreduces' ends scatter over {wide / 1e6:.1f} ms between ranks, where one job's end within about a "
+        "message's latency: the profiles may come from different runs, or a busy host delayed its collectives")
 
 
 def _time(ns: int) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpsim.trace import FORMAT, VERSION
-from ddpsim.trace.clock_align import clock_meta, estimate, note, shared
+from ddpsim.trace.clock_align import clock_meta, estimate, note, scatter, shared
 from ddpsim.trace.same_run import apart
 
 SHARED_CLOCK_S = 600.0  # ranks whose first steps start this close (seconds) share a clock
@@ -30,7 +30,8 @@ def align(rank_dicts: list[dict]) -> tuple[dict, str | None]:
             for r, o in zip(rank_dicts, offsets):
                 r["clock_offset_ns"] = o.ns
             _move(rank_dicts, moved)
-            return clock_meta(offsets), note(offsets)
+            wide = scatter(offsets)
+            return clock_meta(offsets), note(offsets) if wide is None else f"{CAUTION}{note(offsets)}; but {wide}"
         return _first_forward(rank_dicts), (
             f"{CAUTION}ProfilerStep#{found[0]} does not overlap across ranks even with the clocks aligned on "
             f"the allreduces' ends (one rank's starts {found[1] / 1e6:.1f} ms after another's ends), as one "
@@ -44,7 +45,9 @@ def align(rank_dicts: list[dict]) -> tuple[dict, str | None]:
     found = apart(rank_dicts)
     if found is None:
         _move(rank_dicts, [0] * len(rank_dicts))
-        return {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {}}, None
+        wide = scatter(offsets) if offsets is not None else None
+        return {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {}}, wide and (
+            f"{CAUTION}the profiles are kept on the clock they share, but {wide}")
     number, gap = found
     return _first_forward(rank_dicts), (
         f"{CAUTION}{unmatched}ProfilerStep#{number} does not overlap across ranks on the profiles' clocks (one rank's "
