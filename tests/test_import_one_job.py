@@ -2,7 +2,7 @@
 the same gradients and buckets on every rank, the same kind of device, steps that overlap in time.
 
 The fixtures are the bundled H100 ResNet-18 profiles (two gloo ranks), one of them altered as a
-mixed-up log folder would give it: another run's file (shifted by seconds), another model's,
+mixed-up log folder would give it: a file on another clock (shifted by seconds), another model's,
 a file without its GPU events, a different bucket or gradient shape.
 """
 import gzip
@@ -77,24 +77,26 @@ def test_a_profile_without_gpu_work_beside_one_with_is_refused(tmp_path):
         import_profiles([R18[0], altered(R18[1], tmp_path / "r1.json", cpu_only)])
 
 
-def test_another_runs_steps_are_aligned_apart_and_said(tmp_path):
-    """Rank 1's file from a run 10 s later: its steps cannot overlap rank 0's (Note [One job's ranks
-    overlap in every synchronised step]); each rank starts at its own first forward, and the CLI
-    prints the caution. Read on one clock, the iteration would be 10 s long."""
+def test_a_rank_10_s_later_is_moved_back_by_its_allreduces_and_said(tmp_path):
+    """Rank 1's file on a clock 10 s ahead: its steps cannot overlap rank 0's on the profiles' clocks
+    (Note [One job's ranks overlap in every synchronised step]), but its allreduces end 10 s after rank
+    0's (Note [A collective ends at once on every rank] in ddpsim/trace/clock_align.py): it is moved
+    back by that, and the CLI prints how. Read on one clock, the iteration would be 10 s long."""
     def later(d):
         for e in d["traceEvents"]:
             if isinstance(e.get("ts"), (int, float)):
                 e["ts"] += 10e6
     shifted = altered(R18[1], tmp_path / "r1_later.json", later)
     trace = import_profiles([R18[0], shifted])
-    assert trace.meta["clock"]["method"] == "first-forward"
-    caution = [n for n in trace.meta["import_notes"] if n.startswith("caution: ProfilerStep#")]
-    assert len(caution) == 1 and "from different runs" in caution[0]
+    assert trace.meta["clock"]["method"] == "collective-ends"
+    assert abs(trace.meta["clock"]["offsets_ns"]["1"] - 10e9) < 1e5
+    said = [n for n in trace.meta["import_notes"] if n.startswith("clock: ")]
+    assert len(said) == 1 and "rank 1 +10.000060 s" in said[0]
     for a, b in zip(trace.ranks[1].iterations, import_profiles(R18).ranks[1].iterations):
         assert abs(a.backward.duration_ns - b.backward.duration_ns) < 1e6  # ms: the rank's own times kept
     out = subprocess.run([sys.executable, "-m", "ddpsim", "import", str(R18[0]), str(shifted), "--out",
                           str(tmp_path / "t.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and caution[0] in out.stdout.splitlines()
+    assert out.returncode == 0 and said[0] in out.stdout.splitlines()
     assert float(out.stdout.split("iteration ")[1].split(" ms")[0]) < 200
 
 

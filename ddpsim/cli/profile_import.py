@@ -4,6 +4,7 @@ from __future__ import annotations
 from ddpsim.cli.headline import headline_lines
 from ddpsim.trace import save_trace
 from ddpsim.trace.profile_import import import_or_carried
+from ddpsim.trace.clock_align import CLOCK
 from ddpsim.trace.profile_meta import CAUTION
 from ddpsim.trace.profile_sizes import unknown_sizes
 
@@ -48,6 +49,6 @@ def main(args) -> int:
     if (why := unknown_sizes(trace)) is not None:
         print(f"note: {why}")
     for note in trace.meta["import_notes"]:
-        if str(note).startswith(CAUTION):
+        if str(note).startswith((CAUTION, CLOCK)):  # the clock note: what was moved, and by how much
             print(note)
     return 0

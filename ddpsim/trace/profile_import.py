@@ -29,7 +29,8 @@ from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, pair_
                                   profile_files, read_profile, tensor_shape)
 from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
 from ddpsim.trace.profile_job import missing_ranks, one_per_rank, same_buckets, same_model
-from ddpsim.trace.profile_meta import align, shift, trace_dict
+from ddpsim.trace.profile_meta import align, trace_dict
+from ddpsim.trace.clock_align import END
 from ddpsim.trace.profile_sizes import UNKNOWN, layout_by_launch, layout_by_sizes, match_model, size_meta
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -129,7 +130,8 @@ class RankImport:
             buckets.append({"bucket": len(buckets), "bytes": nbytes, "source": source, "ready_ns": None,
                             "ready_before": bisect.bisect_right(starts, op.start),
                             "launch_ns": None if start is None else _ns(start),
-                            "complete_ns": None if end is None else _ns(end), "cpu_launch_ns": _ns(op.start)})
+                            "complete_ns": None if end is None else _ns(end), "cpu_launch_ns": _ns(op.start),
+                            END: _ns(run.end) if run is not None else None if end is None else _ns(end)})
         return buckets, bitmap
 
     def _collective_span(self, op: Op, gloo_run: Op | None) -> tuple[float, float]:
@@ -196,13 +198,11 @@ def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
     same_buckets(rank_dicts, [imp.p.name for _, imp in ranks])
     for _, imp in ranks:
         notes |= imp.notes
-    origin, method, caution = align(rank_dicts)
+    clock, said = align(rank_dicts)  # Note [A collective ends at once on every rank] in clock_align
     infos = [imp.p.info for _, imp in ranks]
-    notes |= {n for n in (caution, missing_ranks(infos, [r for r, _ in ranks])) if n}
-    for r in rank_dicts:
-        shift(r, -origin[r["rank"]])
+    notes |= {n for n in (said, missing_ranks(infos, [r for r, _ in ranks])) if n}
     sizes = size_meta(params_source, sources)
-    raw = trace_dict(rank_dicts, params, [imp for _, imp in ranks], infos, sorted(notes), method, paths,
+    raw = trace_dict(rank_dicts, params, [imp for _, imp in ranks], infos, sorted(notes), clock, paths,
                      sizes, model.spec if model is not None else None)
     return from_dict(raw, name="imported profile")
 

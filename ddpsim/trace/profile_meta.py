@@ -7,29 +7,66 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpsim.trace import FORMAT, VERSION
+from ddpsim.trace.clock_align import clock_meta, estimate, note, scatter, shared
 from ddpsim.trace.same_run import apart
 
 SHARED_CLOCK_S = 600.0  # ranks whose first steps start this close (seconds) share a clock
 CAUTION = "caution: "  # an import note that ``ddpsim import`` also prints (the others are on the Timeline)
 
 
-def align(rank_dicts: list[dict]) -> tuple[dict, str, str | None]:
-    """Origins per rank, the method, and a caution when the ranks' clocks could not be trusted.
-    Profiles of one job usually share a clock (Kineto uses the host's); if their first steps are
-    far apart, or a synchronised step does not overlap across ranks, each rank is aligned at its
-    own first forward (Note [One job's ranks overlap in every synchronised step] in
-    ddpsim/trace/same_run.py)."""
-    firsts = {r["rank"]: r["iterations"][0]["forward"]["start_ns"] for r in rank_dicts}
-    if max(firsts.values()) - min(firsts.values()) >= SHARED_CLOCK_S * 1e9:
-        return firsts, "first-forward", None
+def align(rank_dicts: list[dict]) -> tuple[dict, str | None]:
+    """Puts the ranks on one clock, in place (times from the earliest first forward); returns
+    ``meta.clock`` and a note when the clocks differed or could not be trusted. Offsets come from
+    the ends of the allreduces every rank ran (Note [A collective ends at once on every rank] in
+    ddpsim/trace/clock_align.py): within their own spread the profiles keep the clock they share
+    (Kineto uses the host's). Only where no allreduce matches across ranks, and the first steps
+    are far apart or a synchronised step does not overlap (Note [One job's ranks overlap in every
+    synchronised step] in ddpsim/trace/same_run.py), each rank is aligned at its own first forward."""
+    offsets = estimate(rank_dicts)
+    if offsets is not None and not shared(offsets):
+        moved = [o.ns for o in offsets]
+        found = apart(rank_dicts, moved)
+        if found is None:
+            for r, o in zip(rank_dicts, offsets):
+                r["clock_offset_ns"] = o.ns
+            _move(rank_dicts, moved)
+            wide = scatter(offsets)
+            return clock_meta(offsets), note(offsets) if wide is None else f"{CAUTION}{note(offsets)}; but {wide}"
+        return _first_forward(rank_dicts), (
+            f"{CAUTION}ProfilerStep#{found[0]} does not overlap across ranks even with the clocks aligned on "
+            f"the allreduces' ends (one rank's starts {found[1] / 1e6:.1f} ms after another's ends), as one "
+            "job's ranks always do: the profiles come from different runs; each rank is aligned at its first forward")
+    firsts = [r["iterations"][0]["forward"]["start_ns"] for r in rank_dicts]
+    unmatched = "" if offsets is not None else "no allreduce matches across ranks (by step, order and size), and "
+    if max(firsts) - min(firsts) >= SHARED_CLOCK_S * 1e9:
+        return _first_forward(rank_dicts), (
+            f"{CAUTION}{unmatched}the ranks' first steps are {(max(firsts) - min(firsts)) / 1e9:.0f} s apart on the "
+            "profiles' clocks: each rank is aligned at its first forward, which hides how long one waited for another")
     found = apart(rank_dicts)
     if found is None:
-        return {r: min(firsts.values()) for r in firsts}, "kineto-shared", None
+        _move(rank_dicts, [0] * len(rank_dicts))
+        wide = scatter(offsets) if offsets is not None else None
+        return {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {}}, wide and (
+            f"{CAUTION}the profiles are kept on the clock they share, but {wide}")
     number, gap = found
-    return firsts, "first-forward", (
-        f"{CAUTION}ProfilerStep#{number} does not overlap across ranks on the profiles' clocks (one rank's "
+    return _first_forward(rank_dicts), (
+        f"{CAUTION}{unmatched}ProfilerStep#{number} does not overlap across ranks on the profiles' clocks (one rank's "
         f"starts {gap / 1e6:.1f} ms after another's ends), as one job's ranks always do: the profiles come "
         "from hosts whose clocks differ, or from different runs; each rank is aligned at its first forward")
+
+
+def _move(rank_dicts: list[dict], offsets: list[int]) -> None:
+    """Each rank's times less its offset, then all less the earliest first forward."""
+    origin = min(r["iterations"][0]["forward"]["start_ns"] - o for r, o in zip(rank_dicts, offsets))
+    for r, o in zip(rank_dicts, offsets):
+        shift(r, -(origin + o))
+
+
+def _first_forward(rank_dicts: list[dict]) -> dict:
+    """Each rank moved to start at its own first forward."""
+    for r in rank_dicts:
+        shift(r, -r["iterations"][0]["forward"]["start_ns"])
+    return {"method": "first-forward", "skew_ns": 0, "offsets_ns": {}}
 
 
 def shift(rank: dict, delta: int) -> None:
@@ -47,7 +84,7 @@ def shift(rank: dict, delta: int) -> None:
         move(it)
 
 
-def trace_dict(rank_dicts, params, imports, infos, notes, method, paths, sizes: dict, model: str | None) -> dict:
+def trace_dict(rank_dicts, params, imports, infos, notes, aligned: dict, paths, sizes: dict, model: str | None) -> dict:
     """The imported trace as the reader takes it; ``imports``: the ranks' ``RankImport``s."""
     info = infos[0] if infos else {}
     gpu = any(imp.gpu for imp in imports)
@@ -69,7 +106,7 @@ def trace_dict(rank_dicts, params, imports, infos, notes, method, paths, sizes: 
                      "imported_from": [Path(p).name for p in paths], "source_format": "kineto",
                      "placement": {"device": "cuda" if gpu else "cpu"},
                      "gpu": devices[0].get("name") if devices else None,
-                     "clock": {"method": method, "skew_ns": 0, "offsets_ns": {}},
+                     "clock": aligned,
                      "timebase": _timebase(clock), "import_notes": notes, "sizes": sizes}}
 
 

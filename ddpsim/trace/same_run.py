@@ -11,18 +11,20 @@ gathered from two torchrun jobs). Used by the profile import (``profile_meta.ali
 from __future__ import annotations
 
 
-def apart(rank_dicts: list[dict]) -> tuple[int, int] | None:
+def apart(rank_dicts: list[dict], offsets: list[int] | None = None) -> tuple[int, int] | None:
     """(step, ns) of the first synchronised step that every rank has and that does not overlap
     across them, with the gap between the latest start and the earliest end; or None. Each rank
-    is a trace dict's rank (``iterations`` with ``sync``, ``forward``, ``backward``, ``optimizer``)."""
+    is a trace dict's rank (``iterations`` with ``sync``, ``forward``, ``backward``, ``optimizer``);
+    ``offsets``: each rank's clock offset (ns), taken off its times first."""
     steps = [{it["iteration"]: it for it in r["iterations"]
               if it.get("sync", True) and it.get("forward") and it.get("backward")} for r in rank_dicts]
     if not steps:
         return None
+    offsets = offsets or [0] * len(steps)
     for number in sorted(set.intersection(*(set(s) for s in steps))):
         its = [s[number] for s in steps]
-        start = max(it["forward"]["start_ns"] for it in its)
-        end = min((it.get("optimizer") or it["backward"])["end_ns"] for it in its)
+        start = max(it["forward"]["start_ns"] - o for it, o in zip(its, offsets))
+        end = min((it.get("optimizer") or it["backward"])["end_ns"] - o for it, o in zip(its, offsets))
         if start > end:
             return number, start - end
     return None
