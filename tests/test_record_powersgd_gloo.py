@@ -16,11 +16,11 @@ GLOO = ("  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/
         "there a distributed collective mismatch in your code?")
 
 
-def line(tmp_path, **hook) -> str:
+def line(tmp_path, last=GLOO, **hook) -> str:
     cfg = RecordConfig(model="mlp", world_size=3, backend="gloo", **hook)
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
-    (logs / "rank1.log").write_text(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n{GLOO}\n")
+    (logs / "rank1.log").write_text(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n{last}\n")
     shards = [tmp_path / f"s{r}.jsonl" for r in range(3)]
     return str(failure(cfg, tmp_path / "run.json", shards, logs, {1: -signal.SIGABRT}, [], set()))
 
@@ -35,3 +35,11 @@ def test_a_powersgd_failure_on_gloo_says_what_to_change(tmp_path):
 def test_other_hooks_fail_as_before(tmp_path):
     said = line(tmp_path, comm_hook="fp16")
     assert said.startswith("rank 1 failed: died from signal SIGABRT") and "PowerSGD" not in said
+
+
+def test_another_failure_of_a_powersgd_run_on_gloo_gets_no_powersgd_advice(tmp_path):
+    """An unused parameter's error under PowerSGD was followed by "; PowerSGD on gloo: ... record it with
+    one bucket and without --find-unused-parameters", contradicting the advice before it."""
+    said = line(tmp_path, last="RuntimeError: Expected to have finished reduction in the prior iteration before "
+                "starting a new one.", comm_hook="powersgd", powersgd_start_iter=2)
+    assert "got no gradient" in said and "PowerSGD" not in said and ".;" not in said, said

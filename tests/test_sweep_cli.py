@@ -110,3 +110,21 @@ def test_unused_parameters_without_find_unused_are_a_note_and_a_bad_option_an_er
     assert len(notes) == 1 and notes[0].startswith("find_unused_parameters=False: 1 parameter(s) never receive")
     with pytest.raises(ValueError, match="latency"):
         layout_sweep.sweep_rows(w, cfg, caps=(5.0,), orders=("torch",), grid={"latency_us": [1.0, 1e300]})
+
+
+def test_the_command_lines_verdict_follows_the_pages_rules():
+    """``ddpsim sweep`` named a "best" among 77 rows that all simulated 57.5 ms (a 1-rank import), and a
+    best ordering DDP does not offer without a word: the page says neither."""
+    from ddpsim.learn.layout_sweep import describe_best, rank
+
+    def row(order, cap, t):
+        return {"bucket_cap_mb": cap, "order": order, "find_unused_parameters": False, "last_bucket_small": False,
+                "iteration_time_s": t, "exposed_comm_s": 0.0}
+    tie = rank([row("torch", None, 0.0575), row("random", 5.0, 0.05751)])
+    assert describe_best(tie[0], tie).startswith("no best (SIMULATED): all 2 configurations simulate alike: 57.5 ms")
+    apart = rank([row("random", 5.0, 0.0600), row("torch", 10.0, 0.0620)])
+    said = describe_best(apart[0], apart)
+    assert said.startswith("best (SIMULATED): bucket_cap_mb=5, order=random"), said
+    assert "order=random is not a DDP option" in said and said.endswith(
+        "with torch's ordering: bucket_cap_mb=10, order=torch, find_unused_parameters=False: 62.0 ms/iteration, "
+        "0.0 ms exposed communication"), said

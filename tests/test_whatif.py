@@ -541,8 +541,9 @@ def test_the_sweep_verdict_names_no_winner_in_a_tie_and_says_what_25_means():
 
 
 def test_a_best_ordering_that_is_not_torchs_is_named_as_such_beside_torchs_best():
-    """On the branchy sample the sweep's best was "ordering random" (64.8 ms) with no word on how torch
-    would get it: torch has no such option, so the verdict says so and gives torch's own ordering's best."""
+    """A best in an ordering torch does not offer ("random", faster than any row in torch's ordering) was
+    named with no word on how torch would get it: the verdict says it is not a DDP option and gives torch's
+    own ordering's best. (Where torch's ordering is as fast, it is the best: test_whatif_needs_find_unused.)"""
     def row(order, cap, t, fu=True, best=False):
         return {"bucket_cap_mb": cap, "order": order, "find_unused_parameters": fu, "iteration_time_s": t,
                 "exposed_comm_s": 0.0, "best": best}

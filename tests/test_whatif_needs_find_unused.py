@@ -6,7 +6,7 @@ time: a run torch cannot do ("Expected to have finished reduction in the prior i
 import json
 import shutil
 
-from ddpsim.analysis.unused import marked_unused, needs_find_unused
+from ddpsim.analysis.unused import graph_changes, marked_unused, needs_find_unused, refusal
 from ddpsim.cli import main
 from ddpsim.samples import sample_path
 from ddpsim.trace import load_trace
@@ -29,9 +29,42 @@ def test_a_parameter_marked_unused_once_needs_find_unused(tmp_path):
     assert marked_unused(tiny(tmp_path, False)) is None
     trace = tiny(tmp_path, True)
     assert marked_unused(trace) == ("fc1.bias", 1, 1)
-    said = needs_find_unused(trace, False)
+    said = needs_find_unused(trace)
     assert said.startswith("fc1.bias got no gradient on rank 1 in iteration 1") and "\n" not in said
-    assert needs_find_unused(trace, True) is None and needs_find_unused(trace, False, static_graph=True) is None
+    assert refusal(trace, True) is None and refusal(trace, False) == ("find_unused_parameters=False", said)
+
+
+def test_static_graph_refuses_a_graph_that_changes_whatever_find_unused_says(tmp_path):
+    """torch's static_graph learns the used parameters in the first iteration and fails where they change
+    ("Your training graph has changed in this iteration"), with or without find_unused_parameters:
+    ``simulate --trace 04 --static-graph`` printed 64.540 ms and ``sweep --trace 04 --static-graph`` a best."""
+    changed = tiny(tmp_path, True)
+    assert graph_changes(changed) == ("fc1.bias", 1, 0, 1)
+    for fu in (False, True):
+        option, why = refusal(changed, fu, static_graph=True)
+        assert option == "static_graph=True" and why.startswith("fc1.bias is used on rank 1 in one of iterations 0 and 1")
+    assert needs_find_unused(changed, static_graph=True) is None  # find_unused would not help: refusal says why
+    assert refusal(tiny(tmp_path, False), False, static_graph=True) is None  # the same parameters every iteration
+    path = shutil.copy(sample_path(BRANCHY), tmp_path / "b.json")
+    for command in (["simulate"], ["sweep", "--bucket-cap-mb", "5"]):
+        assert main([*command, "--trace", str(path), "--static-graph", "--find-unused-parameters"]) == 2
+
+
+def test_a_minddp_recording_leaves_unused_parameters_out_and_is_refused_too():
+    """minddp's recorder writes no ready event for an unused parameter (torch's probe marks it): sample 08's
+    sweep recommended find_unused_parameters=False (57.4 ms), a run torch fails."""
+    trace = load_trace(sample_path("08_branchy_minddp_find_unused"))
+    assert not any(g.unused for r in trace.ranks for it in r.iterations for g in it.grad_ready)
+    assert marked_unused(trace) == ("branch.0.weight", 0, 1)
+    assert needs_find_unused(trace).startswith("branch.0.weight got no gradient on rank 0 in iteration 1")
+
+
+def test_among_rows_as_fast_the_sweep_names_torchs_ordering(capsys):
+    """On sample 04, 5 MiB in random ordering and 10 MiB in torch's simulate alike (one bucket each); the
+    sweep named the random one, an ordering DDP does not offer."""
+    assert main(["sweep", "--trace", str(sample_path(BRANCHY))]) == 0
+    best = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert best["order"] == "torch" and best["find_unused_parameters"] is True
 
 
 def test_the_whatif_refuses_find_unused_off_and_its_sweep_keeps_it_on():

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
-from ddpsim.analysis.unused import needs_find_unused
+from ddpsim.analysis.unused import needs_find_unused, refusal
 from ddpsim.app import beyond, units, waiting
 from ddpsim.learn import hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
@@ -102,8 +102,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     if base.kind != "trace":  # a GPU model: its profile's rank noise and hook rates, as simulate --arch
         changes = {**arch_defaults(workload(base, None) if work is None else work, comm_hook), **changes}
     elif work is not None and trace is not None:
-        if (why := needs_find_unused(trace, find_unused_parameters, bool(base.config.get("static_graph")))):
-            raise ValueError(f"find_unused_parameters=False: {why}")  # the recorded model cannot run so
+        if (refused := refusal(trace, find_unused_parameters, bool(base.config.get("static_graph")))):
+            raise ValueError(": ".join(refused))  # the recorded model cannot run so (ddpsim/analysis/unused.py)
         if network not in (AS_RECORDED, None, "") and (spec := hardware.hardware_of(trace, network)):
             changes["hardware"] = spec  # a GPU recording: NCCL on its GPU's nodes, as simulate --hardware
         elif network not in (AS_RECORDED, None, ""):  # a CPU recording: the profile as one flat link
@@ -128,7 +128,7 @@ def sweep_rows(work, cfg: SimConfig, **options) -> tuple[list[dict], list[str]]:
 
 def sweep_needs_fu(base: Base, trace: Trace | None) -> str | None:
     """Why the sweep must keep find_unused_parameters on (a recording that marked a parameter unused), or None."""
-    return needs_find_unused(trace, False, bool(base.config.get("static_graph"))) if base.kind == "trace" else None
+    return needs_find_unused(trace, bool(base.config.get("static_graph"))) if base.kind == "trace" else None
 
 
 def backend(base: Base, trace: Trace | None, network: str = AS_RECORDED) -> str | None:

@@ -21,6 +21,9 @@ from pathlib import Path
 
 from ddpsim.errors import CLIError
 
+# the option a recording cannot run with (ddpsim.analysis.unused.refusal) as its command-line flag
+FLAGS = {"find_unused_parameters=False": "--no-find-unused-parameters", "static_graph=True": "--static-graph"}
+
 DEFAULT_HARDWARE = "a100-nvlink"  # --arch's GPU and network when --hardware is left out
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
 
@@ -242,7 +245,7 @@ def overrides_from_args(args) -> dict:
 
 def config_for(workload, trace, values: dict):
     """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or a GPU model's defaults."""
-    from ddpsim.analysis.unused import needs_find_unused
+    from ddpsim.analysis.unused import refusal
     from ddpsim.learn import replay_config
     from ddpsim.sim.api import SimConfig
     from ddpsim.sim.archs import arch_defaults
@@ -251,8 +254,8 @@ def config_for(workload, trace, values: dict):
         cfg = SimConfig(**{**arch_defaults(workload, values.get("comm_hook"), values.get("powersgd_rank")), **values})
     else:
         cfg = replay_config(workload, trace, **values)
-        if (why := needs_find_unused(trace, cfg.find_unused_parameters, cfg.static_graph)):
-            raise CLIError(f"--no-find-unused-parameters: {why}")
+        if (refused := refusal(trace, cfg.find_unused_parameters, cfg.static_graph)):
+            raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")
     cfg.validate()
     return cfg
 

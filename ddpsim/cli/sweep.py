@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from ddpsim.cli.simulate import (add_budget_arguments, add_input_arguments, add_network_source_arguments,
+from ddpsim.cli.simulate import (FLAGS, add_budget_arguments, add_input_arguments, add_network_source_arguments,
                                  load_source, parse_stragglers)
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.sweep import to_csv
@@ -118,15 +118,16 @@ def parse_grid(args) -> dict:
 
 
 def main(args) -> int:
-    from ddpsim.analysis.unused import needs_find_unused
+    from ddpsim.analysis.unused import needs_find_unused, refusal
     from ddpsim.learn import layout_sweep, sweep
 
     grid = parse_grid(args)
     base = fixed_options(args)
     workload, trace = load_source(args, grid.get("world_size", []))
-    needs_fu = needs_find_unused(trace, False, bool(base.get("static_graph"))) if trace is not None else None
-    if needs_fu and base.get("find_unused_parameters") is False:
-        raise CLIError(f"--no-find-unused-parameters: {needs_fu}")
+    static_graph = bool(base.get("static_graph"))
+    if (refused := refusal(trace, base.get("find_unused_parameters") is not False, static_graph)):
+        raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")  # every row would fail in torch
+    needs_fu = needs_find_unused(trace, static_graph)
     if trace is None:
         base = arch_config(workload, grid, base)
     if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks
@@ -143,7 +144,10 @@ def main(args) -> int:
         out.write_text(json.dumps(rows, indent=1) if out.suffix == ".json" else to_csv(rows))
     print_table(rows)
     best = layout_sweep.recommend(rows)
-    print(layout_sweep.describe_best(best))
+    print(layout_sweep.describe_best(best, rows, args.metric))
+    if trace is not None and (caution := layout_sweep.powersgd_on_gloo(  # the run's backend, the hook swept
+            best, rows, trace.meta.get("backend"), base.get("comm_hook") or (trace.meta.get("options") or {}).get("comm_hook"))):
+        print(caution)
     print(json.dumps(best, separators=(",", ":")))
     return 0
 

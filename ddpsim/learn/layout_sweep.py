@@ -20,6 +20,10 @@ SWEEP_CAPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # and N
 SWEEP_RUNS = (len(SWEEP_CAPS) + 1) * (len(SWEEP_ORDERS) * 2 + 1)
 SMALL_LAST_ENV = "DDP_SET_LAST_BUCKET_CAP=1"  # torch reads it when DDP rebuilds its buckets
 METRICS = {"iteration_time_s": 1, "exposed_comm_s": 1, "overlap_fraction": -1}  # -1: higher is better
+TIE = {"iteration_time_s": 5e-5, "exposed_comm_s": 5e-5, "overlap_fraction": 5e-4}  # rows this close (s; a
+# fraction) have no winner: 0.05 ms, 0.05 points
+NOT_DDP = ("is not a DDP option: torch fills its buckets in reverse order of model.parameters(), then rebuilds "
+           "them in gradient-ready order unless find_unused_parameters=True; the row shows what a layout is worth")
 
 
 def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, find_unused=(False, True),
@@ -51,19 +55,22 @@ def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, fin
 
 
 def _key(row: dict, metric: str):
-    return METRICS[metric] * row[metric], bool(row.get("find_unused_parameters"))
+    """Best first: the metric, then among rows as good the one with less to set: find_unused_parameters
+    off, torch's own ordering, no environment variable."""
+    return (METRICS[metric] * row[metric], bool(row.get("find_unused_parameters")),
+            row.get("order", "torch") != "torch", bool(row.get("last_bucket_small")))
 
 
 def rank(rows: list[dict], metric: str = "iteration_time_s") -> list[dict]:
     """``rows`` (in their order) with ``rank`` (1: best) and ``best`` set: by ``metric``, and among rows
-    as good, one without find_unused_parameters first."""
+    as good, one with less to set first (``_key``)."""
     for n, r in enumerate(sorted(rows, key=lambda r: _key(r, metric)), 1):
         r.update(rank=n, best=n == 1)
     return rows
 
 
 def best_row(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
-    """The row ``rank`` would make best (the lowest ``metric``, find_unused off among rows as good)."""
+    """The row ``rank`` would make best (the lowest ``metric``; among rows as good, ``_key``'s)."""
     return min(rows, key=lambda r: _key(r, metric)) if rows else None
 
 
@@ -72,8 +79,19 @@ def recommend(rows: list[dict]) -> dict | None:
     return next((r for r in rows if r.get("best")), None)
 
 
-def describe_best(row: dict) -> str:
-    """The best row in one line of plain text: what to set, the small bucket last as its environment variable."""
+def no_winner(rows: list[dict], metric: str = "iteration_time_s") -> bool:
+    """Whether every row is within ``TIE`` of the others: nothing to recommend."""
+    values = [r[metric] for r in rows]
+    return bool(values) and max(values) - min(values) < TIE[metric]
+
+
+def torch_best(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
+    """The best row with torch's own ordering (what a user can set), or None."""
+    return best_row([r for r in rows if r.get("order", "torch") == "torch"], metric)
+
+
+def settings(row: dict) -> str:
+    """What to set for ``row``, in plain text; the small bucket last as its environment variable."""
     what = []
     if "bucket_cap_mb" in row:
         cap = row["bucket_cap_mb"]
@@ -81,5 +99,34 @@ def describe_best(row: dict) -> str:
     what += [f"{k}={row[k]}" for k in ("first_bucket_cap_mb", "order", "find_unused_parameters") if k in row]
     if row.get("last_bucket_small"):
         what.append(f"{SMALL_LAST_ENV} in the ranks' environment (torch's small bucket last)")
-    return (f"best (SIMULATED): {', '.join(what) or 'the configuration given'}: "
-            f"{row['iteration_time_s'] * 1e3:.1f} ms/iteration, {row['exposed_comm_s'] * 1e3:.1f} ms exposed communication")
+    return ", ".join(what) or "the configuration given"
+
+
+def describe_best(row: dict, rows: list[dict] | None = None, metric: str = "iteration_time_s") -> str:
+    """The best row in one line of plain text; with ``rows``: no best where they all tie, and torch's
+    ordering's best beside a best ordering torch does not offer."""
+    def figures(r):
+        return f"{r['iteration_time_s'] * 1e3:.1f} ms/iteration, {r['exposed_comm_s'] * 1e3:.1f} ms exposed communication"
+    if rows and no_winner(rows, metric):
+        return f"no best (SIMULATED): all {len(rows)} configurations simulate alike: {figures(row)}"
+    said = f"best (SIMULATED): {settings(row)}: {figures(row)}"
+    if rows and row.get("order", "torch") != "torch" and (own := torch_best(rows, metric)) is not None:
+        said += f"; order={row['order']} {NOT_DDP}; with torch's ordering: {settings(own)}: {figures(own)}"
+    return said
+
+
+def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: str | None) -> str:
+    """A caution where the best row is one torch's PowerSGD aborts on over gloo: several buckets, or
+    find_unused_parameters (Note [PowerSGD on gloo with several buckets] in ddpsim/minddp/comm_hook.py). The
+    simulator plays a PowerSGD whose collectives go in order on every rank, as NCCL's do."""
+    several = best.get("n_buckets", 0) > 1
+    if backend != "gloo" or hook != "powersgd" or not (several or best["find_unused_parameters"]):
+        return ""
+    why = " and ".join([f"{best['n_buckets']} buckets"] * several + ["find_unused_parameters"] * bool(
+        best["find_unused_parameters"]))
+    return (f"Caution: on gloo, this run's backend, torch's powerSGD_hook aborts (or hangs) with {why}: it issues P's and Q's "
+            "allreduces from gloo's callback thread, in an order that differs between ranks (Note [PowerSGD on gloo "
+            "with several buckets], ddpsim/minddp/comm_hook.py); the sweep and its figure are what NCCL would run, "
+            "and on gloo only one bucket without find_unused_parameters trains" + (
+                ", which this model cannot do (it left a parameter unused)" * all(r["find_unused_parameters"] for r in rows))
+            + ".")

@@ -6,8 +6,9 @@ Note [Checks on a ready gradient]: when a parameter's gradient is ready, the Red
 into the parameter's slot of a flat bucket (Note [Gradient layout contract] in minddp/buckets.py).
 Before copying it checks that the two fit:
 
-- the dtype (and device type, layout) must be the bucket's, or the copy would convert silently:
-  a ``REDUCER_CHECK``, "Expected Float, got Double", logged (Note [Errors in the logging data]).
+- the dtype must be the bucket's (under mixed precision, the parameters' ``param_dtype``), or the copy
+  would convert silently: a ``REDUCER_CHECK``, "Expected Float, got Double", logged (Note [Errors in
+  the logging data]).
   Autograd itself refuses most ways to get there (a ``register_hook`` that returns another dtype
   fails in autograd: "hook '<lambda>' has changed the type of value"); ``p.grad.data = ...double()``
   between steps gets through, and without gradient_as_bucket_view torch's DDP then raises at the
@@ -73,8 +74,10 @@ def internal_assert(condition: str) -> str:
 def check_grad_layout(reducer, grad, view) -> None:
     """Mirrors ``Reducer::check_grad_layout`` (Note [Checks on a ready gradient])."""
     global _strides_warned
-    if grad.dtype != view.dtype or grad.device.type != view.device.type or grad.layout != view.layout:
-        raise failed_check(reducer, RuntimeError(f"Expected {type_name(view)}, got {type_name(grad)}"))
+    expected = reducer.mixed_precision_param_dtype or view.dtype
+    if grad.dtype != expected:
+        raise failed_check(reducer, RuntimeError(
+            f"Expected {type_name(torch.empty(0, dtype=expected))}, got {type_name(grad)}"))
     if grad.device != view.device:
         raise RuntimeError(internal_assert("grad.device() == bucket_view.device()"))
     if grad.numel() != view.numel():

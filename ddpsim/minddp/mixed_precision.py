@@ -60,6 +60,8 @@ def setup_mixed_precision(ddp, params) -> None:
     ddp.module.register_forward_pre_hook(functools.partial(root_copy_hook, ddp), prepend=False, with_kwargs=True)
     state, hook = torchcompat.mixed_precision_upcast_hook(ddp)
     ddp.register_comm_hook(state, hook)
+    # _set_mixed_precision_param_dtype: the dtype check_grad_layout expects (minddp/grad_checks.py)
+    ddp.reducer.mixed_precision_param_dtype = ddp.mixed_precision.param_dtype
 
 
 def cast_buffers(config, root_module) -> None:

@@ -50,6 +50,7 @@ class Reducer(timer.RuntimeStats):
         self.bucket_bytes_cap_list = list(bucket_bytes_cap_list)  # bucket_bytes_cap_list_; []: [first, cap]
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.mixed_precision_param_dtype = None  # mixed_precision_param_dtype_: minddp/mixed_precision.py sets it
         self.batched_grad_copy = batched_grad_copy  # batched_grad_copy_ (minddp/batched_copy.py); torch: False
         self.recorder = recorder
         self.logger = None  # logger_: set_logger, a weak reference (Note [Errors in the logging data])

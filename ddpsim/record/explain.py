@@ -53,14 +53,18 @@ def root_cause(errors: dict[int, str]) -> tuple[int, str] | None:
     return rank, errors[rank]
 
 
-def powersgd_on_gloo(comm_hook: str | None, backend: str) -> str:
+GLOO_MISMATCH = "doesn't match expected size"  # gloo's abort when two ranks pair different collectives
+
+
+def powersgd_on_gloo(comm_hook: str | None, backend: str, errors: dict[int, str], hang: bool) -> str:
     """What to add to a failed recording's line with torch's PowerSGD hook on gloo (Note [PowerSGD on gloo
     with several buckets] in ddpsim/minddp/comm_hook.py), else "". Seen here on 3 gloo ranks: the MLP at
     the default cap aborted ("Received data size doesn't match expected size"), with
     --find-unused-parameters it hung in bucket 1's allreduce, and branchy with find_unused_parameters
-    aborted even in one 100 MiB bucket (the bitmap allreduce interleaves)."""
-    if comm_hook != "powersgd" or backend != "gloo":
-        return ""
+    aborted even in one 100 MiB bucket (the bitmap allreduce interleaves). ``errors``: each failed rank's
+    line; ``hang``: the run was stopped for a rank that made no progress."""
+    if comm_hook != "powersgd" or backend != "gloo" or not (hang or any(GLOO_MISMATCH in e for e in errors.values())):
+        return ""  # only gloo's mismatch, or a hang: another failure (an unused parameter, say) has its own line
     return ("; PowerSGD on gloo: torch's powerSGD_hook launches its P and Q allreduces from gloo's callback thread, "
             "so with several buckets, or find_unused_parameters' bitmap allreduce, the ranks can launch them in "
             "different orders and gloo pairs the wrong ones: record it with one bucket (--bucket-cap-mb 100) and "
