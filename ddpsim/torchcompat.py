@@ -13,6 +13,7 @@ behaviour, or returns None, which callers show as "unknown".
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import sys
 import warnings
@@ -462,6 +463,7 @@ def mixed_precision_class():
 def free_storage(tensor) -> None:
     """``torch.distributed.utils._free_storage`` (2.13): resize ``tensor``'s storage to 0 elements;
     the tensor keeps its shape and dtype (DDP's ``_setup_mixed_precision_params``)."""
+    importlib.import_module("torch.distributed._functional_collectives")  # _free_storage reads it; torch's DDP loads it
     from torch.distributed.utils import _free_storage
 
     _free_storage(tensor)
@@ -470,6 +472,7 @@ def free_storage(tensor) -> None:
 def alloc_storage(tensor, size) -> None:
     """``torch.distributed.utils._alloc_storage`` (2.13): give a freed ``tensor`` its storage back
     (``size.numel()`` elements); nothing if it has it (DDP's ``_root_copy_hook``)."""
+    importlib.import_module("torch.distributed._functional_collectives")  # as in free_storage
     from torch.distributed.utils import _alloc_storage
 
     _alloc_storage(tensor, size)

@@ -4,11 +4,14 @@ stops at the first forward on CPU] in ddpsim/minddp/mixed_precision.py): the con
 parameters, low-precision twins and buffers, then the error of each forward, the state it leaves,
 and the refused second comm hook, compared bit for bit."""
 import logging
+import subprocess
+import sys
 
 import pytest
 import torch
 from torch import nn
 
+from conftest import ROOT
 from ddpsim import torchcompat
 from distutil import run_ranks
 
@@ -150,3 +153,26 @@ def test_what_torch_does_without_an_accelerator(ranks):
     params, buffers = {p[0]: p for p in ignored["constructed"][0]}, {n: d for n, d, _ in ignored["constructed"][1]}
     assert params["bn.weight"][3] is None and params["weight"][3] == "torch.float16"
     assert buffers["bn.running_mean"] == "torch.float32" and buffers["bn.running_var"] == "torch.float16"
+
+
+ALONE = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
+from ddpsim import torchcompat
+from ddpsim.minddp import DistributedDataParallel
+ddp = DistributedDataParallel(torch.nn.Linear(4, 2), mixed_precision=torchcompat.mixed_precision_class()(torch.float16))
+try:
+    ddp(torch.randn(3, 4))
+except Exception as e:
+    print(f"{type(e).__name__}: {e}")
+dist.destroy_process_group()
+"""
+
+
+def test_minddp_alone_in_a_process_stops_at_the_first_forward_too(tmp_path):
+    """In a process where torch's DDP never ran, minddp's construction raised AttributeError "module
+    'torch.distributed' has no attribute '_functional_collectives'" (torch's _free_storage reads it, and
+    torch's DDP has it loaded by then); now it stops where torch does."""
+    out = subprocess.run([sys.executable, "-c", ALONE, f"file://{tmp_path / 'store'}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == ["RuntimeError: cpu backend doesn't support events."], out.stderr[-800:]

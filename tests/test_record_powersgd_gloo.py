@@ -43,3 +43,29 @@ def test_another_failure_of_a_powersgd_run_on_gloo_gets_no_powersgd_advice(tmp_p
     said = line(tmp_path, last="RuntimeError: Expected to have finished reduction in the prior iteration before "
                 "starting a new one.", comm_hook="powersgd", powersgd_start_iter=2)
     assert "got no gradient" in said and "PowerSGD" not in said and ".;" not in said, said
+
+
+def test_a_static_graph_failure_says_static_graph_not_find_unused():
+    """branchy recorded with --static-graph --find-unused-parameters failed on both ranks (torch 2.13, 2 gloo
+    ranks) and the line said to turn on find_unused_parameters, which was on."""
+    from ddpsim.record.explain import explain
+    rank0 = ("Expected to have finished reduction in the prior iteration before starting a new one. This error "
+             "indicates that your training graph has changed in this iteration, e.g., one parameter is used in first "
+             "iteration, but then got unused in the second iteration. this is not compatible with static_graph set "
+             "to True.")
+    rank1 = ("Your training graph has changed in this iteration, e.g., one parameter is unused in first iteration, "
+             "but then got used in the second iteration. this is not compatible with static_graph set to True.")
+    for error in (rank0, rank1):
+        said = explain(0, error, [])
+        assert "static_graph=True does not allow" in said and "record without --static-graph" in said
+        assert "turn on find_unused_parameters" not in said
+
+
+def test_a_hang_of_uneven_inputs_without_join_gets_no_powersgd_advice(tmp_path):
+    from ddpsim.record.explain import powersgd_on_gloo
+    uneven = RecordConfig(model="mlp", world_size=2, backend="gloo", comm_hook="powersgd", uneven=1)
+    assert powersgd_on_gloo(uneven, {}, hang=True) == ""
+    one_bucket = RecordConfig(model="mlp", world_size=2, backend="gloo", comm_hook="powersgd", bucket_cap_mb=100)
+    assert powersgd_on_gloo(one_bucket, {}, hang=True) == ""
+    several = RecordConfig(model="mlp", world_size=2, backend="gloo", comm_hook="powersgd")
+    assert powersgd_on_gloo(several, {}, hang=True).startswith("; PowerSGD on gloo")

@@ -121,10 +121,38 @@ def test_the_command_lines_verdict_follows_the_pages_rules():
         return {"bucket_cap_mb": cap, "order": order, "find_unused_parameters": False, "last_bucket_small": False,
                 "iteration_time_s": t, "exposed_comm_s": 0.0}
     tie = rank([row("torch", None, 0.0575), row("random", 5.0, 0.05751)])
-    assert describe_best(tie[0], tie).startswith("no best (SIMULATED): all 2 configurations simulate alike: 57.5 ms")
+    assert describe_best(tie[0], tie).startswith("no best (SIMULATED): all 2 configurations simulate alike, 57.5 ms")
     apart = rank([row("random", 5.0, 0.0600), row("torch", 10.0, 0.0620)])
     said = describe_best(apart[0], apart)
     assert said.startswith("best (SIMULATED): bucket_cap_mb=5, order=random"), said
     assert "order=random is not a DDP option" in said and said.endswith(
         "with torch's ordering: bucket_cap_mb=10, order=torch, find_unused_parameters=False: 62.0 ms/iteration, "
         "0.0 ms exposed communication"), said
+
+
+def test_a_grid_on_a_powersgd_gloo_recording_is_cautioned_not_crashed(tmp_path, capsys):
+    """``sweep --trace P --bucket-cap-mb 1,100`` on a gloo PowerSGD recording ended in KeyError:
+    'find_unused_parameters' (a grid's rows do not carry the run's setting)."""
+    import json as _json
+
+    from ddpsim.cli import main
+    from ddpsim.samples import sample_path
+    raw = _json.loads(sample_path("01_mlp_torch_default").read_text())
+    raw["meta"]["options"]["comm_hook"] = "powersgd"  # the MLP's gloo run, swept as if it had used PowerSGD
+    path = tmp_path / "p.json"
+    path.write_text(_json.dumps(raw))
+    assert main(["sweep", "--trace", str(path), "--bucket-cap-mb", "1"]) == 0
+    out = capsys.readouterr().out
+    best = _json.loads(out.strip().splitlines()[-1])
+    assert best["n_buckets"] > 1 and "Caution: on gloo, this run's backend, torch's powerSGD_hook aborts" in out
+
+
+def test_one_row_is_a_best_and_an_ordering_torch_never_builds_is_named_without_a_torch_row():
+    from ddpsim.learn.layout_sweep import describe_best, rank
+
+    one = rank([{"bucket_cap_mb": 25.0, "iteration_time_s": 0.0407, "exposed_comm_s": 0.01}])
+    assert describe_best(one[0], one).startswith("best (SIMULATED): bucket_cap_mb=25: 40.7 ms")
+    rows = rank([{"bucket_cap_mb": 1.0, "order": o, "iteration_time_s": t, "exposed_comm_s": 0.0}
+                 for o, t in (("definition", 0.0410), ("random", 0.0407))])
+    assert describe_best(rows[1], rows).endswith("order=random " + __import__(
+        "ddpsim.learn.layout_sweep", fromlist=["NOT_DDP"]).NOT_DDP)

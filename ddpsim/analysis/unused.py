@@ -40,14 +40,15 @@ def marked_unused(trace: Trace) -> tuple[str, int, int] | None:
     return None
 
 
-def graph_changes(trace: Trace) -> tuple[str, int, int, int] | None:
-    """(parameter name, rank, first iteration, iteration) where a rank's unused parameters first differ
-    from its first synchronised iteration's (static_graph cannot run it), or None."""
+def graph_changes(trace: Trace) -> tuple[str, int, int, int, bool] | None:
+    """(parameter name, rank, first iteration, iteration, used first) where a rank's unused parameters
+    first differ from its first synchronised iteration's (static_graph cannot run it), or None."""
     names = _names(trace)
     for rank, its in unused_sets(trace).items():
         for iteration, unused in its[1:]:
             if (changed := unused ^ its[0][1]):
-                return names.get(min(changed), f"parameter {min(changed)}"), rank, its[0][0], iteration
+                param = min(changed)
+                return names.get(param, f"parameter {param}"), rank, its[0][0], iteration, param not in its[0][1]
     return None
 
 
@@ -60,11 +61,13 @@ def refusal(trace: Trace | None, find_unused_parameters: bool, static_graph: boo
     if static_graph:
         if (change := graph_changes(trace)) is None:
             return None
-        name, rank, first, iteration = change
+        name, rank, first, iteration, used_first = change
+        then, now = ("used", "unused") if used_first else ("unused", "used")
+        torch_says = ("Expected to have finished reduction in the prior iteration ... this is not compatible with "
+                      "static_graph set to True" if used_first else "Your training graph has changed in this iteration")
         return "static_graph=True", (
-            f"{name} is used on rank {rank} in one of iterations {first} and {iteration} of the recording and unused "
-            "in the other, so torch fails (\"Your training graph has changed in this iteration\"): static_graph "
-            "needs the same parameters used every iteration")
+            f"{name} is {then} on rank {rank} in iteration {first} of the recording and {now} in iteration {iteration}, "
+            f"so torch fails (\"{torch_says}\"): static_graph needs the same parameters used every iteration")
     if find_unused_parameters or (seen := marked_unused(trace)) is None:
         return None
     name, rank, iteration = seen

@@ -6,7 +6,8 @@ the small bucket last (``last_bucket_small``: torch's DDP_SET_LAST_BUCKET_CAP=1)
 from __future__ import annotations
 
 from ddpsim.app import beyond
-from ddpsim.learn.layout_sweep import NOT_DDP, SMALL_LAST_ENV, no_winner, powersgd_on_gloo, recommend, torch_best
+from ddpsim.learn.layout_sweep import (NOT_DDP, NOT_DDP_ORDERS, SMALL_LAST_ENV, no_winner, powersgd_on_gloo,
+                                       recommend, torch_best)
 
 TIE = ", as fast or faster: nothing to change"  # the choice within 0.05 ms of the sweep's best, or better
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
@@ -61,7 +62,7 @@ def _small_instead(best: dict, rows: list[dict]) -> str:
 
 def _torch_instead(best: dict, rows: list[dict]) -> str:
     """Where another ordering wins: it is not a DDP option, and the best row with torch's ordering beside it."""
-    if best["order"] == "torch" or (r := torch_best(rows)) is None:
+    if best["order"] not in NOT_DDP_ORDERS or (r := torch_best(rows)) is None:
         return ""
     cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
     how = (f"find_unused_parameters={r['find_unused_parameters']}"

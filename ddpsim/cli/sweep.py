@@ -10,10 +10,12 @@ flag (--bucket-cap-mb, --first-bucket-cap-mb, --order, --last-bucket-small) the 
 What-if page's (``ddpsim.learn.layout_sweep``, the same code): torch's default cap and 0.25-250 MiB
 x torch, definition and random orderings x find_unused_parameters off and on, and torch's ordering
 with find_unused off once more with DDP_SET_LAST_BUCKET_CAP=1; over any other grid flag. Rows are
-ranked as the page ranks them (among rows as good, find_unused_parameters off first). The table
-(CSV or JSON by the --out suffix) has one row per configuration with ``rank`` and ``best``. The
-best row is printed in words (an environment variable named as such), then, as the last line on
-stdout, as one JSON object.
+ranked as the page ranks them (among rows as good: torch's ordering, then find_unused_parameters
+off, then no environment variable). The table (CSV or JSON by the --out suffix) has one row per
+configuration with ``rank`` and ``best``. The best row is printed in words (an environment variable
+named as such; "no best" where every row simulates alike; an ordering torch never builds named as
+such, beside torch's ordering's best; PowerSGD on gloo's caution on a line of its own), then, as
+the last line on stdout, as one JSON object.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ EPILOG = ("Without --bucket-cap-mb, --first-bucket-cap-mb, --order or --last-buc
           "sweep: torch's default cap and 0.25-250 MiB x orders torch, definition, random x find_unused_parameters "
           "off and on (one of them with --[no-]find-unused-parameters), and torch's ordering with find_unused off "
           "also with DDP_SET_LAST_BUCKET_CAP=1 (77 configurations per value of the other grid flags). The best row "
-          "(among rows as good, find_unused_parameters off) is printed in words, then as JSON on the last line.")
+          "(among rows as good: torch's ordering, then find_unused_parameters off) is printed in words ('no best' "
+          "where all simulate alike), then as JSON on the last line.")
 LAYOUT = ("bucket_cap_mb", "first_bucket_cap_mb", "order", "last_bucket_small")  # given: the grid as given
 
 
@@ -145,9 +148,12 @@ def main(args) -> int:
     print_table(rows)
     best = layout_sweep.recommend(rows)
     print(layout_sweep.describe_best(best, rows, args.metric))
-    if trace is not None and (caution := layout_sweep.powersgd_on_gloo(  # the run's backend, the hook swept
-            best, rows, trace.meta.get("backend"), base.get("comm_hook") or (trace.meta.get("options") or {}).get("comm_hook"))):
-        print(caution)
+    if trace is not None:  # PowerSGD on gloo: the run's backend, the hook swept, find_unused as run unless given
+        recorded = trace.meta.get("options") or {}
+        fu = base.get("find_unused_parameters", recorded.get("find_unused_parameters"))
+        if (caution := layout_sweep.powersgd_on_gloo(best, rows, trace.meta.get("backend"),
+                                                     base.get("comm_hook") or recorded.get("comm_hook"), bool(fu))):
+            print(caution)
     print(json.dumps(best, separators=(",", ":")))
     return 0
 

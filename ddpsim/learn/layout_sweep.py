@@ -3,8 +3,9 @@
 Bucket cap x ordering x find_unused_parameters, and torch's ordering with find_unused_parameters
 off once more with the small bucket last (``SimConfig.last_bucket_small``: torch's
 DDP_SET_LAST_BUCKET_CAP=1, the only rows it changes: elsewhere torch never rebuilds its buckets,
-Note [The small bucket last]). The best row is the lowest metric; among rows as good, one without
-find_unused_parameters (it searches the autograd graph every iteration).
+Note [The small bucket last]). The best row is the lowest metric; among rows as good, the one with
+less to set: torch's own ordering, then find_unused_parameters off (it searches the autograd graph
+every iteration), then no environment variable. Where every row is as good, there is no best.
 
     rows, notes = sweep_rows(work, cfg)          # a Workload and a whole SimConfig
     rows, notes = sweep_rows(work, {}, trace=run)  # a recorded run replayed with each row's changes
@@ -22,6 +23,8 @@ SMALL_LAST_ENV = "DDP_SET_LAST_BUCKET_CAP=1"  # torch reads it when DDP rebuilds
 METRICS = {"iteration_time_s": 1, "exposed_comm_s": 1, "overlap_fraction": -1}  # -1: higher is better
 TIE = {"iteration_time_s": 5e-5, "exposed_comm_s": 5e-5, "overlap_fraction": 5e-4}  # rows this close (s; a
 # fraction) have no winner: 0.05 ms, 0.05 points
+NOT_DDP_ORDERS = ("definition", "random")  # layouts torch never builds (its own: "torch"; "reverse" is
+# its construction layout, which find_unused_parameters=True keeps; "ready", the ideal arrival order)
 NOT_DDP = ("is not a DDP option: torch fills its buckets in reverse order of model.parameters(), then rebuilds "
            "them in gradient-ready order unless find_unused_parameters=True; the row shows what a layout is worth")
 
@@ -55,10 +58,11 @@ def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, fin
 
 
 def _key(row: dict, metric: str):
-    """Best first: the metric, then among rows as good the one with less to set: find_unused_parameters
-    off, torch's own ordering, no environment variable."""
-    return (METRICS[metric] * row[metric], bool(row.get("find_unused_parameters")),
-            row.get("order", "torch") != "torch", bool(row.get("last_bucket_small")))
+    """Best first: the metric, then among rows as good the one with less to set: torch's own ordering
+    (the others need a model defined in another order, or cannot be had), find_unused_parameters off,
+    no environment variable."""
+    return (METRICS[metric] * row[metric], row.get("order", "torch") != "torch",
+            bool(row.get("find_unused_parameters")), bool(row.get("last_bucket_small")))
 
 
 def rank(rows: list[dict], metric: str = "iteration_time_s") -> list[dict]:
@@ -80,9 +84,9 @@ def recommend(rows: list[dict]) -> dict | None:
 
 
 def no_winner(rows: list[dict], metric: str = "iteration_time_s") -> bool:
-    """Whether every row is within ``TIE`` of the others: nothing to recommend."""
+    """Whether the rows (two or more) are all within ``TIE`` of each other: nothing to recommend."""
     values = [r[metric] for r in rows]
-    return bool(values) and max(values) - min(values) < TIE[metric]
+    return len(values) > 1 and max(values) - min(values) < TIE[metric]
 
 
 def torch_best(rows: list[dict], metric: str = "iteration_time_s") -> dict | None:
@@ -108,25 +112,31 @@ def describe_best(row: dict, rows: list[dict] | None = None, metric: str = "iter
     def figures(r):
         return f"{r['iteration_time_s'] * 1e3:.1f} ms/iteration, {r['exposed_comm_s'] * 1e3:.1f} ms exposed communication"
     if rows and no_winner(rows, metric):
-        return f"no best (SIMULATED): all {len(rows)} configurations simulate alike: {figures(row)}"
+        return (f"no best (SIMULATED): all {len(rows)} configurations simulate alike, {figures(row)} (the row "
+                "marked best below is one of them)")
     said = f"best (SIMULATED): {settings(row)}: {figures(row)}"
-    if rows and row.get("order", "torch") != "torch" and (own := torch_best(rows, metric)) is not None:
-        said += f"; order={row['order']} {NOT_DDP}; with torch's ordering: {settings(own)}: {figures(own)}"
+    if row.get("order") in NOT_DDP_ORDERS:
+        said += f"; order={row['order']} {NOT_DDP}"
+        if rows and (own := torch_best(rows, metric)) is not None:
+            said += f"; with torch's ordering: {settings(own)}: {figures(own)}"
     return said
 
 
-def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: str | None) -> str:
+def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: str | None,
+                     find_unused: bool = False) -> str:
     """A caution where the best row is one torch's PowerSGD aborts on over gloo: several buckets, or
     find_unused_parameters (Note [PowerSGD on gloo with several buckets] in ddpsim/minddp/comm_hook.py). The
-    simulator plays a PowerSGD whose collectives go in order on every rank, as NCCL's do."""
+    simulator plays a PowerSGD whose collectives go in order on every rank, as NCCL's do. ``find_unused``:
+    the run's setting, for rows of a grid that does not vary it."""
+    def fu(row):
+        return bool(row.get("find_unused_parameters", find_unused))
     several = best.get("n_buckets", 0) > 1
-    if backend != "gloo" or hook != "powersgd" or not (several or best["find_unused_parameters"]):
+    if backend != "gloo" or hook != "powersgd" or not (several or fu(best)):
         return ""
-    why = " and ".join([f"{best['n_buckets']} buckets"] * several + ["find_unused_parameters"] * bool(
-        best["find_unused_parameters"]))
+    why = " and ".join([f"{best['n_buckets']} buckets"] * several + ["find_unused_parameters"] * fu(best))
     return (f"Caution: on gloo, this run's backend, torch's powerSGD_hook aborts (or hangs) with {why}: it issues P's and Q's "
             "allreduces from gloo's callback thread, in an order that differs between ranks (Note [PowerSGD on gloo "
             "with several buckets], ddpsim/minddp/comm_hook.py); the sweep and its figure are what NCCL would run, "
             "and on gloo only one bucket without find_unused_parameters trains" + (
-                ", which this model cannot do (it left a parameter unused)" * all(r["find_unused_parameters"] for r in rows))
+                ", which this model cannot do (it left a parameter unused)" * all(fu(r) for r in rows))
             + ".")

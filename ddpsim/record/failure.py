@@ -58,7 +58,7 @@ def failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, in
     if not hang:
         rank, error = root_cause(errors)
         message = explain(rank, error, params)
-    if (advice := powersgd_on_gloo(cfg.comm_hook, cfg.resolved_backend(), errors, hang)):
+    if (advice := powersgd_on_gloo(cfg, errors, hang)):
         message = message.rstrip(".") + advice
     where = (f"partial trace kept in {kept}" if kept and _iterations(raw) else
              f"no iteration recorded; each rank's fate kept in {kept}" if kept else
