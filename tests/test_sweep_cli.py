@@ -15,6 +15,7 @@ import pytest
 from ddpsim import samples
 from ddpsim.__main__ import main as cli
 from ddpsim.app import command, sweep_verdict, whatif
+from ddpsim.learn import layout_sweep
 from ddpsim.trace import load_trace
 
 SAMPLE = str(samples.BUNDLED_DIR / "20_sim_resnet50_v100-eth25_w64_default.json")
@@ -30,7 +31,7 @@ def page_sweep(path: str):
     cfg = whatif.sim_config(base, None, "torch", False, c["no_sync_every"], c["world_size"], c["network"],
                             trace_ranks=whatif.SWEEP_RANKS, work=work, trace=trace, algo=c["algo"],
                             broadcast_buffers=c["broadcast_buffers"])
-    rows, _ = whatif.sweep_rows(work, cfg)
+    rows, _ = layout_sweep.sweep_rows(work, cfg)
     return rows, sweep_verdict.recommend(rows)
 
 
@@ -98,7 +99,6 @@ def test_unused_parameters_without_find_unused_are_a_note_and_a_bad_option_an_er
     find_unused_parameters); an option out of range is the user's error, raised as the simulator says it."""
     import dataclasses
 
-    from ddpsim.learn import layout_sweep
     from ddpsim.sim import SimConfig, synthetic
 
     w = synthetic("resnet50", "v100-eth25")

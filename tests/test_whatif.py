@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from ddpsim import samples
 from ddpsim.analysis import summarize
 from ddpsim.app import sweep_verdict, whatif
+from ddpsim.learn import layout_sweep
 from ddpsim.experiments.worldsize import measurable
 from ddpsim.trace import load_trace
 
@@ -115,7 +116,7 @@ def test_far_extrapolation_is_cautioned():
 def test_recommendation_is_a_value_the_widgets_offer():
     for name in (REAL, GPU):
         trace, base, work = setup(name)
-        rows, _ = whatif.sweep_rows(work, config(base, work))
+        rows, _ = layout_sweep.sweep_rows(work, config(base, work))
         best = sweep_verdict.recommend(rows)
         assert best["bucket_cap_mb"] in whatif.cap_options(base)
         assert best["order"] in whatif.ORDERS
@@ -128,7 +129,7 @@ def test_a_best_with_find_unused_says_why():
     Without the small-last rows it still does, and says why."""
     base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
     work = whatif.workload(base, None)
-    rows, _ = whatif.sweep_rows(work, config(base, work), small_last=False)
+    rows, _ = layout_sweep.sweep_rows(work, config(base, work), small_last=False)
     best = sweep_verdict.recommend(rows)
     text = sweep_verdict.describe_sweep(rows, best, 64)
     assert best["find_unused_parameters"] is True and "never rebuilds its buckets" in text
@@ -149,7 +150,7 @@ def test_the_sweep_tries_the_small_bucket_last_where_torch_rebuilds():
     search per iteration), so it is recommended."""
     base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
     work = whatif.workload(base, None)
-    rows, _ = whatif.sweep_rows(work, config(base, work))
+    rows, _ = layout_sweep.sweep_rows(work, config(base, work))
     small = [r for r in rows if r["last_bucket_small"]]
     assert len(rows) == whatif.SWEEP_RUNS == 77 and len(small) == len(whatif.SWEEP_CAPS) + 1
     assert all(r["order"] == "torch" and not r["find_unused_parameters"] for r in small)
@@ -166,7 +167,7 @@ def test_the_sweep_tries_the_small_bucket_last_where_torch_rebuilds():
     assert "DDP_SET_LAST_BUCKET_CAP=1 at the default cap simulates at 126.5 ms" in beside, beside
     # the page's checkbox does not change the sweep: it tries both
     on = dataclasses.replace(config(base, work), last_bucket_small=True)
-    assert [r["iteration_time_s"] for r in whatif.sweep_rows(work, on)[0]] == [r["iteration_time_s"] for r in rows]
+    assert [r["iteration_time_s"] for r in layout_sweep.sweep_rows(work, on)[0]] == [r["iteration_time_s"] for r in rows]
 
 
 @pytest.mark.parametrize("name", [REAL, GPU])
@@ -280,7 +281,7 @@ def test_the_sweep_row_of_the_chosen_settings_is_the_what_if(hook):
     cfg = whatif.sim_config(base, 0.25, "torch", False, 1, 8, whatif.AS_RECORDED, work=work, trace=trace,
                             comm_hook=hook)
     out = whatif.evaluate(work, base, trace, cfg)
-    rows, _ = whatif.sweep_rows(work, cfg, caps=(0.25,), orders=("torch",), find_unused=(False,))
+    rows, _ = layout_sweep.sweep_rows(work, cfg, caps=(0.25,), orders=("torch",), find_unused=(False,))
     row = next(r for r in rows if r["bucket_cap_mb"] == 0.25)
     for metric in ("iteration_time_s", "exposed_comm_s"):
         assert row[metric] == pytest.approx(out.summary[metric], rel=1e-9), metric

@@ -12,6 +12,7 @@ from dataclasses import asdict
 import streamlit as st
 
 from ddpsim.app import whatif
+from ddpsim.learn import layout_sweep
 from ddpsim.sim import SimConfig
 
 
@@ -31,7 +32,7 @@ def simulate(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
 
 @st.cache_data(max_entries=32, show_spinner="Sweeping bucket sizes x orderings x find_unused...")
 def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig, needs_fu: str | None = None):
-    return whatif.sweep_rows(_work, _cfg, needs_fu=needs_fu)
+    return layout_sweep.sweep_rows(_work, _cfg, needs_fu=needs_fu)  # as ``ddpsim sweep`` runs it
 
 
 @st.cache_data(max_entries=256, show_spinner="Simulating...")

@@ -6,8 +6,8 @@ the small bucket last (``last_bucket_small``: torch's DDP_SET_LAST_BUCKET_CAP=1)
 from __future__ import annotations
 
 from ddpsim.app import beyond
-from ddpsim.learn.layout_sweep import (NOT_DDP, NOT_DDP_ORDERS, SMALL_LAST_ENV, no_winner, powersgd_on_gloo,
-                                       recommend, torch_best)
+from ddpsim.learn.layout_sweep import (NOT_DDP, NOT_DDP_ORDERS, SMALL_LAST_ENV, cap_text, no_winner,
+                                       powersgd_on_gloo, recommend, torch_best)
 
 TIE = ", as fast or faster: nothing to change"  # the choice within 0.05 ms of the sweep's best, or better
 FU_KEEPS = " (then torch never rebuilds its buckets: iteration 0's layout, in reverse definition order, stays)"
@@ -31,7 +31,7 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
                 else "Bucket size, ordering and find_unused_parameters")
         return (f"{what} make no difference here: all {len(rows)} "
                 f"combinations simulate at {best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)}.")
-    cap = "default (torch's 25 MiB, first bucket 1 MiB)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g}"
+    cap = cap_text(best["bucket_cap_mb"])
     explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
     times, tie = [r["iteration_time_s"] * 1e3 for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
     return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
@@ -55,20 +55,23 @@ def _small_instead(best: dict, rows: list[dict]) -> str:
     if not best["find_unused_parameters"] or not (small := _small(rows)):
         return ""
     r = min(small, key=lambda r: r["iteration_time_s"])
-    cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
     return (f" Without find_unused_parameters (it searches the autograd graph every iteration), "
-            f"{SMALL_LAST_ENV} at {cap} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
+            f"{SMALL_LAST_ENV} at {_cap_words(r)} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
 
 
 def _torch_instead(best: dict, rows: list[dict]) -> str:
     """Where another ordering wins: it is not a DDP option, and the best row with torch's ordering beside it."""
     if best["order"] not in NOT_DDP_ORDERS or (r := torch_best(rows)) is None:
         return ""
-    cap = "the default cap" if r["bucket_cap_mb"] is None else f"bucket_cap_mb={r['bucket_cap_mb']:g}"
     how = (f"find_unused_parameters={r['find_unused_parameters']}"
            + (f" and {SMALL_LAST_ENV}" if r.get("last_bucket_small") else ""))
-    return (f" Ordering {best['order']} {NOT_DDP}. With torch's ordering the best is {cap}, {how}: "
+    return (f" Ordering {best['order']} {NOT_DDP}. With torch's ordering the best is {_cap_words(r)}, {how}: "
             f"{r['iteration_time_s'] * 1e3:.1f} ms.")
+
+
+def _cap_words(row: dict) -> str:
+    """A row's cap inside a sentence: "the default cap" or "bucket_cap_mb=5"."""
+    return "the default cap" if row["bucket_cap_mb"] is None else f"bucket_cap_mb={row['bucket_cap_mb']:g}"
 
 
 def _within(gain: float, noise: float | None) -> str:

@@ -120,12 +120,6 @@ def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
     return simulate(work, cfg)
 
 
-def sweep_rows(work, cfg: SimConfig, **options) -> tuple[list[dict], list[str]]:
-    """The page's sweep: ``ddpsim.learn.layout_sweep.sweep_rows`` over ``cfg`` (a whole SimConfig, the
-    what-if's, summarised over as many simulated ranks as ``cfg.trace_ranks``), as ``ddpsim sweep`` runs it."""
-    return layout_sweep.sweep_rows(work, cfg, **options)
-
-
 def sweep_needs_fu(base: Base, trace: Trace | None) -> str | None:
     """Why the sweep must keep find_unused_parameters on (a recording that marked a parameter unused), or None."""
     return needs_find_unused(trace, bool(base.config.get("static_graph"))) if base.kind == "trace" else None

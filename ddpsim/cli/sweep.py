@@ -121,16 +121,18 @@ def parse_grid(args) -> dict:
 
 
 def main(args) -> int:
-    from ddpsim.analysis.unused import needs_find_unused, refusal
+    from ddpsim.analysis.unused import refusal
     from ddpsim.learn import layout_sweep, sweep
 
     grid = parse_grid(args)
     base = fixed_options(args)
     workload, trace = load_source(args, grid.get("world_size", []))
-    static_graph = bool(base.get("static_graph"))
-    if (refused := refusal(trace, base.get("find_unused_parameters") is not False, static_graph)):
-        raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")  # every row would fail in torch
-    needs_fu = needs_find_unused(trace, static_graph)
+    needs_fu = None  # why find_unused_parameters must stay on (ddpsim/analysis/unused.py)
+    if (refused := refusal(trace, False, bool(base.get("static_graph")))):
+        option, why = refused
+        if option == "static_graph=True" or base.get("find_unused_parameters") is False:
+            raise CLIError(f"{FLAGS[option]}: {why}")  # every row would fail in torch
+        needs_fu = why
     if trace is None:
         base = arch_config(workload, grid, base)
     if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks

@@ -94,12 +94,16 @@ def torch_best(rows: list[dict], metric: str = "iteration_time_s") -> dict | Non
     return best_row([r for r in rows if r.get("order", "torch") == "torch"], metric)
 
 
+def cap_text(cap: float | None) -> str:
+    """A bucket cap as a user sets it: MiB, or torch's default."""
+    return "default (torch's 25 MiB, first bucket 1 MiB)" if cap is None else f"{cap:g}"
+
+
 def settings(row: dict) -> str:
     """What to set for ``row``, in plain text; the small bucket last as its environment variable."""
     what = []
     if "bucket_cap_mb" in row:
-        cap = row["bucket_cap_mb"]
-        what.append("bucket_cap_mb=" + ("default (torch's 25 MiB, first bucket 1 MiB)" if cap is None else f"{cap:g}"))
+        what.append(f"bucket_cap_mb={cap_text(row['bucket_cap_mb'])}")
     what += [f"{k}={row[k]}" for k in ("first_bucket_cap_mb", "order", "find_unused_parameters") if k in row]
     if row.get("last_bucket_small"):
         what.append(f"{SMALL_LAST_ENV} in the ranks' environment (torch's small bucket last)")
