@@ -56,7 +56,7 @@ def _num(x) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def count_actors(cfg: "SimConfig", explicit: bool) -> int:
+def count_actors(cfg, explicit: bool) -> int:
     """How many actors ``plan_actors`` will create (without drawing their factors)."""
     alone = len(set(cfg.stragglers) | set(cfg.backward_scale) | set(cfg.recorded_ranks))
     others = cfg.world_size - alone
@@ -71,7 +71,7 @@ def count_actors(cfg: "SimConfig", explicit: bool) -> int:
     return alone + 1 + min(cfg.sample_ranks, others - 1) + 1
 
 
-def estimate_events(w: Workload, cfg: "SimConfig", explicit: bool, link=None) -> int:
+def estimate_events(w: Workload, cfg, explicit: bool, link=None) -> int:
     """Model events the simulation will play, before planning it (see ``model_events`` in simulate).
 
     Per actor and micro-step: every gradient-ready event and 4 spans; per synced
