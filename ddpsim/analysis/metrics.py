@@ -38,7 +38,8 @@ backward, and by its busy kernels far less (docs/accuracy.md).
   final layout (so the iteration-0 single bucket and the rebuild are excluded); with
   PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
   warm-up, where later ones exist (a what-if's 3 steps starting it at step 2 were
-  summarised as the mean of one allreduce step and one PowerSGD step).
+  summarised as the mean of one allreduce step and one PowerSGD step); under Join, only those every
+  rank trained (Note [The steady state of a Join run is every rank training] in analysis/join.py).
 """
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def cycles(trace: Trace) -> list[list[int]]:
     return out
 
 
-def steady_cycles(trace: Trace) -> list[list[int]]:
-    """Cycles in steady state (see the module docstring); never empty if any cycle exists."""
+def steady_cycles(trace: Trace, shadowed: bool = False) -> list[list[int]]:
+    """Cycles in steady state (see the module docstring); never empty if any cycle exists. ``shadowed``:
+    those where some rank only shadowed under Join too."""
     all_cycles = cycles(trace)
     r0 = trace.ranks[0]
     final = r0.layouts[-1] if r0.layouts else None
@@ -71,7 +73,9 @@ def steady_cycles(trace: Trace) -> list[list[int]]:
               if 0 not in c and all(r0.layout_at(i) is final for i in c)]
     start = _powersgd_start(trace)  # synced step k compresses from k = start_powerSGD_iter on
     compressed = [c for k, c in steady if start is not None and k >= start]
-    return compressed or [c for _, c in steady] or all_cycles[1:] or all_cycles
+    chosen = compressed or [c for _, c in steady] or all_cycles[1:] or all_cycles
+    out = set() if shadowed else trace.shadowed_iterations
+    return [c for c in chosen if not out.intersection(c)] or chosen
 
 
 def _powersgd_start(trace: Trace) -> int | None:

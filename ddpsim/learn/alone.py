@@ -52,7 +52,7 @@ def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
 def simulated_ns(sim: Trace) -> dict[int, float]:
     """{rank: median backward (start to end: finalize_backward included) over the simulation's steady
     synced iterations}: in a noop what-if, what ``alone_ns`` gives."""
-    steady = {i for c in steady_cycles(sim) for i in c}
+    steady = {i for c in steady_cycles(sim, shadowed=True) for i in c}
     return {r.rank: statistics.median(it.backward.end_ns - it.backward.start_ns
                                       for it in r.iterations if it.iteration in steady and it.sync)
             for r in sim.ranks}

@@ -1,6 +1,6 @@
 """A Workload from a recorded trace: what the simulator learns from a real run.
 
-From the steady-state iterations (``ddpsim.analysis.steady_cycles``) of every rank:
+From the steady-state iterations (``ddpsim.analysis.steady_cycles``; under Join, shadowed ones too) of each rank:
 
 - per-parameter gradient compute time: the median over iterations and ranks of the gap between a
   gradient's ready time and the previous one (the first one: from the start of backward); the
@@ -193,7 +193,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
 def _samples(trace: Trace) -> tuple[list, set[int], list]:
     """(parameters, steady iteration numbers, the iterations to learn from: steady ones of every rank)."""
     params = sorted((p for p in trace.params if p.index is not None), key=lambda p: p.index)
-    steady = {i for c in steady_cycles(trace) for i in c} if any(r.iterations for r in trace.ranks) else set()
+    steady = {i for c in steady_cycles(trace, shadowed=True) for i in c} if any(r.iterations for r in trace.ranks) else set()
     its = [it for r in trace.ranks for it in r.iterations if it.iteration in steady]
     if not any(not g.unused for it in its for g in it.grad_ready):
         its = [it for r in trace.ranks for it in r.iterations]

@@ -243,6 +243,11 @@ class Trace:
         ws = self.meta.get("world_size")
         return int(ws) if ws is not None else len(self.ranks)
 
+    @property
+    def shadowed_iterations(self) -> set[int]:
+        """The iterations some rank did not train, its data run out, and only shadowed under Join."""
+        return {s.iteration for r in self.ranks if r.join is not None for s in r.join.shadows}
+
     def param_name(self, index: int) -> str:
         for p in self.params:
             if p.index == index:
