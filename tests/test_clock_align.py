@@ -53,7 +53,8 @@ def spans(it):
 
 def test_the_one_clock_profiles_keep_their_shared_clock(unmoved):
     clock = unmoved.meta["clock"]
-    assert clock == {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {}}
+    assert clock == {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {},
+                     "placed_by": {"0": "kineto-shared", "1": "kineto-shared"}}
     assert [r.clock_offset_ns for r in unmoved.ranks] == [0, 0]
     assert not [n for n in unmoved.meta["import_notes"] if n.startswith(CLOCK)]
 

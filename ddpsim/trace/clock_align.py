@@ -1,19 +1,30 @@
-"""Ranks' profiles put on one clock from the ends of the allreduces every rank ran.
+"""Ranks' profiles put on one clock from the ends of the allreduces they ran together.
 
 Note [A collective ends at once on every rank]: an allreduce completes on a rank only after every
 rank has contributed its data, and its last exchange finishes on all ranks within one message's
 latency, so on one clock the k-th bucket allreduce of a synchronised step ends at nearly the same
 instant on every rank, whatever the ranks' speeds: a straggler moves every rank's end, not its own,
-while the starts differ by how long each rank waited for the others. The end on rank r minus the
-end on the first rank, over the allreduces both ran (matched by step, order and size), is then
-rank r's clock minus the first rank's plus a scatter of about one message's latency. Its median is
-the offset; the range of the middle half of the differences (max - min once the lowest and highest
-quarters are left out) says how well the ends pin it. A rank's first forward does not pin a clock:
-aligning the ranks there erases how long one rank waited for another. On the bundled H100 gloo
-profiles (two ranks on one host, one clock) the 9 ends differ by a median of +60 us with a middle
-half 119 us wide: gloo's ring over TCP ends its last step on the two ranks up to a chunk's
-transfer apart. Ends scattered by milliseconds meet on no one clock: the profiles may come from two
-runs, or a busy host delayed its collectives, and the import says so (``scatter``). Used by ``ddpsim.trace.profile_meta.align`` (``ddpsim import``).
+while the starts differ by how long each rank waited for the others. The end on rank r minus the end
+on a reference rank, over the allreduces both ran (matched by step, order and size), is then rank
+r's clock minus the reference's plus a scatter of about one message's latency. Its median is the
+offset; the range of the middle half of the differences (max - min once the lowest and highest
+quarters are left out) says how well the ends pin it. The reference is the rank whose allreduces the
+most other ranks ran (the lowest of those tied: rank 0 when every rank profiled the same steps), so
+a rank whose window is short, or that failed early, costs only its own offset its precision, not
+every other rank's. A rank that shares no allreduce with the reference is measured against the ends
+of the ranks moved before it, on the reference's clock. One count of who ran each allreduce and one
+sort per rank: linear in ranks x allreduces. With the bundled profiles copied into four ranks, the
+lowest rank's window cut to two steps and rank 3's to the last two, rank 3 lands on its copy (rank
+1) to the nanosecond; measured from the lowest rank alone it would rest on one step's 3 ends and
+land 38 us off, and with its window cut to one step it would share none and no rank could move. A
+rank that matches no other rank's allreduce is placed alone (``ddpsim.trace.profile_meta``), the
+others still by their ends. A rank's first forward does not pin a clock: aligning the ranks there
+erases how long one rank waited for another. On the bundled H100 gloo profiles (two ranks on one
+host, one clock) the 9 ends differ by a median of +60 us with a middle half 119 us wide: gloo's ring
+over TCP ends its last step on the two ranks up to a chunk's transfer apart. Ends scattered by
+milliseconds meet on no one clock: the profiles may come from two runs, or a busy host delayed its
+collectives, and the import says so (``scatter``). Used by ``ddpsim.trace.profile_meta.align``
+(``ddpsim import``).
 
 Each bucket's end is that of the event the import reads as its allreduce: the NCCL kernel on the
 GPU clock, gloo's ``gloo:all_reduce`` run on the CPU (the device copies that follow it on a GPU
@@ -23,6 +34,7 @@ host's one timeline, so an offset found from either moves both.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 END = "sync_end_ns"  # a bucket's collective end on its rank's clock: set by the import, popped here
@@ -39,17 +51,18 @@ CLOCK = "clock: "  # the note of ranks moved onto one clock, which ``ddpsim impo
 
 @dataclass(frozen=True)
 class Offset:
-    """A rank's clock minus the first rank's (ns), the middle half's range of the differences it
-    is the median of (ns), and how many allreduces gave it."""
+    """A rank's clock minus the reference rank's (``ref``; ns), the middle half's range of the
+    differences it is the median of (ns), and how many allreduces gave it."""
 
     rank: int
     ns: int
     spread_ns: int
     n: int
+    ref: int
 
 
 def collective_ends(rank_dicts: list[dict]) -> list[dict]:
-    """Each rank's allreduce ends, {(step, k): (bytes, end_ns)}, with ``END`` popped from every bucket."""
+    """Each rank's allreduce ends, {(step, k, bytes): end_ns}, with ``END`` popped from every bucket."""
     out = []
     for r in rank_dicts:
         mine = {}
@@ -57,27 +70,48 @@ def collective_ends(rank_dicts: list[dict]) -> list[dict]:
             for k, b in enumerate(it["buckets"]):
                 end = b.pop(END, None)
                 if end is not None and it.get("sync", True):
-                    mine[(it["iteration"], k)] = (b["bytes"], end)
+                    mine[(it["iteration"], k, b["bytes"])] = end
         out.append(mine)
     return out
 
 
-def estimate(rank_dicts: list[dict]) -> list[Offset] | None:
-    """Each rank's offset from the first rank's clock (Note [A collective ends at once on every
-    rank]), or None when some rank shares no allreduce (same step, order and size) with it. Pops
-    ``END`` from every bucket; one sort per rank of its allreduces."""
+def estimate(rank_dicts: list[dict]) -> list[Offset | None]:
+    """Each rank's offset from the reference rank's clock (Note [A collective ends at once on every
+    rank]), None for a rank none of whose allreduces (by step, order and size) another rank ran; all
+    None when no two ranks share one. Pops ``END`` from every bucket. Linear in ranks x allreduces:
+    one count of who ran each allreduce, one sort per rank, and one pass more only for ranks that
+    share nothing with the reference."""
     ends = collective_ends(rank_dicts)
-    first = ends[0]
-    out = []
-    for r, mine in zip(rank_dicts, ends):
-        diffs = sorted(end - first[key][1] for key, (size, end) in mine.items()
-                       if key in first and first[key][0] == size)
-        if not diffs:
-            return None
-        quarter = len(diffs) // 4
-        out.append(Offset(r["rank"], int(round(statistics.median(diffs))),
-                          diffs[-1 - quarter] - diffs[quarter], len(diffs)))
-    return out
+    held = Counter(key for mine in ends for key in mine)
+    shares = [sum(held[key] - 1 for key in mine) for mine in ends]
+    ref = shares.index(max(shares))  # the lowest of the ranks whose allreduces the most others ran
+    out: list[Offset | None] = [None] * len(ends)
+    if shares[ref] == 0:
+        return out
+    ref_rank = rank_dicts[ref]["rank"]
+    out[ref] = Offset(ref_rank, 0, 0, sum(held[key] > 1 for key in ends[ref]), ref_rank)
+    common = dict(ends[ref])  # each allreduce's end on the reference's clock
+    while True:
+        placed = []
+        for i, mine in enumerate(ends):
+            if out[i] is None and (o := _from(rank_dicts[i]["rank"], mine, common, ref_rank)) is not None:
+                out[i] = o
+                placed.append(i)
+        if not placed:
+            return out
+        for i in placed:  # the ends of the allreduces the reference did not run, on its clock
+            for key, end in ends[i].items():
+                common.setdefault(key, end - out[i].ns)
+
+
+def _from(rank: int, mine: dict, common: dict, ref: int) -> Offset | None:
+    """A rank's offset from the ends in ``common``: the median difference over the allreduces it
+    shares with them, the middle half's range beside it; None when it shares none."""
+    diffs = sorted(end - common[key] for key, end in mine.items() if key in common)
+    if not diffs:
+        return None
+    quarter = len(diffs) // 4
+    return Offset(rank, int(round(statistics.median(diffs))), diffs[-1 - quarter] - diffs[quarter], len(diffs), ref)
 
 
 def shared(offsets: list[Offset]) -> bool:
@@ -87,14 +121,16 @@ def shared(offsets: list[Offset]) -> bool:
 
 
 def clock_meta(offsets: list[Offset]) -> dict:
-    """``meta.clock`` of ranks moved by their offsets: the method, the widest spread, the offsets."""
+    """``meta.clock`` of ranks moved by their offsets: the method, the widest spread, the offsets
+    and the rank whose clock they are moved onto."""
     return {"method": "collective-ends", "skew_ns": max(o.spread_ns for o in offsets),
-            "offsets_ns": {str(o.rank): o.ns for o in offsets}}
+            "offsets_ns": {str(o.rank): o.ns for o in offsets}, "reference": offsets[0].ref}
 
 
 def note(offsets: list[Offset]) -> str:
     """One line: the offsets removed and how many allreduces gave them."""
-    first, rest = offsets[0], offsets[1:]
+    ref = offsets[0].ref
+    rest = [o for o in offsets if o.rank != ref]
     listed = ", ".join(f"rank {o.rank} {_time(o.ns)} (middle half {o.spread_ns / 1e6:.3f} ms wide)"
                        for o in rest[:LISTED])
     if len(rest) > LISTED:
@@ -102,8 +138,10 @@ def note(offsets: list[Offset]) -> str:
         listed += f" and {len(ns)} more ({_time(min(ns))} to {_time(max(ns))})"
     counts = sorted({o.n for o in rest})
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    return (f"{CLOCK}the profiles' clocks differ; each rank was moved onto rank {first.rank}'s by the median "
-            f"difference of the ends of the {n} allreduces it shares with rank {first.rank} (Note [A collective "
+    which = "" if len(offsets) < 3 else (" (the rank whose allreduces the most others ran; a rank that shares none "
+                                         "with it, with the ranks moved before it)")
+    return (f"{CLOCK}the profiles' clocks differ; each rank was moved onto rank {ref}'s by the median "
+            f"difference of the ends of the {n} allreduces it shares with rank {ref}{which} (Note [A collective "
             f"ends at once on every rank] in ddpsim/trace/clock_align.py): {listed}")
 
 

@@ -1,0 +1,135 @@
+"""Several ranks put on one clock from the ends of the allreduces they ran together (Note [A
+collective ends at once on every rank] in ddpsim/trace/clock_align.py): every rank's allreduces
+count, not only the lowest rank's, and a rank that matches none is placed by itself.
+
+Built at the level of the importer's input: the bundled H100 ResNet-18 profiles (two gloo ranks on
+one host, one clock, ProfilerSteps 4-6 with 3 allreduces each) copied into 3 or 4 rank files, each
+with its rank id in ``distributedInfo``, its own clock shift and its own profiling window (the events
+of the steps outside it dropped). A copy of a file is the same rank's profile on another clock, so
+after the import two copies of one file must coincide, and each must land where the unmoved import
+put its file, within the ends' bias (60 us on these profiles, test_clock_align.BIAS_NS).
+"""
+import gzip
+import json
+
+import pytest
+
+from ddpsim.samples import H100_DIR
+from ddpsim.trace.clock_align import CLOCK
+from ddpsim.trace.profile_import import import_profiles
+from ddpsim.trace.profile_meta import CAUTION
+from test_clock_align import BIAS_NS, spans
+
+R18 = [H100_DIR / f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)]
+STEP = "ProfilerStep#"
+ALLREDUCE_OPS = {"c10d::allreduce_", "gloo:all_reduce", "record_param_comms"}
+
+
+def profile(tmp_path, src: int, rank: int, us: float, world: int, steps=(4, 5, 6), allreduces=True):
+    """File ``src``'s profile as rank ``rank`` of ``world``, every timestamp ``us`` later, holding the
+    events of ProfilerSteps ``steps`` only (a window cut short), without its allreduces if not ``allreduces``."""
+    data = json.loads(gzip.decompress(R18[src].read_bytes()))
+    starts = {int(e["name"][len(STEP):]): e["ts"] for e in data["traceEvents"]
+              if str(e.get("name", "")).startswith(STEP) and e.get("cat") == "user_annotation"}
+    lo = starts[min(steps)] if min(steps) > min(starts) else float("-inf")
+    hi = starts[max(steps) + 1] if max(steps) < max(starts) else float("inf")
+    timed = [e for e in data["traceEvents"] if isinstance(e.get("ts"), (int, float))]
+    data["traceEvents"] = [e for e in data["traceEvents"] if not isinstance(e.get("ts"), (int, float))] + [
+        {**e, "ts": e["ts"] + us} for e in timed
+        if lo <= e["ts"] < hi and (allreduces or e.get("name") not in ALLREDUCE_OPS)]
+    data["distributedInfo"].update(rank=rank, world_size=world)
+    out = tmp_path / f"rank{rank}.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.fixture(scope="module")
+def unmoved():
+    return import_profiles(R18)
+
+
+def same_times(got, want, tol_ns: int) -> None:
+    """The ranks' steps of one number start within ``tol_ns`` and last as long (ns rounding)."""
+    by_step = {it.iteration: it for it in want.iterations}
+    for it in got.iterations:
+        for (a0, a1), (b0, b1) in zip(spans(it), spans(by_step[it.iteration])):
+            assert abs(a0 - b0) <= tol_ns and abs((a1 - a0) - (b1 - b0)) <= 2, (got.rank, it.iteration)
+
+
+@pytest.mark.parametrize("rank3_steps", [(5, 6), (6,)])
+def test_every_rank_counts_when_the_lowest_rank_shares_few_allreduces(tmp_path, unmoved, rank3_steps):
+    """Rank 0 (file 0) profiled steps 4-5 only; rank 1 (file 1, +3.7 ms) and rank 2 (file 0, -2.5 ms)
+    all three; rank 3 (file 1, +12 ms) steps 5-6 or step 6 only. Rank 3 is moved onto rank 1's clock
+    (the rank whose allreduces the most others ran) by the 6 or 3 allreduces they share, so the two
+    copies of file 1 coincide to the nanosecond. Measured from rank 0 alone rank 3 rested on step 5's
+    3 allreduces (median +130 us where the 6 of steps 4-5 give +92 us: 38 us off its copy), or on none
+    (then no rank was moved at all: the 3.7-12 ms shifts stayed)."""
+    files = [profile(tmp_path, 0, 0, 0, 4, steps=(4, 5)), profile(tmp_path, 1, 1, 3700, 4),
+             profile(tmp_path, 0, 2, -2500, 4), profile(tmp_path, 1, 3, 12000, 4, steps=rank3_steps)]
+    trace = import_profiles(files)
+    clock = trace.meta["clock"]
+    assert clock["method"] == "collective-ends" and clock["reference"] == 1
+    assert clock["placed_by"] == {str(r): "collective-ends" for r in range(4)}
+    truth = {0: 0, 1: 3.7e6, 2: -2.5e6, 3: 12e6}  # ns: each rank's clock shift
+    found = clock["offsets_ns"]
+    assert found["3"] - found["1"] == 8_300_000  # the copies of file 1: exactly their shifts' difference
+    for r in range(4):  # from rank 2, the full window of file 0 (rank 0's 6 allreduces put it 32 us off its copy)
+        assert abs((found[str(r)] - found["2"]) - (truth[r] - truth[2])) < BIAS_NS, (r, found)
+    same_times(trace.ranks[3], trace.ranks[1], tol_ns=2)
+    for r in range(4):
+        same_times(trace.ranks[r], unmoved.ranks[r % 2], tol_ns=BIAS_NS)
+    said = [n for n in trace.meta["import_notes"] if n.startswith(CLOCK)]
+    assert len(said) == 1 and "moved onto rank 1's" in said[0] and "rank 3 +8.300 ms" in said[0]
+
+
+def test_ranks_that_share_no_allreduce_with_the_reference_are_placed_through_the_others(tmp_path):
+    """A chain of windows: rank 0 (file 0) step 4, rank 1 (file 1, +3.7 ms) steps 4-5, rank 2 (file 0,
+    -2.5 ms) steps 5-6, rank 3 (file 1, +12 ms) step 6. Rank 3 shares no allreduce with the reference
+    (rank 1) but step 6's with rank 2, moved already: it is moved by those ends. Each offset rests on
+    one step's 3 allreduces, so it is off the truth by up to 130 us here, within the middle half's
+    width the import gives (``skew_ns``, 242 us). Measured from rank 0 alone, ranks 2 and 3 shared nothing
+    and no rank was moved."""
+    files = [profile(tmp_path, 0, 0, 0, 4, steps=(4,)), profile(tmp_path, 1, 1, 3700, 4, steps=(4, 5)),
+             profile(tmp_path, 0, 2, -2500, 4, steps=(5, 6)), profile(tmp_path, 1, 3, 12000, 4, steps=(6,))]
+    clock = import_profiles(files).meta["clock"]
+    assert clock["method"] == "collective-ends" and clock["reference"] == 1
+    truth = {0: -3.7e6, 1: 0, 2: -6.2e6, 3: 8.3e6}  # ns: each rank's clock minus rank 1's
+    for r in range(4):
+        assert abs(clock["offsets_ns"][str(r)] - truth[r]) <= clock["skew_ns"], (r, clock)
+
+
+@pytest.mark.parametrize("lone_us", [0.0, 7200e6])
+def test_a_rank_without_allreduces_is_placed_alone_and_named(tmp_path, unmoved, lone_us):
+    """Ranks 0 and 1 (files 0 and 1) and rank 2 (file 1 with its allreduces removed: its steps do
+    not synchronise). Rank 1 on a clock 3.7 ms ahead is moved back by the allreduces it shares with
+    rank 0; rank 2, on the shared clock or two hours off, is kept on that clock or aligned at its first
+    forward, and one caution names it. Measured from rank 0 alone, rank 2 sent every rank to the
+    fallback: rank 1 stayed 3.7 ms off (kept on the profiles' clocks) or started at its own first forward."""
+    files = [profile(tmp_path, 0, 0, 0, 3), profile(tmp_path, 1, 1, 3700, 3),
+             profile(tmp_path, 1, 2, lone_us, 3, allreduces=False)]
+    trace = import_profiles(files)
+    clock = trace.meta["clock"]
+    lone = "kineto-shared" if lone_us == 0 else "first-forward"
+    assert clock["method"] == "collective-ends" and abs(clock["offsets_ns"]["1"] - 3.7e6) < BIAS_NS
+    assert clock["placed_by"] == {"0": "collective-ends", "1": "collective-ends", "2": lone}
+    assert "2" not in clock["offsets_ns"] and trace.ranks[2].clock_offset_ns == 0
+    for r in (0, 1):
+        same_times(trace.ranks[r], unmoved.ranks[r], tol_ns=BIAS_NS)
+    lone_forward = trace.ranks[2].iterations[0].forward.start_ns
+    assert lone_forward == (unmoved.ranks[1].iterations[0].forward.start_ns if lone_us == 0 else 0)
+    said = [n for n in trace.meta["import_notes"] if "match no other rank's allreduce" in n]
+    assert len(said) == 1 and said[0].startswith(CAUTION + CLOCK) and "rank(s) 2 match" in said[0]
+    assert ("rank(s) 2 kept on the clock" if lone_us == 0 else "rank(s) 2 aligned at the first forward") in said[0]
+
+
+def test_a_rank_without_allreduces_beside_ranks_on_one_clock_keeps_it(tmp_path, unmoved):
+    """The three ranks on the clock they share, rank 2 without allreduces: all keep it, and the
+    caution says rank 2's place rests on its first step and overlap alone."""
+    trace = import_profiles([profile(tmp_path, 0, 0, 0, 3), profile(tmp_path, 1, 1, 0, 3),
+                             profile(tmp_path, 1, 2, 0, 3, allreduces=False)])
+    clock = trace.meta["clock"]
+    assert clock["method"] == "kineto-shared" and set(clock["placed_by"].values()) == {"kineto-shared"}
+    for r in range(3):
+        same_times(trace.ranks[r], unmoved.ranks[min(r, 1)], tol_ns=2)
+    said = [n for n in trace.meta["import_notes"] if "match no other rank's allreduce" in n]
+    assert len(said) == 1 and said[0].startswith(CAUTION + "rank(s) 2 match")
