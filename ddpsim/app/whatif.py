@@ -6,7 +6,8 @@ A what-if simulates a *workload* under a changed SimConfig:
   as ``simulate --trace`` builds it; another world size goes through
   ``ddpsim.experiments.worldsize`` (the trace's calibration, one measured here, or a refusal);
 - for a simulated GPU trace (a bundled sample), it is the synthetic workload the
-  trace was made from (``meta.workload``: arch, hardware, batch);
+  trace was made from (``learn.gpu_model.of_trace``: arch, hardware, batch, options), as
+  ``simulate --trace`` and ``sweep --trace`` take it;
 - or a synthetic GPU workload picked by hand (arch x GPU x network). Thin calls: ``ddpsim.sim``'s changes are met here.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.analysis.unused import needs_find_unused, refusal
 from ddpsim.app import beyond, units, waiting
-from ddpsim.learn import hardware, hookrates, layout_sweep, learn, replay_config, simulate
+from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, synthetic
@@ -31,7 +32,7 @@ SWEEP_CAPS, SWEEP_ORDERS, SWEEP_RUNS = layout_sweep.SWEEP_CAPS, layout_sweep.SWE
 CAPS = (None, *SWEEP_CAPS)  # None: torch default; the slider's values are the sweep's: a best cap is selectable
 SWEEP_RANKS = 2  # simulated ranks the sweep's 77 rows each keep and summarise (the what-if: simulate's 8)
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
-SIM_ITERS = 3  # synced steps per simulation of a GPU model: iteration 0, the rebuild, one steady step
+SIM_ITERS = gpu_model.ITERS  # synced steps per simulation of a GPU model (simulate --trace of a simulated one too)
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
@@ -55,14 +56,9 @@ class Base:
 
 def base_for(trace: Trace | None) -> Base:
     """The Base of a trace: calibrated from a real one, the synthetic spec of a simulated one."""
-    if trace is not None and trace.source == "simulated":
-        w = (trace.meta.get("workload") or {})
-        if w.get("kind") == "synthetic" and "-" in str(w.get("hardware", "")):
-            gpu, _, net = str(w["hardware"]).partition("-")
-            cfg = dict(trace.meta.get("config") or {})
-            keep = {k: cfg[k] for k in ("world_size", "bucket_cap_mb", "find_unused_parameters", "no_sync_every", "order",
-                                        "last_bucket_small") if k in cfg}
-            return Base("synthetic", w.get("arch", "resnet50"), gpu, net, w.get("batch"), keep)
+    if (model := gpu_model.of_trace(trace)) is not None:  # as simulate --trace and sweep --trace take it
+        gpu, _, net = model.hardware.partition("-")
+        return Base("synthetic", model.arch, gpu, net, model.batch, model.config)
     if trace is not None:
         return Base("trace", config=config_from_trace(trace))
     return Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})

@@ -36,7 +36,8 @@ def add_input_arguments(p) -> None:
                      help="GPU-NETWORK, e.g. v100-ib100, a100-nvlink, h100-ib400: --arch's GPU and network "
                           f"(default {DEFAULT_HARDWARE}); with --trace, the network to simulate other world "
                           "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute stays "
-                          "the recorded GPU's, with the slowdown its collectives caused where they were NCCL's")
+                          "the recorded GPU's, with the slowdown its collectives caused where they were NCCL's (a SIMULATED trace of a "
+                          "GPU model: its arch and batch on that GPU and network)")
     src.add_argument("--batch", type=int, help="per-rank batch size for --arch")
     src.add_argument("--tflops", type=float, help="effective device rate for --arch (overrides the profile)")
 
@@ -73,8 +74,9 @@ def add_arguments(p) -> None:
     d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     d.add_argument("--overlap", action="store_true",
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
-    d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as "
-                   "many as were recorded, unless its ranks shared CPU cores; otherwise 20 (--trace) or 6 (--arch))")
+    d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as many as were "
+                   "recorded, unless its ranks shared CPU cores; otherwise 20 (--trace), 3 (a SIMULATED trace of a GPU model, "
+                   "as the What-if page) or 6 (--arch))")
     d.add_argument("--seed", type=int)
     d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation between ranks "
                    "(default: the trace's measured spread; for --arch the GPU profile's rank_spread)")
@@ -140,13 +142,12 @@ def check_args(args) -> None:
 
 
 def load_source(args, world_sizes: list[int] | None = None):
-    """(workload, the recorded trace or None) from --trace or --arch; ``world_sizes``: those the
-    trace will be asked for (default: ``--world-size``).
-
-    A trace asked for another world size with no network named first goes through
-    ``experiments.worldsize.prepare`` (Note [Another world size on the user's path]):
-    its calibration, one measured now, or a one-line refusal.
-    """
+    """(workload, the recorded trace or None, the SimConfig fields it starts from) from --trace or --arch;
+    ``world_sizes``: those the trace will be asked for (default: ``--world-size``). A SIMULATED trace of a GPU
+    model is that model (``ddpsim.learn.gpu_model``, as the What-if page takes it): its arch and batch on its
+    hardware or on ``--hardware``'s, with its options. A recording asked for another world size with no network
+    named first goes through ``experiments.worldsize.prepare`` (Note [Another world size on the user's path])."""
+    from ddpsim.learn import gpu_model
     from ddpsim.sim.archs import synthetic
     from ddpsim.trace import load_trace
 
@@ -155,13 +156,15 @@ def load_source(args, world_sizes: list[int] | None = None):
     check_args(args)
     if args.trace:
         trace = load_trace(args.trace)
+        if (model := gpu_model.of_trace(trace)) is not None:
+            return model.workload(args.hardware, args.batch, args.tflops), None, model.fields()
         if world_sizes is None:
             world_sizes = [args.world_size] if args.world_size else []
-        return learn_trace(trace, args, world_sizes), trace
+        return learn_trace(trace, args, world_sizes), trace, {}
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be >= 1, not {args.batch}")
     hardware = DEFAULT_HARDWARE if args.hardware is None else args.hardware  # given: checked, not replaced
-    return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None
+    return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None, {}
 
 
 def learn_trace(trace, args, world_sizes: list[int]):
@@ -266,10 +269,10 @@ def main(args) -> int:
     from ddpsim.sim.api import simulate
     from ddpsim.trace.same_run import quiet_ranks
 
-    workload, recorded = load_source(args)
+    workload, recorded, ran = load_source(args)
     if recorded is not None and (quiet := quiet_ranks(recorded)):
         print(f"note: {quiet[0].lower()}{quiet[1:]}", file=sys.stderr)
-    cfg = config_for(workload, recorded, overrides_from_args(args))
+    cfg = config_for(workload, recorded, {**ran, **overrides_from_args(args)})
     if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
         raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
                        f"(this simulation's hook is {cfg.comm_hook or 'none'})")

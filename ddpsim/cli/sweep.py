@@ -78,7 +78,8 @@ def add_arguments(p) -> None:
     f.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     f.add_argument("--overlap", action="store_true", help="per-parameter allreduce from each gradient's hook")
     f.add_argument("--iters", type=int, default=None, help="synced steps per configuration (default: --trace at "
-                   "its world size, as many as were recorded; otherwise 20 (--trace) or 4 (--arch))")
+                   "its world size, as many as were recorded; otherwise 20 (--trace), 3 (a SIMULATED trace of a "
+                   "GPU model, as the What-if page) or 4 (--arch))")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
     add_network_source_arguments(p)
@@ -126,7 +127,7 @@ def main(args) -> int:
 
     grid = parse_grid(args)
     base = fixed_options(args)
-    workload, trace = load_source(args, grid.get("world_size", []))
+    workload, trace, ran = load_source(args, grid.get("world_size", []))  # ran: a simulated trace's options
     needs_fu = None  # why find_unused_parameters must stay on (ddpsim/analysis/unused.py)
     if (refused := refusal(trace, False, bool(base.get("static_graph")))):
         option, why = refused
@@ -134,7 +135,7 @@ def main(args) -> int:
             raise CLIError(f"{FLAGS[option]}: {why}")  # every row would fail in torch
         needs_fu = why
     if trace is None:
-        base = arch_config(workload, grid, base)
+        base = arch_config(workload, grid, {**ran, **base})
     if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks
         rows, notes = layout_sweep.rank(sweep(workload, grid, base, args.metric, trace=trace), args.metric), []
     else:  # the What-if page's layouts, over the other grid flags
