@@ -173,3 +173,24 @@ def test_sub_millisecond_exposed_communication_reads_in_hundredths():
     exposed = next(m for m in at.metric if m.label == "Exposed communication")
     assert exposed.value == "0.01 ms" and exposed.delta == "0.00 ms", (exposed.value, exposed.delta)
     assert "exposed communication 0.01 against 0.02 ms" in " ".join(c.value for c in at.caption)
+
+
+def test_the_command_names_an_uploaded_trace_as_the_sidebar_downloads_it():
+    """An upload of run.json is 'upload: run.json'; the sidebar's download and the What-if page's command
+    called it upload_run.json.json."""
+    from ddpsim.app import ui
+
+    at = with_uploads({"upload: run.json": load_trace(sample_path(MLP))}, "whatif.py", "upload: run.json")
+    assert not at.exception, [e.message for e in at.exception]
+    code = next(c.value for c in at.code if c.value.startswith("python -m ddpsim simulate"))
+    assert shlex.split(code)[4:6] == ["--trace", "upload_run.json"], code
+    assert ui.trace_file("upload: run.json.gz") == "upload_run.json" == ui.trace_file("upload: run.json")
+    assert ui.trace_file("recorded: convnet_w2") == "recorded_convnet_w2.json"
+
+
+def test_simulate_counts_one_bucket_in_the_singular(capsys):
+    """The page says '1 bucket in the steady iterations'; simulate printed 'world size 2, 1 buckets'."""
+    assert main(["simulate", "--trace", str(sample_path(NO_SYNC))]) == 0  # the convnet: one bucket
+    assert "world size 2, 1 bucket, " in capsys.readouterr().out
+    assert main(["simulate", "--trace", str(sample_path(MLP))]) == 0
+    assert "world size 2, 2 buckets, " in capsys.readouterr().out

@@ -151,7 +151,7 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 with st.expander("The same on the command line", key=k + "cli"):  # a key: it stays open as boxes come and go above
-    st.code(command.simulate_command(base, f"{ui.slug(label)}.json" if label else None, cap, order, fu, n_sync, world,
+    st.code(command.simulate_command(base, ui.trace_file(label) if label else None, cap, order, fu, n_sync, world,
                                      network, sim_hook, bufs, algo, trace, small), language="bash")
     st.caption("It prints this what-if's iteration time and exposed communication" +
                (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
