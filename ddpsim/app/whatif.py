@@ -202,6 +202,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     learnt = trace if base.kind == "trace" else None  # a simulated sample replays its GPU model, whose rates it has
     out += [c for c in [quiet_ranks(trace) if learnt else None, hookrates.caution(learnt, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
+    if base.kind == "trace" and not chosen and cfg.bucket_cap_mb_list is None:  # the recording's own allreduce line
+        out += [c for c in [layout_sweep.beyond_fitted_sizes(cfg.bucket_cap_mb, work, trace)] if c]
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
                                  trace.meta.get("gpu")))
