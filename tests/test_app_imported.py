@@ -133,3 +133,13 @@ def test_another_network_says_the_compute_loses_the_recorded_slowdown():
     assert (f"which ran {1 + work.link.interference:.2f}x as long while the recorded collectives ran, at its own "
             "speed here") in said
     assert work.link.interference > 0.5 and "(the chosen network's slowdown: 0%)" in said
+
+
+def test_the_replay_line_of_a_one_rank_nccl_import_has_no_overlap_figure(one_rank):
+    """The What-if page's metric, the Timeline and Compare say 'none' (no collective took time), and
+    `ddpsim import` 'no overlap to measure'; the replay line under them read 'overlap 0% against 0%'."""
+    at = with_uploads({ONE: one_rank}, "whatif.py", ONE)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert next(m for m in at.metric if m.label.startswith("Comm. overlapped")).value == "none"
+    replay = next(c.value for c in at.caption if c.value.startswith("Replay error"))
+    assert "0% against 0%" not in replay and replay.endswith("and no overlap to measure: no collective took time."), replay

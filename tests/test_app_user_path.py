@@ -173,3 +173,45 @@ def test_sub_millisecond_exposed_communication_reads_in_hundredths():
     exposed = next(m for m in at.metric if m.label == "Exposed communication")
     assert exposed.value == "0.01 ms" and exposed.delta == "0.00 ms", (exposed.value, exposed.delta)
     assert "exposed communication 0.01 against 0.02 ms" in " ".join(c.value for c in at.caption)
+
+
+def test_the_command_names_an_uploaded_trace_as_the_sidebar_downloads_it():
+    """An upload of run.json is 'upload: run.json'; the sidebar's download and the What-if page's command
+    called it upload_run.json.json."""
+    from ddpsim.app import ui
+
+    at = with_uploads({"upload: run.json": load_trace(sample_path(MLP))}, "whatif.py", "upload: run.json")
+    assert not at.exception, [e.message for e in at.exception]
+    code = next(c.value for c in at.code if c.value.startswith("python -m ddpsim simulate"))
+    assert shlex.split(code)[4:6] == ["--trace", "upload_run.json"], code
+    assert ui.trace_file("upload: run.json.gz") == "upload_run.json" == ui.trace_file("upload: run.json")
+    assert ui.trace_file("recorded: convnet_w2") == "recorded_convnet_w2.json"
+
+
+def test_simulate_counts_one_bucket_in_the_singular(capsys):
+    """The page says '1 bucket in the steady iterations'; simulate printed 'world size 2, 1 buckets'."""
+    assert main(["simulate", "--trace", str(sample_path(NO_SYNC))]) == 0  # the convnet: one bucket
+    assert "world size 2, 1 bucket, " in capsys.readouterr().out
+    assert main(["simulate", "--trace", str(sample_path(MLP))]) == 0
+    assert "world size 2, 2 buckets, " in capsys.readouterr().out
+
+
+def test_a_cap_far_beyond_the_recorded_allreduces_is_cautioned(tmp_path, capsys):
+    """The shuffled model recorded at cap 0.25 times allreduces of 0.75-2.28 MiB only; its line through
+    them fitted 31.9 GB/s (1.3 GB/s from the default cap), and the page named cap 50 best at 49.7 ms against
+    81.4, where recordings at cap 50 took 90.3 and 152.7 ms. Buckets over 4x the largest recorded one say
+    that nothing measured prices them; within that, nothing is said."""
+    run = tmp_path / "shuffled.json"
+    assert main(["record", "--model", "shuffled", "--world-size", "2", "--iters", "4", "--bucket-cap-mb", "0.25",
+                 "--out", str(run)]) == 0
+    capsys.readouterr()
+    at = with_uploads({"upload: shuffled.json": load_trace(run)}, "whatif.py", "upload: shuffled.json")
+    said = lambda: [w.value for w in at.warning if "the recording timed allreduces" in w.value]  # noqa: E731
+    assert said() == [] or "bucket_cap_mb=0.25" not in said()[0]  # the sweep's best may be a large cap
+    widget(at, "select_slider", ":cap").set_value(5.0).run()  # 5 MiB: about 2x the largest recorded
+    assert not any("bucket_cap_mb=5 " in w for w in said()), said()
+    widget(at, "select_slider", ":cap").set_value(50.0).run()
+    assert any(w.startswith("Caution: the recording timed allreduces of 0.75–2.28 MiB only; bucket_cap_mb=50 makes "
+                            "buckets of up to 32.3 MiB") for w in said()), [w.value for w in at.warning]
+    assert main(["sweep", "--trace", str(run), "--bucket-cap-mb", "50"]) == 0  # the command line's verdict
+    assert "the recording timed allreduces of 0.75–2.28 MiB only; bucket_cap_mb=50" in capsys.readouterr().out

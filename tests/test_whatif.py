@@ -271,6 +271,22 @@ def test_waiting_that_grows_against_a_faster_change_says_both_times():
     assert "Of the predicted change" not in text
 
 
+def test_waiting_larger_than_the_change_says_both_times():
+    """A 2-rank transformer recording at 4 ranks: the iteration time moved +0.03 ms while waiting for
+    stragglers grew 2.21 ms (the rest got faster), and the page said "+2.21 ms (6837%) is waiting for
+    stragglers" of that change."""
+    from ddpsim.app import waiting
+
+    text = waiting.describe((0.01709, 0.01488), ({"iteration_time_s": 0.07522}, {"iteration_time_s": 0.07519}),
+                            (4, 2), 0.41, "measured between the recorded ranks")
+    assert "Waiting for stragglers takes 2.21 ms more than unchanged, against the predicted change of +0.03 ms: " \
+           "without it the change would be -2.18 ms." in text, text
+    assert "Of the predicted change" not in text and "%) is waiting" not in text
+    smaller = waiting.describe((0.027, 0.0149), ({"iteration_time_s": 0.090}, {"iteration_time_s": 0.0752}),
+                               (8, 2), 0.41, "measured between the recorded ranks")
+    assert "Of the predicted change (+14.80 ms), +12.10 ms (82%) is waiting for stragglers." in smaller, smaller
+
+
 @pytest.mark.parametrize("hook", [None, "noop"])
 def test_the_sweep_row_of_the_chosen_settings_is_the_what_if(hook):
     """The sweep below the figure and the metrics above it simulate the same settings alike: at 8

@@ -33,6 +33,12 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "figure"
 
 
+def trace_file(label: str) -> str:
+    """The file name the sidebar's "Trace (ddpsim JSON)" download gives the trace ``label`` (and the
+    What-if page's command reads): an upload's own ``.json`` or ``.json.gz`` is not doubled."""
+    return f"{slug(re.sub(r'[.]json([.]gz)?$', '', label))}.json"
+
+
 def show_figure(key: str, build: Callable[[], Figure], name: str, alt: str) -> None:
     """Show the figure ``build()`` (cached by ``key``) with PNG/SVG download buttons."""
     try:
@@ -52,7 +58,7 @@ def show_figure(key: str, build: Callable[[], Figure], name: str, alt: str) -> N
 def trace_downloads(container, label: str, trace: Trace, as_dict: Callable[[], dict] | None = None) -> None:
     """Download the open trace as ddpsim JSON (``as_dict()``, default ``trace.to_dict()``) and as a
     Chrome/Perfetto trace (made on click)."""
-    name = slug(label)
+    name = trace_file(label).removesuffix(".json")
     with container:
         st.caption("Download the open trace")
         st.download_button("Trace (ddpsim JSON)", lambda: json.dumps((as_dict or trace.to_dict)()),

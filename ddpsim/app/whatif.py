@@ -198,6 +198,8 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
     learnt = trace if base.kind == "trace" else None  # a simulated sample replays its GPU model, whose rates it has
     out += [c for c in [quiet_ranks(trace) if learnt else None, hookrates.caution(learnt, cfg.comm_hook, work, cfg.world_size),
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
+    if base.kind == "trace" and not chosen and cfg.bucket_cap_mb_list is None:  # the recording's own allreduce line
+        out += [c for c in [layout_sweep.beyond_fitted_sizes(cfg.bucket_cap_mb, work, trace)] if c]
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
                                  trace.meta.get("gpu")))
@@ -257,12 +259,21 @@ def describe_replay(out: Outcome) -> str | None:
         return None
     e = out.replay_error["iteration_time_s"] * 100
     sim, rec = out.unchanged_summary, out.recorded_summary
-    overlap = "" if "overlap_fraction" not in sim or "overlap_fraction" not in rec else (
-        f", overlap {sim['overlap_fraction']:.0%} against {rec['overlap_fraction']:.0%}")
+    if "overlap_fraction" not in sim or "overlap_fraction" not in rec:
+        overlap = ""
+    elif not (sim.get("communicates", True) or rec.get("communicates", True)):  # as the metrics' "none"
+        overlap = ", and no overlap to measure: no collective took time"
+    else:
+        overlap = f", overlap {_overlap_pct(sim)} against {_overlap_pct(rec)}"
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
             f"configuration simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
             f"iteration against {rec['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%); exposed "
             f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}.")
+
+
+def _overlap_pct(summary: dict) -> str:
+    """A summary's overlap as the metrics show it: "none" where no collective took time."""
+    return f"{summary['overlap_fraction']:.0%}" if summary.get("communicates", True) else "none"
 
 
 def describe_stragglers(out: Outcome) -> str | None:

@@ -289,7 +289,7 @@ def main(args) -> int:
         from ddpsim.trace import save_trace
 
         save_trace(trace, args.out)
-    print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} buckets, "
+    print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} bucket{'s' * (summary['n_buckets'] != 1)}, "
           f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     wall = summary.pop("sim_wall_s")
     print("\n".join(summary_lines(workload, cfg, summary, simulate)))

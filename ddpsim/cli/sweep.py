@@ -157,6 +157,10 @@ def main(args) -> int:
         if (caution := layout_sweep.powersgd_on_gloo(best, rows, trace.meta.get("backend"),
                                                      base.get("comm_hook") or recorded.get("comm_hook"), bool(fu))):
             print(caution)
+        if best is not None and all({**base, **best}.get(k) is None for k in ("bandwidth_gbps", "hardware")):
+            if (far := layout_sweep.beyond_fitted_sizes(best.get("bucket_cap_mb", base.get("bucket_cap_mb")),
+                                                        workload, trace)):  # the recording's own allreduce line
+                print(far)
     print(json.dumps(best, separators=(",", ":")))
     return 0
 

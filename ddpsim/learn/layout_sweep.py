@@ -144,3 +144,31 @@ def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: st
             "and on gloo only one bucket without find_unused_parameters trains" + (
                 ", which this model cannot do (it left a parameter unused)" * all(fu(r) for r in rows))
             + ".")
+
+
+BEYOND_FIT = 4  # a bucket this many times the largest allreduce a trace's own line was fitted through: cautioned
+MIB = 2 ** 20
+
+
+def beyond_fitted_sizes(cap: float | None, work, trace) -> str:
+    """A caution where a bucket cap (None: torch's default 25 MiB) builds buckets far larger than any
+    allreduce the recording timed, and the allreduce's cost is the line fitted through the recording's
+    own collectives (``comm_fit`` from the trace, not a calibration): that line's slope is all that prices
+    them. A shuffled model recorded at cap 0.25 (allreduces of 0.75-2.28 MiB) fitted 31.9 GB/s where its
+    recordings at the default cap and at 50 MiB fitted 1.3 and 1.2 GB/s; the sweep named cap 50 best at
+    49.7 ms against 81.4, and two recordings at cap 50 took 90.3 and 152.7 ms (84.9 at 0.25)."""
+    fit = (getattr(work, "meta", None) or {}).get("comm_fit") or {}
+    steady = set((getattr(work, "meta", None) or {}).get("steady_iterations") or [])
+    if trace is None or not str(fit.get("from", "")).startswith("trace"):
+        return ""
+    timed = [[b.bytes for b in it.buckets] for it in trace.ranks[0].iterations if it.iteration in steady and it.buckets]
+    if not timed:
+        return ""
+    hi, lo, total = max(map(max, timed)), min(map(min, timed)), max(map(sum, timed))
+    largest = min(total, (25 if cap is None else cap) * MIB)
+    if largest <= BEYOND_FIT * hi:
+        return ""
+    return (f"Caution: the recording timed allreduces of {lo / MIB:.2f}–{hi / MIB:.2f} MiB only; bucket_cap_mb="
+            f"{cap_text(cap)} makes buckets of up to {largest / MIB:.1f} MiB, priced by the line fitted through those "
+            "sizes, not measured: record a run at that cap to check it (`python -m ddpsim validate --trace THIS.json "
+            "--against THAT.json` compares this prediction with it).")

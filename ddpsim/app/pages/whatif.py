@@ -4,7 +4,7 @@ import streamlit as st
 from ddpsim.app import beyond, cache, command, sweep_verdict, ui, whatif
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
-from ddpsim.learn import hardware
+from ddpsim.learn import hardware, layout_sweep
 from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
 from ddpsim.app.labels import pretty
@@ -151,7 +151,7 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.CPU_NOTE)
 with st.expander("The same on the command line", key=k + "cli"):  # a key: it stays open as boxes come and go above
-    st.code(command.simulate_command(base, f"{ui.slug(label)}.json" if label else None, cap, order, fu, n_sync, world,
+    st.code(command.simulate_command(base, ui.trace_file(label) if label else None, cap, order, fu, n_sync, world,
                                      network, sim_hook, bufs, algo, trace, small), language="bash")
     st.caption("It prints this what-if's iteration time and exposed communication" +
                (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
@@ -174,6 +174,9 @@ else:
     if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise,  # PowerSGD on gloo: a caution
                                                  whatif.backend(base, trace, network), hook)):
         st.success(verdict)
+        if base.kind == "trace" and network_plan.as_recorded(network) and (best := layout_sweep.recommend(rows)):
+            if (far := layout_sweep.beyond_fitted_sizes(best["bucket_cap_mb"], work, trace)):
+                st.warning(far, icon=":material/warning:")
         ui.show_figure(f"sweep:{sweep_key}",
                        lambda: plot_sweep(rows, title=f"{ref_label[:48]}: against bucket size "
                                                       f"({beyond.ranks(world)}, SIMULATED)"),
