@@ -13,6 +13,7 @@ every iteration), then no environment variable. Where every row is as good, ther
 """
 from __future__ import annotations
 
+from ddpsim.buckets import MIB
 from ddpsim.learn import sweep
 
 SWEEP_ORDERS = ("torch", "definition", "random")
@@ -147,7 +148,6 @@ def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: st
 
 
 BEYOND_FIT = 4  # a bucket this many times the largest allreduce a trace's own line was fitted through: cautioned
-MIB = 2 ** 20
 
 
 def beyond_fitted_sizes(cap: float | None, work, trace) -> str:
