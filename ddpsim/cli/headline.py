@@ -1,12 +1,13 @@
 """The headline lines ``record`` and ``import`` print about the trace they wrote: the iteration time,
 the exposed communication and the overlap (``ddpsim.analysis.summarize``), the time between steps
 where the iteration time leaves much out, torch's own timing of an iteration beside the recording's,
-and Join's line for a run under Join."""
+and Join's line for a run under Join, and whether its ranks shared CPU cores."""
 from __future__ import annotations
 
 from ddpsim.analysis import summarize
 from ddpsim.analysis.join import join_line
 from ddpsim.analysis.period import BETWEEN_SHOWN, between_steps_s
+from ddpsim.analysis.shared_cores import shared_cores_line
 from ddpsim.analysis.torch_logger import logger_line
 from ddpsim.errors import PartialTraceError
 from ddpsim.trace import Trace
@@ -20,7 +21,8 @@ def step_name(no_sync_every: int | None) -> str:
 
 
 def headline_lines(trace: Trace, head: str) -> list[str]:
-    """``head`` and the headline numbers; the time between steps where it is much; Join's line."""
+    """``head`` and the headline numbers; the time between steps where it is much; Join's line; ranks
+    that shared cores (``analysis.shared_cores``)."""
     try:
         summary = summarize(trace)
     except PartialTraceError:  # e.g. --iters 2 --no-sync-every 4: every step accumulated under no_sync
@@ -42,4 +44,6 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
         lines.append(logged)
     if (joined := join_line(trace)) is not None:
         lines.append(joined)
+    if (shared := shared_cores_line(trace)) is not None:
+        lines.append(f"note: {shared}")
     return lines

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from ddpsim.analysis import iteration_report, steady_summary
+from ddpsim.analysis.shared_cores import shared_cores_line
 from ddpsim.app import timeline_notes as notes, ui, units
 from ddpsim.app.state import require_trace, trace_key
 from ddpsim.viz import typical_iteration, plot_timeline
@@ -53,6 +54,8 @@ if (said := notes.import_notes(trace)):  # what the profile could not say (docs/
     st.info(said, icon=":material/input:")
 if (joined := notes.join_note(trace, iteration)):  # uneven inputs: the ranks out of data shadow the others
     st.info(joined, icon=":material/call_merge:")
+if (shared := shared_cores_line(trace)):  # a CPU recording with more ranks than cores: the times hold the turns
+    st.caption(f"{shared[0].upper()}{shared[1:]}.")
 if (logged := notes.torch_logger(trace, iteration)):  # torch's own timing of this iteration
     st.caption(logged)
 

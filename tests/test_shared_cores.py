@@ -1,0 +1,52 @@
+"""A CPU recording whose ranks took turns on cores says so (``ddpsim.analysis.shared_cores``): in the
+lines ``record`` and ``import`` print, and on the Timeline."""
+from ddpsim.analysis.shared_cores import shared_cores_line
+from ddpsim.cli.headline import headline_lines
+from ddpsim.samples import BUNDLED_DIR
+from ddpsim.trace import load_trace
+
+MLP = BUNDLED_DIR / "01_mlp_torch_default.json"  # 2 gloo ranks recorded on a 2-core machine
+
+
+def with_cores(cpus: int, hosts=("vm",)):
+    """The bundled 2-rank recording as if its host had ``cpus`` cores (``meta.pinning`` as the recorder writes it)."""
+    trace = load_trace(MLP)
+    trace.meta["pinning"] = {**trace.meta["pinning"], "cpus": cpus}
+    trace.meta["hosts"] = list(hosts)
+    return trace
+
+
+def test_ranks_with_a_core_each_say_nothing():
+    assert load_trace(MLP).meta["pinning"]["cpus"] == 2
+    assert shared_cores_line(load_trace(MLP)) is None
+    assert not any("shared" in line for line in headline_lines(load_trace(MLP), "recorded"))
+
+
+def test_two_ranks_on_one_core_are_named_in_the_headline():
+    line = shared_cores_line(with_cores(1))
+    assert line.startswith("2 ranks shared 1 CPU core on one host")
+    assert "waiting for the operating system" in line
+    assert headline_lines(with_cores(1), "recorded")[-1] == f"note: {line}"
+
+
+def test_ranks_per_host_count_on_several_hosts():
+    assert shared_cores_line(with_cores(1, hosts=("a", "b"))) is None  # one rank per host, one core each
+    assert shared_cores_line(with_cores(0)) is None  # no pinning recorded
+
+
+def test_profiles_and_simulations_say_nothing():
+    for name in ("10_h100_resnet18_gloo_2ranks.json", "20_sim_resnet50_v100-eth25_w64_default.json"):
+        trace = load_trace(BUNDLED_DIR / name)
+        trace.meta["pinning"] = {"cpus": 1}
+        assert shared_cores_line(trace) is None, name
+
+
+def test_the_timeline_says_the_ranks_shared_cores():
+    from apputil import with_uploads
+
+    at = with_uploads({"turns": with_cores(1), "own": load_trace(MLP)}, "timeline.py", "turns")
+    assert not at.exception
+    said = [c.value for c in at.caption if "shared 1 CPU core" in c.value]
+    assert said == [f"2{shared_cores_line(with_cores(1))[1:]}."], [c.value for c in at.caption]
+    at = with_uploads({"own": load_trace(MLP)}, "timeline.py", "own")
+    assert not any("CPU core" in c.value for c in at.caption)
