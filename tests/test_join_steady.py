@@ -77,3 +77,86 @@ def test_the_replay_learns_from_the_shadowed_iterations_and_summarises_as_the_re
     replay, _ = simulate(w, replay_config(w, trace))
     assert _shadowed(replay) == {6, 7}
     assert summarize(replay)["steady_iterations"] == summarize(trace)["steady_iterations"] == [1, 2, 3, 4, 5]
+
+
+ALL_SHADOWED = ROOT / "tests/fixtures/join_uneven3_iters4_mlp_torch.json"  # record --model mlp --world-size 2
+# --iters 4 --uneven 3 --join: rank 1 trains iteration 0 and shadows 1..3 (it never records the rebuilt layout)
+
+
+def _rank_0_out_of_data(trace):
+    """The same run with ranks 0 and 1 relabelled, so that rank 0 is the one that ran out of data (ranks in
+    rank order, each keeping its own iterations, layouts and shadow steps)."""
+    a, b = trace.ranks
+    a.rank, b.rank = 1, 0
+    trace.ranks = [b, a]
+    return trace
+
+
+def test_a_steady_state_made_only_of_shadowed_iterations_is_said_in_the_join_line():
+    """Also where rank 0 ran out of data: its layouts end before the rebuild, and the replay buckets as the
+    rank that trained did (rank 0's one bucket shadowed 3 allreduces where 6 were recorded)."""
+    from ddpsim.learn import learn, replay_config
+    from ddpsim.sim import simulate
+
+    for trace in (load_trace(ALL_SHADOWED), _rank_0_out_of_data(load_trace(ALL_SHADOWED))):
+        assert trace.shadowed_iterations == {1, 2, 3}
+        assert summarize(trace)["steady_iterations"] == [1, 2, 3]
+        line = join_line(trace)
+        assert line.endswith("; iterations 1..3, with ranks shadowing, are the whole steady state"), line
+        w = learn(trace)
+        replay = join_line(simulate(w, replay_config(w, trace))[0])
+        assert "; 6 zero-filled allreduces" in line and "; 6 zero-filled allreduces" in replay, replay
+
+
+def test_rank_0_out_of_data_loses_no_shadowed_iteration():
+    """The cycles are the micro-steps of the rank that recorded the most, whichever rank ran out of data:
+    the Join line, the replay's learning and its ranks are those of the run as recorded."""
+    from ddpsim.learn import learn, replay_config
+    from ddpsim.sim import simulate
+
+    trace, swapped = load_trace(FIXTURE), _rank_0_out_of_data(load_trace(FIXTURE))
+    assert swapped.ranks[0].join.shadows and len(swapped.ranks[0].iterations) == 6
+    assert summarize(swapped)["steady_iterations"] == [1, 2, 3, 4, 5]
+    assert steady_cycles(swapped, shadowed=True) == [[i] for i in range(1, 8)]
+    assert join_line(swapped).startswith("Join: rank 0 after micro-step 5 ran out of data")
+    assert join_line(swapped).split("first forward")[1] == join_line(trace).split("first forward")[1]
+    w, w_swapped = learn(trace), learn(swapped)
+    assert w_swapped.meta["steady_iterations"] == list(range(1, 8))
+    replays = [join_line(simulate(x, replay_config(x, t))[0]) for x, t in ((w, trace), (w_swapped, swapped))]
+    assert replays[0] == replays[1] and "iterations 6..7, with ranks shadowing, took a median" in replays[0]
+
+
+def test_with_powersgd_the_steady_state_is_compressing_steps_with_ranks_shadowing_and_says_so():
+    """Every rank trained only PowerSGD's plain-allreduce warm-up (steps 1..3); the compressing steps 4..5 had
+    rank 1 shadowing. At 1 Gb/s a warm-up step took 833 ms, a shadowed compressing one 44.3 ms, and one of the
+    same run with even inputs 44.4 ms: the shadowed compressing steps are the run's steady state."""
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    w = synthetic("resnet50")
+    cfg = dict(world_size=2, iters=6, comm_hook="powersgd", powersgd_start_iter=4, bandwidth_gbps=1.0)
+    trace, _ = simulate(w, SimConfig(**cfg, uneven=2, join=True))
+    even, _ = simulate(w, SimConfig(**cfg))
+    assert trace.shadowed_iterations == {4, 5}
+    assert summarize(trace)["steady_iterations"] == summarize(even)["steady_iterations"] == [4, 5]
+    warm_up, shadowed = _median_ms(trace, [1, 2, 3]), _median_ms(trace, [4, 5])
+    assert abs(shadowed / summarize(even)["iteration_time_s"] / 1e3 - 1) < 0.01 and warm_up > 10 * shadowed
+    assert join_line(trace).endswith("; iterations 4..5, with ranks shadowing, are the whole steady state: every "
+                                     "rank trained only iterations 1..3, PowerSGD's plain-allreduce warm-up before "
+                                     "it compressed from step 4")
+
+
+def test_the_join_line_names_no_sync_micro_steps_and_one_shadowed_iteration_as_they_are():
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    w = synthetic("resnet50")
+    nosync, _ = simulate(w, SimConfig(world_size=2, iters=6, no_sync_every=2, uneven=3, join=True))
+    assert nosync.shadowed_iterations == {9, 10, 11}  # rank 1 trained micro-step 8, the first of cycle [8, 9]
+    per_step = statistics.median(cycle_metrics(nosync, c)["iteration_time_s"] for c in ([8, 9], [10, 11])) * 1e3
+    assert (f"; micro-steps 8..11 (the cycles in which a rank shadowed) took a median {per_step:.1f} ms a "
+            "micro-step, left out of the steady state") in join_line(nosync)
+    one, _ = simulate(w, SimConfig(world_size=2, iters=6, uneven=1, join=True))
+    assert one.shadowed_iterations == {5}
+    assert join_line(one).endswith(f"; iteration 5, with ranks shadowing, took {_median_ms(one, [5]):.1f} ms, "
+                                   "left out of the steady state")

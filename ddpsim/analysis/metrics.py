@@ -39,7 +39,7 @@ backward, and by its busy kernels far less (docs/accuracy.md).
   PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
   warm-up, where later ones exist (a what-if's 3 steps starting it at step 2 were
   summarised as the mean of one allreduce step and one PowerSGD step); under Join, only those every
-  rank trained (Note [The steady state of a Join run is every rank training] in analysis/join.py).
+  rank trained where any is left (Note [The steady state of a Join run is every rank training] in analysis/join.py).
 """
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ NS = 1e-9  # seconds per nanosecond
 
 
 def cycles(trace: Trace) -> list[list[int]]:
-    """Iteration numbers grouped into accumulation cycles, each ending in a sync."""
+    """Iteration numbers grouped into accumulation cycles, each ending in a sync (``Trace.longest_rank``'s)."""
     out, current = [], []
-    for it in trace.ranks[0].iterations:
+    for it in trace.longest_rank.iterations:
         current.append(it.iteration)
         if it.sync:
             out.append(current)
@@ -67,18 +67,18 @@ def steady_cycles(trace: Trace, shadowed: bool = False) -> list[list[int]]:
     """Cycles in steady state (see the module docstring); never empty if any cycle exists. ``shadowed``:
     those where some rank only shadowed under Join too."""
     all_cycles = cycles(trace)
-    r0 = trace.ranks[0]
+    r0 = trace.longest_rank
     final = r0.layouts[-1] if r0.layouts else None
     steady = [(k, c) for k, c in enumerate(all_cycles)  # k: the synced step's number
               if 0 not in c and all(r0.layout_at(i) is final for i in c)]
-    start = _powersgd_start(trace)  # synced step k compresses from k = start_powerSGD_iter on
+    start = powersgd_start(trace)  # synced step k compresses from k = start_powerSGD_iter on
     compressed = [c for k, c in steady if start is not None and k >= start]
     chosen = compressed or [c for _, c in steady] or all_cycles[1:] or all_cycles
     out = set() if shadowed else trace.shadowed_iterations
     return [c for c in chosen if not out.intersection(c)] or chosen
 
 
-def _powersgd_start(trace: Trace) -> int | None:
+def powersgd_start(trace: Trace) -> int | None:
     """PowerSGD's ``start_powerSGD_iter`` where the run used PowerSGD (a recording's options, a
     simulation's config), else None."""
     opts, config = trace.meta.get("options") or {}, trace.meta.get("config") or {}

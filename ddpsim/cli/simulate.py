@@ -290,7 +290,7 @@ def main(args) -> int:
 
         save_trace(trace, args.out)
     print(f"simulated {workload.name}: world size {cfg.world_size}, {summary['n_buckets']} bucket{'s' * (summary['n_buckets'] != 1)}, "
-          f"{len(trace.ranks[0].iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
+          f"{len(trace.longest_rank.iterations)} iterations" + (f" -> {args.out}" if args.out else ""))
     wall = summary.pop("sim_wall_s")
     print("\n".join(summary_lines(workload, cfg, summary, simulate)))
     if (joined := join_line(trace)) is not None:

@@ -16,7 +16,11 @@ forward of all steady micro-steps of the same kind (synced or ``no_sync``: a syn
 step's communication the simulator adds itself), ``backward`` the same for the backward
 up to the last gradient, ``gap_s`` the seconds from the rank's previous micro-step's end
 to this one's forward. Micro-steps outside the steady state (iteration 0, the rebuild)
-take the rank's median values. ``SimConfig.recorded_ranks`` cycles the lists.
+take the rank's median values. ``SimConfig.recorded_ranks`` cycles the lists. Under Join the
+simulator gives rank r the K x r fewer batches ``record --uneven K`` does: the recorded ranks are
+played by the ranks given their batches, the one that trained the most micro-steps as rank 0 (a
+recording whose rank 0 ran out of data, relabelled from the bundled Join fixture, replayed its
+shadowed iterations at 25.3 ms by number and at 29.3 ms so, as the fixture itself does).
 
 Where ranks shared CPU cores (more ranks than cores: ``Link.cpus``), their recorded times
 hold the core sharing that the platform plays again (Note [Ranks take turns on a shared
@@ -69,7 +73,8 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
     # positions, not the numbers themselves, so the lists grow with the trace, not with its numbers)
     numbers = sorted({it.iteration for r in trace.ranks for it in r.iterations})
     out = {}
-    for r in trace.ranks:
+    joined = any(r.join is not None for r in trace.ranks)  # most micro-steps first (sim/join.py)
+    for k, r in enumerate(sorted(trace.ranks, key=lambda r: -len(r.iterations)) if joined else trace.ranks):
         own: dict[str, dict[int, float]] = {"forward": {}, "backward": {}, "gap_s": {}}
         prev = None
         for it in r.iterations:
@@ -82,7 +87,7 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
         if not own["forward"]:
             return {}
         typical_here = {k: statistics.median(v.values()) if v else 0.0 for k, v in own.items()}
-        out[r.rank] = {k: [v.get(i, typical_here[k]) for i in numbers] for k, v in own.items()}
+        out[k if joined else r.rank] = {p: [v.get(i, typical_here[p]) for i in numbers] for p, v in own.items()}
     return out
 
 

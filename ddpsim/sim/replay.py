@@ -52,8 +52,8 @@ def replay_caps(recorded: dict, fields: dict) -> dict:
 
 
 def recorded_layouts(trace) -> dict | None:
-    """Rank 0's layouts and the options they were built under (None: not a real recording)."""
-    if trace.source != "real" or not trace.ranks or not trace.ranks[0].layouts:
+    """The layouts (``Trace.longest_rank``'s) and the options they were built under (None: not a real recording)."""
+    if trace.source != "real" or not trace.ranks or not trace.longest_rank.layouts:
         return None
     try:
         options = recorded_options(trace)
@@ -62,7 +62,7 @@ def recorded_layouts(trace) -> dict | None:
     return {"options": options,
             "layouts": [{"from_iteration": lay.from_iteration, "kind": lay.kind,
                          "buckets": [list(b.params) for b in lay.buckets],
-                         "caps": [b.cap_bytes for b in lay.buckets]} for lay in trace.ranks[0].layouts]}
+                         "caps": [b.cap_bytes for b in lay.buckets]} for lay in trace.longest_rank.layouts]}
 
 
 def replayed(w, cfg) -> tuple[list, list[str]] | None:

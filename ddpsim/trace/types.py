@@ -244,6 +244,13 @@ class Trace:
         return int(ws) if ws is not None else len(self.ranks)
 
     @property
+    def longest_rank(self) -> RankTrace:
+        """The rank that recorded the most iterations, the lowest-numbered such: under Join, one that
+        trained to the end. Its micro-steps are the run's cycles and its layouts the ones in effect (a
+        rank out of data before the rebuild never records the rebuilt layout)."""
+        return max(self.ranks, key=lambda r: len(r.iterations))
+
+    @property
     def shadowed_iterations(self) -> set[int]:
         """The iterations some rank did not train, its data run out, and only shadowed under Join."""
         return {s.iteration for r in self.ranks if r.join is not None for s in r.join.shadows}

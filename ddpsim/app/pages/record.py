@@ -95,7 +95,7 @@ elif result and result[0] == "done":
         st.success(f"Done: '{label}' is now the open trace: see it on every page.")
         st.markdown("  \n".join(headline_lines(trace, "**Recorded**, medians over the steady iterations "
                                                        "(as `ddpsim record` prints them)")))
-        last = max(it.iteration for it in trace.ranks[0].iterations)
+        last = max(it.iteration for it in trace.longest_rank.iterations)
         it = 1 if last >= 1 else 0
         ui.show_figure(f"rec:{label}:{id(trace)}:{it}", lambda: plot_timeline(trace, it),
                        f"timeline_{label}_it{it}", alt=f"Timeline of iteration {it} of the new recording")
