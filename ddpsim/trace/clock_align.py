@@ -11,20 +11,21 @@ offset; the range of the middle half of the differences (max - min once the lowe
 quarters are left out) says how well the ends pin it. The reference is the rank whose allreduces the
 most other ranks ran (the lowest of those tied: rank 0 when every rank profiled the same steps), so
 a rank whose window is short, or that failed early, costs only its own offset its precision, not
-every other rank's. A rank that shares no allreduce with the reference is measured against the ends
-of the ranks moved before it, on the reference's clock. One count of who ran each allreduce and one
-sort per rank: linear in ranks x allreduces. With the bundled profiles copied into four ranks, the
-lowest rank's window cut to two steps and rank 3's to the last two, rank 3 lands on its copy (rank
-1) to the nanosecond; measured from the lowest rank alone it would rest on one step's 3 ends and
-land 38 us off, and with its window cut to one step it would share none and no rank could move. A
-rank that matches no other rank's allreduce is placed alone (``ddpsim.trace.profile_meta``), the
-others still by their ends. A rank's first forward does not pin a clock: aligning the ranks there
-erases how long one rank waited for another. On the bundled H100 gloo profiles (two ranks on one
-host, one clock) the 9 ends differ by a median of +60 us with a middle half 119 us wide: gloo's ring
-over TCP ends its last step on the two ranks up to a chunk's transfer apart. Ends scattered by
-milliseconds meet on no one clock: the profiles may come from two runs, or a busy host delayed its
-collectives, and the import says so (``scatter``). Used by ``ddpsim.trace.profile_meta.align``
-(``ddpsim import``).
+every other rank's; a rank that shares no allreduce with the reference is measured against the ends
+of the ranks measured before it, on the reference's clock (Note [Ranks join a clock through the
+allreduces they share] in ``ddpsim/trace/clock_groups.py``, which also groups ranks that share
+allreduces only among themselves). With the bundled profiles copied into four ranks on four clocks,
+the lowest rank's window cut to two steps and rank 3's to the last two (or the last one), rank 3
+lands on its copy (rank 1) to the nanosecond (``tests/test_clock_align_ranks.py``). A rank's first
+forward does not pin a clock: aligning the ranks there erases how long one rank waited for another,
+so only a rank (or group) that shares no allreduce with the largest group is placed by its steps,
+with a caution (Note [A rank no allreduce ties is placed by its steps] in
+``ddpsim/trace/clock_place.py``). On the bundled H100 gloo profiles (two ranks on one host, one
+clock) the 9 ends differ by a median of +60 us with a middle half 119 us wide: gloo's ring over TCP
+ends its last step on the two ranks up to a chunk's transfer apart. Ends scattered by milliseconds
+meet on no one clock: the profiles may come from two runs, or a busy host delayed its collectives,
+and the import says so (``scatter``). Used by ``ddpsim.trace.clock_groups.estimate`` and
+``ddpsim.trace.profile_meta.align`` (``ddpsim import``).
 
 Each bucket's end is that of the event the import reads as its allreduce: the NCCL kernel on the
 GPU clock, gloo's ``gloo:all_reduce`` run on the CPU (the device copies that follow it on a GPU
@@ -34,7 +35,6 @@ host's one timeline, so an offset found from either moves both.
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import dataclass
 
 END = "sync_end_ns"  # a bucket's collective end on its rank's clock: set by the import, popped here
@@ -75,36 +75,7 @@ def collective_ends(rank_dicts: list[dict]) -> list[dict]:
     return out
 
 
-def estimate(rank_dicts: list[dict]) -> list[Offset | None]:
-    """Each rank's offset from the reference rank's clock (Note [A collective ends at once on every
-    rank]), None for a rank none of whose allreduces (by step, order and size) another rank ran; all
-    None when no two ranks share one. Pops ``END`` from every bucket. Linear in ranks x allreduces:
-    one count of who ran each allreduce, one sort per rank, and one pass more only for ranks that
-    share nothing with the reference."""
-    ends = collective_ends(rank_dicts)
-    held = Counter(key for mine in ends for key in mine)
-    shares = [sum(held[key] - 1 for key in mine) for mine in ends]
-    ref = shares.index(max(shares))  # the lowest of the ranks whose allreduces the most others ran
-    out: list[Offset | None] = [None] * len(ends)
-    if shares[ref] == 0:
-        return out
-    ref_rank = rank_dicts[ref]["rank"]
-    out[ref] = Offset(ref_rank, 0, 0, sum(held[key] > 1 for key in ends[ref]), ref_rank)
-    common = dict(ends[ref])  # each allreduce's end on the reference's clock
-    while True:
-        placed = []
-        for i, mine in enumerate(ends):
-            if out[i] is None and (o := _from(rank_dicts[i]["rank"], mine, common, ref_rank)) is not None:
-                out[i] = o
-                placed.append(i)
-        if not placed:
-            return out
-        for i in placed:  # the ends of the allreduces the reference did not run, on its clock
-            for key, end in ends[i].items():
-                common.setdefault(key, end - out[i].ns)
-
-
-def _from(rank: int, mine: dict, common: dict, ref: int) -> Offset | None:
+def offset_from(rank: int, mine: dict, common: dict, ref: int) -> Offset | None:
     """A rank's offset from the ends in ``common``: the median difference over the allreduces it
     shares with them, the middle half's range beside it; None when it shares none."""
     diffs = sorted(end - common[key] for key, end in mine.items() if key in common)
@@ -139,7 +110,7 @@ def note(offsets: list[Offset]) -> str:
     counts = sorted({o.n for o in rest})
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     which = "" if len(offsets) < 3 else (" (the rank whose allreduces the most others ran; a rank that shares none "
-                                         "with it, with the ranks moved before it)")
+                                         "with it, against the ranks measured before it)")
     return (f"{CLOCK}the profiles' clocks differ; each rank was moved onto rank {ref}'s by the median "
             f"difference of the ends of the {n} allreduces it shares with rank {ref}{which} (Note [A collective "
             f"ends at once on every rank] in ddpsim/trace/clock_align.py): {listed}")

@@ -7,77 +7,62 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpsim.trace import FORMAT, VERSION
-from ddpsim.trace.clock_align import clock_meta, estimate, note, scatter, shared
-from ddpsim.trace.same_run import apart, ranks_text
+from ddpsim.trace.clock_align import clock_meta, note, scatter, shared
+from ddpsim.trace.clock_groups import estimate
+from ddpsim.trace.clock_place import one_clock, place_all, window
+from ddpsim.trace.same_run import apart
 
-SHARED_CLOCK_S = 600.0  # ranks whose first steps start this close (seconds) share a clock
 CAUTION = "caution: "  # an import note that ``ddpsim import`` also prints (the others are on the Timeline)
 
 
 def align(rank_dicts: list[dict]) -> tuple[dict, str | None]:
     """Puts the ranks on one clock, in place (times from the earliest first forward); returns
     ``meta.clock`` and a note when the clocks differed or could not be trusted. Offsets come from
-    the ends of the allreduces the ranks ran (Note [A collective ends at once on every rank] in
-    ddpsim/trace/clock_align.py): within their own spread the profiles keep the clock they share
-    (Kineto uses the host's). A rank that matches no other rank's allreduce is placed by itself
-    (``_lone``); where none matches, every rank is (``_unmatched``)."""
-    offsets = estimate(rank_dicts)
-    placed = [o for o in offsets if o is not None]
-    if not placed:
+    the ends of the allreduces the ranks ran, within each group of ranks that share them (Note
+    [Ranks join a clock through the allreduces they share] in ddpsim/trace/clock_groups.py): within
+    their own spread the profiles keep the clock they share (Kineto uses the host's). The other
+    groups and the ranks that share no allreduce are placed beside the largest group by their
+    steps (Note [A rank no allreduce ties is placed by its steps] in ddpsim/trace/clock_place.py);
+    where no allreduce matches, every rank is (``_unmatched``)."""
+    groups = estimate(rank_dicts)
+    if not groups:
         return _unmatched(rank_dicts)
+    main, placed = groups[0], list(groups[0].values())
     kept = shared(placed)
-    ns = [None if o is None else 0 if kept else o.ns for o in offsets]
-    if not kept:
-        found = apart([r for r, o in zip(rank_dicts, offsets) if o is not None], [o.ns for o in placed])
-        if found is not None:
-            return _first_forward(rank_dicts), (
-                f"{CAUTION}ProfilerStep#{found[0]} does not overlap across ranks even with the clocks aligned on "
-                f"the allreduces' ends (one rank's starts {found[1] / 1e6:.1f} ms after another's ends), as one "
-                "job's ranks always do: the profiles come from different runs; each rank is aligned at its first forward")
-        for r, o in zip(rank_dicts, offsets):
-            if o is not None:
-                r["clock_offset_ns"] = o.ns
-    how = ["kineto-shared" if kept else "collective-ends" if o is not None else None for o in offsets]
-    lone, matched = [i for i, o in enumerate(offsets) if o is None], [i for i, o in enumerate(offsets) if o is not None]
-    for i in lone:
-        how[i] = _lone(rank_dicts, ns, matched, i)
+    if not kept and (found := apart([rank_dicts[i] for i in main], [o.ns for o in placed])) is not None:
+        return _first_forward(rank_dicts), (
+            f"{CAUTION}ProfilerStep#{found[0]} does not overlap across ranks even with the clocks aligned on "
+            f"the allreduces' ends (one rank's starts {found[1] / 1e6:.1f} ms after another's ends), as one "
+            "job's ranks always do: the profiles come from different runs; each rank is aligned at its first forward")
+    ns: list[int | None] = [None] * len(rank_dicts)
+    for g in groups:
+        moved = not (kept if g is main else shared(list(g.values())))
+        for i, o in g.items():
+            ns[i] = rank_dicts[i]["clock_offset_ns"] = o.ns if moved else 0
+    lone = [[i] for i, o in enumerate(ns) if o is None]
+    units = [list(g) for g in groups[1:]] + lone  # placed by their steps: they share no allreduce with main
+    why = ([None if shared(list(g.values())) else "own" for g in groups[1:]] + [None] * len(lone) if kept
+           else ["differ"] * len(units))  # what keeps them off the profiles' clock whatever their steps
+    how, placing = place_all(rank_dicts, ns, list(main), units, why) if units else ({}, None)
+    how.update({i: "kineto-shared" if kept else "collective-ends" for i in main})
     _move(rank_dicts, ns)
     clock = {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {}} if kept else clock_meta(placed)
-    said, wide = [] if kept else [note(placed)], scatter(placed)
+    said, wide = [] if kept else [note(placed)], scatter([o for g in groups for o in g.values()])
     said += [f"{'' if said else 'the profiles are kept on the clock they share, '}but {wide}"] if wide else []
-    said += [_lone_note(rank_dicts, how, lone)] if lone else []
-    caution = CAUTION if lone or wide else ""
-    return {**clock, "placed_by": _by(rank_dicts, how)}, (caution + "; ".join(said)) if said else None
+    said += [placing] if placing else []
+    caution = CAUTION if placing or wide else ""
+    clock["placed_by"] = {str(r["rank"]): how[i] for i, r in enumerate(rank_dicts)}
+    if len(groups) > 1:
+        clock["groups"] = [_group(rank_dicts, g) for g in groups[1:]]
+    return clock, (caution + "; ".join(said)) if said else None
 
 
-def _lone(rank_dicts: list[dict], ns: list[int | None], others: list[int], i: int) -> str:
-    """Places rank ``i``, which matches no other rank's allreduce, by the rules of ``_unmatched``
-    against the ranks the allreduces placed (``others``): on their clock if its first step is within
-    ``SHARED_CLOCK_S`` of theirs and its steps overlap theirs, else its first step with theirs of that
-    number (or their earliest first forward). Sets ``ns[i]``; returns how it was placed."""
-    its = rank_dicts[i]["iterations"]
-    firsts = [rank_dicts[j]["iterations"][0]["forward"]["start_ns"] - ns[j] for j in others]
-    mine = its[0]["forward"]["start_ns"]
-    if abs(mine - min(firsts)) < SHARED_CLOCK_S * 1e9 and apart(
-            [rank_dicts[j] for j in [*others, i]], [ns[j] for j in others] + [0]) is None:
-        ns[i] = 0
-        return "kineto-shared"
-    same = [it["forward"]["start_ns"] - ns[j] for j in others for it in rank_dicts[j]["iterations"]
-            if it["iteration"] == its[0]["iteration"]]
-    ns[i] = mine - min(same or firsts)
-    return "first-forward"
-
-
-def _lone_note(rank_dicts: list[dict], how: list[str], lone: list[int]) -> str:
-    """What became of the ranks that match no other rank's allreduce, in one clause."""
-    def ranks(method=None):
-        return ranks_text([rank_dicts[i]["rank"] for i in lone if method in (None, how[i])])
-    kept, first = ranks("kineto-shared"), ranks("first-forward")
-    return (f"rank(s) {ranks()} match no other rank's allreduce (by step, order and size): " + "; ".join(
-        ([f"rank(s) {kept} kept on the clock the profiles share (the first step within {SHARED_CLOCK_S:.0f} s "
-          "of the others', the steps overlapping theirs)"] if kept else [])
-        + ([f"rank(s) {first} aligned at the first forward of its first step, put with the others' same step "
-            "(or their first), which hides how long it waited for them"] if first else [])))
+def _group(rank_dicts: list[dict], group: dict) -> dict:
+    """``meta.clock.groups``' entry of a group that shares allreduces only among itself."""
+    offsets = list(group.values())
+    return {"ranks": sorted(rank_dicts[i]["rank"] for i in group), "reference": offsets[0].ref,
+            "skew_ns": max(o.spread_ns for o in offsets),
+            "offsets_ns": {} if shared(offsets) else {str(o.rank): o.ns for o in offsets}}
 
 
 def _by(rank_dicts: list[dict], how: list[str]) -> dict:
@@ -87,24 +72,16 @@ def _by(rank_dicts: list[dict], how: list[str]) -> dict:
 
 def _unmatched(rank_dicts: list[dict]) -> tuple[dict, str | None]:
     """No allreduce matches across ranks: one shared clock where the first steps are close and the
-    synchronised steps overlap (Note [One job's ranks overlap in every synchronised step] in
-    ddpsim/trace/same_run.py), else each rank aligned at its own first forward."""
-    firsts = [r["iterations"][0]["forward"]["start_ns"] for r in rank_dicts]
-    unmatched = "no allreduce matches across ranks (by step, order and size), and "
-    if max(firsts) - min(firsts) >= SHARED_CLOCK_S * 1e9:
-        return _first_forward(rank_dicts), (
-            f"{CAUTION}{unmatched}the ranks' first steps are {(max(firsts) - min(firsts)) / 1e9:.0f} s apart on the "
-            "profiles' clocks: each rank is aligned at its first forward, which hides how long one waited for another")
-    found = apart(rank_dicts)
+    synchronised steps overlap (``one_clock``), else each rank aligned at its first forward."""
+    found = one_clock(window(rank_dicts, {i: 0 for i in range(len(rank_dicts))}))
     if found is None:
         _move(rank_dicts, [0] * len(rank_dicts))
         return {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {},
                 "placed_by": _by(rank_dicts, ["kineto-shared"] * len(rank_dicts))}, None
-    number, gap = found
     return _first_forward(rank_dicts), (
-        f"{CAUTION}{unmatched}ProfilerStep#{number} does not overlap across ranks on the profiles' clocks (one rank's "
-        f"starts {gap / 1e6:.1f} ms after another's ends), as one job's ranks always do: the profiles come "
-        "from hosts whose clocks differ, or from different runs; each rank is aligned at its first forward")
+        f"{CAUTION}no allreduce matches across ranks (by step, order and size), and {found[1]}: the profiles "
+        "come from hosts whose clocks differ, or from different runs; each rank is aligned at its first forward, "
+        "which hides how long one waited for another")
 
 
 def _move(rank_dicts: list[dict], offsets: list[int]) -> None:

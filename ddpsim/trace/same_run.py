@@ -16,15 +16,30 @@ def apart(rank_dicts: list[dict], offsets: list[int] | None = None) -> tuple[int
     across them, with the gap between the latest start and the earliest end; or None. Each rank
     is a trace dict's rank (``iterations`` with ``sync``, ``forward``, ``backward``, ``optimizer``);
     ``offsets``: each rank's clock offset (ns), taken off its times first."""
-    steps = [{it["iteration"]: it for it in r["iterations"]
-              if it.get("sync", True) and it.get("forward") and it.get("backward")} for r in rank_dicts]
-    if not steps:
-        return None
-    offsets = offsets or [0] * len(steps)
-    for number in sorted(set.intersection(*(set(s) for s in steps))):
-        its = [s[number] for s in steps]
-        start = max(it["forward"]["start_ns"] - o for it, o in zip(its, offsets))
-        end = min((it.get("optimizer") or it["backward"])["end_ns"] - o for it, o in zip(its, offsets))
+    return first_apart(step_spans(rank_dicts, offsets))
+
+
+def step_spans(rank_dicts: list[dict], offsets: list[int] | None = None) -> dict[int, tuple[int, int]]:
+    """Each synchronised step that every rank has -> (the latest start, the earliest end) over the
+    ranks, each rank's offset taken off its times: ``apart``'s test of a group of ranks, which
+    ``joined`` extends to a rank more without reading the group again."""
+    out: dict[int, tuple[int, int]] | None = None
+    for r, o in zip(rank_dicts, offsets or [0] * len(rank_dicts)):
+        mine = {it["iteration"]: (it["forward"]["start_ns"] - o, (it.get("optimizer") or it["backward"])["end_ns"] - o)
+                for it in r["iterations"] if it.get("sync", True) and it.get("forward") and it.get("backward")}
+        out = mine if out is None else joined(out, mine)
+    return out or {}
+
+
+def joined(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """``step_spans`` of two groups of ranks together: the steps both have."""
+    return {n: (max(a[n][0], b[n][0]), min(a[n][1], b[n][1])) for n in a.keys() & b.keys()}
+
+
+def first_apart(spans: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+    """``apart`` of ``step_spans``: the first step whose latest start is after its earliest end."""
+    for number in sorted(spans):
+        start, end = spans[number]
         if start > end:
             return number, start - end
     return None

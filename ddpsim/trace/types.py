@@ -200,7 +200,9 @@ class RankTrace:
     rank: int
     host: str = ""
     pid: int | None = None
-    clock_offset_ns: int = 0  # this rank's clock minus rank 0's, already removed
+    # this rank's clock minus rank 0's (imported profiles: the meta.clock.reference rank's, or its
+    # meta.clock.groups entry's reference), already removed
+    clock_offset_ns: int = 0
     complete: bool = True
     error: str | None = None
     layouts: list[Layout] = field(default_factory=list)
