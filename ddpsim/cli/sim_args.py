@@ -19,9 +19,10 @@ def add_input_arguments(p) -> None:
                           "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute stays "
                           "the recorded GPU's, with the slowdown its collectives caused where they were NCCL's (a SIMULATED trace of a "
                           "GPU model: its arch and batch on that GPU and network)")
-    src.add_argument("--batch", type=int, help=f"per-rank batch size, for {GPU_MODEL} (a recording's is as it ran)")
-    src.add_argument("--tflops", type=float, help=f"effective device rate, overriding the GPU profile's, for {GPU_MODEL} "
-                     "(a recording's compute is as it ran)")
+    src.add_argument("--batch", type=int, help="per-rank batch size for --arch or a SIMULATED trace of a GPU model; "
+                     "refused with a recording (its batch is the one it ran)")
+    src.add_argument("--tflops", type=float, help="effective device rate overriding the GPU profile's, for --arch or a "
+                     "SIMULATED trace of a GPU model; refused with a recording (its compute is as measured)")
 
 
 def cap_mb(value: str):
