@@ -111,7 +111,7 @@ def test_cli_simulate_last_line_is_json(recorded, tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--bucket-cap-mb", "nan"], "bucket_cap_mb must be a finite number"),  # torch takes 0 and -2
     (["--bucket-cap-mb", "-2", "--find-unused-parameters"], "negative bucket cap"),  # not this: torch refuses
-    (["--world-size", "0"], "world size"), (["--bandwidth-gbps", "nan"], "bandwidth"),
+    (["--world-size", "0"], "--world-size must be between 1 and"), (["--bandwidth-gbps", "nan"], "bandwidth"),
     (["--bandwidth-gbps", "-1"], "bandwidth"), (["--order", "upside"], "order"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(recorded, argv, message, capsys):

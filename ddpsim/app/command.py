@@ -25,8 +25,10 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
         now = whatif.choices(base)
         recorded_order = base.config.get("order", "torch")
     else:
-        args += ["--arch", base.arch, "--hardware", base.hardware, "--iters", str(whatif.SIM_ITERS)]
+        steps = whatif.run_controls(base)
+        args += ["--arch", base.arch, "--hardware", base.hardware, "--iters", str(steps["iters"])]
         args += ["--batch", str(base.batch)] if base.batch else []
+        args += ["--seed", str(steps["seed"])] if steps["seed"] else []
         now = {"bucket_cap_mb": None, "find_unused_parameters": False, "no_sync_every": 1,
                "broadcast_buffers": None, "last_bucket_small": False}  # SimConfig's defaults, torch's
         recorded_order = "torch"

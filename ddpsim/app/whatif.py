@@ -7,7 +7,8 @@ A what-if simulates a *workload* under a changed SimConfig:
   ``ddpsim.experiments.worldsize`` (the trace's calibration, one measured here, or a refusal);
 - for a simulated GPU trace (a bundled sample), it is the synthetic workload the
   trace was made from (``learn.gpu_model.of_trace``: arch, hardware, batch, options), as
-  ``simulate --trace`` and ``sweep --trace`` take it;
+  ``simulate --trace`` and ``sweep --trace`` take it, with the options the page has controls for,
+  its steps and its seed; a caution names the others (``cautions``);
 - or a synthetic GPU workload picked by hand (arch x GPU x network). Thin calls: ``ddpsim.sim``'s changes are met here.
 """
 from __future__ import annotations
@@ -108,7 +109,12 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
                             "concurrency": int(prof.get("concurrency", 1)),
                             "interference": float(prof.get("interference", 0))})
         return replay_config(work, trace, **changes)
-    return SimConfig(iters=SIM_ITERS, algo=algo, **changes)  # algo: NCCL_ALGO (None: auto)
+    return SimConfig(algo=algo, **run_controls(base), **changes)  # algo: NCCL_ALGO (None: auto)
+
+
+def run_controls(base: Base) -> dict:
+    """A GPU model's steps and seed: a simulated trace's own, as ``simulate --trace`` takes them."""
+    return {"iters": int(base.config.get("iters", SIM_ITERS)), "seed": int(base.config.get("seed", 0))}
 
 
 def run(work, cfg: SimConfig) -> tuple[Trace, dict]:
@@ -200,6 +206,10 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and not chosen and cfg.bucket_cap_mb_list is None:  # the recording's own allreduce line
         out += [c for c in [layout_sweep.beyond_fitted_sizes(cfg.bucket_cap_mb, work, trace)] if c]
+    if base.kind != "trace" and (model := gpu_model.of_trace(trace)) and (dropped := gpu_model.not_on_page(model)):
+        out.append(f"This run was simulated with options this page does not carry: {', '.join(dropped)}; the page "
+                   "simulates it without them. `python -m ddpsim simulate --trace` of this trace (the sidebar's "
+                   "download) carries them.")
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
                                  trace.meta.get("gpu")))

@@ -7,8 +7,10 @@
     python -m ddpsim simulate --arch resnet50 --hardware a100-nvlink --world-size 64 --out sim.json
     python -m ddpsim simulate --trace gpu_run.json --hardware h100-nvlink --world-size 8
 
-Options left out keep the recorded run's values (world size, bucket cap,
-find_unused_parameters, static_graph, no_sync_every from the trace's meta).
+Options left out keep the trace's: a recording's as it ran (world size, bucket cap,
+find_unused_parameters, static_graph, no_sync_every from its meta); a SIMULATED trace of a GPU
+model's every option (``ddpsim.learn.gpu_model.OPTIONS``: its meta.config but for the limits and
+the number of ranks its file kept) and its batch and --tflops.
 The last line on stdout is one JSON object: the summary (iteration_time_s,
 exposed_comm_s, overlap_fraction, per_bucket, ...).
 """
@@ -19,27 +21,15 @@ import json
 import sys
 from pathlib import Path
 
+from ddpsim.cli.sim_args import (DEFAULT_CAP, DEFAULT_HARDWARE, add_budget_arguments, add_input_arguments,
+                                  add_network_source_arguments, cap_mb, check_args, check_gpu_model_args,
+                                  check_recording_args)
 from ddpsim.errors import CLIError
 
 # the option a recording cannot run with (ddpsim.analysis.unused.refusal) as its command-line flag
 FLAGS = {"find_unused_parameters=False": "--no-find-unused-parameters", "static_graph=True": "--static-graph"}
 
-DEFAULT_HARDWARE = "a100-nvlink"  # --arch's GPU and network when --hardware is left out
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
-
-
-def add_input_arguments(p) -> None:
-    src = p.add_argument_group("input (one of)")
-    src.add_argument("--trace", help="a recorded trace (ddpsim record) to extract the workload from")
-    src.add_argument("--arch", help="synthetic workload: resnet50, bert-large or gpt2")
-    src.add_argument("--hardware",
-                     help="GPU-NETWORK, e.g. v100-ib100, a100-nvlink, h100-ib400: --arch's GPU and network "
-                          f"(default {DEFAULT_HARDWARE}); with --trace, the network to simulate other world "
-                          "sizes over (NVLink inside a node, the fabric between nodes; hardware/*.json); the compute stays "
-                          "the recorded GPU's, with the slowdown its collectives caused where they were NCCL's (a SIMULATED trace of a "
-                          "GPU model: its arch and batch on that GPU and network)")
-    src.add_argument("--batch", type=int, help="per-rank batch size for --arch")
-    src.add_argument("--tflops", type=float, help="effective device rate for --arch (overrides the profile)")
 
 
 def add_arguments(p) -> None:
@@ -75,8 +65,8 @@ def add_arguments(p) -> None:
     d.add_argument("--overlap", action="store_true",
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
     d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as many as were "
-                   "recorded, unless its ranks shared CPU cores; otherwise 20 (--trace), 3 (a SIMULATED trace of a GPU model, "
-                   "as the What-if page) or 6 (--arch))")
+                   "recorded, unless its ranks shared CPU cores; otherwise 20 (--trace), a SIMULATED trace of a GPU model's own "
+                   "or 6 (--arch))")
     d.add_argument("--seed", type=int)
     d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation between ranks "
                    "(default: the trace's measured spread; for --arch the GPU profile's rank_spread)")
@@ -98,54 +88,11 @@ def add_arguments(p) -> None:
     p.add_argument("--out", help="write the simulated trace here (JSON)")
 
 
-DEFAULT_CAP = "default"  # --bucket-cap-mb default: torch's bucket_cap_mb=None, also over a trace recorded with a cap
-
-
-def cap_mb(value: str):
-    """--bucket-cap-mb's value: a number of MiB, or "default"."""
-    return DEFAULT_CAP if value == DEFAULT_CAP else float(value)
-
-
-def add_network_source_arguments(p) -> None:
-    """--calibration and --no-calibrate: the network at a world size the trace was not recorded at."""
-    n = p.add_argument_group("another world size than the trace's (Note [Another world size on the user's path])")
-    n.add_argument("--calibration", metavar="FILE", help="the allreduce at other world sizes: `ddpsim calibrate "
-                   "--world-sizes ... --save FILE` (or a trace holding meta.calibration)")
-    n.add_argument("--no-calibrate", action="store_true",
-                   help="a CPU trace recorded here: do not measure the allreduce at the new world size (the "
-                        "prediction then carries no measurement at that size)")
-
-
-def add_budget_arguments(p) -> None:
-    from ddpsim.sim.budget import DEFAULT_MAX_EVENTS
-
-    b = p.add_argument_group("limits")
-    b.add_argument("--max-events", type=int,
-                   help=f"refuse a simulation estimated to need more events (default {DEFAULT_MAX_EVENTS:,})")
-    b.add_argument("--time-limit", dest="time_limit_s", type=float,
-                   help="stop a simulation that runs longer than this many seconds (default: none)")
-
-
-ARCH_LIMITS = {"batch": (1, 1_000_000), "tflops": (1e-6, 1e6)}  # samples per rank; TFLOP/s
-
-
-def check_args(args) -> None:
-    """Ranges of the options used before a SimConfig exists (the rest: SimConfig.validate)."""
-    import math
-
-    from ddpsim.sim.budget import LIMITS, _num
-
-    for name, (lo, hi) in [*ARCH_LIMITS.items(), ("concurrency", LIMITS["concurrency"][:2])]:
-        v = getattr(args, name, None)
-        if isinstance(v, (int, float)) and not (math.isfinite(v) and lo <= v <= hi):
-            raise ValueError(f"--{name} must be between {_num(lo)} and {_num(hi)}, not {v!r}")
-
-
 def load_source(args, world_sizes: list[int] | None = None):
     """(workload, the recorded trace or None, the SimConfig fields it starts from) from --trace or --arch;
     ``world_sizes``: those the trace will be asked for (default: ``--world-size``). A SIMULATED trace of a GPU
-    model is that model (``ddpsim.learn.gpu_model``, as the What-if page takes it): its arch and batch on its
-    hardware or on ``--hardware``'s, with its options. A recording asked for another world size with no network
+    model is that model (``ddpsim.learn.gpu_model``): its arch, batch and rate on its hardware or on
+    ``--hardware``'s, with every option it ran with. A recording asked for another world size with no network
     named first goes through ``experiments.worldsize.prepare`` (Note [Another world size on the user's path])."""
     from ddpsim.learn import gpu_model
     from ddpsim.sim.archs import synthetic
@@ -153,16 +100,20 @@ def load_source(args, world_sizes: list[int] | None = None):
 
     if bool(args.trace) == bool(args.arch):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
-    check_args(args)
-    if args.trace:
-        trace = load_trace(args.trace)
-        if (model := gpu_model.of_trace(trace)) is not None:
-            return model.workload(args.hardware, args.batch, args.tflops), None, model.fields()
-        if world_sizes is None:
-            world_sizes = [args.world_size] if args.world_size else []
+    if world_sizes is None:
+        world_sizes = [args.world_size] if args.world_size is not None else []
+    check_args(args, world_sizes)
+    trace = load_trace(args.trace) if args.trace else None
+    model = gpu_model.of_trace(trace)
+    if trace is not None and model is None:
+        check_recording_args(args)
         return learn_trace(trace, args, world_sizes), trace, {}
-    if args.batch is not None and args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, not {args.batch}")
+    check_gpu_model_args(args)
+    if model is not None:
+        if model.tflops is not None and args.tflops is None and not gpu_model.same_gpu(args.hardware or model.hardware, model.hardware):
+            print(f"note: {args.trace} ran at {model.tflops:g} TFLOP/s (--tflops) on {model.hardware}; {args.hardware} "
+                  "runs at its GPU profile's rate: give --tflops to set one", file=sys.stderr)
+        return model.workload(args.hardware, args.batch, args.tflops), None, model.fields()
     hardware = DEFAULT_HARDWARE if args.hardware is None else args.hardware  # given: checked, not replaced
     return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None, {}
 
@@ -173,13 +124,8 @@ def learn_trace(trace, args, world_sizes: list[int]):
     from ddpsim.experiments.calibrate import load_calibration
     from ddpsim.learn import learn
     from ddpsim.sim import network
-    from ddpsim.sim.budget import LIMITS, _num
     from ddpsim.trace.profile_sizes import UnknownSizesError, unknown_sizes
 
-    lo, hi, _ = LIMITS["world_size"]
-    for ws in world_sizes:  # before anything is measured for them
-        if not (isinstance(ws, int) and lo <= ws <= hi):
-            raise ValueError(f"--world-size must be between {_num(lo)} and {_num(hi)} ranks, not {ws!r}")
     if (why := unknown_sizes(trace)) is not None:  # before a network is asked for at another world size
         raise UnknownSizesError(why)
     if getattr(args, "calibration", None):

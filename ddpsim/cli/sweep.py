@@ -24,8 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-from ddpsim.cli.simulate import (FLAGS, add_budget_arguments, add_input_arguments, add_network_source_arguments,
-                                 load_source, parse_stragglers)
+from ddpsim.cli.sim_args import add_budget_arguments, add_input_arguments, add_network_source_arguments
+from ddpsim.cli.simulate import FLAGS, load_source, parse_stragglers
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.sweep import to_csv
 from ddpsim.errors import CLIError
@@ -78,9 +78,9 @@ def add_arguments(p) -> None:
     f.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
     f.add_argument("--overlap", action="store_true", help="per-parameter allreduce from each gradient's hook")
     f.add_argument("--iters", type=int, default=None, help="synced steps per configuration (default: --trace at "
-                   "its world size, as many as were recorded; otherwise 20 (--trace), 3 (a SIMULATED trace of a "
-                   "GPU model, as the What-if page) or 4 (--arch))")
-    f.add_argument("--seed", type=int, default=0)
+                   "its world size, as many as were recorded; otherwise 20 (--trace), a SIMULATED trace of a GPU "
+                   "model's own or 4 (--arch))")
+    f.add_argument("--seed", type=int, help="default: a SIMULATED trace of a GPU model's own, otherwise 0")
     f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
     add_network_source_arguments(p)
     add_budget_arguments(p)
@@ -91,8 +91,8 @@ def add_arguments(p) -> None:
 
 def fixed_options(args) -> dict:
     """The SimConfig fields the command line fixes for every row."""
-    base = {"seed": args.seed, **({"iters": args.iters} if args.iters is not None else {})}
-    for k in ("max_events", "time_limit_s", "find_unused_parameters", "static_graph", "hardware"):
+    base = {}
+    for k in ("seed", "iters", "max_events", "time_limit_s", "find_unused_parameters", "static_graph", "hardware"):
         if getattr(args, k) is not None:
             base[k] = getattr(args, k)
     if args.naive:

@@ -146,10 +146,10 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 Span(*map(_ns, rec["search"])) if rec["search"] else None, bitmap,
                 Collective(_ns(rec["buffers"][0]), _ns(rec["buffers"][1]), rec["buffers"][2])
                 if "buffers" in rec else None))
-        copies = min(a.count, cfg.trace_ranks) if a.kind == "identical" else 1
+        numbers = group_ranks(a, model.actors, cfg.trace_ranks) if a.kind == "identical" else [a.rank]
         joined = join_record(a) if cfg.join else None
-        for k in range(copies):  # identical ranks share one timeline
-            ranks.append(RankTrace(rank=a.rank + k, host="simulated", layouts=layouts, iterations=iters, join=joined))
+        for r in numbers:  # identical ranks share one timeline
+            ranks.append(RankTrace(rank=r, host="simulated", layouts=layouts, iterations=iters, join=joined))
     ranks.sort(key=lambda r: r.rank)
     config = asdict(cfg)
     if cfg.bucket_cap_mb_list is None:  # written only where given: other simulations' meta stays as it was
@@ -169,6 +169,18 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                         "iters": cfg.iters * cfg.no_sync_every}}
     params = [Param(p.index, p.name, list(p.shape), p.dtype, p.bytes) for p in w.params]
     return Trace(source="simulated", meta=meta, params=params, ranks=ranks)
+
+
+def group_ranks(group, actors, most: int) -> list[int]:
+    """The first ``most`` ranks of an identical ``group``: from its first rank up, those no other actor
+    plays (a straggler among them plays alone)."""
+    taken = {a.rank for a in actors if a is not group}
+    out, r = [], group.rank
+    while len(out) < min(group.count, most):
+        if r not in taken:
+            out.append(r)
+        r += 1
+    return out
 
 
 def join_record(a) -> JoinRecord:
