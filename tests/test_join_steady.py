@@ -3,7 +3,7 @@ run is every rank training] in ddpsim/analysis/join.py). The steady state took i
 iterations where a rank had run out of data and only shadowed too: on the fixture below 31.0 ms, where
 the iterations every rank trained took 25.3 ms and the two shadowed ones 35.3 and 31.0 ms.
 
-``tests/fixtures/join_uneven2_mlp_torch.json`` is a real recording: ``python -m ddpsim record --model mlp
+``tests/fixtures/join/join_uneven2_mlp_torch.json`` is a real recording: ``python -m ddpsim record --model mlp
 --world-size 2 --iters 8 --uneven 2 --join --impl torch`` (2 gloo ranks; rank 1 trains iterations 0..5 and
 shadows 6 and 7).
 """
@@ -16,7 +16,7 @@ from ddpsim.analysis import cycle_metrics, spread, steady_cycles, summarize
 from ddpsim.analysis.join import join_line
 from ddpsim.trace import load_trace
 
-FIXTURE = ROOT / "tests/fixtures/join_uneven2_mlp_torch.json"
+FIXTURE = ROOT / "tests/fixtures/join/join_uneven2_mlp_torch.json"
 
 
 def _shadowed(trace):
@@ -79,7 +79,7 @@ def test_the_replay_learns_from_the_shadowed_iterations_and_summarises_as_the_re
     assert summarize(replay)["steady_iterations"] == summarize(trace)["steady_iterations"] == [1, 2, 3, 4, 5]
 
 
-ALL_SHADOWED = ROOT / "tests/fixtures/join_uneven3_iters4_mlp_torch.json"  # record --model mlp --world-size 2
+ALL_SHADOWED = ROOT / "tests/fixtures/join/join_uneven3_iters4_mlp_torch.json"  # record --model mlp --world-size 2
 # --iters 4 --uneven 3 --join: rank 1 trains iteration 0 and shadows 1..3 (it never records the rebuilt layout)
 
 
