@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from ddpsim import samples
 from ddpsim.analysis import summarize
 from ddpsim.app import sweep_verdict, whatif
+from ddpsim.sim.network import NCCL_ALGOS
 from ddpsim.learn import layout_sweep
 from ddpsim.experiments.worldsize import measurable
 from ddpsim.trace import load_trace
@@ -370,7 +371,7 @@ def test_a_gpu_model_picks_nccls_algorithm():
     ring = whatif.evaluate(work, base, None, config(base, work, world_size=100_000, algo="ring"))
     assert {b["algo"] for b in auto.summary["nccl"]} == {"tree"} and {b["algo"] for b in ring.summary["nccl"]} == {"ring"}
     assert ring.change["iteration_time_s"] > 5 * auto.change["iteration_time_s"] > 0  # 64 -> 100,000 ranks
-    assert 100_000 in whatif.world_options(base) and "nvls" in whatif.NCCL_ALGOS
+    assert 100_000 in whatif.world_options(base) and "nvls" in NCCL_ALGOS
 
 
 def samples_from(tmp_path, monkeypatch, host: str) -> str:

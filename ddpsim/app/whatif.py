@@ -23,7 +23,7 @@ from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.sim.archs import arch_defaults
-from ddpsim.sim.network import NCCL_ALGOS, networks  # NCCL_ALGOS: a GPU model's NCCL_ALGO ("auto": NCCL's choice)
+from ddpsim.sim.network import networks
 from ddpsim.trace import Trace, quiet_ranks
 
 ARCHS = ("resnet50", "bert-large", "gpt2")

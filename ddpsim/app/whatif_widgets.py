@@ -3,9 +3,9 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RECORDED, HOOKS, NCCL_ALGOS, POWERSGD_START, SWEEP_RUNS, Base
+from ddpsim.app.whatif import AS_RECORDED, HOOKS, POWERSGD_START, SWEEP_RUNS, Base
 from ddpsim.sim import budget, nccl
-from ddpsim.sim.network import fabric_between_nodes, gpu_networks, gpus, network_for, networks
+from ddpsim.sim.network import NCCL_ALGOS, fabric_between_nodes, gpu_networks, gpus, network_for, networks
 
 
 def recorded_hook(base: Base) -> str | None:
