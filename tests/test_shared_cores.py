@@ -1,5 +1,7 @@
 """A CPU recording whose ranks took turns on cores says so (``ddpsim.analysis.shared_cores``): in the
 lines ``record`` and ``import`` print, and on the Timeline."""
+import copy
+
 from ddpsim.analysis.shared_cores import shared_cores_line
 from ddpsim.cli.headline import headline_lines
 from ddpsim.samples import BUNDLED_DIR
@@ -8,11 +10,14 @@ from ddpsim.trace import load_trace
 MLP = BUNDLED_DIR / "01_mlp_torch_default.json"  # 2 gloo ranks recorded on a 2-core machine
 
 
-def with_cores(cpus: int, hosts=("vm",)):
-    """The bundled 2-rank recording as if its host had ``cpus`` cores (``meta.pinning`` as the recorder writes it)."""
+def with_cores(cpus: int, hosts=("vm", "vm")):
+    """The bundled 2-rank recording as if its hosts had ``cpus`` cores (``meta.pinning`` as the recorder
+    writes it) and rank r ran on ``hosts[r]``."""
     trace = load_trace(MLP)
     trace.meta["pinning"] = {**trace.meta["pinning"], "cpus": cpus}
-    trace.meta["hosts"] = list(hosts)
+    for r, host in zip(trace.ranks, hosts):
+        r.host = host
+    trace.meta["hosts"] = sorted(set(hosts))
     return trace
 
 
@@ -29,9 +34,14 @@ def test_two_ranks_on_one_core_are_named_in_the_headline():
     assert headline_lines(with_cores(1), "recorded")[-1] == f"note: {line}"
 
 
-def test_ranks_per_host_count_on_several_hosts():
+def test_the_busiest_host_counts_on_several_hosts():
     assert shared_cores_line(with_cores(1, hosts=("a", "b"))) is None  # one rank per host, one core each
     assert shared_cores_line(with_cores(0)) is None  # no pinning recorded
+    four = with_cores(2)
+    four.ranks.extend(copy.deepcopy(four.ranks))  # 4 ranks: 3 on host a, 1 on host b
+    for r, host in zip(four.ranks, ("a", "a", "a", "b")):
+        r.host = host
+    assert shared_cores_line(four).startswith("3 ranks shared 2 CPU cores on the busiest host")
 
 
 def test_profiles_and_simulations_say_nothing():

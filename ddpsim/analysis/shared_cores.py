@@ -8,7 +8,7 @@ other machines: the line says what the recorded times hold.
 """
 from __future__ import annotations
 
-import math
+from collections import Counter
 
 from ddpsim.trace import Trace
 
@@ -21,7 +21,8 @@ def ranks_per_core(trace: Trace) -> tuple[int, int] | None:
         return None
     if not isinstance(cpus, int) or cpus < 1:
         return None
-    per_host = math.ceil(trace.world_size / max(1, len(trace.meta.get("hosts") or [None])))
+    busiest = Counter(r.host for r in trace.ranks).most_common(1)
+    per_host = busiest[0][1] if busiest else 0
     return (per_host, cpus) if per_host > cpus else None
 
 
@@ -30,7 +31,8 @@ def shared_cores_line(trace: Trace) -> str | None:
     if (found := ranks_per_core(trace)) is None:
         return None
     ranks, cpus = found
-    where = "on one host" if len(trace.meta.get("hosts") or []) <= 1 else "per host"
+    hosts = {r.host for r in trace.ranks}
+    where = "on one host" if len(hosts) <= 1 else "on the busiest host"
     return (f"{ranks} ranks shared {cpus} CPU core{'s' * (cpus != 1)} {where} (each rank pinned to one of them): "
             "ranks took turns on a core, so these times include waiting for the operating system to run each "
             "rank, which ranks with a core or a GPU each do not pay")

@@ -13,7 +13,7 @@ every iteration), then no environment variable. Where every row is as good, ther
 """
 from __future__ import annotations
 
-from ddpsim.buckets import MIB
+from ddpsim.buckets import DEFAULT_CAP_MB, MIB
 from ddpsim.learn import sweep
 
 SWEEP_ORDERS = ("torch", "definition", "random")
@@ -150,7 +150,7 @@ def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: st
 BEYOND_FIT = 4  # a bucket this many times the largest allreduce a trace's own line was fitted through: cautioned
 
 
-def beyond_fitted_sizes(cap: float | None, work, trace) -> str:
+def beyond_fitted_sizes(cap: float | None, work, trace) -> str | None:
     """A caution where a bucket cap (None: torch's default 25 MiB) builds buckets far larger than any
     allreduce the recording timed, and the allreduce's cost is the line fitted through the recording's
     own collectives (``comm_fit`` from the trace, not a calibration): that line's slope is all that prices
@@ -160,14 +160,14 @@ def beyond_fitted_sizes(cap: float | None, work, trace) -> str:
     fit = (getattr(work, "meta", None) or {}).get("comm_fit") or {}
     steady = set((getattr(work, "meta", None) or {}).get("steady_iterations") or [])
     if trace is None or not str(fit.get("from", "")).startswith("trace"):
-        return ""
-    timed = [[b.bytes for b in it.buckets] for it in trace.ranks[0].iterations if it.iteration in steady and it.buckets]
+        return None
+    timed = [[b.bytes for b in it.buckets] for it in trace.longest_rank.iterations if it.iteration in steady and it.buckets]
     if not timed:
-        return ""
+        return None
     hi, lo, total = max(map(max, timed)), min(map(min, timed)), max(map(sum, timed))
-    largest = min(total, (25 if cap is None else cap) * MIB)
+    largest = min(total, (DEFAULT_CAP_MB if cap is None else cap) * MIB)
     if largest <= BEYOND_FIT * hi:
-        return ""
+        return None
     return (f"Caution: the recording timed allreduces of {lo / MIB:.2f}–{hi / MIB:.2f} MiB only; bucket_cap_mb="
             f"{cap_text(cap)} makes buckets of up to {largest / MIB:.1f} MiB, priced by the line fitted through those "
             "sizes, not measured: record a run at that cap to check it (`python -m ddpsim validate --trace THIS.json "
