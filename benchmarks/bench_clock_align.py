@@ -1,10 +1,11 @@
 """Clock alignment time against the number of ranks: ``profile_meta.align`` must be about linear.
 
-Two made-up jobs of N ranks, each rank 3 steps of 3 bucket allreduces (the shape of
+Three made-up jobs of N ranks, each rank 3 steps of 3 bucket allreduces (the shape of
 ``tests/test_clock_align.py``'s ``_rank``), each on its own clock (rank r's r us ahead):
 ``chain``, rank r profiled steps r and r+1, so each rank shares allreduces with its neighbours only
 and the offsets reach the last rank through all the others; ``lone``, every other rank without
-allreduces, placed alone against the rest. Prints a markdown table of ranks, seconds and
+allreduces, placed alone against the rest; ``pairs``, ranks 2p and 2p+1 profiled step p only, so the
+job is N/2 groups of two, each on its own clock and placed against the first. Prints a markdown table of ranks, seconds and
 microseconds per rank; the goal is microseconds per rank about constant.
 
     python benchmarks/bench_clock_align.py [--ranks 500 1000 2000]
@@ -41,6 +42,8 @@ def rank(r: int, steps: range, allreduces: bool = True) -> dict:
 def job(kind: str, n: int) -> list[dict]:
     if kind == "chain":
         return [rank(r, range(r, r + 2)) for r in range(n)]
+    if kind == "pairs":
+        return [rank(r, range(r // 2, r // 2 + 1)) for r in range(n)]
     return [rank(r, range(3), allreduces=r % 2 == 0) for r in range(n)]
 
 
@@ -49,7 +52,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[500, 1000, 2000])
     args = ap.parse_args()
     print("| job | ranks | seconds | us per rank |\n|---|---|---|---|")
-    for kind in ("chain", "lone"):
+    for kind in ("chain", "lone", "pairs"):
         for n in args.ranks:
             ranks = job(kind, n)
             t0 = time.perf_counter()

@@ -138,4 +138,5 @@ def test_ends_that_do_not_meet_on_any_clock_are_said_to_be_perhaps_two_runs(cloc
     ranks = [_rank(0, 0, 0), _rank(1, int(clock_ms * MS), 0, drift_ns=lambda s: (1 if s % 2 else -1) * MS)]
     clock, said = align(ranks)
     assert said is not None and said.startswith("caution: ") and "ends scatter over 2.0 ms" in said, said
+    assert "where one job's ends fall within about a message's latency" in said
     assert clock["method"] == ("kineto-shared" if clock_ms == 0 else "collective-ends")

@@ -128,8 +128,8 @@ def test_a_rank_without_allreduces_beside_ranks_on_two_clocks_is_put_at_their_fi
 
 def test_a_rank_without_allreduces_beside_ranks_on_one_clock_keeps_it(tmp_path, unmoved):
     """The three ranks on the clock they share, rank 2 without allreduces: all keep it, and the
-    caution says rank 2's place rests on its first step alone: without allreduces its steps do not
-    synchronise, so no step of it must overlap the others'."""
+    caution says why: rank 2's steps overlap the others' synchronised steps 4-6, as one DDP job's
+    must (a rank cannot skip the allreduces the others ran, whether or not its profile holds them)."""
     trace = import_profiles([profile(tmp_path, 0, 0, 0, 3), profile(tmp_path, 1, 1, 0, 3),
                              profile(tmp_path, 1, 2, 0, 3, allreduces=False)])
     clock = trace.meta["clock"]
@@ -139,7 +139,8 @@ def test_a_rank_without_allreduces_beside_ranks_on_one_clock_keeps_it(tmp_path, 
     said = [n for n in trace.meta["import_notes"] if "share no allreduce" in n]
     assert len(said) == 1 and said[0].startswith(CAUTION + "rank(s) 2 share no allreduce (by step, order and size) "
                                                  "with rank(s) 0, 1: rank(s) 2 kept on the clock the profiles share "
-                                                 "(their first step within 600 s of the others'; no synchronised step in common")
+                                                 "(their first step within 600 s of the others', their steps overlapping the "
+                                                 "others' synchronised steps of the same numbers)")
 
 
 @pytest.mark.parametrize("shifts_us", [(0, 0, 0, 0), (0, 3700, -2500, 12000)])
@@ -149,7 +150,8 @@ def test_ranks_that_share_allreduces_only_among_themselves_are_put_on_one_clock(
     put on rank 2's clock by their ends (a group of its own, meta.clock.groups), and their step-6
     forwards start as far apart as the unmoved files' (0.2 ms; 14.3 ms on their own clocks). No
     allreduce ties the two groups: on one clock the second keeps it, said to rest on its first step
-    alone (no step in common to check), on four it is put at the first group's first forward."""
+    alone (no step in common to check), on four it is put at the first group's first forward plus two
+    of its step periods (its one step's length, 44.9 ms), after the first group's step 4."""
     files = [profile(tmp_path, r % 2, r, us, 4, steps=(4,) if r < 2 else (6,)) for r, us in enumerate(shifts_us)]
     trace = import_profiles(files)
     clock, kept = trace.meta["clock"], shifts_us[3] == 0
@@ -165,8 +167,14 @@ def test_ranks_that_share_allreduces_only_among_themselves_are_put_on_one_clock(
         for r in range(4):
             same_times(trace.ranks[r], unmoved.ranks[r % 2], tol_ns=2)
     else:
-        assert min(forward[2][6], forward[3][6]) == 0  # with the first group's first forward: no step in common
+        step4 = max(it.optimizer.end_ns for r in trace.ranks[:2] for it in r.iterations)
+        assert min(forward[2][6], forward[3][6]) == 2 * step4  # no step in common: two step periods on
+        assert clock["placed_ns"].keys() == {"2", "3"}
     said = [n for n in trace.meta["import_notes"] if "share no allreduce" in n]
     assert len(said) == 1 and "rank(s) 2, 3 share no allreduce (by step, order and size) with rank(s) 0, 1" in said[0]
-    assert "overlapping" not in said[0] and "match no other rank's" not in said[0]
-    assert ("no synchronised step in common with the others" if kept else "the others' clocks differ") in said[0]
+    assert "overlapping" not in said[0]
+    assert ("none of their steps is numbered as a step the others synchronised" if kept
+            else "the others' clocks differ") in said[0]
+    assert ("rank(s) 2, 3, their ends on one clock" if kept else
+            f"rank(s) 2, 3, moved onto rank 2's clock by their ends (rank 3 "
+            f"+{clock['groups'][0]['offsets_ns']['3'] / 1e6:.3f} ms)") in said[0]

@@ -102,11 +102,11 @@ def note(offsets: list[Offset]) -> str:
     """One line: the offsets removed and how many allreduces gave them."""
     ref = offsets[0].ref
     rest = [o for o in offsets if o.rank != ref]
-    listed = ", ".join(f"rank {o.rank} {_time(o.ns)} (middle half {o.spread_ns / 1e6:.3f} ms wide)"
+    listed = ", ".join(f"rank {o.rank} {time_text(o.ns)} (middle half {o.spread_ns / 1e6:.3f} ms wide)"
                        for o in rest[:LISTED])
     if len(rest) > LISTED:
         ns = [o.ns for o in rest[LISTED:]]
-        listed += f" and {len(ns)} more ({_time(min(ns))} to {_time(max(ns))})"
+        listed += f" and {len(ns)} more ({time_text(min(ns))} to {time_text(max(ns))})"
     counts = sorted({o.n for o in rest})
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     which = "" if len(offsets) < 3 else (" (the rank whose allreduces the most others ran; a rank that shares none "
@@ -121,10 +121,10 @@ def scatter(offsets: list[Offset]) -> str | None:
     job's (Note [A collective ends at once on every rank]); else None."""
     wide = max(o.spread_ns for o in offsets)
     return None if wide <= SCATTER_NS else (
-        f"the allreduces' ends scatter over {wide / 1e6:.1f} ms between ranks, where one job's end within about a "
-        "message's latency: the profiles may come from different runs, or a busy host delayed its collectives")
+        f"the allreduces' ends scatter over {wide / 1e6:.1f} ms between ranks, where one job's ends fall within "
+        "about a message's latency: the profiles may come from different runs, or a busy host delayed its collectives")
 
 
-def _time(ns: int) -> str:
+def time_text(ns: int) -> str:
     """An offset in ms to the microsecond, or in s from a second on."""
     return f"{ns / 1e6:+.3f} ms" if abs(ns) < 1e9 else f"{ns / 1e9:+.6f} s"

@@ -36,7 +36,8 @@ def estimate(rank_dicts: list[dict]) -> list[dict[int, Offset]]:
     pieces = _pieces(ends, holders, shares)
     refs = [max(piece, key=lambda i: (shares[i], -i)) for piece in pieces]
     order = sorted(range(len(pieces)), key=lambda g: (-len(pieces[g]), -shares[refs[g]], refs[g]))
-    return [_measured(refs[g], ends, holders, [r["rank"] for r in rank_dicts]) for g in order]
+    ranks = [r["rank"] for r in rank_dicts]
+    return [_measured(refs[g], ends, holders, ranks) for g in order]
 
 
 def _pieces(ends: list[dict], holders: dict, shares: list[int]) -> list[list[int]]:

@@ -43,7 +43,7 @@ def align(rank_dicts: list[dict]) -> tuple[dict, str | None]:
     units = [list(g) for g in groups[1:]] + lone  # placed by their steps: they share no allreduce with main
     why = ([None if shared(list(g.values())) else "own" for g in groups[1:]] + [None] * len(lone) if kept
            else ["differ"] * len(units))  # what keeps them off the profiles' clock whatever their steps
-    how, placing = place_all(rank_dicts, ns, list(main), units, why) if units else ({}, None)
+    how, shifts, placing = place_all(rank_dicts, ns, list(main), units, why) if units else ({}, {}, None)
     how.update({i: "kineto-shared" if kept else "collective-ends" for i in main})
     _move(rank_dicts, ns)
     clock = {"method": "kineto-shared", "skew_ns": 0, "offsets_ns": {}} if kept else clock_meta(placed)
@@ -51,7 +51,9 @@ def align(rank_dicts: list[dict]) -> tuple[dict, str | None]:
     said += [f"{'' if said else 'the profiles are kept on the clock they share, '}but {wide}"] if wide else []
     said += [placing] if placing else []
     caution = CAUTION if placing or wide else ""
-    clock["placed_by"] = {str(r["rank"]): how[i] for i, r in enumerate(rank_dicts)}
+    clock["placed_by"] = _by(rank_dicts, [how[i] for i in range(len(rank_dicts))])
+    if shifts:
+        clock["placed_ns"] = {str(rank_dicts[i]["rank"]): ns for i, ns in sorted(shifts.items())}
     if len(groups) > 1:
         clock["groups"] = [_group(rank_dicts, g) for g in groups[1:]]
     return clock, (caution + "; ".join(said)) if said else None

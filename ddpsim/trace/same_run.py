@@ -19,21 +19,24 @@ def apart(rank_dicts: list[dict], offsets: list[int] | None = None) -> tuple[int
     return first_apart(step_spans(rank_dicts, offsets))
 
 
-def step_spans(rank_dicts: list[dict], offsets: list[int] | None = None) -> dict[int, tuple[int, int]]:
-    """Each synchronised step that every rank has -> (the latest start, the earliest end) over the
-    ranks, each rank's offset taken off its times: ``apart``'s test of a group of ranks, which
-    ``joined`` extends to a rank more without reading the group again."""
+def step_spans(rank_dicts: list[dict], offsets: list[int] | None = None,
+               every: bool = False) -> dict[int, tuple[int, int]]:
+    """Each synchronised step (each step, if ``every``) that every rank has -> (the latest start, the
+    earliest end) over the ranks, each rank's offset taken off its times: ``apart``'s test of a group
+    of ranks, which ``joined`` extends to a rank more without reading the group again."""
     out: dict[int, tuple[int, int]] | None = None
     for r, o in zip(rank_dicts, offsets or [0] * len(rank_dicts)):
         mine = {it["iteration"]: (it["forward"]["start_ns"] - o, (it.get("optimizer") or it["backward"])["end_ns"] - o)
-                for it in r["iterations"] if it.get("sync", True) and it.get("forward") and it.get("backward")}
+                for it in r["iterations"]
+                if (every or it.get("sync", True)) and it.get("forward") and it.get("backward")}
         out = mine if out is None else joined(out, mine)
     return out or {}
 
 
 def joined(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-    """``step_spans`` of two groups of ranks together: the steps both have."""
-    return {n: (max(a[n][0], b[n][0]), min(a[n][1], b[n][1])) for n in a.keys() & b.keys()}
+    """``step_spans`` of two groups of ranks together: the steps both have (read from the fewer)."""
+    few, many = (a, b) if len(a) <= len(b) else (b, a)
+    return {n: (max(a[n][0], b[n][0]), min(a[n][1], b[n][1])) for n in few if n in many}
 
 
 def first_apart(spans: dict[int, tuple[int, int]]) -> tuple[int, int] | None:

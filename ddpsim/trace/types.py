@@ -201,7 +201,8 @@ class RankTrace:
     host: str = ""
     pid: int | None = None
     # this rank's clock minus rank 0's (imported profiles: the meta.clock.reference rank's, or its
-    # meta.clock.groups entry's reference), already removed
+    # meta.clock.groups entry's reference), already removed; an imported rank placed by its steps
+    # also had its meta.clock.placed_ns removed
     clock_offset_ns: int = 0
     complete: bool = True
     error: str | None = None
