@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from ddpsim.app import whatif
-from ddpsim.learn import hardware
+from ddpsim.learn import gpu_model, hardware
 from ddpsim.sim.network import networks
 
 
@@ -47,6 +47,8 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
         args += ["--last-bucket-small" if small else "--no-last-bucket-small"]
     if hook:
         args += ["--comm-hook", hook] + (["--powersgd-start-iter", str(whatif.POWERSGD_START)] if hook == "powersgd" else [])
+    elif base.kind != "trace":  # the hook a simulated trace of a GPU model ran with, as the page carries it
+        args += [a for k, v in gpu_model.hook_of(base.config).items() for a in shlex.split(gpu_model.flag_text(k, v))]
     if algo:
         args += ["--algo", algo]
     if base.kind == "trace":

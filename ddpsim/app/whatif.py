@@ -7,8 +7,8 @@ A what-if simulates a *workload* under a changed SimConfig:
   ``ddpsim.experiments.worldsize`` (the trace's calibration, one measured here, or a refusal);
 - for a simulated GPU trace (a bundled sample), it is the synthetic workload the
   trace was made from (``learn.gpu_model.of_trace``: arch, hardware, batch, options), as
-  ``simulate --trace`` and ``sweep --trace`` take it, with the options the page has controls for,
-  its steps and its seed; a caution names the others (``cautions``);
+  ``simulate --trace`` and ``sweep --trace`` take it, with the options the page has controls for (hook and
+  NCCL algorithm too), its steps and seed; a caution names the others as their flags (``cautions``);
 - or a synthetic GPU workload picked by hand (arch x GPU x network). Thin calls: ``ddpsim.sim``'s changes are met here.
 """
 from __future__ import annotations
@@ -97,7 +97,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
         changes.update(comm_hook=comm_hook, powersgd_start_iter=POWERSGD_START)
     if base.kind != "trace":  # a GPU model: its profile's rank noise and hook rates, as simulate --arch
-        changes = {**arch_defaults(workload(base, None) if work is None else work, comm_hook), **changes}
+        changes = {**({} if comm_hook else gpu_model.hook_of(base.config)), **changes}  # None: the hook it ran with
+        changes = {**arch_defaults(workload(base, None) if work is None else work, changes.get("comm_hook"), changes.get("powersgd_rank")), **changes}
     elif work is not None and trace is not None:
         if (refused := refusal(trace, find_unused_parameters, bool(base.config.get("static_graph")))):
             raise ValueError(": ".join(refused))  # the recorded model cannot run so (ddpsim/analysis/unused.py)
@@ -144,7 +145,8 @@ def choices(base: Base) -> dict:
     return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order if order in ORDERS else "torch",
             "find_unused_parameters": bool(c.get("find_unused_parameters")),
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
-            "network": AS_RECORDED if base.kind == "trace" else base.network, "algo": None,
+            "network": AS_RECORDED if base.kind == "trace" else base.network,
+            "algo": None if base.kind == "trace" else c.get("algo"),  # a simulated trace's NCCL_ALGO
             "broadcast_buffers": bool(c.get("broadcast_buffers", True)),
             "last_bucket_small": bool(c.get("last_bucket_small", False))}
 
@@ -196,8 +198,8 @@ def _rel(a: dict, b: dict) -> dict:
     return {m: (a[m] - b[m]) / b[m] if b[m] else 0.0 for m in METRICS}
 
 
-def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list[str]:
-    """Plain warnings when the what-if reaches far beyond what was recorded."""
+def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None, unchanged: SimConfig | None = None) -> list[str]:
+    """Plain warnings when the what-if reaches far beyond what was recorded, or leaves out an option of the run."""
     recorded = int(base.config.get("world_size", 2))
     chosen = cfg.bandwidth_gbps is not None or cfg.hardware is not None
     out = beyond.far_cautions(trace, work, recorded, cfg.world_size, chosen) if base.kind == "trace" else []
@@ -206,7 +208,7 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and not chosen and cfg.bucket_cap_mb_list is None:  # the recording's own allreduce line
         out += [c for c in [layout_sweep.beyond_fitted_sizes(cfg.bucket_cap_mb, work, trace)] if c]
-    if base.kind != "trace" and (model := gpu_model.of_trace(trace)) and (dropped := gpu_model.not_on_page(model)):
+    if base.kind != "trace" and (model := gpu_model.of_trace(trace)) and (dropped := gpu_model.not_on_page(model, unchanged)):
         out.append(f"This run was simulated with options this page does not carry: {', '.join(dropped)}; the page "
                    "simulates it without them. `python -m ddpsim simulate --trace` of this trace (the sidebar's "
                    "download) carries them.")
@@ -223,10 +225,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     With nothing changed ``cfg`` equals the unchanged config and the change is exactly 0.
     """
     sim_fn = simulate_fn or run
-    c = choices(base)
-    unchanged_cfg = sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
-                               c["no_sync_every"], c["world_size"], c["network"], cfg.trace_ranks, work, trace, c["algo"],
-                               last_bucket_small=c["last_bucket_small"])
+    unchanged_cfg = unchanged_config(base, work, trace, cfg.trace_ranks)
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show
@@ -238,8 +237,16 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     waits = (wait_s(sim_fn, work, cfg, summary), wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
-                   _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work),
+                   _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work, unchanged_cfg),
                    waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source)
+
+
+def unchanged_config(base: Base, work, trace: Trace | None, trace_ranks=None) -> SimConfig:
+    """The configuration the page's controls start at (``choices``): the run as the page simulates it."""
+    c = choices(base)
+    return sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"], c["no_sync_every"],
+                      c["world_size"], c["network"], trace_ranks, work, trace, c["algo"],
+                      last_bucket_small=c["last_bucket_small"])
 
 
 def describe_change(out: Outcome) -> str:

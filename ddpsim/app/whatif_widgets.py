@@ -9,8 +9,8 @@ from ddpsim.sim.network import NCCL_ALGOS, fabric_between_nodes, gpu_networks, g
 
 
 def recorded_hook(base: Base) -> str | None:
-    """The hook the run was recorded with (None: DDP's own allreduce, or not a recorded run)."""
-    return base.config.get("comm_hook") if base.kind == "trace" else None
+    """The hook the run was recorded (or a simulated trace of a GPU model ran) with (None: DDP's own allreduce)."""
+    return base.config.get("comm_hook")
 
 
 def cap_list_note(base: Base) -> str | None:
@@ -41,7 +41,7 @@ def hook_label(hook: str | None, base: Base | None = None) -> str:
     and start step they run with here."""
     hook = chosen_hook(hook)
     if hook and base is not None and hook == recorded_hook(base):
-        return f"{hook} (as recorded)"
+        return f"{hook} (as recorded)" if base.kind == "trace" else f"{hook} (as the trace ran)"
     if hook == "powersgd":
         return f"powersgd (rank 1, from step {POWERSGD_START}; torch's default start is 1000)"
     return hook or "none (DDP's own allreduce)"

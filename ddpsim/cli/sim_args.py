@@ -80,6 +80,8 @@ def check_recording_args(args) -> None:
 
 def check_gpu_model_args(args) -> None:
     """The flags a GPU model (--arch, or a SIMULATED trace of one) cannot take: a recording's network."""
-    if getattr(args, "calibration", None):
-        raise ValueError("--calibration applies to a recording (ddpsim record or import): a GPU model's network "
-                         "(--hardware) prices the allreduce at every world size")
+    for flag, given in (("--calibration", getattr(args, "calibration", None)),
+                        ("--no-calibrate", getattr(args, "no_calibrate", False))):
+        if given:
+            raise ValueError(f"{flag} applies to a recording (ddpsim record or import): a GPU model's network "
+                             "(--hardware) prices the allreduce at every world size")

@@ -61,8 +61,9 @@ def add_arguments(p) -> None:
     d.add_argument("--join", action=argparse.BooleanOptionalAction, default=None,
                    help="train inside model.join(): a rank out of data shadows the others' collectives")
     d.add_argument("--no-sync-every", type=int, help="sync every n micro-steps (no_sync in between)")
-    d.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
-    d.add_argument("--overlap", action="store_true",
+    d.add_argument("--naive", action=argparse.BooleanOptionalAction, default=None,
+                   help="per-parameter allreduce after backward (--no-naive: DDP's buckets, over a trace made with --naive)")
+    d.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
     d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as many as were "
                    "recorded, unless its ranks shared CPU cores; otherwise 20 (--trace), a SIMULATED trace of a GPU model's own "
@@ -74,7 +75,8 @@ def add_arguments(p) -> None:
                    help="sampled: draw each rank's speed (a trace's default); expected: every rank waits for the "
                         "expected slowest of N (--arch's default; sim/stragglers.py)")
     d.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
-                   help="rank RANK computes FACTOR times slower (repeatable)")
+                   help="rank RANK computes FACTOR times slower (repeatable; given, they replace a SIMULATED "
+                        "trace's stragglers)")
     n = p.add_argument_group("network")
     n.add_argument("--bandwidth-gbps", type=float, help="per-rank link bandwidth, Gbit/s")
     n.add_argument("--latency-us", type=float, help="per-step latency alpha, microseconds")
@@ -89,7 +91,7 @@ def add_arguments(p) -> None:
 
 
 def load_source(args, world_sizes: list[int] | None = None):
-    """(workload, the recorded trace or None, the SimConfig fields it starts from) from --trace or --arch;
+    """(workload, the recorded trace or None, the GPU model of a SIMULATED trace or None) from --trace or --arch;
     ``world_sizes``: those the trace will be asked for (default: ``--world-size``). A SIMULATED trace of a GPU
     model is that model (``ddpsim.learn.gpu_model``): its arch, batch and rate on its hardware or on
     ``--hardware``'s, with every option it ran with. A recording asked for another world size with no network
@@ -102,20 +104,21 @@ def load_source(args, world_sizes: list[int] | None = None):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
     if world_sizes is None:
         world_sizes = [args.world_size] if args.world_size is not None else []
-    check_args(args, world_sizes)
     trace = load_trace(args.trace) if args.trace else None
     model = gpu_model.of_trace(trace)
     if trace is not None and model is None:
-        check_recording_args(args)
-        return learn_trace(trace, args, world_sizes), trace, {}
+        check_recording_args(args)  # before the ranges: a recording takes no --batch at all
+        check_args(args, world_sizes)
+        return learn_trace(trace, args, world_sizes), trace, None
     check_gpu_model_args(args)
+    check_args(args, world_sizes)
     if model is not None:
         if model.tflops is not None and args.tflops is None and not gpu_model.same_gpu(args.hardware or model.hardware, model.hardware):
             print(f"note: {args.trace} ran at {model.tflops:g} TFLOP/s (--tflops) on {model.hardware}; {args.hardware} "
                   "runs at its GPU profile's rate: give --tflops to set one", file=sys.stderr)
-        return model.workload(args.hardware, args.batch, args.tflops), None, model.fields()
+        return model.workload(args.hardware, args.batch, args.tflops), None, model
     hardware = DEFAULT_HARDWARE if args.hardware is None else args.hardware  # given: checked, not replaced
-    return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None, {}
+    return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None, None
 
 
 def learn_trace(trace, args, world_sizes: list[int]):
@@ -169,7 +172,7 @@ FIELDS = {"world_size": "world_size", "bucket_cap_mb": "bucket_cap_mb", "bucket_
           "powersgd_start_iter": "powersgd_start_iter", "skip_all_reduce_unused_params": "skip_all_reduce_unused_params",
           "last_bucket_small": "last_bucket_small", "jitter": "jitter", "jitter_mode": "jitter_mode", "bandwidth_gbps": "bandwidth_gbps", "latency_us": "latency_us",
           "algo": "algo", "hardware": "hardware", "concurrency": "concurrency", "interference": "interference",
-          "max_events": "max_events", "time_limit_s": "time_limit_s"}
+          "max_events": "max_events", "time_limit_s": "time_limit_s", "naive": "naive", "overlap": "overlap"}
 
 
 def overrides_from_args(args) -> dict:
@@ -182,29 +185,25 @@ def overrides_from_args(args) -> dict:
     order = parse_order(getattr(args, "order", None))
     if order is not None:
         values["order"] = order
-    if getattr(args, "naive", False):
-        values["naive"] = True
-    if getattr(args, "overlap", False):
-        values["overlap"] = True
     strag = parse_stragglers(getattr(args, "straggler", None))
     if strag:
         values["stragglers"] = strag
     return values
 
 
-def config_for(workload, trace, values: dict):
-    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``) or a GPU model's defaults."""
+def config_for(workload, trace, values: dict, model=None, source: str | None = None):
+    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``), a SIMULATED trace's
+    GPU ``model`` (``GpuModel.sim_config``: its options under them; ``source``, the trace's file) or --arch's defaults."""
     from ddpsim.analysis.unused import refusal
-    from ddpsim.learn import replay_config
-    from ddpsim.sim.api import SimConfig
-    from ddpsim.sim.archs import arch_defaults
+    from ddpsim.learn import gpu_model, replay_config
 
+    if model is not None:
+        return model.sim_config(workload, values, source)
     if trace is None:
-        cfg = SimConfig(**{**arch_defaults(workload, values.get("comm_hook"), values.get("powersgd_rank")), **values})
-    else:
-        cfg = replay_config(workload, trace, **values)
-        if (refused := refusal(trace, cfg.find_unused_parameters, cfg.static_graph)):
-            raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")
+        return gpu_model.make_config(workload, values)
+    cfg = replay_config(workload, trace, **values)
+    if (refused := refusal(trace, cfg.find_unused_parameters, cfg.static_graph)):
+        raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")
     cfg.validate()
     return cfg
 
@@ -215,10 +214,10 @@ def main(args) -> int:
     from ddpsim.sim.api import simulate
     from ddpsim.trace.same_run import quiet_ranks
 
-    workload, recorded, ran = load_source(args)
+    workload, recorded, model = load_source(args)
     if recorded is not None and (quiet := quiet_ranks(recorded)):
         print(f"note: {quiet[0].lower()}{quiet[1:]}", file=sys.stderr)
-    cfg = config_for(workload, recorded, {**ran, **overrides_from_args(args)})
+    cfg = config_for(workload, recorded, overrides_from_args(args), model, args.trace)
     if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
         raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
                        f"(this simulation's hook is {cfg.comm_hook or 'none'})")

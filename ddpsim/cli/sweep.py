@@ -75,13 +75,16 @@ def add_arguments(p) -> None:
     f.add_argument("--find-unused-parameters", action=argparse.BooleanOptionalAction, default=None,
                    help="fix it (default: the What-if page's sweep tries both; a grid given, as recorded or off)")
     f.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=None)
-    f.add_argument("--naive", action="store_true", help="per-parameter allreduce after backward")
-    f.add_argument("--overlap", action="store_true", help="per-parameter allreduce from each gradient's hook")
+    f.add_argument("--naive", action=argparse.BooleanOptionalAction, default=None,
+                   help="per-parameter allreduce after backward")
+    f.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="per-parameter allreduce from each gradient's hook")
     f.add_argument("--iters", type=int, default=None, help="synced steps per configuration (default: --trace at "
                    "its world size, as many as were recorded; otherwise 20 (--trace), a SIMULATED trace of a GPU "
                    "model's own or 4 (--arch))")
     f.add_argument("--seed", type=int, help="default: a SIMULATED trace of a GPU model's own, otherwise 0")
-    f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR")
+    f.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
+                   help="given, they replace a SIMULATED trace's stragglers")
     add_network_source_arguments(p)
     add_budget_arguments(p)
     p.add_argument("--metric", default="iteration_time_s",
@@ -92,13 +95,10 @@ def add_arguments(p) -> None:
 def fixed_options(args) -> dict:
     """The SimConfig fields the command line fixes for every row."""
     base = {}
-    for k in ("seed", "iters", "max_events", "time_limit_s", "find_unused_parameters", "static_graph", "hardware"):
+    for k in ("seed", "iters", "max_events", "time_limit_s", "find_unused_parameters", "static_graph", "hardware",
+              "naive", "overlap"):
         if getattr(args, k) is not None:
             base[k] = getattr(args, k)
-    if args.naive:
-        base["naive"] = True
-    if args.overlap:
-        base["overlap"] = True
     strag = parse_stragglers(args.straggler)
     if strag:
         base["stragglers"] = strag
@@ -127,15 +127,16 @@ def main(args) -> int:
 
     grid = parse_grid(args)
     base = fixed_options(args)
-    workload, trace, ran = load_source(args, grid.get("world_size", []))  # ran: a simulated trace's options
+    workload, trace, model = load_source(args, grid.get("world_size", []))  # model: a simulated trace's
     needs_fu = None  # why find_unused_parameters must stay on (ddpsim/analysis/unused.py)
     if (refused := refusal(trace, False, bool(base.get("static_graph")))):
         option, why = refused
         if option == "static_graph=True" or base.get("find_unused_parameters") is False:
             raise CLIError(f"{FLAGS[option]}: {why}")  # every row would fail in torch
         needs_fu = why
-    if trace is None:
-        base = arch_config(workload, grid, {**ran, **base})
+    if trace is None:  # a GPU model: a SIMULATED trace's options under the flags given (GpuModel.settings)
+        base = arch_config(workload, grid, model.settings(base) if model else base,
+                           model.carried({**base, **grid}) if model else [], args.trace)
     if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks
         rows, notes = layout_sweep.rank(sweep(workload, grid, base, args.metric, trace=trace), args.metric), []
     else:  # the What-if page's layouts, over the other grid flags
@@ -165,15 +166,18 @@ def main(args) -> int:
     return 0
 
 
-def arch_config(workload, grid: dict, base: dict):
-    """The SimConfig every row of an --arch sweep starts from: the GPU model's defaults, then ``base``."""
+def arch_config(workload, grid: dict, base: dict, carried: list[str] = (), source: str | None = None):
+    """The SimConfig every row of an --arch sweep starts from: the GPU model's defaults, then ``base``; checked
+    at each world size of the grid, a refusal caused by an option ``carried`` from a SIMULATED trace
+    (``source``) naming it (``gpu_model.checked``)."""
+    from ddpsim.learn import gpu_model
     from ddpsim.sim.api import SimConfig
 
-    hook = base.get("comm_hook") or grid.get("comm_hook")  # a GPU model prices a hook at its rates
-    cfg = SimConfig(**{"iters": 4, **arch_defaults(workload, hook, base.get("powersgd_rank")), **base})
-    if "world_size" not in grid:
-        cfg.validate()
-    return cfg
+    def make(fields):
+        return gpu_model.make_config(workload, fields, {"iters": 4})
+    for world in grid.get("world_size", [None]):
+        gpu_model.checked(base if world is None else {**base, "world_size": world}, make, list(carried), source)
+    return SimConfig(**{"iters": 4, **arch_defaults(workload, base.get("comm_hook"), base.get("powersgd_rank")), **base})
 
 
 def _cell(col: str, v) -> str:

@@ -4,7 +4,10 @@
 the synthetic workload it ran (``ddpsim.sim.archs.synthetic``: arch, GPU-NETWORK hardware, batch, rate)
 and whose ``meta.config`` holds its SimConfig. ``simulate --trace`` and ``sweep --trace`` start from
 ``of_trace``: the same workload and every option it ran with (``OPTIONS``), so one file gives one number.
-The What-if page's controls set fewer of them (``PAGE``): it names the others (``not_on_page``).
+Flags given change them as a recording's replay takes its options (``GpuModel.settings``: another bucket
+cap drops the trace's ``bucket_cap_mb_list``); a refusal an option carried from the trace causes names
+that option as its flag (``GpuModel.sim_config``). The What-if page carries fewer of them (``PAGE``, and the
+hook and NCCL algorithm it starts its controls on): it names the others as their flags (``not_on_page``).
 
     >>> from ddpsim.sim import SimConfig
     >>> from ddpsim.sim.archs import arch_defaults
@@ -20,6 +23,7 @@ from dataclasses import fields as dataclass_fields
 
 from ddpsim.sim import SimConfig, network, synthetic
 from ddpsim.sim.archs import arch_defaults
+from ddpsim.sim.replay import replay_caps
 
 ITERS = 3  # synced steps of a GPU model's simulation where the trace does not say: iteration 0, the rebuild, one steady step
 # SimConfig fields a simulated trace's options leave out: the run's bounds, and how many ranks its file keeps
@@ -28,9 +32,10 @@ RUN_CONTROLS = ("max_events", "time_limit_s", "trace_ranks")
 # rates): kept only where the trace's differ from its own model's, so on another --hardware they are that GPU's
 DERIVED = ("jitter", "jitter_mode", "hook_rates")
 BY_RANK = ("stragglers", "backward_scale", "recorded_ranks")  # rank -> value; JSON wrote the ranks as strings
-# the options the What-if page sets (its controls, and the run's steps and seed, which it has no control for)
+# the options the What-if page sets (its controls, its hook and NCCL algorithm starting at the trace's, and
+# the run's steps and seed, which it has no control for); an order other than a name is not among them
 PAGE = ("world_size", "bucket_cap_mb", "find_unused_parameters", "no_sync_every", "order", "last_bucket_small",
-        "iters", "seed")
+        "iters", "seed", "comm_hook", "powersgd_rank", "powersgd_start_iter", "algo")
 DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in dataclass_fields(SimConfig)}
 OPTIONS = tuple(k for k in DEFAULTS if k not in RUN_CONTROLS)  # every option a simulated trace carries
 
@@ -56,6 +61,52 @@ class GpuModel:
         """The SimConfig fields a simulation of this model starts from (the trace's options; ``ITERS``
         steps where it has none), before any change; the GPU model's defaults (``arch_defaults``) go under them."""
         return {"iters": ITERS, **self.config}
+
+    def settings(self, changes: dict) -> dict:
+        """The SimConfig fields of this model under ``changes`` (the flags given), as a recording's replay
+        takes them (``replay_caps``): another bucket cap, or a first bucket's, drops the trace's
+        bucket_cap_mb_list; a bucket_cap_mb_list given drops its first_bucket_cap_mb."""
+        return {**replay_caps(self.fields(), changes), **changes}
+
+    def sim_config(self, work, changes: dict, source: str) -> SimConfig:
+        """The validated SimConfig of this model on ``work`` (its ``arch_defaults`` under ``settings``); a
+        refusal that an option carried from the trace (not in ``changes``) causes says so, as its flag."""
+        return checked(self.settings(changes), lambda f: make_config(work, f), self.carried(changes), source)
+
+    def carried(self, changes: dict) -> list[str]:
+        """The options of the trace that ``changes`` leave as they ran."""
+        return [k for k in self.config if k not in changes]
+
+
+def make_config(work, fields: dict, base: dict | None = None) -> SimConfig:
+    """``fields`` over ``base`` (default: nothing) over the GPU model's defaults on ``work``, validated."""
+    both = {**(base or {}), **fields}
+    cfg = SimConfig(**{**arch_defaults(work, both.get("comm_hook"), both.get("powersgd_rank")), **both})
+    cfg.validate()
+    return cfg
+
+
+def checked(fields: dict, make, carried: list[str], source: str):
+    """``make(fields)``; where it raises a ValueError, the same with the carried options without which it
+    passes (each back at SimConfig's default) named as their flags, "carried from SOURCE's options"."""
+    try:
+        return make(fields)
+    except ValueError as e:
+        blamed = [k for k in carried if k in fields and fields[k] != DEFAULTS[k] and _passes(make, {**fields, k: DEFAULTS[k]})]
+        if not blamed:
+            raise
+        how = [f"{flag_text(k, False)} drops it" if fields[k] is True else f"a {flag_text(k, fields[k]).split()[0]} "
+               "given replaces it" for k in blamed]
+        raise ValueError(f"{e} ({', '.join(flag_text(k, fields[k]) for k in blamed)} carried from {source}'s "
+                         f"options: {'; '.join(how)})") from None
+
+
+def _passes(make, fields: dict) -> bool:
+    try:
+        make(fields)
+    except ValueError:
+        return False
+    return True
 
 
 def same_gpu(a: str, b: str) -> bool:
@@ -88,7 +139,54 @@ def options(cfg: dict, model: GpuModel) -> dict:
     return {k: v for k, v in kept.items() if k not in own or v != own[k]}
 
 
-def not_on_page(model: GpuModel) -> list[str]:
-    """The options ``model`` ran with that the What-if page does not set (``PAGE``), as "name value"."""
-    out = [f"{k} {v}" for k, v in model.config.items() if k not in PAGE and v != DEFAULTS[k]]
-    return out + ([f"tflops {model.tflops:g}"] if model.tflops is not None else [])
+HOOK = ("comm_hook", "powersgd_rank", "powersgd_start_iter")  # a comm hook as a simulated trace ran it
+
+
+def hook_of(config: dict) -> dict:
+    """The comm hook a simulated trace's options ``config`` ran with, and its PowerSGD settings ({}: none):
+    the What-if page's hook selector starts there."""
+    hook = config.get("comm_hook")
+    return {k: config[k] for k in HOOK if k in config and (k == "comm_hook" or hook == "powersgd")} if hook else {}
+
+
+def not_on_page(model: GpuModel, page=None) -> list[str]:
+    """The options ``model`` ran with that the What-if page's unchanged SimConfig ``page`` does not have
+    (None: those outside ``PAGE``), and its --tflops, as the flags that set them."""
+    def dropped(k, v):
+        if page is None:
+            return (k not in PAGE or (k == "order" and not isinstance(v, str))) and v != DEFAULTS[k]
+        return not _same(getattr(page, k), v)
+    out = [flag_text(k, v) for k, v in model.config.items() if dropped(k, v)]
+    return out + ([flag_text("tflops", model.tflops)] if model.tflops is not None else [])
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {int(k): v for k, v in a.items()} == {int(k): v for k, v in b.items()}
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return a == b
+
+
+FLAG = {"stragglers": "--straggler", "time_limit_s": "--time-limit"}  # the rest: --the-field-name
+NO_FLAG = ("hook_rates", "recorded_ranks", "backward_scale")  # set by the model, not by a flag: "name value"
+
+
+def flag_text(name: str, value) -> str:
+    """An option as the ``simulate`` flags that set it: ``--straggler 2:1.5``, ``--naive``,
+    ``--no-broadcast-buffers``, ``--bucket-cap-mb-list 1 5 25``, ``--order 0,1,...,160`` (a long list cut)."""
+    if name in NO_FLAG:
+        return f"{name} {value}"
+    flag = FLAG.get(name, "--" + name.replace("_", "-"))
+    if name == "stragglers":
+        return " ".join(f"{flag} {r}:{f:g}" for r, f in sorted(value.items()))
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    if value is None:
+        return f"{flag} default"
+    if name == "bucket_cap_mb_list":
+        return f"{flag} {' '.join(f'{v:g}' for v in value)}"
+    if isinstance(value, (list, tuple)):
+        shown = [str(v) for v in value] if len(value) <= 8 else [*map(str, value[:3]), "...", str(value[-1])]
+        return f"{flag} {','.join(shown)}"
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"

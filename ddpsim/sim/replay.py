@@ -43,12 +43,12 @@ def cap_list_field(opts: dict) -> dict:
 def replay_caps(recorded: dict, fields: dict) -> dict:
     """A run's SimConfig fields ``recorded`` under the what-if ``fields``: another bucket_cap_mb
     than the run's, or a first_bucket_cap_mb, drops the run's bucket_cap_mb_list (which torch
-    would take instead of them)."""
+    would take instead of them); a bucket_cap_mb_list drops the run's first_bucket_cap_mb."""
     other = (fields.get("bucket_cap_mb", recorded.get("bucket_cap_mb")) != recorded.get("bucket_cap_mb")
              or fields.get("first_bucket_cap_mb") is not None)
-    if other and "bucket_cap_mb_list" not in fields:
-        return {k: v for k, v in recorded.items() if k != "bucket_cap_mb_list"}
-    return recorded
+    drop = ["bucket_cap_mb_list"] if other and "bucket_cap_mb_list" not in fields else []
+    drop += ["first_bucket_cap_mb"] if fields.get("bucket_cap_mb_list") and "first_bucket_cap_mb" not in fields else []
+    return {k: v for k, v in recorded.items() if k not in drop}
 
 
 def recorded_layouts(trace) -> dict | None:

@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, fields
 
 from ddpsim.sim.api import SimConfig, require_workload, simulate
+from ddpsim.sim.replay import replay_caps
 
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
 MAX_CONFIGS = 10_000  # configurations in one sweep (each is also bounded by SimConfig.max_events)
@@ -27,7 +28,8 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     ``make(values) -> SimConfig``, if given, builds each combination's configuration
     instead (``ddpsim.learn.sweep`` replays a recorded run's options and ranks that way).
 
-    ``bucket_cap_mb`` None is torch's default cap (25 MiB, first bucket 1 MiB). With a
+    ``bucket_cap_mb`` None is torch's default cap (25 MiB, first bucket 1 MiB). A combination
+    with another cap than ``base``'s drops its ``bucket_cap_mb_list`` (``replay_caps``). With a
     ``refused`` list, a combination the simulator refuses (a ValueError, e.g. unused
     parameters without find_unused_parameters, which torch fails on) is appended to it
     as ``(values, message)`` instead of raising.
@@ -48,7 +50,7 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     if combos > MAX_CONFIGS:
         raise ValueError(f"this sweep has {combos:,} configurations; the limit is {MAX_CONFIGS:,}")
     base = base or SimConfig()
-    make = make or (lambda values: SimConfig(**{**asdict(base), **values}))
+    make = make or (lambda values: SimConfig(**{**replay_caps(asdict(base), values), **values}))
     rows = []
     keys = list(grid)
     for combo in itertools.product(*(grid[k] for k in keys)):

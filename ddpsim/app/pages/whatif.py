@@ -20,7 +20,11 @@ source = st.radio("Start from", sources, horizontal=True, key="ddpsim_wi_source"
                        "sample, uses its GPU model). A GPU model: ResNet-50, BERT-large or GPT-2 on "
                        "datasheet GPU and network profiles.")
 if source == "the open trace":
-    base = whatif.base_for(trace)
+    try:
+        base = whatif.base_for(trace)
+    except ValueError as e:  # a simulated trace of a GPU model the profiles do not know (its hardware)
+        st.error(f"This simulated trace's GPU model cannot be simulated here: {e}")
+        st.stop()
     source_key = trace_key(label)
     ref_label = pretty(label)
 else:
@@ -86,7 +90,8 @@ algo = None
 if base.kind != "trace":  # a GPU model: NCCL_ALGO, among what NCCL runs at this size
     algos = widgets.nccl_algos(base, world)
     gone = widgets.algo_gone(st.session_state, k + "algo", algos)
-    choice = c3.selectbox("NCCL algorithm", algos, key=k + "algo",
+    start = now["algo"] if now["algo"] in algos else "auto"  # a simulated trace's own NCCL_ALGO
+    choice = c3.selectbox("NCCL algorithm", algos, index=algos.index(start), key=k + "algo",
                           format_func=lambda a: "auto (NCCL's choice)" if a == "auto" else a,
                           help="NCCL_ALGO: auto picks by message size, GPUs per node and node count (NCCL's tuning "
                                "model). Offered: what NCCL runs at this size on this GPU (NVLS: one node with NVLink "
