@@ -177,7 +177,10 @@ def test_own_words_carry_torchs_diagnosis(ranks, name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_same_steps_fail(ranks, name):
     """The same steps fail, with errors of the same type (minddp's own errors: messages.py); the
-    case without a ``bucket`` parameter is torch's KeyError, minddp's TypeError (minddp/comm_hook.py)."""
+    case without a ``bucket`` parameter is torch's KeyError, minddp's TypeError (minddp/comm_hook.py).
+    A CUDA build of torch takes the bf16 hook without a GPU (its _check_comm_hook asks for CUDA and
+    NCCL >= 2.10, not a device) and runs it on gloo: there no step fails, on either side."""
+    cuda_build = torch.version.cuda is not None or torch.version.hip is not None
     for out in ranks:
         theirs = [o if o == "ok" else o[0] for o, _ in out["torch", name]]
         ours = [o if o == "ok" else o[0] for o, _ in out["minddp", name]]
@@ -185,4 +188,4 @@ def test_same_steps_fail(ranks, name):
             assert (theirs, ours) == (["KeyError"], ["TypeError"])
         else:
             assert ours == theirs
-        assert set(theirs) != {"ok"}, theirs
+        assert set(theirs) != {"ok"} or (name == "bf16 hook on CPU" and cuda_build), theirs

@@ -3,6 +3,7 @@ gloo ranks without an accelerator, where torch stops at the first forward (Note 
 stops at the first forward on CPU] in ddpsim/minddp/mixed_precision.py): the construction's log,
 parameters, low-precision twins and buffers, then the error of each forward, the state it leaves,
 and the refused second comm hook, compared bit for bit."""
+import ast
 import logging
 import subprocess
 import sys
@@ -94,14 +95,19 @@ def _one_case(rank, impl, dtypes, options):
         model, options = RootLinear(rank), dict(options)
         if "ignore" in options:
             torchcompat.set_ddp_params_and_buffers_to_ignore(model, options.pop("ignore"))
-        ddp, built = _gloo_calls(lambda: cls(model, mixed_precision=torchcompat.mixed_precision_class()(*dtypes),
-                                             **options))
+        made = []
+        construction, built = _gloo_calls(lambda: _error(lambda: made.append(
+            cls(model, mixed_precision=torchcompat.mixed_precision_class()(*dtypes), **options))))
     finally:
         logging.getLogger(LOGGERS[impl]).removeHandler(handler)
-    out = {"log": records, "constructed": (_params(model), _buffers(model), built > 0)}
+    out = {"log": records, "construction": construction, "constructed": (_params(model), _buffers(model), built > 0)}
+    x = torch.linspace(-1, 1, 12).reshape(4, 3) + rank
+    if not made:  # a CUDA build with no usable GPU: refused at construction, leaving no hook on the module
+        out["bare module"] = _gloo_calls(lambda: _error(lambda: model(x)))
+        return out
+    ddp = made[0]
     for p in model.parameters():
         p.grad = torch.full_like(p, 0.3)  # an accumulated gradient: the copy hook casts it down
-    x = torch.linspace(-1, 1, 12).reshape(4, 3) + rank
     out["forward"] = _gloo_calls(lambda: _error(lambda: ddp(x)))
     out["after forward"] = (_params(model), _buffers(model))
     with torch.no_grad():
@@ -113,10 +119,13 @@ def _one_case(rank, impl, dtypes, options):
 
 
 def _every_case(rank, world):
+    """Every case on both implementations, and what ``torch.Stream()`` (the side stream DDP makes
+    at construction) does in this build: the oracle of which way torch stops."""
     torch.set_num_threads(1)
-    return {(config, option, impl): _one_case(rank, impl, dtypes, options)
-            for config, dtypes in CONFIGS.items() for option, options in OPTIONS.items()
-            for impl in ("torch", "minddp")}
+    cases = {(config, option, impl): _one_case(rank, impl, dtypes, options)
+             for config, dtypes in CONFIGS.items() for option, options in OPTIONS.items()
+             for impl in ("torch", "minddp")}
+    return {**cases, "torch.Stream()": _error(torch.Stream)}
 
 
 @pytest.fixture(scope="module")
@@ -136,19 +145,31 @@ def test_minddp_stops_where_torch_stops(ranks, config, option):
 
 @pytest.mark.slow
 def test_what_torch_does_without_an_accelerator(ranks):
-    """The figures of Note [Mixed precision stops at the first forward on CPU], on torch itself."""
+    """The figures of Note [Mixed precision stops at the first forward on CPU], on torch itself: a
+    CPU build stops at the first forward, a CUDA build with no usable GPU at construction, with the
+    error of ``torch.Stream()``."""
     refused = "RuntimeError: cpu backend doesn't support events."
-    f16 = ranks[1][("f16", "default", "torch")]
+    f16, stream = ranks[1][("f16", "default", "torch")], ranks[1]["torch.Stream()"]
     assert f16["log"] == [("WARNING", "Received mixed precision config _MixedPrecision(param_dtype=torch.float16, "
                                       "reduce_dtype=torch.float16, buffer_dtype=torch.float16)")]
     assert [b[1] for b in f16["constructed"][1]] == ["torch.float16"] * 3  # num_batches_tracked too
-    assert f16["forward"] == (refused, 1)  # after the buffer broadcast
-    assert f16["no_grad forward"][0] == f16["bare module"][0] == refused
-    root = {p[0]: p for p in f16["after forward"][0]}
-    assert root["weight"][1] == "torch.float16" and root["weight"][9][0] == "torch.float16"
-    assert root["bn.weight"][1] == "torch.float32" and root["bn.weight"][9][0] == "torch.float32"
-    assert f16["register_comm_hook"] == ("RuntimeError: register_comm_hook or register_builtin_comm_hook "
-                                         "can only be called once.")
+    assert f16["constructed"][2]  # the construction's broadcast ran on either build
+    root = {p[0]: p for p in f16["constructed"][0]}
+    assert root["weight"][1:2] + root["weight"][3:8] == ("torch.float32", "torch.float16", 0, True, False, True)
+    if stream != "no error":  # a CUDA build: the side stream is refused, nothing runs after it
+        assert stream.startswith(("AcceleratorError: ", "RuntimeError: ")), stream
+        assert f16["construction"] == stream and "forward" not in f16
+        assert f16["bare module"][1] == 0 and f16["bare module"][0] != stream  # no hook left on the module
+        assert ranks[1][("all None", "default", "torch")]["bare module"] == ("no error", 0)  # nothing was cast
+    else:
+        assert f16["construction"] == "no error"
+        assert f16["forward"] == (refused, 1)  # after the buffer broadcast
+        assert f16["no_grad forward"][0] == f16["bare module"][0] == refused
+        root = {p[0]: p for p in f16["after forward"][0]}
+        assert root["weight"][1] == "torch.float16" and root["weight"][9][0] == "torch.float16"
+        assert root["bn.weight"][1] == "torch.float32" and root["bn.weight"][9][0] == "torch.float32"
+        assert f16["register_comm_hook"] == ("RuntimeError: register_comm_hook or register_builtin_comm_hook "
+                                             "can only be called once.")
     ignored = ranks[0][("f16", "names ignored", "torch")]  # left in full precision, with no twin
     params, buffers = {p[0]: p for p in ignored["constructed"][0]}, {n: d for n, d, _ in ignored["constructed"][1]}
     assert params["bn.weight"][3] is None and params["weight"][3] == "torch.float16"
@@ -159,20 +180,31 @@ ALONE = """
 import sys, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
 from ddpsim import torchcompat
-from ddpsim.minddp import DistributedDataParallel
-ddp = DistributedDataParallel(torch.nn.Linear(4, 2), mixed_precision=torchcompat.mixed_precision_class()(torch.float16))
+if sys.argv[2] == "torch":
+    cls = torch.nn.parallel.DistributedDataParallel
+else:
+    from ddpsim.minddp import DistributedDataParallel as cls
 try:
+    ddp = cls(torch.nn.Linear(4, 2), mixed_precision=torchcompat.mixed_precision_class()(torch.float16))
     ddp(torch.randn(3, 4))
 except Exception as e:
-    print(f"{type(e).__name__}: {e}")
+    print(repr(f"{type(e).__name__}: {e}"))
 dist.destroy_process_group()
 """
+
+
+def _alone(tmp_path, impl):
+    """The error ``impl``'s DDP raises, constructed and called in a process of its own."""
+    out = subprocess.run([sys.executable, "-c", ALONE, f"file://{tmp_path / impl}", impl], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    return [ast.literal_eval(line) for line in out.stdout.strip().splitlines()[-1:]], out.stderr[-800:]
 
 
 def test_minddp_alone_in_a_process_stops_at_the_first_forward_too(tmp_path):
     """In a process where torch's DDP never ran, minddp's construction raised AttributeError "module
     'torch.distributed' has no attribute '_functional_collectives'" (torch's _free_storage reads it, and
-    torch's DDP has it loaded by then); now it stops where torch does."""
-    out = subprocess.run([sys.executable, "-c", ALONE, f"file://{tmp_path / 'store'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-1:] == ["RuntimeError: cpu backend doesn't support events."], out.stderr[-800:]
+    torch's DDP has it loaded by then); now it stops where torch does, alone in its process too (a CPU
+    build at the first forward, a CUDA build with no usable GPU at construction)."""
+    (theirs, their_err), (ours, our_err) = _alone(tmp_path, "torch"), _alone(tmp_path, "minddp")
+    assert theirs and theirs[0].startswith(("RuntimeError: ", "AcceleratorError: ")), their_err
+    assert ours == theirs, our_err

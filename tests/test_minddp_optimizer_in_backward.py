@@ -155,7 +155,8 @@ def _all_cases(rank, world, impls, names):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         importlib.import_module("torch.distributed.algorithms._optimizer_overlap")
-    return {impl: {name: _one_case(rank, impl, CASES[name]) for name in names} for impl in impls}
+    out = {impl: {name: _one_case(rank, impl, CASES[name]) for name in names} for impl in impls}
+    return {**out, "torch.Stream()": _error(torch.Stream)}  # the oracle of where torch stops (Note [The optimizer ...])
 
 
 @pytest.fixture(scope="module")
@@ -187,34 +188,54 @@ ONCE = "RuntimeError: register_comm_hook or register_builtin_comm_hook can only 
 
 @pytest.mark.slow
 def test_torch_apply_optimizer_in_backward_stops_without_an_accelerator(results):
-    """What the doc says torch does (Note [The optimizer in the backward needs an accelerator])."""
+    """What the doc says torch does (Note [The optimizer in the backward needs an accelerator]): a CPU
+    build stops at the end of the first synced backward, a CUDA build with no usable GPU at every
+    forward, with the error of ``torch.Stream()``; a parameter DDP ignores trains on either."""
     for per_impl in results:
-        r = per_impl["torch"]
-        for name in ("in_backward sgd", "in_backward adam", "in_backward sgd, after DDP",
-                     "in_backward sgd, gradient_as_bucket_view", "in_backward sgd, find_unused_parameters"):
-            steps, plain = r[name]["steps"], r["plain " + name.split()[1].rstrip(",")]["steps"]
-            assert steps[0]["backward"] == NO_ACCELERATOR, name
-            if "find_unused" not in name:  # the first step is a plain step's, bit for bit, .grad included
-                assert (steps[0]["params"], steps[0]["grads"]) == (plain[0]["params"], plain[0]["grads"]), name
-            if "find_unused" in name:  # the unused layer's bucket slice is zeros: SGD leaves it
-                assert steps[0]["params"][4:] == r[name]["initial"][4:]
-            for later in steps[1:]:  # no forward again: nothing moves
-                assert later["forward"].startswith(UNFINALIZED) and later["params"] == steps[0]["params"], name
-        subset, plain = r["in_backward sgd, subset"], r["plain sgd"]["steps"]
-        assert subset["steps"][0]["params"][:2] == plain[0]["params"][:2]
-        assert subset["steps"][0]["params"][2:] == subset["initial"][2:]  # no optimizer: not stepped
-        assert subset["steps"][0]["grads"][:2] == plain[0]["grads"][:2]
-        assert subset["steps"][0]["grads"][2:] != plain[0]["grads"][2:]  # local: never averaged
-        no_sync, plain = r["in_backward sgd, no_sync"]["steps"], r["plain sgd, no_sync"]["steps"]
-        assert no_sync[0]["backward"] is None and no_sync[0]["params"] == r["in_backward sgd, no_sync"]["initial"]
-        assert no_sync[0]["grads"] == plain[0]["grads"]  # accumulated locally, no optimizer step
-        assert no_sync[1]["backward"] == NO_ACCELERATOR and no_sync[1]["params"] == plain[1]["params"]
-        first = r["in_backward sgd, comm hook first"]
-        assert all(s["forward"] == ONCE and s["params"] == first["initial"] for s in first["steps"])
+        r, stream = per_impl["torch"], per_impl["torch.Stream()"]
+        if stream is None:
+            _stops_after_the_first_backward(r)
+        else:
+            _stops_at_every_forward(r, stream)
         ignored = r["in_backward sgd, an ignored parameter"]  # its own hook steps it; DDP reduces the rest
         assert all(s["forward"] is None and s["backward"] is None for s in ignored["steps"])
         assert ignored["steps"][-1]["params"][0] != ignored["initial"][0]
         assert all(s["params"][1:] == ignored["initial"][1:] for s in ignored["steps"])
+
+
+def _stops_at_every_forward(r, stream):
+    """A CUDA build: the first forward's ``_lazy_init`` makes the hook's ``torch.Stream()`` before it
+    registers the hook, and fails there at every forward; nothing is stepped, no ``.grad`` written."""
+    assert stream.startswith(("AcceleratorError: ", "RuntimeError: ")), stream
+    for name in (n for n, case in CASES.items() if case["how"].startswith("in_backward") and not case.get("ignored")):
+        for s in r[name]["steps"]:
+            assert s["forward"] == stream and "backward" not in s, name
+            assert s["params"] == r[name]["initial"] and s["grads"] == [None] * len(s["grads"]), name
+
+
+def _stops_after_the_first_backward(r):
+    """A CPU build: the callback's ``torch.accelerator.current_stream()`` fails after every optimizer stepped."""
+    for name in ("in_backward sgd", "in_backward adam", "in_backward sgd, after DDP",
+                 "in_backward sgd, gradient_as_bucket_view", "in_backward sgd, find_unused_parameters"):
+        steps, plain = r[name]["steps"], r["plain " + name.split()[1].rstrip(",")]["steps"]
+        assert steps[0]["backward"] == NO_ACCELERATOR, name
+        if "find_unused" not in name:  # the first step is a plain step's, bit for bit, .grad included
+            assert (steps[0]["params"], steps[0]["grads"]) == (plain[0]["params"], plain[0]["grads"]), name
+        if "find_unused" in name:  # the unused layer's bucket slice is zeros: SGD leaves it
+            assert steps[0]["params"][4:] == r[name]["initial"][4:]
+        for later in steps[1:]:  # no forward again: nothing moves
+            assert later["forward"].startswith(UNFINALIZED) and later["params"] == steps[0]["params"], name
+    subset, plain = r["in_backward sgd, subset"], r["plain sgd"]["steps"]
+    assert subset["steps"][0]["params"][:2] == plain[0]["params"][:2]
+    assert subset["steps"][0]["params"][2:] == subset["initial"][2:]  # no optimizer: not stepped
+    assert subset["steps"][0]["grads"][:2] == plain[0]["grads"][:2]
+    assert subset["steps"][0]["grads"][2:] != plain[0]["grads"][2:]  # local: never averaged
+    no_sync, plain = r["in_backward sgd, no_sync"]["steps"], r["plain sgd, no_sync"]["steps"]
+    assert no_sync[0]["backward"] is None and no_sync[0]["params"] == r["in_backward sgd, no_sync"]["initial"]
+    assert no_sync[0]["grads"] == plain[0]["grads"]  # accumulated locally, no optimizer step
+    assert no_sync[1]["backward"] == NO_ACCELERATOR and no_sync[1]["params"] == plain[1]["params"]
+    first = r["in_backward sgd, comm hook first"]
+    assert all(s["forward"] == ONCE and s["params"] == first["initial"] for s in first["steps"])
 
 
 @pytest.mark.slow

@@ -37,7 +37,8 @@ def test_backend_rule(backend, device, local, gpus, want):
 @pytest.mark.parametrize("backend, device, local, gpus, message", [
     ("nccl", None, 2, 1, "--backend nccl needs one GPU per local rank, but this node has 2 local ranks "
                          "and 1 visible GPU"),
-    ("nccl", None, 1, 0, "--backend nccl needs one GPU per local rank"),
+    ("nccl", None, 1, 0, "--backend nccl needs one GPU per local rank, but this node has 1 local rank "
+                         "and 0 visible GPUs; use --backend gloo"),
     ("nccl", "cpu", 1, 1, "--backend nccl needs CUDA tensors"),
     (None, "cuda", 1, 0, "--device cuda needs CUDA"),
     ("gloo", "cuda", 2, 0, "--device cuda needs CUDA"),
@@ -46,6 +47,8 @@ def test_impossible_choices_are_one_line_errors(backend, device, local, gpus, me
     with pytest.raises(CLIError) as e:
         choose_backend(backend, device, local, gpus)
     assert message in str(e.value) and "\n" not in str(e.value)
+    if not gpus:  # no GPU: the advice is gloo on the CPU, not --device cuda or fewer ranks
+        assert "with --device cuda" not in str(e.value) and "fewer ranks" not in str(e.value), str(e.value)
 
 
 def test_cuda_that_does_not_work_counts_as_no_gpu():

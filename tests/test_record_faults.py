@@ -182,12 +182,14 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and (not shard.exists() or shard.read_text().count('"iteration"') < 3):
             time.sleep(0.2)
+        seen = shard.read_text().count('"kind":"iteration"') if shard.exists() else None
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        stdout, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130 and f"partial trace kept in {partial}" in err.strip().splitlines()[-1], err
+    why = f"exit {proc.returncode}, {seen} iterations in rank 0's shard at the interrupt; stdout {stdout!r}; stderr {err!r}"
+    assert proc.returncode == 130 and f"partial trace kept in {partial}" in err.strip().splitlines()[-1], why
     assert out.read_bytes() == before
     trace = load_trace(partial)
     assert not trace.complete and len(trace.ranks[0].iterations) >= 2

@@ -18,7 +18,11 @@ low-precision ever runs on CPU. minddp does the same steps with torch's own piec
 at the same point, with the same error (tests/test_minddp_mixed_precision.py). What follows the
 event in torch (each submodule waiting on its event, the low-precision backward, the hook's
 reduction in ``reduce_dtype`` and upcast) needs an accelerator and is not mirrored: where the
-event records, minddp raises ``NotImplementedError``. Parameters and buffers DDP ignores (Note [Names DDP
+event records, minddp raises ``NotImplementedError``. On a CUDA build of torch with no usable GPU
+(torch 2.14.1's CUDA 13 wheel, no driver), ``torch.Stream()`` itself fails (``AcceleratorError:
+CUDA error: CUDA driver version is insufficient for CUDA runtime version``), so the constructor
+stops there, after the twins and the buffers' cast, before any hook; minddp creates its stream at
+the same point and stops there too. Parameters and buffers DDP ignores (Note [Names DDP
 ignores] in minddp/construction.py) keep their full precision, as in torch.
 
 ``_mp_param``, ``_fp_param`` and ``_idx`` are torch's own attribute names, set on the parameters under
@@ -56,7 +60,7 @@ def setup_mixed_precision(ddp, params) -> None:
         p._idx = i  # the hook's index into the Reducer, as torch passes it from Python
     setup_mixed_precision_params(ddp.mixed_precision, ddp.module)
     cast_buffers(ddp.mixed_precision, ddp.module)
-    ddp.mp_stream = torch.Stream()  # the side stream of the low-precision copies
+    ddp.mp_stream = torch.Stream()  # the side stream of the low-precision copies; fails on a CUDA build with no GPU
     ddp.module.register_forward_pre_hook(functools.partial(root_copy_hook, ddp), prepend=False, with_kwargs=True)
     state, hook = torchcompat.mixed_precision_upcast_hook(ddp)
     ddp.register_comm_hook(state, hook)

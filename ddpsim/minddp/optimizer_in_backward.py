@@ -32,8 +32,12 @@ accelerator device when none is available." at the end of the first synced backw
 optimizer has stepped and each ``.grad`` points at its averaged bucket. The reducer's own
 ``finalize_backward``, queued after that callback, never runs, so the next forward fails in
 ``rebuild_buckets`` (``ensure_prior_reduction_finished``: every parameter was marked ready, yet the
-backward was not finalized: an internal assert), and so does every forward after it. minddp runs
-torch's own hook, so it fails the same way. ``_register_fused_optim`` needs no stream and trains.
+backward was not finalized: an internal assert), and so does every forward after it. On a CUDA
+build of torch with no usable GPU (torch 2.14.1's CUDA 13 wheel, no driver) it stops earlier: the
+first forward's ``_lazy_init`` builds torch's hook, whose ``torch.Stream()`` raises
+``AcceleratorError`` after the parameters' own hooks were removed and before DDP registers its hook,
+so every forward fails there and nothing is stepped. minddp runs torch's own hook, so it fails the
+same way on either build. ``_register_fused_optim`` needs no stream and trains.
 """
 from __future__ import annotations
 

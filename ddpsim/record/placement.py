@@ -73,9 +73,9 @@ def choose_backend(backend: str | None, device: str | None, local: int, gpus: in
     if backend == "nccl":
         if device == "cpu":
             raise CLIError("--backend nccl needs CUDA tensors: drop --device cpu or use --backend gloo")
-        if gpus < local:
-            raise CLIError(f"--backend nccl needs one GPU per local rank, but this node has {have}; "
-                           "use --backend gloo (optionally with --device cuda) or fewer ranks")
+        if gpus < local:  # with no GPU, neither --device cuda nor fewer ranks would run
+            advice = "use --backend gloo (optionally with --device cuda) or fewer ranks" if gpus else "use --backend gloo"
+            raise CLIError(f"--backend nccl needs one GPU per local rank, but this node has {have}; {advice}")
         return Placement("nccl", "cuda", f"requested, {have}")
     if backend == "gloo":
         return Placement("gloo", device or "cpu", f"requested, {have}")
