@@ -179,3 +179,19 @@ def test_rank_0_out_of_data_learns_every_rank_figure_of_the_run_as_recorded():
     noop = [simulate(x, replay_config(x, t, comm_hook="noop"))[1]["iteration_time_s"]
             for x, t in ((w, trace), (w_swapped, swapped))]
     assert noop[0] == noop[1]
+
+
+def test_under_no_sync_the_powersgd_warm_up_names_the_synced_step_it_compressed_from_by_its_micro_steps():
+    """PowerSGD's start counts synced steps; the Join line counts micro-steps: it said 'every rank trained only
+    micro-steps 2..3, ... before it compressed from step 3', where synced step 3 is micro-steps 6..7."""
+    from ddpsim.sim import SimConfig, simulate
+    from ddpsim.sim.archs import synthetic
+
+    cfg = SimConfig(world_size=2, iters=6, no_sync_every=2, uneven=8, join=True, comm_hook="powersgd",
+                    powersgd_start_iter=3)
+    trace, _ = simulate(synthetic("resnet50"), cfg)
+    sent = {it.iteration: sum(sum(c.bytes for c in b.collectives) for b in it.buckets)
+            for it in trace.ranks[0].iterations if it.sync}
+    assert sent[7] < sent[5] / 10 and sent[5] == sent[3]  # the first compressed allreduce: micro-step 7
+    assert join_line(trace).endswith("every rank trained only micro-steps 2..3, PowerSGD's plain-allreduce warm-up "
+                                     "before it compressed from synced step 3 (micro-steps 6..7)"), join_line(trace)

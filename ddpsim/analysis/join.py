@@ -81,10 +81,15 @@ def _steps(chosen: list[list[int]]) -> str:
 
 def _warm_up(trace: Trace) -> str:
     """With PowerSGD, where every rank trained only in its plain-allreduce warm-up: ': every rank trained
-    only iterations 1..3, PowerSGD's plain-allreduce warm-up before it compressed from step 4'; else ''."""
-    start, shadowed = powersgd_start(trace), trace.shadowed_iterations
+    only iterations 1..3, PowerSGD's plain-allreduce warm-up before it compressed from step 4', under
+    no_sync '... micro-steps 2..3, ... compressed from synced step 3 (micro-steps 6..7)'; else ''."""
+    start, shadowed, all_cycles = powersgd_start(trace), trace.shadowed_iterations, cycles(trace)
     if start is None:
         return ""
-    trained = [c for k, c in enumerate(cycles(trace)) if k < start and 0 not in c and not shadowed.intersection(c)]
+    trained = [c for k, c in enumerate(all_cycles) if k < start and 0 not in c and not shadowed.intersection(c)]
+    if not trained:
+        return ""
+    many = len(trained[0]) > 1 and start < len(all_cycles)  # no_sync: synced step k is cycle k, not micro-step k
+    step = f"synced step {start} ({_steps([all_cycles[start]])})" if many else f"step {start}"
     return (f": every rank trained only {_steps(trained)}, PowerSGD's plain-allreduce warm-up before it "
-            f"compressed from step {start}") if trained else ""
+            f"compressed from {step}")

@@ -32,8 +32,9 @@ KEY = "alone_backward_scale"  # Workload.meta: {rank: factor} for a noop what-if
 
 
 def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
-    """{simulated rank (``noise.simulated_rank``): the backward alone of a noop step, ns}: the median ``backward_cpu_ns`` over the rank's
-    steady synced iterations less the buckets' division (this Note), where every one has it."""
+    """{simulated rank (``noise.simulated_rank``): the backward alone of a noop step, ns}: the median
+    ``backward_cpu_ns`` over the recorded rank's steady synced iterations less the buckets' division (this
+    Note), where every one has it."""
     hook = (trace.meta.get("options") or {}).get("comm_hook")
     cpu = w.meta.get("shared_core") and not w.link.cpus  # gloo on CPU cores, a core per rank
     if hook not in (None, "allreduce") or not cpu or not w.meta.get("recorded_ranks"):
