@@ -128,8 +128,9 @@ def test_rank_0_out_of_data_loses_no_shadowed_iteration():
 
 def test_with_powersgd_the_steady_state_is_compressing_steps_with_ranks_shadowing_and_says_so():
     """Every rank trained only PowerSGD's plain-allreduce warm-up (steps 1..3); the compressing steps 4..5 had
-    rank 1 shadowing. At 1 Gb/s a warm-up step took 833 ms, a shadowed compressing one 44.3 ms, and one of the
-    same run with even inputs 44.4 ms: the shadowed compressing steps are the run's steady state."""
+    rank 1 shadowing. At 1 Gb/s without rank noise a warm-up step took 833.2 ms, a shadowed compressing one
+    44.2 ms, and one of the same run with even inputs 44.2 ms: the shadowed compressing steps are the run's
+    steady state."""
     from ddpsim.sim import SimConfig, simulate
     from ddpsim.sim.archs import synthetic
 
