@@ -14,8 +14,11 @@ so ('iterations 1..3, with ranks shadowing, are the whole steady state'): a rank
 after iteration 0, or, with PowerSGD, every rank trained only its plain-allreduce warm-up. The
 compressing steps come first, the Join filter second: with a rank shadowing they are nearer the
 run's steady state than the warm-up every rank trained. Simulated resnet50 on 2 ranks at 1 Gb/s,
-PowerSGD from step 4, rank 1 out of data after step 3: a warm-up step took 833.2 ms, a shadowed
-compressing one 44.3 ms, and one of the same run with even inputs 44.4 ms. The cycles are the
+PowerSGD from step 4, rank 1 out of data after step 3, without rank noise (``SimConfig``'s default,
+tests/test_join_steady.py): a warm-up step took 833.2 ms, a shadowed compressing one 44.2 ms, and
+one of the same run with even inputs 44.2 ms (``simulate --arch resnet50 --world-size 2 --iters 6
+--comm-hook powersgd --powersgd-start-iter 4 --bandwidth-gbps 1 --uneven 2 --join``, with the
+arch's rank noise: 44.3 ms, 44.4 ms with even inputs). The cycles are the
 micro-steps of the rank that recorded the most (``Trace.longest_rank``), so that a rank 0 out of
 data loses none of them; a no_sync cycle with a rank shadowing is named by its micro-steps, some of
 which that rank may have trained ('micro-steps 8..11 (the cycles in which a rank shadowed)'). The
@@ -81,10 +84,15 @@ def _steps(chosen: list[list[int]]) -> str:
 
 def _warm_up(trace: Trace) -> str:
     """With PowerSGD, where every rank trained only in its plain-allreduce warm-up: ': every rank trained
-    only iterations 1..3, PowerSGD's plain-allreduce warm-up before it compressed from step 4'; else ''."""
-    start, shadowed = powersgd_start(trace), trace.shadowed_iterations
+    only iterations 1..3, PowerSGD's plain-allreduce warm-up before it compressed from step 4', under
+    no_sync '... micro-steps 2..3, ... compressed from synced step 3 (micro-steps 6..7)'; else ''."""
+    start, shadowed, all_cycles = powersgd_start(trace), trace.shadowed_iterations, cycles(trace)
     if start is None:
         return ""
-    trained = [c for k, c in enumerate(cycles(trace)) if k < start and 0 not in c and not shadowed.intersection(c)]
+    trained = [c for k, c in enumerate(all_cycles) if k < start and 0 not in c and not shadowed.intersection(c)]
+    if not trained:
+        return ""
+    many = len(trained[0]) > 1 and start < len(all_cycles)  # no_sync: synced step k is cycle k, not micro-step k
+    step = f"synced step {start} ({_steps([all_cycles[start]])})" if many else f"step {start}"
     return (f": every rank trained only {_steps(trained)}, PowerSGD's plain-allreduce warm-up before it "
-            f"compressed from step {start}") if trained else ""
+            f"compressed from {step}")

@@ -39,7 +39,8 @@ backward, and by its busy kernels far less (docs/accuracy.md).
   PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
   warm-up, where later ones exist (a what-if's 3 steps starting it at step 2 were
   summarised as the mean of one allreduce step and one PowerSGD step); under Join, only those every
-  rank trained where any is left (Note [The steady state of a Join run is every rank training] in analysis/join.py).
+  rank trained where any is left (Note [The steady state of a Join run is every rank training] in analysis/join.py);
+  in a partial trace, only those every rank recorded where any is left (``Trace.unfinished_iterations``).
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ def steady_cycles(trace: Trace, shadowed: bool = False) -> list[list[int]]:
     start = powersgd_start(trace)  # synced step k compresses from k = start_powerSGD_iter on
     compressed = [c for k, c in steady if start is not None and k >= start]
     chosen = compressed or [c for _, c in steady] or all_cycles[1:] or all_cycles
+    chosen = [c for c in chosen if not trace.unfinished_iterations.intersection(c)] or chosen
     out = set() if shadowed else trace.shadowed_iterations
     return [c for c in chosen if not out.intersection(c)] or chosen
 

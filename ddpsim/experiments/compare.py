@@ -61,7 +61,7 @@ def predict_row(workload, measured, order: str, sim_iters: int = 20, jitter: flo
     sim, s = simulate(workload, cfg)
     m = summarize(measured)
     pred, meas = s["iteration_time_s"], m["iteration_time_s"]
-    n_real = len(measured.ranks[0].layouts[-1].buckets) if measured.ranks[0].layouts else 0
+    n_real = len(measured.longest_rank.layouts[-1].buckets) if measured.longest_rank.layouts else 0
     return {"predicted_ms": pred * 1e3, "measured_ms": meas * 1e3, "error_pct": error_pct(pred, meas),
             "bucket_start_error_pct": bucket_start_error(sim, measured, meas) * 100,
             "n_buckets": f"{s['n_buckets']}/{n_real}",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 
 from ddpsim.analysis.metrics import steady_cycles
+from ddpsim.learn.noise import simulated_rank
 from ddpsim.sim.workload import Workload
 from ddpsim.trace import Trace
 
@@ -31,22 +32,23 @@ KEY = "alone_backward_scale"  # Workload.meta: {rank: factor} for a noop what-if
 
 
 def alone_ns(w: Workload, trace: Trace) -> dict[int, float]:
-    """{rank: the backward alone of a noop step, ns}: the median ``backward_cpu_ns`` over the rank's
-    steady synced iterations less the buckets' division (this Note), where every one has it."""
+    """{simulated rank (``noise.simulated_rank``): the backward alone of a noop step, ns}: the median
+    ``backward_cpu_ns`` over the recorded rank's steady synced iterations less the buckets' division (this
+    Note), where every one has it."""
     hook = (trace.meta.get("options") or {}).get("comm_hook")
     cpu = w.meta.get("shared_core") and not w.link.cpus  # gloo on CPU cores, a core per rank
     if hook not in (None, "allreduce") or not cpu or not w.meta.get("recorded_ranks"):
         return {}  # not a plain CPU recording replayed rank by rank (this Note)
     steady = set(w.meta.get("steady_iterations") or ())
     division_ns = w.launch_s_per_byte * sum(p.bytes for p in w.params) * 1e9  # every bucket, unused gradients too
-    out = {}
+    out, playing = {}, simulated_rank(trace)  # keyed as the replay plays the ranks (under Join, not by number)
     for r in trace.ranks:
         its = [it for it in r.iterations if it.iteration in steady and it.sync]
         if its and all(it.backward_cpu_ns for it in its):
             alone = statistics.median(it.backward_cpu_ns for it in its) - division_ns
             if alone > 0:
-                out[r.rank] = alone
-    return out
+                out[playing[r.rank]] = alone
+    return dict(sorted(out.items()))
 
 
 def simulated_ns(sim: Trace) -> dict[int, float]:

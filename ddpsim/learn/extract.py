@@ -42,7 +42,7 @@ from ddpsim.learn.buffers import broadcast_seconds, buffer_bytes
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
-from ddpsim.learn.noise import recorded_ranks
+from ddpsim.learn.noise import recorded_ranks, simulated_rank
 from ddpsim.sim.comm_hooks import CommHook
 from ddpsim.sim.replay import cap_list_field, recorded_layouts, replay_caps
 from ddpsim.sim.workload import ParamSpec, Workload
@@ -181,7 +181,7 @@ def workload_from_trace(trace: Trace, concurrency: int | None = None,
               # Note [Ranks that share cores slow the ring]: the network at other world sizes (plan.resolve_link)
               **({"calibration": trace.meta["calibration"]} if shared and sync
                  and isinstance(trace.meta.get("calibration"), dict) else {}),
-              "rank_factors": rank_factors(gaps.work_by_rank),
+              "rank_factors": rank_factors({simulated_rank(trace)[r]: v for r, v in gaps.work_by_rank.items()}),
               "recorded_ranks": recorded_ranks(trace, steady),  # Note [Replay the recorded ranks' speeds]
               "recorded_steps": synced_steps(trace),
               "interference_estimated": interference,

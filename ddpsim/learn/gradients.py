@@ -68,7 +68,9 @@ def warm_gaps(trace: Trace, steady: set[int]) -> dict[int, list[int]]:
 
 
 def rank_factors(work_by_rank: dict[int, list[float]]) -> dict[int, float]:
-    """Each rank's compute speed relative to the typical rank (1.0 = the median rank).
+    """Each rank's compute speed relative to the typical rank (1.0 = the median rank), keyed as
+    ``work_by_rank`` is (``workload_from_trace``: by the simulated rank that plays the recorded one,
+    ``noise.simulated_rank``).
 
     Note [Ranks are not equally fast]: on this 2-core machine some models run their
     backward on one rank up to 1.5x slower than on the other, in every

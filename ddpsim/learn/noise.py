@@ -18,9 +18,13 @@ up to the last gradient, ``gap_s`` the seconds from the rank's previous micro-st
 to this one's forward. Micro-steps outside the steady state (iteration 0, the rebuild)
 take the rank's median values. ``SimConfig.recorded_ranks`` cycles the lists. Under Join the
 simulator gives rank r the K x r fewer batches ``record --uneven K`` does: the recorded ranks are
-played by the ranks given their batches, the one that trained the most micro-steps as rank 0 (a
-recording whose rank 0 ran out of data, relabelled from the bundled Join fixture, replayed its
-shadowed iterations at 25.3 ms by number and at 29.3 ms so, as the fixture itself does).
+played by the ranks given their batches, the one that trained the most micro-steps as rank 0
+(``simulated_rank``), and every per-rank figure learnt is keyed by the simulated rank that plays
+it: these lists, the backward speeds (``gradients.rank_factors``) and the backward alone
+(``alone.alone_ns``). A recording whose rank 0 ran out of data, relabelled from the bundled Join
+fixture, replayed its shadowed iterations at 25.3 ms by number and at 29.3 ms so, as the fixture
+itself does; its noop what-if took 18.752 ms as the fixture's, 19.390 ms with the backward alone
+keyed by recorded rank.
 
 Where ranks shared CPU cores (more ranks than cores: ``Link.cpus``), their recorded times
 hold the core sharing that the platform plays again (Note [Ranks take turns on a shared
@@ -63,6 +67,16 @@ def _ratio(value: float, typical: float) -> float:
     return round(min(LIMIT, max(1 / LIMIT, value / typical)), 4)
 
 
+def simulated_rank(trace: Trace) -> dict[int, int]:
+    """Recorded rank -> the simulated rank that plays it: itself, and under Join the ranks by how many
+    micro-steps they trained, the most first (ties in rank order), as the simulator hands out batches
+    (``sim/join.py``). Every per-rank figure a replay learns goes through it (``recorded_ranks``,
+    ``rank_factors``, ``alone.alone_ns``)."""
+    if not any(r.join is not None for r in trace.ranks):
+        return {r.rank: r.rank for r in trace.ranks}
+    return {r.rank: k for k, r in enumerate(sorted(trace.ranks, key=lambda r: -len(r.iterations)))}
+
+
 def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[float]]]:
     """Rank -> {"forward", "backward", "gap_s"} per recorded micro-step (Note [Replay the recorded
     ranks' speeds]); empty when the steady state holds too little to say."""
@@ -72,9 +86,8 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
     # micro-step k of the replay is the k-th recorded iteration number (0, 1, 2... in a recording;
     # positions, not the numbers themselves, so the lists grow with the trace, not with its numbers)
     numbers = sorted({it.iteration for r in trace.ranks for it in r.iterations})
-    out = {}
-    joined = any(r.join is not None for r in trace.ranks)  # most micro-steps first (sim/join.py)
-    for k, r in enumerate(sorted(trace.ranks, key=lambda r: -len(r.iterations)) if joined else trace.ranks):
+    out, playing = {}, simulated_rank(trace)
+    for r in trace.ranks:
         own: dict[str, dict[int, float]] = {"forward": {}, "backward": {}, "gap_s": {}}
         prev = None
         for it in r.iterations:
@@ -87,8 +100,8 @@ def recorded_ranks(trace: Trace, steady: set[int]) -> dict[int, dict[str, list[f
         if not own["forward"]:
             return {}
         typical_here = {k: statistics.median(v.values()) if v else 0.0 for k, v in own.items()}
-        out[k if joined else r.rank] = {p: [v.get(i, typical_here[p]) for i in numbers] for p, v in own.items()}
-    return out
+        out[playing[r.rank]] = {p: [v.get(i, typical_here[p]) for i in numbers] for p, v in own.items()}
+    return dict(sorted(out.items()))
 
 
 def level(recorded: dict) -> dict:

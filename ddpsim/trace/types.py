@@ -249,14 +249,22 @@ class Trace:
     @property
     def longest_rank(self) -> RankTrace:
         """The rank that recorded the most iterations, the lowest-numbered such: under Join, one that
-        trained to the end. Its micro-steps are the run's cycles and its layouts the ones in effect (a
-        rank out of data before the rebuild never records the rebuilt layout)."""
+        trained to the end; in a partial trace (a rank failed, was killed or stopped), one that wrote
+        the most before it. Its micro-steps are the run's cycles and its layouts the ones in effect (a
+        rank out of data before the rebuild never records the rebuilt layout); the steady state keeps
+        the cycles every rank finished where any is left (``unfinished_iterations``)."""
         return max(self.ranks, key=lambda r: len(r.iterations))
 
     @property
     def shadowed_iterations(self) -> set[int]:
         """The iterations some rank did not train, its data run out, and only shadowed under Join."""
         return {s.iteration for r in self.ranks if r.join is not None for s in r.join.shadows}
+
+    @property
+    def unfinished_iterations(self) -> set[int]:
+        """The iterations some rank did not record and did not shadow: a partial trace's last ones."""
+        seen = [{it.iteration for it in r.iterations} for r in self.ranks]
+        return set().union(*seen) - set.intersection(*seen) - self.shadowed_iterations if seen else set()
 
     def param_name(self, index: int) -> str:
         for p in self.params:

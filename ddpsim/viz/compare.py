@@ -46,14 +46,14 @@ def usable_runs(runs: list[Run]) -> tuple[list[Run], list[str]]:
 
 
 def _pick(trace: Trace, iteration: int | None, rank: int):
-    ranks = {r.rank: r for r in trace.ranks}
-    r = ranks.get(rank, trace.ranks[0])
-    n = typical_iteration(trace) if iteration is None else iteration
-    it = next((x for x in r.iterations if x.iteration == n), None)
-    if it is None:
-        n = typical_iteration(trace)
-        it = next(x for x in r.iterations if x.iteration == n)
-    return r, it
+    """(the rank, its iteration) to draw: ``rank``'s ``iteration`` (default: the most typical), and where
+    ``rank`` did not record it (a rank whose data ran out under Join) ``Trace.longest_rank``'s; a run
+    without ``iteration`` at all, its most typical one."""
+    r = next((x for x in trace.ranks if x.rank == rank), trace.longest_rank)
+    has = lambda n: any(x.iteration(n) is not None for x in (r, trace.longest_rank))  # noqa: E731
+    n = iteration if iteration is not None and has(iteration) else typical_iteration(trace)
+    r = r if r.iteration(n) is not None else trace.longest_rank  # the cycles are longest_rank's
+    return r, r.iteration(n)
 
 
 HEAD_CHARS = 100  # characters of a run's header line that fit the axes at 10 pt bold (10-inch figure)
@@ -138,12 +138,11 @@ def comm_hook_name(trace: Trace) -> str:
 
 
 def sent_bytes(trace: Trace) -> int:
-    """Bytes rank ``trace.ranks[0]`` sent for its gradients per synced step: the hook's
-    collectives where it had one (``BucketEvent.collectives``), else each bucket's allreduce;
-    the median over the steady synced iterations (PowerSGD sends less once it starts)."""
-    r = trace.ranks[0]
+    """Bytes the lowest-numbered rank that recorded each steady synced step sent for its gradients there (rank 0
+    but where its data ran out under Join): the hook's collectives where it had one (``BucketEvent.collectives``),
+    else each bucket's allreduce; the median over the steps (PowerSGD sends less once it starts)."""
     per = [sum(sum(c.bytes for c in b.collectives) if b.collectives is not None else b.bytes for b in it.buckets)
-           for cycle in steady_cycles(trace) if (it := r.iteration(cycle[-1])) is not None and it.sync]
+           for cycle in steady_cycles(trace) for it in trace.iteration_on_ranks(cycle[-1])[:1] if it.sync]
     return int(statistics.median(per)) if per else 0
 
 
@@ -160,7 +159,7 @@ def compare_rows(runs: list[Run]) -> list[dict]:
     rows = []
     for label, trace in runs:
         s, headline = spread(trace), summarize(trace)  # overlap: the one figure, HTA's (summarize)
-        layout = trace.ranks[0].layouts[-1] if trace.ranks[0].layouts else None
+        layout = trace.longest_rank.layouts[-1] if trace.longest_rank.layouts else None
         t, e = s["iteration_time_s"], s["exposed_comm_s"]
         rows.append({"run": label, "kind": trace.source, "model": describe_run(trace),
                      "world_size": trace.world_size, "buckets": len(layout.buckets) if layout else 0,

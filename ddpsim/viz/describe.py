@@ -9,8 +9,9 @@ from ddpsim.trace import Trace
 
 
 def describe_iteration(trace: Trace, iteration: int) -> str:
-    """One line saying what kind of iteration this is, e.g. the layout in effect."""
-    rank = trace.ranks[0]
+    """One line saying what kind of iteration this is, e.g. the layout in effect: on the lowest-numbered rank
+    that recorded it (rank 0 but where its data ran out under Join), else ``Trace.longest_rank``."""
+    rank = next((r for r in trace.ranks if r.iteration(iteration) is not None), trace.longest_rank)
     it = rank.iteration(iteration)
     if it is not None and not it.sync:
         return f"iteration {iteration}: no_sync step (gradients accumulate locally, no allreduce)"
