@@ -196,8 +196,8 @@ def consume_whatif(trace):
     """What the What-if page does with the open trace (ddpsim.app.whatif, without Streamlit)."""
     from ddpsim.app import whatif
 
-    base = whatif.base_for(trace)
     try:
+        base = whatif.base_for(trace)  # the page stops on its ValueError in one line too
         cfg = whatif.sim_config(base)
         cfg.max_events, cfg.time_limit_s = 200_000, 5.0  # the page's own limit is HANG_S: stop well before
         return _loads_back(whatif.run(whatif.workload(base, trace), cfg))

@@ -133,7 +133,10 @@ def options(cfg: dict, model: GpuModel) -> dict:
     """The options of a simulated trace's ``meta.config``: every one but the run controls, those the GPU
     model derives only where they differ from its own (``DERIVED``), its hardware only where another
     than the workload's (``simulate --arch --hardware`` sets both)."""
-    kept = {k: ({int(r): v for r, v in cfg[k].items()} if k in BY_RANK else cfg[k]) for k in OPTIONS if k in cfg}
+    for k in BY_RANK:
+        if cfg.get(k) and not isinstance(cfg[k], dict):  # None or empty: none
+            raise ValueError(f"meta.config.{k} must map ranks to factors, not {cfg[k]!r}")
+    kept = {k: ({int(r): v for r, v in (cfg[k] or {}).items()} if k in BY_RANK else cfg[k]) for k in OPTIONS if k in cfg}
     own = {**{k: DEFAULTS[k] for k in DERIVED}, "hardware": model.hardware,
            **arch_defaults(model.workload(), kept.get("comm_hook"), kept.get("powersgd_rank"))}
     return {k: v for k, v in kept.items() if k not in own or v != own[k]}
