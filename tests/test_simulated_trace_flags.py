@@ -66,13 +66,25 @@ def test_refusals_name_the_option_carried_from_the_trace(capsys, tmp_path):
     assert "choose one (--naive carried from" in err and "--no-naive drops it" in err
     assert summary(capsys, "--trace", naive, "--overlap", "--no-naive") == summary(capsys, *ARCH, "--overlap")
     slow = made(capsys, tmp_path, "--straggler", "2:1.5")
-    for cmd in ("simulate", "sweep"):
+    for cmd, how in (("simulate", "a --straggler given replaces it"), ("sweep", "this command has no flag for it")):
         err = refused(capsys, cmd, "--trace", slow, "--world-size", "2")
-        assert err.endswith("straggler rank 2 is not in 0..1 (--straggler 2:1.5 carried from "
-                            f"{slow}'s options: a --straggler given replaces it)")
+        assert err.endswith(f"straggler rank 2 is not in 0..1 (--straggler 2:1.5 carried from {slow}'s options: {how})")
     assert summary(capsys, "--trace", slow, "--straggler", "3:1.2") == summary(capsys, *ARCH, "--straggler", "3:1.2")
     err = refused(capsys, "simulate", "--trace", slow, "--world-size", "2", "--jitter", "-1")
     assert "carried" not in err  # a refusal of the flags given alone
+
+
+def test_sweep_names_the_simulate_command_for_an_option_it_has_no_flag_for(capsys, tmp_path):
+    """sweep has no --uneven: its refusal of a Join trace at more ranks named one (the user followed it into
+    'unrecognized arguments: --uneven 0'); it now names the simulate command that writes a trace without it."""
+    joined = made(capsys, tmp_path, "--uneven", "1", "--join")
+    err = refused(capsys, "sweep", "--trace", joined, "--world-size", "4,8")
+    assert err.endswith(f"(--uneven 1 carried from {joined}'s options: this command has no flag for it; "
+                        f"`ddpsim simulate --trace {joined} --uneven 0 --out OTHER.json` writes a trace without it)")
+    even = str(tmp_path / "even.json")
+    assert cli(["simulate", "--trace", joined, "--uneven", "0", "--out", even]) == 0
+    capsys.readouterr()
+    assert cli(["sweep", "--trace", even, "--world-size", "4,8", "--bucket-cap-mb", "25"]) == 0
 
 
 def test_a_recordings_refusal_comes_first_and_no_calibrate_is_a_recordings(capsys, tmp_path):

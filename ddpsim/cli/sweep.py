@@ -176,7 +176,7 @@ def arch_config(workload, grid: dict, base: dict, carried: list[str] = (), sourc
     def make(fields):
         return gpu_model.make_config(workload, fields, {"iters": 4})
     for world in grid.get("world_size", [None]):
-        gpu_model.checked(base if world is None else {**base, "world_size": world}, make, list(carried), source)
+        gpu_model.checked(base if world is None else {**base, "world_size": world}, make, list(carried), source, GRID)
     return SimConfig(**{"iters": 4, **arch_defaults(workload, base.get("comm_hook"), base.get("powersgd_rank")), **base})
 
 

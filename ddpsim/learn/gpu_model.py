@@ -6,7 +6,7 @@ and whose ``meta.config`` holds its SimConfig. ``simulate --trace`` and ``sweep 
 ``of_trace``: the same workload and every option it ran with (``OPTIONS``), so one file gives one number.
 Flags given change them as a recording's replay takes its options (``GpuModel.settings``: another bucket
 cap drops the trace's ``bucket_cap_mb_list``); a refusal an option carried from the trace causes names
-that option as its flag (``GpuModel.sim_config``). The What-if page carries fewer of them (``PAGE``, and the
+that option as its flag (``GpuModel.sim_config``). The What-if page carries fewer of them (its controls, and the
 hook and NCCL algorithm it starts its controls on): it names the others as their flags (``not_on_page``).
 
     >>> from ddpsim.sim import SimConfig
@@ -32,10 +32,6 @@ RUN_CONTROLS = ("max_events", "time_limit_s", "trace_ranks")
 # rates): kept only where the trace's differ from its own model's, so on another --hardware they are that GPU's
 DERIVED = ("jitter", "jitter_mode", "hook_rates")
 BY_RANK = ("stragglers", "backward_scale", "recorded_ranks")  # rank -> value; JSON wrote the ranks as strings
-# the options the What-if page sets (its controls, its hook and NCCL algorithm starting at the trace's, and
-# the run's steps and seed, which it has no control for); an order other than a name is not among them
-PAGE = ("world_size", "bucket_cap_mb", "find_unused_parameters", "no_sync_every", "order", "last_bucket_small",
-        "iters", "seed", "comm_hook", "powersgd_rank", "powersgd_start_iter", "algo")
 DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in dataclass_fields(SimConfig)}
 OPTIONS = tuple(k for k in DEFAULTS if k not in RUN_CONTROLS)  # every option a simulated trace carries
 
@@ -86,19 +82,30 @@ def make_config(work, fields: dict, base: dict | None = None) -> SimConfig:
     return cfg
 
 
-def checked(fields: dict, make, carried: list[str], source: str):
+def checked(fields: dict, make, carried: list[str], source: str, offered=None):
     """``make(fields)``; where it raises a ValueError, the same with the carried options without which it
-    passes (each back at SimConfig's default) named as their flags, "carried from SOURCE's options"."""
+    passes (each back at SimConfig's default) named as their flags, "carried from SOURCE's options", and how
+    to change them: with the command's own flag where it has one (``offered``: the SimConfig fields it takes
+    as flags, None: all), else by writing a trace without it with ``simulate``."""
     try:
         return make(fields)
     except ValueError as e:
         blamed = [k for k in carried if k in fields and fields[k] != DEFAULTS[k] and _passes(make, {**fields, k: DEFAULTS[k]})]
         if not blamed:
             raise
-        how = [f"{flag_text(k, False)} drops it" if fields[k] is True else f"a {flag_text(k, fields[k]).split()[0]} "
+        how = [_elsewhere(k, source) if offered is not None and k not in offered
+               else f"{flag_text(k, False)} drops it" if fields[k] is True else f"a {flag_text(k, fields[k]).split()[0]} "
                "given replaces it" for k in blamed]
         raise ValueError(f"{e} ({', '.join(flag_text(k, fields[k]) for k in blamed)} carried from {source}'s "
                          f"options: {'; '.join(how)})") from None
+
+
+def _elsewhere(name: str, source: str) -> str:
+    """How to drop a carried option the command has no flag for: ``simulate`` writes a trace without it."""
+    reset = flag_text(name, DEFAULTS[name])
+    if not reset.startswith("--"):  # no flag sets the default back (stragglers: a given one replaces them)
+        return "this command has no flag for it"
+    return f"this command has no flag for it; `ddpsim simulate --trace {source} {reset} --out OTHER.json` writes a trace without it"
 
 
 def _passes(make, fields: dict) -> bool:
@@ -152,14 +159,10 @@ def hook_of(config: dict) -> dict:
     return {k: config[k] for k in HOOK if k in config and (k == "comm_hook" or hook == "powersgd")} if hook else {}
 
 
-def not_on_page(model: GpuModel, page=None) -> list[str]:
-    """The options ``model`` ran with that the What-if page's unchanged SimConfig ``page`` does not have
-    (None: those outside ``PAGE``), and its --tflops, as the flags that set them."""
-    def dropped(k, v):
-        if page is None:
-            return (k not in PAGE or (k == "order" and not isinstance(v, str))) and v != DEFAULTS[k]
-        return not _same(getattr(page, k), v)
-    out = [flag_text(k, v) for k, v in model.config.items() if dropped(k, v)]
+def not_on_page(model: GpuModel, page: SimConfig) -> list[str]:
+    """The options ``model`` ran with that the What-if page's unchanged SimConfig ``page`` does not have,
+    and its --tflops, as the flags that set them."""
+    out = [flag_text(k, v) for k, v in model.config.items() if not _same(getattr(page, k), v)]
     return out + ([flag_text("tflops", model.tflops)] if model.tflops is not None else [])
 
 

@@ -262,7 +262,8 @@ class Trace:
 
     @property
     def unfinished_iterations(self) -> set[int]:
-        """The iterations some rank did not record and did not shadow: a partial trace's last ones."""
+        """The iterations some rank did not record and did not shadow: a partial trace's last ones, or the
+        steps of profiles whose windows differ (ranks 0-1 profiled steps 4-5, ranks 2-3 steps 5-6: 4 and 6)."""
         seen = [{it.iteration for it in r.iterations} for r in self.ranks]
         return set().union(*seen) - set.intersection(*seen) - self.shadowed_iterations if seen else set()
 
