@@ -174,9 +174,11 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path):
     out = tmp_path / "run.json"  # an earlier recording there is not replaced by the partial one
     out.write_text((ROOT / "tests" / "fixtures" / "tiny_trace.json").read_text())
     before, partial = out.read_bytes(), tmp_path / "run.partial.json"
+    # A terminal's foreground job takes SIGINT; a job started with `&` from a script inherits it ignored
+    # (POSIX), its children too, and no Ctrl-C reaches them: the record starts as from a terminal.
     proc = subprocess.Popen([sys.executable, "-m", "ddpsim", "record", "--iters", "600", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         shard = tmp_path / "run.json.rank0.jsonl"
         deadline = time.monotonic() + 90

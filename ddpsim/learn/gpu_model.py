@@ -116,6 +116,16 @@ def _passes(make, fields: dict) -> bool:
     return True
 
 
+def _kind_fits(value, default) -> bool:
+    """A trace's option where SimConfig's default is a bool or a number: a bool for a bool, a number (not a
+    bool) for a number; any other option as it is (an order is a name or a list, a hook a name...)."""
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, (int, float)):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
+
+
 def same_gpu(a: str, b: str) -> bool:
     return a.lower().partition("-")[0] == b.lower().partition("-")[0]
 
@@ -143,7 +153,11 @@ def options(cfg: dict, model: GpuModel) -> dict:
     for k in BY_RANK:
         if cfg.get(k) and not isinstance(cfg[k], dict):  # None or empty: none
             raise ValueError(f"meta.config.{k} must map ranks to factors, not {cfg[k]!r}")
-    kept = {k: ({int(r): v for r, v in (cfg[k] or {}).items()} if k in BY_RANK else cfg[k]) for k in OPTIONS if k in cfg}
+    said = [k for k in OPTIONS if k in cfg and (cfg[k] is not None or DEFAULTS[k] is None)]  # null: SimConfig's default
+    for k in said:
+        if not _kind_fits(cfg[k], DEFAULTS[k]):
+            raise ValueError(f"meta.config.{k} is {cfg[k]!r}, not a {type(DEFAULTS[k]).__name__} like SimConfig's")
+    kept = {k: ({int(r): v for r, v in (cfg[k] or {}).items()} if k in BY_RANK else cfg[k]) for k in said}
     own = {**{k: DEFAULTS[k] for k in DERIVED}, "hardware": model.hardware,
            **arch_defaults(model.workload(), kept.get("comm_hook"), kept.get("powersgd_rank"))}
     return {k: v for k, v in kept.items() if k not in own or v != own[k]}
