@@ -17,14 +17,12 @@ import json
 
 import pytest
 
-from ddpsim.samples import H100_DIR
 from ddpsim.analysis import summarize
 from ddpsim.trace.clock_align import CLOCK
 from ddpsim.trace.profile_import import import_profiles
 from ddpsim.trace.profile_meta import CAUTION
-from test_clock_align import BIAS_NS, spans
+from test_clock_align import BIAS_NS, R18, spans
 
-R18 = [H100_DIR / f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)]
 STEP = "ProfilerStep#"
 ALLREDUCE_OPS = {"c10d::allreduce_", "gloo:all_reduce", "record_param_comms"}
 
