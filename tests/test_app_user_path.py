@@ -214,3 +214,20 @@ def test_a_cap_far_beyond_the_recorded_allreduces_is_cautioned(tmp_path, capsys)
                             "buckets of up to 32.3 MiB") for w in said()), [w.value for w in at.warning]
     assert main(["sweep", "--trace", str(run), "--bucket-cap-mb", "50"]) == 0  # the command line's verdict
     assert "the recording timed allreduces of 0.75–2.28 MiB only; bucket_cap_mb=50" in capsys.readouterr().out
+
+
+def test_the_timeline_says_what_the_first_iteration_reduced():
+    """Every metric's help said "Iteration 0 is expected to differ: one bucket, reduced after the whole backward",
+    true of torch's default only: with find_unused_parameters DDP reduces its construction buckets from iteration
+    0 and never rebuilds (sample 04: 2 buckets), and under no_sync iteration 0 reduces nothing."""
+    def helps(sample):
+        return " ".join(m.help for m in on_page(sample).metric if m.help)
+
+    said = helps("04_branchy_torch_find_unused")
+    assert "Iteration 0 is expected to differ: the first, with 2 buckets in the layout the run kept" in said
+    assert "one bucket" not in said
+    said = helps(NO_SYNC)
+    assert ("Iterations 0..2 are expected to differ: the first cycle, whose synced step (iteration 2) had one "
+            "bucket, reduced after the whole backward, before the rebuild; its no_sync micro-steps reduced nothing"
+            in said)
+    assert "Iteration 0 is expected to differ: the first, with one bucket, reduced after the whole backward" in helps(MLP)

@@ -60,3 +60,20 @@ def test_the_timeline_says_the_ranks_shared_cores():
     assert said == [f"2{shared_cores_line(with_cores(1))[1:]}."], [c.value for c in at.caption]
     at = with_uploads({"own": load_trace(MLP)}, "timeline.py", "own")
     assert not any("CPU core" in c.value for c in at.caption)
+
+
+def test_the_what_if_replay_says_why_it_is_not_the_recorded_iterations():
+    """Ranks that shared cores are simulated with drawn noise, not their recorded iterations (learn/noise.py):
+    a 3-rank recording on 2 cores here replayed 9-37% off with no word of it on the What-if page."""
+    from apputil import with_uploads
+
+    def replay(label, trace):
+        at = with_uploads({label: trace}, "whatif.py", label)
+        assert not at.exception
+        return next(c.value for c in at.caption if c.value.startswith("Replay error"))
+
+    said = replay("turns", with_cores(1))
+    assert ("Not the recorded iterations replayed: its 2 ranks shared 1 CPU core, whose turns the simulator "
+            "plays itself, so each rank draws noise of the spread measured between the recorded ranks (") in said
+    assert said.endswith("over 20 steps instead.")
+    assert "Not the recorded" not in replay("own", load_trace(MLP))  # a core each: the recorded ranks replayed

@@ -55,7 +55,7 @@ def reference(trace: Trace, iteration: int, steady: dict | None) -> dict | None:
         return None
     chosen = steady_cycles(trace)
     if all(len(c) == 1 for c in chosen):  # every step syncs: the steady state is per step already
-        return {**steady, "kind": "", "per_step": None}
+        return {**steady, "kind": "", "per_step": None, "first": first_iteration(trace)}
     synced = any(it.sync for it in trace.iteration_on_ranks(iteration))
     same = [i for c in chosen for i in c if (i == c[-1]) == synced]
     rows = [cycle_metrics(trace, [i]) for i in same]
@@ -64,7 +64,31 @@ def reference(trace: Trace, iteration: int, steady: dict | None) -> dict | None:
             "overlap_fraction": steady["overlap_fraction"] if synced else None,
             "communicates": steady["communicates"] and synced,
             "steady_iterations": same, "kind": "synced " if synced else "no_sync ",
-            "per_step": (len(chosen[-1]), steady)}
+            "per_step": (len(chosen[-1]), steady), "first": first_iteration(trace)}
+
+
+def first_iteration(trace: Trace) -> str:
+    """Why the run's first iteration is left out of the steady state, from what it reduced: one bucket after
+    the whole backward (torch's default and static_graph), or the buckets find_unused_parameters builds at
+    construction and keeps (sample 04: 2 buckets, where the help said "one bucket"); under no_sync, iteration 0
+    reduces nothing and the first cycle's synced step is the one described."""
+    rank = trace.longest_rank
+    first = next((it for it in rank.iterations if it.sync), None)
+    if first is None or not rank.iterations:
+        return ""
+    n, k = len(first.buckets), rank.iterations[0].iteration
+    what = "one bucket" if n == 1 else f"{n} buckets"
+    if n and all(b.launch_ns >= first.backward_compute_end_ns for b in first.buckets):
+        what += ", reduced after the whole backward"
+    if rank.layouts and rank.layout_at(first.iteration) is not rank.layouts[-1]:
+        what += ", before the rebuild"
+    elif rank.layouts:
+        what += " in the layout the run kept (no rebuild)"
+    if first is rank.iterations[0]:
+        first_of = "the first the profile holds" if trace.imported else "the first"
+        return f"Iteration {k} is expected to differ: {first_of}, with {what}."
+    return (f"Iterations {k}..{first.iteration} are expected to differ: the first cycle, whose synced step "
+            f"(iteration {first.iteration}) had {what}; its no_sync micro-steps reduced nothing.")
 
 
 def steady_help(ref: dict, key: str, fmt: str, scale: float) -> str:
@@ -73,8 +97,7 @@ def steady_help(ref: dict, key: str, fmt: str, scale: float) -> str:
     which = (f"{its[0]}..{its[-1]}" if its == list(range(its[0], its[-1] + 1)) and len(its) > 2
              else ", ".join(map(str, its)))
     text = (f"Steady state ({STEADY_HOW[key]} the {ref['kind']}iteration{'s' * (len(its) > 1)} {which}): "
-            f"{fmt.format(ref[key] * scale)}. Iteration 0 is expected to differ: one bucket, reduced after the "
-            "whole backward.")
+            f"{fmt.format(ref[key] * scale)}. {ref.get('first', '')}").rstrip()
     if ref["per_step"] and key != "overlap_fraction":
         n, steady = ref["per_step"]
         text += (f" The run synced every {n} micro-steps: per micro-step (a cycle's time over {n}, as the What-if "

@@ -274,8 +274,7 @@ def describe_replay(out: Outcome) -> str | None:
     """The model's error on the recorded run itself (simulated unchanged vs recorded)."""
     if out.replay_error is None:
         return None
-    e = out.replay_error["iteration_time_s"] * 100
-    sim, rec = out.unchanged_summary, out.recorded_summary
+    e, sim, rec = out.replay_error["iteration_time_s"] * 100, out.unchanged_summary, out.recorded_summary
     if "overlap_fraction" not in sim or "overlap_fraction" not in rec:
         overlap = ""
     elif not (sim.get("communicates", True) or rec.get("communicates", True)):  # as the metrics' "none"
@@ -285,7 +284,8 @@ def describe_replay(out: Outcome) -> str | None:
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
             f"configuration simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
             f"iteration against {rec['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%); exposed "
-            f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}.")
+            f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}."
+            + waiting.drawn_replay(out.unchanged.meta))
 
 
 def _overlap_pct(summary: dict) -> str:
