@@ -73,7 +73,7 @@ def test_the_what_if_replay_says_why_it_is_not_the_recorded_iterations():
         return next(c.value for c in at.caption if c.value.startswith("Replay error"))
 
     said = replay("turns", with_cores(1))
-    assert ("Not the recorded iterations replayed: its 2 ranks shared 1 CPU core, whose turns the simulator "
-            "plays itself, so each rank draws noise of the spread measured between the recorded ranks (") in said
+    assert ("Not the recorded iterations replayed: its 2 ranks shared 1 CPU core, so the simulator shares "
+            "the cores itself and each rank draws noise of the spread measured between the recorded ranks (") in said
     assert said.endswith("over 20 steps instead.")
     assert "Not the recorded" not in replay("own", load_trace(MLP))  # a core each: the recorded ranks replayed

@@ -121,11 +121,10 @@ def uneven_caution(work, world_size: int, hook: str | None = None) -> str | None
 def drawn_replay(meta: dict) -> str:
     """Why a simulation at the recorded world size is not the recorded iterations replayed (``meta``: its
     trace's): its ranks shared CPU cores, so ``replay_config`` draws rank noise (Note [Replay the recorded
-    ranks' speeds] in learn/noise.py); "" where it replays them. Three ranks on 2 cores missed their
-    recording by -37% to +9% here, and the What-if page gave the error without the reason."""
+    ranks' speeds] in learn/noise.py); "" where it replays them."""
     config, link = meta.get("config") or {}, meta.get("link") or {}
     if config.get("recorded_ranks") or not link.get("cpus") or not config.get("jitter"):
         return ""
     return (f" Not the recorded iterations replayed: its {meta.get('world_size')} ranks shared {link['cpus']} CPU "
-            f"core{'s' * (link['cpus'] != 1)}, whose turns the simulator plays itself, so each rank draws noise of the spread measured "
-            f"between the recorded ranks ({config['jitter']:.0%}) over {config.get('iters')} steps instead.")
+            f"core{'s' * (link['cpus'] != 1)}, so the simulator shares the cores itself and each rank draws noise of "
+            f"the spread measured between the recorded ranks ({config['jitter']:.0%}) over {config.get('iters')} steps instead.")
