@@ -562,6 +562,14 @@ for net in ({}, {"bandwidth_gbps": 10, "latency_us": 20, "interference": 0}):
     print(f"{name:18} construction order {out['reverse']['iteration_time_s'] * 1e3:7.1f} ms "
           f"(exposed {out['reverse']['exposed_comm_s'] * 1e3:5.1f}) | rebuilt (ready) order "
           f"{out['ready']['iteration_time_s'] * 1e3:7.1f} ms (exposed {out['ready']['exposed_comm_s'] * 1e3:5.1f})")'''),
+    M("""Exposed communication is not the time an order saves. On this machine the rebuilt order hides
+28 ms more of it (exposed 45.5 -> 17.5 ms), yet the iteration is only 2.2 ms shorter (109.9 ->
+107.7 ms): gloo's threads share each rank's core with autograd (section 2), so the allreduces that
+now run during the backward slow it down, from 44.4 to 73.3 ms in this replay (the `compute` of
+`ddpsim.analysis.phase_medians` on the simulated trace). The what-if's `interference: 0` takes the
+communication off the compute core (an explicit interference turns `shared_core` off): there the
+backward stays near 44 ms (44.3 -> 46.3), and the same order saves 9.4 of the 11.4 ms it stops
+exposing (85.7 -> 76.3 ms)."""),
     M("""## 4. Check the prediction against real runs
 
 The prediction replays the run of section 1; a run recorded now sees the machine as it is now.

@@ -89,6 +89,14 @@ def test_part1_answer_in_lists_as_the_handout_allows_gets_full_marks(tmp_path):
     assert rc == 0 and results["score"] == results["max_score"], stdout
 
 
+def test_part1_generated_checks_catch_a_bucket_closed_above_its_limit(tmp_path):
+    """Closing a bucket at > its limit (reducer.cpp: >=) passed 1.6 and 1.8, the generated checks: their
+    random limits (1-20000 bytes) never equalled a bucket's size, so only the hand-picked cases failed."""
+    rc, results, stdout = grade("part1", WRONG / "part1_closes_above_the_cap.py", tmp_path)
+    failed = {t["number"] for t in results["tests"] if t["score"] < t["max_score"]}
+    assert rc == 1 and {"1.6", "1.7", "1.8"} <= failed, stdout
+
+
 @pytest.mark.slow
 def test_part2_keeps_the_students_run_to_open_in_the_app(tmp_path):
     """The handout says a student can look at their own run; the grader deleted it with its scratch folder."""

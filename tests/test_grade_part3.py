@@ -87,3 +87,13 @@ def test_words_are_counted_as_wc_counts_them(grader):
     """A regex split "don't", "gloo's" and "0.05-0.1" into several words: 190 words by wc failed as 210."""
     ctx = SimpleNamespace(student=SimpleNamespace(ANSWER=" ".join(["don't 0.05-0.1 ms/MiB gloo's"] * 50)))
     assert grader.test_answer(ctx).startswith("passed: 200 words")
+
+
+def test_a_run_far_off_its_prediction_is_not_told_runs_differ_by_less(grader):
+    """A run recorded at a load average of 8 on 2 cores measured 241.2 ms against 63.7 predicted (+279%),
+    and the same line said launches differ "up to 2x under other jobs"."""
+    measured, predicted = 0.2412, 0.0637
+    message = grader.against_prediction(measured, predicted)
+    assert "+279%" in message, message
+    bounds = [float(x) for x in re.findall(r"up to (\d+(?:\.\d+)?)x", message)]
+    assert all(measured / predicted <= b for b in bounds), message
