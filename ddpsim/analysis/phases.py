@@ -35,3 +35,16 @@ def phase_medians(trace: Trace) -> dict[str, float]:
     for k in PHASES:
         out[k], prev = max(0.0, med[k] - prev), med[k]
     return out
+
+
+def no_sync_medians(trace: Trace) -> dict[str, float] | None:
+    """The forward (its span without the buffer broadcast) and the backward up to its last gradient of the
+    steady no_sync micro-steps, medians over them and every rank (s); None without any such step."""
+    parts: dict[str, list[float]] = {"forward": [], "backward": []}
+    steady = {i for c in steady_cycles(trace) for i in c}
+    for rank in trace.ranks:
+        for it in rank.iterations:
+            if it.iteration in steady and not it.sync and it.grad_ready:
+                parts["forward"].append(it.forward_compute_ns * NS)
+                parts["backward"].append(max(0, it.backward_compute_end_ns - it.backward.start_ns) * NS)
+    return {k: statistics.median(v) for k, v in parts.items()} if parts["forward"] else None

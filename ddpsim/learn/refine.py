@@ -20,12 +20,26 @@ shifted until the simulated phases match the measured ones (the end of the
 optimizer step by ``finalize_s``: with ranks taking turns on a core, 1 ms more
 finalize moves it ~2 ms, so a secant step, not a fixed-point one). Only the
 calibration run is used; the runs being predicted never are.
+
+Note [A no_sync step computes alone]: inside ``no_sync`` torch's reducer does nothing (its autograd
+hook returns at once: ``expect_autograd_hooks_`` is false), so a no_sync micro-step's backward is the
+compute alone, and on a CPU rank nothing of gloo runs beside it. The learnt compute is fitted to the
+synced steps, where gloo's threads share the core and the shared-core model takes part of that time
+out again: what is left is not the compute alone the no_sync steps measured, and each recorded
+rank's no_sync multipliers (``learn/noise.py``, taken against the no_sync steps' own median) scale
+that base. On a 2-rank run of a small MLP with BatchNorm, find_unused_parameters and a sync every 2
+steps (2026-11-29), the replay played its no_sync backward at 7.2 ms against 3.2 ms recorded and
+its forward at 3.5 against 2.2 ms, and missed the iteration time by +28.6%; on branchy
+(``tests/fixtures/no_sync``) both were 24% short, and it missed by -11.1%. So ``fit_no_sync`` scales
+the no_sync micro-steps' forward and backward (``Workload.no_sync_forward_scale``,
+``no_sync_backward_scale``) until the replay's medians are the recorded ones: the two replays then
+missed by +3.2% and +1.8%.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from ddpsim.analysis.phases import phase_medians
+from ddpsim.analysis.phases import no_sync_medians, phase_medians
 from ddpsim.learn import alone
 from ddpsim.learn.extract import replay_config
 from ddpsim.learn.jitter import pick_jitter
@@ -34,6 +48,7 @@ from ddpsim.sim.workload import Workload
 from ddpsim.trace import Trace
 
 ROUNDS = 4  # fixed-point rounds (finalize: secant steps)
+NO_SYNC_ROUNDS = 2  # fit_no_sync's rounds: a no_sync step's compute is nearly proportional to its scale
 ALONE_ROUNDS = 3  # measure_alone's fixed-point rounds: a bucket's launch cost is not scaled, so one ratio is not exact
 
 
@@ -74,8 +89,25 @@ def refine(w: Workload, trace: Trace, sim_iters: int | None = None, jitter: floa
                                 optimizer_s=w.optimizer_s * o, finalize_s=fin, meta=dict(w.meta))
         total = {"forward": total["forward"] * f, "compute": total["compute"] * c,
                  "optimizer": total["optimizer"] * o, "finalize_shift_s": total["finalize_shift_s"] + shift}
+    w = fit_no_sync(w, trace, cfg)
     w.meta["refined"] = {"compute_scale": total["compute"], "forward_scale": total["forward"],
-                         "optimizer_scale": total["optimizer"], "finalize_shift_s": total["finalize_shift_s"]}
+                         "optimizer_scale": total["optimizer"], "finalize_shift_s": total["finalize_shift_s"],
+                         "no_sync_forward_scale": w.no_sync_forward_scale,
+                         "no_sync_backward_scale": w.no_sync_backward_scale}
+    return w
+
+
+def fit_no_sync(w: Workload, trace: Trace, cfg) -> Workload:
+    """``w`` with its no_sync micro-steps' forward and backward scaled so that simulating ``cfg`` gives
+    ``trace``'s no_sync medians (Note [A no_sync step computes alone]); ``w`` where either has none."""
+    real = no_sync_medians(trace)
+    for _ in range(NO_SYNC_ROUNDS if real else 0):
+        sim = no_sync_medians(simulate(w, cfg)[0])
+        if sim is None:
+            return w
+        fs, bs = (real[k] / sim[k] if sim[k] > 0 and real[k] > 0 else 1.0 for k in ("forward", "backward"))
+        w = dataclasses.replace(w, no_sync_forward_scale=w.no_sync_forward_scale * fs,
+                                no_sync_backward_scale=w.no_sync_backward_scale * bs, meta=dict(w.meta))
     return w
 
 

@@ -20,13 +20,16 @@ class Actor:
     join_start: float | None = None  # under Join: when it left its own loop (sim/join.py)
     join_end: float | None = None  # ... and when the final model sync ended
 
-    def multipliers(self, i: int) -> tuple[float, float]:
-        """(forward, backward) compute multipliers at micro-step ``i``."""
+    def multipliers(self, i: int, scale: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float]:
+        """(forward, backward) compute multipliers at micro-step ``i``; ``scale``: the workload's for the
+        micro-step's kind (``Workload.micro_step_scale``)."""
         f = self.factors[i]
         if self.recorded is None:
-            return f, f * self.backward_scale
-        n = len(self.recorded["forward"])
-        return f * self.recorded["forward"][i % n], f * self.recorded["backward"][i % n] * self.backward_scale
+            fw, bw = f, f * self.backward_scale
+        else:
+            n = len(self.recorded["forward"])
+            fw, bw = f * self.recorded["forward"][i % n], f * self.recorded["backward"][i % n] * self.backward_scale
+        return fw * scale[0], bw * scale[1]
 
     def gap_after(self, i: int, default: float) -> float:
         """Seconds between micro-step ``i``'s end and the next one's forward (the recorded gap, or ``default``)."""

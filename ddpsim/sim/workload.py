@@ -59,6 +59,10 @@ class Workload:
     launch_s_per_byte: float = 0.0  # ... plus this per byte of the bucket (the hook divides it by world size)
     unused: list[int] = field(default_factory=list)  # params that never get a gradient
     buffer_bytes: int = 0  # bytes of the module's buffers (BatchNorm statistics); 0: none
+    # multipliers (no unit) on a no_sync micro-step's forward and backward compute against a synced step's
+    # (Note [A no_sync step computes alone] in learn/refine.py); 1.0: the same; not a torch option
+    no_sync_forward_scale: float = 1.0
+    no_sync_backward_scale: float = 1.0
     # seconds one buffer broadcast took at the recorded world size (Note [A broadcast learnt from the
     # recording] in learn/extract.py); None: the link's model (Link.broadcast_s)
     buffer_broadcast_s: float | None = None
@@ -93,6 +97,10 @@ class Workload:
         scale = link.broadcast_s(self.buffer_bytes, world_size) / at_k0 if at_k0 > 0 else 1.0
         return self.buffer_broadcast_s * scale
 
+    def micro_step_scale(self, sync: bool) -> tuple[float, float]:
+        """(forward, backward) compute multipliers of a synced (1, 1) or a no_sync micro-step."""
+        return (1.0, 1.0) if sync else (self.no_sync_forward_scale, self.no_sync_backward_scale)
+
     @property
     def backward_compute_s(self) -> float:
         return float(sum(self.grad_compute_s))
@@ -109,7 +117,8 @@ def validate_workload(w: Workload) -> None:
     if sorted(list(w.ready_order) + list(w.unused)) != idx:
         raise ValueError("ready_order plus unused must list every parameter exactly once")
     for name in ("forward_s", "pre_backward_s", "graph_search_s", "finalize_s", "step_gap_s",
-                 "optimizer_s", "iter_gap_s", "launch_s", "launch_s_per_byte"):
+                 "optimizer_s", "iter_gap_s", "launch_s", "launch_s_per_byte", "no_sync_forward_scale",
+                 "no_sync_backward_scale"):
         v = getattr(w, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise ValueError(f"workload {w.name!r}: {name} must be a finite number >= 0, not {v!r}")
