@@ -595,7 +595,7 @@ print(f"best against default: predicted {sim[0] / sim[1] - 1:+.1%}, measured {re
 print("buckets after the rebuild:", len(runs[0].ranks[0].layouts[-1].buckets))'''),
     M("""The line before last is the check that matters. In every group of runs we recorded together on a
 quiet machine, one bucket measured faster than two by more than the sweep says (4-10%, where
-the sweep predicted under 1%), and the smallest caps slower (16-18% behind the fastest, 5-8%
+the sweep predicted under 1%), and the smallest caps slower (16-18% behind the fastest, under 10%
 predicted): the sweep orders the caps as this machine
 does, but understates the gaps. That is what a simulator is
 for, and where it stops: it ranks configurations in seconds, and the one you pick still
@@ -939,7 +939,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 print(inspect.getsource(default_hooks._compress_hook))'''),
     M("""It casts the bucket to 16-bit floats (half the bytes), allreduces that, and casts back in the
 future's callback. PowerSGD goes further: it approximates every gradient matrix M (viewed as
-`shape[0] x rest`) by P Q^T of rank r and allreduces only P and Q, one after the other, plus the
+`shape[0] x rest`) by P Q^T of rank r (torch's default r = 1, as in the cell below; section 2 uses r = 4) and allreduces only P and Q, one after the other, plus the
 1-D tensors uncompressed. The simulator models what each hook sends (`ddpsim/sim/comm_hooks.py`;
 PowerSGD's P and Q sizes are checked against torch's own hook in `tests/test_sim_comm_hooks.py`):"""),
     C('''from ddpsim.sim.comm_hooks import CommHook, stages
