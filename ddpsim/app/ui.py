@@ -126,6 +126,10 @@ METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. " + I
                                     "(a sync every n micro-steps) each micro-step counts as an iteration: the "
                                     "time is per micro-step, and n of them make one synced step (the time between the "
                                     "micro-steps is left out too).",
+               "exposed_comm_s": "The communication backward waits for: from the last gradient becoming ready "
+                                 "to the last allreduce's end (buckets, and find_unused_parameters' bitmap), "
+                                 "on the rank that waits most; the median over the steady iterations. Under "
+                                 "no_sync, the synced step's wait over its n micro-steps.",
                "overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
                                     "that overlaps compute, over all communication time, in the steady "
                                     "iterations (mean over ranks). Compute is the GPU's compute kernels for a "

@@ -295,6 +295,6 @@ def _overlap_pct(summary: dict) -> str:
 
 def describe_stragglers(out: Outcome) -> str | None:
     """How much of the what-if (and of its change) is waiting for the slowest rank; None without rank noise."""
-    return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
-                            (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
-                            out.spread_source, int((out.sim.meta.get("config") or {}).get("no_sync_every") or 1))
+    config, link = out.sim.meta.get("config") or {}, out.sim.meta.get("link") or {}  # link.cpus: cores the ranks share
+    return waiting.describe(out.waits, (out.summary, out.unchanged_summary), (out.sim.meta["world_size"], out.unchanged.meta[
+        "world_size"]), out.rank_spread, out.spread_source, int(config.get("no_sync_every") or 1), link.get("cpus"))

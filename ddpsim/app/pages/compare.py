@@ -37,6 +37,8 @@ for label in skipped:
 if len(runs) < 1:
     st.info("Pick runs to compare.")
     st.stop()
+if len(runs) == 1:  # the table and figure of one run alone; the ladder's hint about rungs meant nothing here
+    st.info(f"Only {pretty(runs[0][0])} to show: pick a second run above to compare it with.")
 
 def _one_place(value):
     return None if value is None else round(value, 1)  # None: no collective took time (shown empty)
@@ -84,15 +86,16 @@ st.caption("Medians over each run's steady-state iterations (after the rebuild);
 key = "compare:" + "|".join(trace_key(label) for label, _ in runs) + f":{iteration}"
 ui.show_figure(key, lambda: plot_compare(runs, iteration), "compare",
                alt=f"{len(runs)} runs on one time axis")
-with st.expander("The ladder: naive → overlap → bucketed → torch's DDP"):
-    ladder_rows = ladder.rows_for_runs(runs)
-    if len({r["rung"] for r in ladder_rows}) < 2:
-        st.info("Pick runs of at least two rungs: record `naive`, `overlap`, `minddp` with a fixed "
-                "order, and `torch` on the Record page, or run `python -m ddpsim ladder`, which "
-                "records all four side by side and simulates them.")
-    else:
-        ui.show_figure("ladder:" + key, lambda: plot_ladder(ladder_rows), "ladder",
-                       alt=f"iteration time and exposed communication of {len(ladder_rows)} rungs")
+if len(runs) > 1:  # one run is no ladder
+    with st.expander("The ladder: naive → overlap → bucketed → torch's DDP"):
+        ladder_rows = ladder.rows_for_runs(runs)
+        if len({r["rung"] for r in ladder_rows}) < 2:
+            st.info("Pick runs of at least two rungs: record `naive`, `overlap`, `minddp` with a fixed "
+                    "order, and `torch` on the Record page, or run `python -m ddpsim ladder`, which "
+                    "records all four side by side and simulates them.")
+        else:
+            ui.show_figure("ladder:" + key, lambda: plot_ladder(ladder_rows), "ladder",
+                           alt=f"iteration time and exposed communication of {len(ladder_rows)} rungs")
 if any(ui.ran_on_cpu(t) for _, t in runs):
     st.caption("Real runs: " + ui.learn.CPU_NOTE)
 ui.explain("overlap", "bucket_size", "simulated")
