@@ -143,3 +143,30 @@ def test_the_replay_line_of_a_one_rank_nccl_import_has_no_overlap_figure(one_ran
     assert next(m for m in at.metric if m.label.startswith("Comm. overlapped")).value == "none"
     replay = next(c.value for c in at.caption if c.value.startswith("Replay error"))
     assert "0% against 0%" not in replay and replay.endswith("and no overlap to measure: no collective took time."), replay
+
+
+def test_more_ranks_are_not_faster_than_the_profiled_one(one_rank):
+    """ResNet-50 profiled on one H100, asked for 8 on NVLink and 64 over InfiniBand: the page read
+    "Iteration time -0.7%" (67.8 -> 67.4 ms) against the 1-rank replay, faster with more communication.
+    The replay plays the three profiled steps one by one; at 8 ranks every rank's speed is drawn around
+    the medians (67.3 ms with no network), and that difference was shown as the world size's. Now the
+    unchanged run is simulated as the what-if is, and the replay stays the replay error's."""
+    at = with_uploads({ONE: one_rank}, "whatif.py", ONE)
+    next(s for s in at.selectbox if s.label == "Network").set_value("ib400").run()
+    other = next(w.value for w in at.warning if w.value.startswith("The network is not the recorded one"))
+    assert "One rank runs no collective: no network is used" in other and "1 ranks" not in other, other
+    for ranks in (8, 64):
+        next(s for s in at.select_slider if s.label.startswith("World size")).set_value(ranks).run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        delta = next(m for m in at.metric if m.label == "Iteration time").delta
+        assert not delta.startswith("-"), (ranks, delta)  # communication adds time, never saves it
+        said = next(m.value for m in at.markdown if m.value.startswith("Iteration time"))
+        assert f"At {ranks} ranks there are no recorded ranks to replay step by step" in said, said
+        assert "replayed 67.8 ms, and that difference (-0.5 ms) comes from the way of simulating" in said, said
+        replay = next(c.value for c in at.caption if c.value.startswith("Replay error"))
+        assert "replayed, simulates at 67.8 ms per iteration against 67.8 ms recorded (+0.0%)" in replay, replay
+    base, work = whatif.base_for(one_rank), whatif.workload(whatif.base_for(one_rank), one_rank)
+    out = whatif.evaluate(work, base, one_rank, whatif.sim_config(base, world_size=8, network="ib400", work=work, trace=one_rank))
+    assert 0 < out.change["iteration_time_s"] < 0.01 and abs(out.replay_error["iteration_time_s"]) < 1e-3
+    same = whatif.evaluate(work, base, one_rank, whatif.sim_config(base, world_size=1, work=work, trace=one_rank))
+    assert same.replay_summary is None and same.change["iteration_time_s"] == 0.0  # the replay, as before

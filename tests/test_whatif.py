@@ -238,9 +238,12 @@ def test_the_recorded_ranks_wait_for_each_other_too():
     assert out.waits[0] > 0.05 * out.summary["iteration_time_s"] and out.waits[1] == out.waits[0]
     assert "slowest of 2" in whatif.describe_stragglers(out) and out.cautions == []
     three = whatif.evaluate(work, base, trace, config(base, work, world_size=3))
-    assert three.waits[1] == pytest.approx(out.waits[0])  # the unchanged run is the 2-rank replay
+    # at 3 ranks the unchanged run is simulated as the what-if is (Note [The unchanged run is simulated as
+    # the what-if is]): every rank at the median speed with drawn noise, whose waiting is less than the replay's
+    assert three.replay_summary["iteration_time_s"] == out.summary["iteration_time_s"]
+    assert 0 < three.waits[1] < out.waits[0]
     text = whatif.describe_stragglers(three)
-    assert f"unchanged: {out.waits[0] * 1e3:.2f} ms at 2 ranks" in text
+    assert f"unchanged: {three.waits[1] * 1e3:.2f} ms at 2 ranks" in text
     assert any("did not run equally fast" in c and "rank 0 1.26x" in c and "differed within each recorded iteration" in c
                for c in three.cautions), three.cautions  # the drawn spread says what it measures, beside the factors
 

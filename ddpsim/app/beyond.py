@@ -72,7 +72,9 @@ def other_network(cfg: SimConfig, learnt: float, gpu: str | None = None) -> str:
                 if link and gpu and node not in str(gpu).lower().replace(" ", "") else "")
     where = (f"{link.name} (NCCL's model, as `ddpsim simulate --hardware {cfg.hardware}`{stand_in})" if link else
              "the chosen profile's datasheet figures, as one flat link")
-    one_node = (f" {cfg.world_size} ranks fit in one node of {link.cluster.gpus_per_node}: only its NVLink is "
+    one_node = (" One rank runs no collective: no network is used, and every network gives the same time."
+                if cfg.world_size == 1 else
+                f" {cfg.world_size} ranks fit in one node of {link.cluster.gpus_per_node}: only its NVLink is "
                 "used, and every network between nodes gives the same time."
                 if link and cfg.world_size <= link.cluster.gpus_per_node else "")
     return (f"The network is not the recorded one: the allreduce times come from {where}, the compute from the "

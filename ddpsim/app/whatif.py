@@ -13,11 +13,12 @@ A what-if simulates a *workload* under a changed SimConfig:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.analysis.unused import needs_find_unused, refusal
-from ddpsim.app import beyond, units, waiting
+from ddpsim.app import beyond, waiting
+from ddpsim.app.whatif_words import describe_change, describe_replay, describe_stragglers  # noqa: F401 (the page's)
 from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
@@ -78,11 +79,12 @@ TIME_LIMIT_S = 20.0  # seconds a page's simulation may run before it stops with 
 def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parameters=False,
                no_sync_every=1, world_size=None, network=AS_RECORDED, trace_ranks=None, work=None,
                trace: Trace | None = None, algo=None, broadcast_buffers=None, comm_hook=None,
-               last_bucket_small=None) -> SimConfig:
+               last_bucket_small=None, noise: str = "recorded") -> SimConfig:
     """A SimConfig for the what-if choices. A recorded trace (``work`` learnt from ``trace``): its
     replay with the changes (``replay_config``: at its world size its ranks as recorded, a hook's
-    cost as its ranks measured it); a network other than the recorded one overrides the link.
-    A GPU model (``work``: its synthetic workload, built when not given): SimConfig with the choices over
+    cost as its ranks measured it; ``noise="drawn"``: its ranks' speeds drawn around their medians, as at
+    another world size); a network other than the recorded one overrides the link. A GPU model
+    (``work``: its synthetic workload, built when not given): SimConfig with the choices over
     ``sim.archs.arch_defaults``, its profile's rank noise and a hook's compute at the GPU's rates."""
     ws = int(world_size or base.config.get("world_size", 2))
     changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
@@ -109,7 +111,7 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
             changes.update({"bandwidth_gbps": float(prof["bandwidth_gbps"]), "latency_us": float(prof["latency_us"]),
                             "concurrency": int(prof.get("concurrency", 1)),
                             "interference": float(prof.get("interference", 0))})
-        return replay_config(work, trace, **changes)
+        return replay_config(work, trace, noise=noise, **changes)
     return SimConfig(algo=algo, **run_controls(base), **changes)  # algo: NCCL_ALGO (None: auto)
 
 
@@ -185,6 +187,12 @@ class Outcome:
     waits: tuple = (0.0, 0.0)  # seconds per iteration waiting for the slowest rank: what-if, unchanged
     rank_spread: float = 0.0  # the what-if's rank-to-rank spread: drawn, or its replayed ranks' as measured
     spread_source: str = ""
+    replay_summary: dict | None = None  # the run replayed, where ``unchanged`` draws its ranks as the what-if does
+
+    @property
+    def replayed(self) -> dict:
+        """The unchanged configuration as the recorded run's replay: what the replay error is about."""
+        return self.replay_summary or self.unchanged_summary
 
     @property
     def within_noise(self) -> bool:
@@ -228,6 +236,12 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     unchanged_cfg = unchanged_config(base, work, trace, cfg.trace_ranks)
     sim, summary = sim_fn(work, cfg)
     unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
+    replayed = None  # Note [The unchanged run is simulated as the what-if is]
+    if base.kind == "trace" and unchanged_cfg.recorded_ranks and not cfg.recorded_ranks:
+        replayed = unchanged_summary
+        drawn = unchanged_config(base, work, trace, cfg.trace_ranks, noise="drawn")
+        unchanged_cfg = SimConfig(**{**asdict(drawn), "backward_scale": {}})  # ranks at the median speed
+        unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show
     recorded = steady_summary(trace) if trace is not None and trace.source == "real" else None
     noise, n = None, 0
@@ -237,64 +251,28 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     waits = (wait_s(sim_fn, work, cfg, summary), wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
-                   _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work, unchanged_cfg),
-                   waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source)
+                   _rel(replayed or unchanged_summary, recorded) if recorded else None, noise, n,
+                   cautions(base, trace, cfg, work, unchanged_cfg),
+                   waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed)
 
 
-def unchanged_config(base: Base, work, trace: Trace | None, trace_ranks=None) -> SimConfig:
-    """The configuration the page's controls start at (``choices``): the run as the page simulates it."""
+# Note [The unchanged run is simulated as the what-if is]
+# At its own world size a recording is replayed: each recorded rank as it was in each recorded step
+# (learn/noise.py). At another world size there are no recorded ranks to replay, and each rank's
+# speed is drawn around the recorded medians (learn.replay_config). The two ways differ on the same
+# run: the sum of each phase's median is not the median iteration (a 1-rank ResNet-50 H100 import:
+# 67.3 ms drawn, 67.8 ms replayed; the 2-rank mlp sample 38.2 against 39.4 ms). Held against the
+# replay, that difference read as the world size's effect: 8 H100s ran "-0.7%" faster per iteration
+# than the one that was profiled, with more communication. So where the what-if draws its ranks,
+# the unchanged configuration is simulated the same way, every rank at the median speed as at another
+# world size (no rank of it is known to be lastingly slow: a caution says so where the recorded ones
+# were), and the replay is kept for the replay error.
+
+
+def unchanged_config(base: Base, work, trace: Trace | None, trace_ranks=None, noise: str = "recorded") -> SimConfig:
+    """The configuration the page's controls start at (``choices``): the run as the page simulates it
+    (``noise="drawn"``: its ranks' speeds drawn, as at another world size)."""
     c = choices(base)
     return sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"], c["no_sync_every"],
                       c["world_size"], c["network"], trace_ranks, work, trace, c["algo"],
-                      last_bucket_small=c["last_bucket_small"])
-
-
-def describe_change(out: Outcome) -> str:
-    """One sentence: the change in iteration time, with the run's noise band."""
-    ch = out.change["iteration_time_s"] * 100
-    if out.summary["iteration_time_s"] == out.unchanged_summary["iteration_time_s"]:
-        same = f"Iteration time {units.duration(out.summary['iteration_time_s'])}, the same as the configuration unchanged, both simulated"
-        if (out.sim.meta.get("config") or {}) == (out.unchanged.meta.get("config") or {}):
-            return same + ": move a control above to see what it changes."
-        return same + ": the choices above differ from the run as recorded, but change nothing in its simulation here."
-    text = (f"Iteration time {units.change(ch / 100)} against the same configuration unchanged, both simulated "
-            f"({units.duration(out.unchanged_summary['iteration_time_s'])} → {units.duration(out.summary['iteration_time_s'])}).")
-    if out.noise is None:
-        why = ("a simulated run has none" if out.recorded_summary is None else
-               f"the recorded run has {out.noise_iterations} steady synced iteration{'s' * (out.noise_iterations != 1)}")
-        return text + f" No recorded spread to compare with ({why}): treat small changes with care."
-    band = f"±{out.noise * 100:.0f}%"
-    verdict = ("within" if out.within_noise else "larger than")
-    return (text + f" The recorded run's single iterations vary by {band} (over {out.noise_iterations} "
-            f"steady iterations): this change is {verdict} that spread"
-            + (", so a measurement could not tell it apart from noise." if out.within_noise else "."))
-
-
-def describe_replay(out: Outcome) -> str | None:
-    """The model's error on the recorded run itself (simulated unchanged vs recorded)."""
-    if out.replay_error is None:
-        return None
-    e, sim, rec = out.replay_error["iteration_time_s"] * 100, out.unchanged_summary, out.recorded_summary
-    if "overlap_fraction" not in sim or "overlap_fraction" not in rec:
-        overlap = ""
-    elif not (sim.get("communicates", True) or rec.get("communicates", True)):  # as the metrics' "none"
-        overlap = ", and no overlap to measure: no collective took time"
-    else:
-        overlap = f", overlap {_overlap_pct(sim)} against {_overlap_pct(rec)}"
-    return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
-            f"configuration simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
-            f"iteration against {rec['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%); exposed "
-            f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}."
-            + waiting.drawn_replay(out.unchanged.meta))
-
-
-def _overlap_pct(summary: dict) -> str:
-    """A summary's overlap as the metrics show it: "none" where no collective took time."""
-    return f"{summary['overlap_fraction']:.0%}" if summary.get("communicates", True) else "none"
-
-
-def describe_stragglers(out: Outcome) -> str | None:
-    """How much of the what-if (and of its change) is waiting for the slowest rank; None without rank noise."""
-    config, link = out.sim.meta.get("config") or {}, out.sim.meta.get("link") or {}  # link.cpus: cores the ranks share
-    return waiting.describe(out.waits, (out.summary, out.unchanged_summary), (out.sim.meta["world_size"], out.unchanged.meta[
-        "world_size"]), out.rank_spread, out.spread_source, int(config.get("no_sync_every") or 1), link.get("cpus"))
+                      last_bucket_small=c["last_bucket_small"], noise=noise)
