@@ -89,3 +89,12 @@ def test_a_one_rank_replay_keeps_the_recordings_communication():
     assert abs(summary["overlap_fraction"] - real["overlap_fraction"]) < 0.2, (summary, real)
     with pytest.raises(ValueError, match="no collective to learn a network from"):
         simulate(w, replay_config(w, trace, world_size=8))
+
+
+def test_bandwidth_gives_the_network_and_names_it(tmp_path, capsys):
+    """--bandwidth-gbps on a 1-rank trace: the link is named as the user's, not the trace's "none"."""
+    path, _ = recorded(tmp_path, 1)
+    assert cli(["simulate", "--trace", str(path), "--world-size", "8", "--bandwidth-gbps", "100", "--jitter", "0"]) == 0
+    link = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["link"]
+    assert link["name"].startswith("a flat ring at --bandwidth-gbps") and link["one_rank"] is None
+    assert link["bandwidth_Bps"] == pytest.approx(100e9 / 8) and link["alpha_s"] == 0.0

@@ -36,6 +36,9 @@ from ddpsim.sim.workload import Workload, construction_layout, ordered_layout, p
 from ddpsim.trace import Bucket, Layout
 
 
+GIVEN_NETWORK = "a flat ring at --bandwidth-gbps (latency --latency-us, else 0; the trace has no network)"
+
+
 def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     link = w.link
     cal = w.meta.get("calibration")  # a shared-core gloo workload's `ddpsim calibrate` lines
@@ -44,9 +47,10 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
         link = netmodel.link_at(cal, cfg.world_size, link.concurrency, link.interference)
     if cfg.hardware or w.meta.get("hardware"):  # a GPU model's own, or a recording's chosen one
         link = network.network_for(cfg.hardware or w.meta["hardware"], cfg.world_size)
-    elif w.meta.get("no_network") and cfg.world_size > 1 and cfg.bandwidth_gbps is None:
-        # learn.linkfit's Note [No network from one rank]
-        raise ValueError(str(w.meta["no_network"]).format(world_size=cfg.world_size))
+    elif w.meta.get("no_network") and cfg.world_size > 1:  # learn.linkfit's Note [No network from one rank]
+        if cfg.bandwidth_gbps is None:
+            raise ValueError(str(w.meta["no_network"]).format(world_size=cfg.world_size))
+        link = replace(link, name=GIVEN_NETWORK, one_rank=None, alpha_s=0.0)  # the user's flat ring, not "none"
     shared = cfg.shared_core
     if shared is None and cfg.interference is not None:
         shared = False  # an explicit interference picks that contention model (e.g. a GPU network)
