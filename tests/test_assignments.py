@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,6 +96,32 @@ def test_part1_generated_checks_catch_a_bucket_closed_above_its_limit(tmp_path):
     rc, results, stdout = grade("part1", WRONG / "part1_closes_above_the_cap.py", tmp_path)
     failed = {t["number"] for t in results["tests"] if t["score"] < t["max_score"]}
     assert rc == 1 and {"1.6", "1.7", "1.8"} <= failed, stdout
+
+
+def test_part1_rebuild_check_draws_exact_limits_from_the_order_the_function_sees():
+    """1.8 drew its exact limits (runs of consecutive tensors' bytes, to catch a bucket closed at > its limit)
+    from the parameters as defined, but the student's function sees them in `tensor_indices` order, where
+    only runs of one tensor are still runs. Each of its examples now draws them from what the function sees."""
+    from ddpsim.grade.core import load_file
+
+    grader = load_file(ROOT / "assignments" / "part1" / "autograder.py", "ddpsim_autograder_part1_rebuild")
+    wrong = load_file(WRONG / "part1_closes_above_the_cap.py", "ddpsim_wrong_part1_rebuild")
+    exact_limits, check, drawn, same = grader.exact_limits, grader.check, [], []
+
+    def limits_from(data, spec):  # the grader's own helpers, each call's spec kept
+        drawn.append(list(spec))
+        return exact_limits(data, spec)
+
+    def graded_on(student, spec, limits, indices=(), **kw):  # an example's limits are its last drawn
+        same.append(drawn[-1] == list(spec))
+        try:
+            check(student, spec, limits, indices=indices, **kw)
+        except AssertionError:
+            pass  # the wrong solution fails some examples: keep drawing all of them
+
+    grader.exact_limits, grader.check = limits_from, graded_on
+    grader.test_generated_rebuild_order(SimpleNamespace(student=wrong))
+    assert len(same) == 60 and all(same), f"{same.count(False)} of {len(same)} examples drew them elsewhere"
 
 
 @pytest.mark.slow

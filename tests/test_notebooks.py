@@ -209,3 +209,15 @@ def test_notebook03_says_why_the_order_hides_more_than_it_saves():
             backward[what_if, order] = phase_medians(tr)["compute"] * 1e3
     assert f"from {backward[False, 'reverse']:.1f} to {backward[False, 'ready']:.1f} ms" in text, (backward, text)
     assert f"({backward[True, 'reverse']:.1f} -> {backward[True, 'ready']:.1f})" in text, (backward, text)
+
+
+def test_notebook03_prints_the_backward_figures_its_text_quotes():
+    """Notebook 03's section 3 quoted the backward's phase_medians "compute" (44.4 to 73.3 ms; 44.3 -> 46.3)
+    that no cell printed, so a student could not check them: the cell before the text prints them."""
+    text = next(" ".join(m.split()) for m in markdown("03_bucket_size_and_ordering")
+                if m.startswith("Exposed communication is not"))
+    out = "\n".join(printed("03_bucket_size_and_ordering"))
+    rows = re.findall(r"backward compute \(phase_medians\) +([\d.]+) -> +([\d.]+) ms", out)
+    assert len(rows) == 2, f"section 3's cell does not print the backward of both replays:\n{out}"
+    (shared0, shared1), (what_if0, what_if1) = rows
+    assert f"from {shared0} to {shared1} ms" in text and f"({what_if0} -> {what_if1})" in text, (rows, text)
