@@ -5,12 +5,14 @@ import json
 import re
 import shlex
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from apputil import APP, with_uploads
+from ddpsim.analysis import steady_cycles
 from ddpsim.app import units
 from ddpsim.cli import main
-from ddpsim.samples import sample_path
+from ddpsim.samples import BUNDLED_DIR, sample_path
 from ddpsim.trace import load_trace
 
 NO_SYNC = "05_convnet_torch_no_sync3"  # a sync every 3 micro-steps
@@ -231,3 +233,35 @@ def test_the_timeline_says_what_the_first_iteration_reduced():
             "bucket, reduced after the whole backward, before the rebuild; its no_sync micro-steps reduced nothing"
             in said)
     assert "Iteration 0 is expected to differ: the first, with one bucket, reduced after the whole backward" in helps(MLP)
+
+
+def _named(text: str) -> set[int]:
+    """The iterations a help text calls "expected to differ" ("Iteration 4", "Iterations 0..2")."""
+    out = set()
+    for a, b in re.findall(r"Iterations? (\d+)(?:\.\.(\d+))? (?:is|are) expected to differ", text):
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in BUNDLED_DIR.glob("*.json")))
+def test_no_steady_iteration_is_said_to_differ(name):
+    """The imported H100 profile (sample 10, iterations 4-6) read "Steady state (... the iterations 4..6): 44.9 ms.
+    Iteration 4 is expected to differ: the first the profile holds, with 3 buckets in the layout the run kept (no
+    rebuild)": iteration 4 is in that steady state, and the profile starts after torch's rebuild (its 3 buckets
+    are the rebuilt sizes, ddpsim/samples/h100/README.md), so "no rebuild" was untrue too."""
+    trace = load_trace(BUNDLED_DIR / f"{name}.json")
+    steady = {i for c in steady_cycles(trace) for i in c}
+    helps = [m.help for m in on_page(name).metric if m.help and m.help.startswith("Steady state")]
+    assert helps, name
+    for text in helps:
+        shown = re.match(r"Steady state \([^)]*iterations? ([\d., ]+)\)", text).group(1)
+        ends = [int(x) for x in re.split(r"\.\.|, ", shown)]
+        shown = set(range(ends[0], ends[-1] + 1)) if ".." in text.split(")")[0] else set(ends)
+        assert shown <= steady, (name, text)
+        assert not _named(text) & steady, (name, text)
+    held = {it.iteration for r in trace.ranks for it in r.iterations}
+    if 0 not in held:  # a profile that starts later: after the first iteration and any rebuild
+        k = min(held)
+        assert all(f"The profile starts at iteration {k}, after the run's first iteration and any rebuild" in t
+                   for t in helps), helps
+        assert not any("no rebuild" in t or "expected to differ" in t for t in helps), helps

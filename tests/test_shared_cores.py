@@ -4,6 +4,7 @@ import copy
 
 from ddpsim.analysis.shared_cores import shared_cores_line
 from ddpsim.cli.headline import headline_lines
+from ddpsim.learn import learn
 from ddpsim.samples import BUNDLED_DIR
 from ddpsim.trace import load_trace
 
@@ -64,7 +65,9 @@ def test_the_timeline_says_the_ranks_shared_cores():
 
 def test_the_what_if_replay_says_why_it_is_not_the_recorded_iterations():
     """Ranks that shared cores are simulated with drawn noise, not their recorded iterations (learn/noise.py):
-    a 3-rank recording on 2 cores here replayed 9-37% off with no word of it on the What-if page."""
+    a 3-rank recording on 2 cores here replayed 9-37% off with no word of it on the What-if page. The line said
+    nothing where no spread was measured (it keyed on the drawn noise, not on what replay_config did), and left
+    out that the recorded ranks' median backward times are kept (``backward_scale``)."""
     from apputil import with_uploads
 
     def replay(label, trace):
@@ -73,7 +76,20 @@ def test_the_what_if_replay_says_why_it_is_not_the_recorded_iterations():
         return next(c.value for c in at.caption if c.value.startswith("Replay error"))
 
     said = replay("turns", with_cores(1))
-    assert ("Not the recorded iterations replayed: its 2 ranks shared 1 CPU core, so the simulator shares "
-            "the cores itself and each rank draws noise of the spread measured between the recorded ranks (") in said
-    assert said.endswith("over 20 steps instead.")
+    work = learn(with_cores(1))
+    each = ", ".join(f"rank {r} {f:.2f}x" for r, f in sorted(work.meta["rank_factors"].items()))
+    assert (f"Not the recorded iterations replayed: its 2 ranks shared 1 CPU core, so the simulator shares the "
+            f"cores itself. It plays 20 steps in which each rank's backward takes its recorded rank's median time "
+            f"({each} the typical rank's), and each rank draws noise of the spread measured between the recorded ranks "
+            f"({work.meta['jitter_estimated'] * 100:.1f}%).") in said
     assert "Not the recorded" not in replay("own", load_trace(MLP))  # a core each: the recorded ranks replayed
+    # ranks alike (rank 1 a copy of rank 0): no spread measured, and still not the recorded iterations replayed
+    alike = with_cores(1)
+    alike.ranks[1] = copy.deepcopy(alike.ranks[0])
+    alike.ranks[1].rank = 1
+    assert learn(alike).meta["jitter_estimated"] == 0
+    said = replay("alike", alike)
+    assert ("Not the recorded iterations replayed: its 2 ranks shared 1 CPU core, so the simulator shares the cores "
+            "itself. It plays 20 steps in which each rank's backward takes its recorded rank's median time (rank 0 "
+            "1.00x, rank 1 1.00x the typical rank's), and no rank noise is drawn (none was measured between the "
+            "recorded ranks).") in said, said

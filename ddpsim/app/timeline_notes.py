@@ -71,12 +71,19 @@ def first_iteration(trace: Trace) -> str:
     """Why the run's first iteration is left out of the steady state, from what it reduced: one bucket after
     the whole backward (torch's default and static_graph), or the buckets find_unused_parameters builds at
     construction and keeps (sample 04: 2 buckets, where the help said "one bucket"); under no_sync, iteration 0
-    reduces nothing and the first cycle's synced step is the one described."""
+    reduces nothing and the first cycle's synced step is the one described. A profile that starts later
+    (sample 10: iterations 4-6, its 3 buckets torch's rebuilt sizes) holds neither: it read "Iteration 4 is
+    expected to differ: ... (no rebuild)" beside a steady state of 4..6, wrong on both counts."""
     rank = trace.longest_rank
     first = next((it for it in rank.iterations if it.sync), None)
     if first is None or not rank.iterations:
         return ""
     n, k = len(first.buckets), rank.iterations[0].iteration
+    if k > 0:
+        return _starts_later(trace, k)
+    cycle = set(range(k, first.iteration + 1))
+    if cycle & {i for c in steady_cycles(trace) for i in c}:
+        return ""  # too few iterations to leave the first out: it is in the steady state
     what = "one bucket" if n == 1 else f"{n} buckets"
     if n and all(b.launch_ns >= first.backward_compute_end_ns for b in first.buckets):
         what += ", reduced after the whole backward"
@@ -85,10 +92,18 @@ def first_iteration(trace: Trace) -> str:
     elif rank.layouts:
         what += " in the layout the run kept (no rebuild)"
     if first is rank.iterations[0]:
-        first_of = "the first the profile holds" if trace.imported else "the first"
-        return f"Iteration {k} is expected to differ: {first_of}, with {what}."
+        return f"Iteration {k} is expected to differ: the first, with {what}."
     return (f"Iterations {k}..{first.iteration} are expected to differ: the first cycle, whose synced step "
             f"(iteration {first.iteration}) had {what}; its no_sync micro-steps reduced nothing.")
+
+
+def _starts_later(trace: Trace, k: int) -> str:
+    """A trace without iteration 0 (an imported profile): where it starts, and whether any of it is left out."""
+    held = {it.iteration for r in trace.ranks for it in r.iterations}
+    steady = {i for c in steady_cycles(trace) for i in c}
+    whole = ", so none of its iterations is left out of the steady state" if held <= steady else ""
+    what = "profile" if trace.imported else "trace"
+    return f"The {what} starts at iteration {k}, after the run's first iteration and any rebuild{whole}."
 
 
 def steady_help(ref: dict, key: str, fmt: str, scale: float) -> str:

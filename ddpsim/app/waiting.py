@@ -132,12 +132,34 @@ def uneven_caution(work, world_size: int, hook: str | None = None) -> str | None
 
 
 def drawn_replay(meta: dict) -> str:
-    """Why a simulation at the recorded world size is not the recorded iterations replayed (``meta``: its
-    trace's): its ranks shared CPU cores, so ``replay_config`` draws rank noise (Note [Replay the recorded
-    ranks' speeds] in learn/noise.py); "" where it replays them."""
+    """Why a simulation at the recorded world size is not the recorded iterations replayed, and what it plays
+    instead, read from what ``replay_config`` put in its config (``meta``: its trace's): no ``recorded_ranks``
+    (Note [Replay the recorded ranks' speeds] in learn/noise.py), the recorded ranks' median backward times
+    (``backward_scale``) and the drawn rank noise (``jitter``); "" where it replays them. A 2-rank recording
+    on 1 core whose ranks' spread was 0 said nothing (it keyed on the noise), and with noise it left out the
+    median times it kept."""
     config, link = meta.get("config") or {}, meta.get("link") or {}
-    if config.get("recorded_ranks") or not link.get("cpus") or not config.get("jitter"):
+    if config.get("recorded_ranks"):
         return ""
-    return (f" Not the recorded iterations replayed: its {meta.get('world_size')} ranks shared {link['cpus']} CPU "
-            f"core{'s' * (link['cpus'] != 1)}, so the simulator shares the cores itself and each rank draws noise of "
-            f"the spread measured between the recorded ranks ({config['jitter']:.0%}) over {config.get('iters')} steps instead.")
+    n, cpus = int(meta.get("world_size") or 1), link.get("cpus")
+    why = (f"its {n} ranks shared {cpus} CPU core{'s' * (cpus != 1)}, so the simulator shares the cores itself"
+           if cpus else "the workload learnt from the recording holds no per-step speeds of its ranks")
+    return (f" Not the recorded iterations replayed: {why}. It plays {config.get('iters')} steps in which "
+            f"{_speeds(config.get('backward_scale') or {})}, and {_noise(float(config.get('jitter') or 0.0), n)}.")
+
+
+def _speeds(scale: dict) -> str:
+    """The ranks' backward times a drawn simulation keeps: the recorded ranks' medians over the typical rank's
+    (``backward_scale``, ``learn.gradients.rank_factors``) where it has them, else the typical one for all."""
+    if not scale:
+        return "every rank computes in the typical recorded time"
+    each = ", ".join(f"rank {r} {float(f):.2f}x" for r, f in sorted(scale.items(), key=lambda kv: int(kv[0])))
+    return f"each rank's backward takes its recorded rank's median time ({each} the typical rank's)"
+
+
+def _noise(jitter: float, n: int) -> str:
+    """The rank noise a drawn simulation adds to those speeds in each step (``SimConfig.jitter``)."""
+    if jitter > 0:
+        return f"each rank draws noise of the spread measured between the recorded ranks ({jitter * 100:.1f}%)"
+    why = "one rank waits for nobody" if n == 1 else "none was measured between the recorded ranks"
+    return f"no rank noise is drawn ({why})"
