@@ -82,7 +82,9 @@ def test_the_what_if_replay_says_why_it_is_not_the_recorded_iterations():
             f"cores itself. It plays 20 steps in which each rank's backward takes its recorded rank's median time "
             f"({each} the typical rank's), and each rank draws noise of the spread measured between the recorded ranks "
             f"({work.meta['jitter_estimated'] * 100:.1f}%).") in said
-    assert "Not the recorded" not in replay("own", load_trace(MLP))  # a core each: the recorded ranks replayed
+    assert "the unchanged configuration simulates at" in said  # not "replayed" beside "Not ... replayed"
+    own = replay("own", load_trace(MLP))
+    assert "Not the recorded" not in own and "configuration, replayed, simulates" in own  # a core each
     # ranks alike (rank 1 a copy of rank 0): no spread measured, and still not the recorded iterations replayed
     alike = with_cores(1)
     alike.ranks[1] = copy.deepcopy(alike.ranks[0])

@@ -39,11 +39,12 @@ def describe_replay(out) -> str | None:
         overlap = ", and no overlap to measure: no collective took time"
     else:
         overlap = f", overlap {_overlap_pct(sim)} against {_overlap_pct(rec)}"
+    drawn = "" if out.replay_summary is not None else waiting.drawn_replay(out.unchanged.meta)
     return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
-            f"configuration, replayed, simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
+            f"configuration{'' if drawn else ', replayed,'} simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
             f"iteration against {rec['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%); exposed "
             f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}."
-            + ("" if out.replay_summary is not None else waiting.drawn_replay(out.unchanged.meta)))
+            + drawn)
 
 
 def _overlap_pct(summary: dict) -> str:
