@@ -1,0 +1,57 @@
+"""The What-if page's sentences about an ``Outcome`` (``ddpsim.app.whatif``): the change against the
+configuration unchanged with the recorded run's spread, the model's error on the run itself, and the part
+that is waiting for the slowest rank. Text only: no simulation here."""
+from __future__ import annotations
+
+from ddpsim.app import units, waiting
+
+
+def describe_change(out) -> str:
+    """One sentence: the change in iteration time, with the run's noise band."""
+    ch = out.change["iteration_time_s"] * 100
+    if out.summary["iteration_time_s"] == out.unchanged_summary["iteration_time_s"]:
+        same = f"Iteration time {units.duration(out.summary['iteration_time_s'])}, the same as the configuration unchanged, both simulated"
+        if (out.sim.meta.get("config") or {}) == (out.unchanged.meta.get("config") or {}):
+            return same + ": move a control above to see what it changes."
+        return same + ": the choices above differ from the run as recorded, but change nothing in its simulation here."
+    text = (f"Iteration time {units.change(ch / 100)} against the same configuration unchanged, both simulated "
+            f"({units.duration(out.unchanged_summary['iteration_time_s'])} → {units.duration(out.summary['iteration_time_s'])}).")
+    if out.noise is None:
+        why = ("a simulated run has none" if out.recorded_summary is None else
+               f"the recorded run has {out.noise_iterations} steady synced iteration{'s' * (out.noise_iterations != 1)}")
+        return text + f" No recorded spread to compare with ({why}): treat small changes with care."
+    band = f"±{out.noise * 100:.0f}%"
+    verdict = ("within" if out.within_noise else "larger than")
+    return (text + f" The recorded run's single iterations vary by {band} (over {out.noise_iterations} "
+            f"steady iterations): this change is {verdict} that spread"
+            + (", so a measurement could not tell it apart from noise." if out.within_noise else "."))
+
+
+def describe_replay(out) -> str | None:
+    """The model's error on the recorded run itself (simulated unchanged vs recorded)."""
+    if out.replay_error is None:
+        return None
+    e = out.replay_error["iteration_time_s"] * 100
+    sim, rec = out.unchanged_summary, out.recorded_summary
+    if "overlap_fraction" not in sim or "overlap_fraction" not in rec:
+        overlap = ""
+    elif not (sim.get("communicates", True) or rec.get("communicates", True)):  # as the metrics' "none"
+        overlap = ", and no overlap to measure: no collective took time"
+    else:
+        overlap = f", overlap {_overlap_pct(sim)} against {_overlap_pct(rec)}"
+    return (f"Replay error (the model's error on this run, not an effect of your change): the unchanged "
+            f"configuration simulates at {sim['iteration_time_s'] * 1e3:.1f} ms per "
+            f"iteration against {rec['iteration_time_s'] * 1e3:.1f} ms recorded ({e:+.1f}%); exposed "
+            f"communication {sim['exposed_comm_s'] * 1e3:.2f} against {rec['exposed_comm_s'] * 1e3:.2f} ms{overlap}.")
+
+
+def _overlap_pct(summary: dict) -> str:
+    """A summary's overlap as the metrics show it: "none" where no collective took time."""
+    return f"{summary['overlap_fraction']:.0%}" if summary.get("communicates", True) else "none"
+
+
+def describe_stragglers(out) -> str | None:
+    """How much of the what-if (and of its change) is waiting for the slowest rank; None without rank noise."""
+    return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
+                            (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
+                            out.spread_source, int((out.sim.meta.get("config") or {}).get("no_sync_every") or 1))
