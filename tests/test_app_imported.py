@@ -8,7 +8,7 @@ import pytest
 
 from apputil import compare_page, with_uploads
 from ddpsim import samples
-from ddpsim.app import beyond, timeline_notes, waiting, whatif
+from ddpsim.app import beyond, timeline_notes, waiting, whatif, whatif_words
 from ddpsim.trace import load_trace
 from ddpsim.trace.profile_import import import_profiles
 from ddpsim.viz import numbering
@@ -33,7 +33,7 @@ def learnt(trace, jitter: float):
 def test_one_rank_spread_is_not_said_measured_between_ranks(one_rank):
     base, work = learnt(one_rank, 0.072)
     cfg = whatif.sim_config(base, None, "torch", False, 1, 8, "ib100", work=work, trace=one_rank)
-    text = whatif.describe_stragglers(whatif.evaluate(work, base, one_rank, cfg))
+    text = whatif_words.describe_stragglers(whatif.evaluate(work, base, one_rank, cfg))
     assert "rank-to-rank spread 7.2%, not measured: the recording holds one rank" in text
     assert "between the recorded ranks" not in text
     assert waiting.rank_noise("trace", "", learnt(one_rank, 0.0)[1], 8) == (0.0, "none measured: the recording holds one rank")

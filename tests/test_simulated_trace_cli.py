@@ -82,13 +82,16 @@ def test_the_samples_options_are_kept_and_flags_override_them(capsys):
 
 
 def test_the_pages_command_and_simulate_trace_print_one_figure(capsys):
-    """The page's "The same on the command line" writes a simulated sample as ``--arch``; ``--trace`` of
-    the sample with the same changes prints the same JSON, and both the page's figure."""
+    """The page's "The same on the command line" writes a simulated sample as ``--trace`` with the controls
+    moved; it prints what ``--arch`` with the sample's spec and the same changes prints, and the page's figure."""
     trace, base, work, c = page(S20)
-    cmd = command.simulate_command(base, None, 10.0, "torch", False, 1, 128, base.network, hook="powersgd")
-    by_arch, _ = simulate(capsys, *shlex.split(cmd)[4:])
-    by_trace, _ = simulate(capsys, "--trace", S20, "--world-size", "128", "--bucket-cap-mb", "10",
-                           "--comm-hook", "powersgd", "--powersgd-start-iter", str(whatif.POWERSGD_START))
+    cmd = command.simulate_command(base, S20, 10.0, "torch", False, 1, 128, base.network, hook="powersgd")
+    assert shlex.split(cmd)[4:] == ["--trace", S20, "--world-size", "128", "--bucket-cap-mb", "10", "--comm-hook",
+                                    "powersgd", "--powersgd-start-iter", str(whatif.POWERSGD_START)], cmd
+    by_trace, _ = simulate(capsys, *shlex.split(cmd)[4:])
+    by_arch, _ = simulate(capsys, "--arch", "resnet50", "--hardware", "v100-eth25", "--batch", "32", "--iters",
+                          str(gpu_model.ITERS), "--world-size", "128", "--bucket-cap-mb", "10", "--comm-hook",
+                          "powersgd", "--powersgd-start-iter", str(whatif.POWERSGD_START))
     cfg = whatif.sim_config(base, 10.0, "torch", False, 1, 128, base.network, work=work, comm_hook="powersgd")
     assert by_trace == by_arch and figures(by_trace) == figures(whatif.evaluate(work, base, trace, cfg).summary)
 

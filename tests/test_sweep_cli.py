@@ -63,10 +63,10 @@ def layout(row: dict) -> tuple:
 
 def test_the_pages_gpu_model_on_the_command_line_gives_every_row_of_the_page(capsys, tmp_path):
     """A simulated sample is its GPU model on the page; "The same on the command line" writes it as
-    ``--arch ... --batch ... --iters ...``: with ``sweep`` for ``simulate``, each row as the page has it."""
-    base = whatif.base_for(load_trace(SAMPLE))
-    args = shlex.split(command.simulate_command(base, None, None, "torch", False, 1, 64, base.network))
-    assert args[3] == "simulate" and "--arch" in args
+    ``--trace`` with the controls moved: with ``sweep`` for ``simulate``, each row as the page has it."""
+    base = whatif.base_for(load_trace(SAMPLE), SAMPLE)
+    args = shlex.split(command.simulate_command(base, SAMPLE, None, "torch", False, 1, 64, base.network))
+    assert args[3:] == ["simulate", "--trace", SAMPLE, "--world-size", "64"], args
     table = tmp_path / "rows.json"
     run(capsys, *args[4:], "--out", str(table))
     page_rows, _ = page_sweep(SAMPLE)

@@ -5,7 +5,7 @@ import dataclasses
 
 from ddpsim import samples
 from ddpsim.analysis import spread, steady_cycles
-from ddpsim.app import whatif
+from ddpsim.app import whatif, whatif_words
 from ddpsim.sim import SimConfig, simulate, synthetic
 from ddpsim.trace import load_trace
 
@@ -65,7 +65,7 @@ def test_ranks_sharing_cores_are_why_the_slowest_rank_costs_little():
         c = whatif.choices(base)
         cfg = whatif.sim_config(base, c["bucket_cap_mb"], c["order"], c["find_unused_parameters"], c["no_sync_every"],
                                 c["world_size"], c["network"], work=w, trace=trace, algo=c["algo"])
-        text = whatif.describe_stragglers(whatif.evaluate(w, base, trace, cfg))
+        text = whatif_words.describe_stragglers(whatif.evaluate(w, base, trace, cfg))
         assert text.startswith("Waiting for stragglers")
         if clause:
             assert f"where ranks share CPU cores {clause}: the ranks on one core take turns" in text, text

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from ddpsim import samples
 from ddpsim.analysis import summarize
-from ddpsim.app import sweep_verdict, whatif
+from ddpsim.app import sweep_verdict, whatif, whatif_words
 from ddpsim.sim.network import NCCL_ALGOS
 from ddpsim.learn import layout_sweep
 from ddpsim.experiments.worldsize import measurable
@@ -50,7 +50,7 @@ def test_nothing_changed_is_zero_change(name):
     out = whatif.evaluate(work, base, trace, config(base, work))
     assert out.change == {"iteration_time_s": 0.0, "exposed_comm_s": 0.0}
     assert out.cautions == []
-    assert "the same as the configuration unchanged" in whatif.describe_change(out)  # no "+0.0%, within noise"
+    assert "the same as the configuration unchanged" in whatif_words.describe_change(out)  # no "+0.0%, within noise"
 
 
 def test_replay_error_and_noise_come_from_the_recorded_run():
@@ -63,7 +63,7 @@ def test_replay_error_and_noise_come_from_the_recorded_run():
     assert out.noise > 0 and out.noise_iterations >= 2  # real iterations vary
     assert out.change["iteration_time_s"] == pytest.approx(
         out.summary["iteration_time_s"] / out.unchanged_summary["iteration_time_s"] - 1)
-    said = whatif.describe_replay(out)  # the exposed communication and overlap beside the time
+    said = whatif_words.describe_replay(out)  # the exposed communication and overlap beside the time
     rec = summarize(trace)
     assert "Replay error" in said and f"against {rec['exposed_comm_s'] * 1e3:.2f} ms, overlap " in said, said
     assert f"against {rec['overlap_fraction']:.0%}." in said, said
@@ -94,7 +94,7 @@ def test_one_steady_iteration_has_no_spread_to_compare_with():
     work = whatif.workload(base, trace)
     trace_of[id(base)] = trace
     out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=0.25))
-    text = whatif.describe_change(out)
+    text = whatif_words.describe_change(out)
     assert out.noise is None and not out.within_noise
     assert "±0%" not in text and "(the recorded run has 1 steady synced iteration)" in text, text
 
@@ -196,10 +196,10 @@ def test_a_one_rank_recording_says_no_waiting_is_included():
     command line says they are not included."""
     trace, base, work = setup("11_h200_resnet50_nccl_1rank")
     out = whatif.evaluate(work, base, trace, config(base, work, world_size=8, network="nvlink"))
-    text = whatif.describe_stragglers(out)
+    text = whatif_words.describe_stragglers(out)
     assert text.startswith("Waiting for stragglers: not included at 8 ranks (none measured: the recording holds one rank"), text
     one = whatif.evaluate(work, base, trace, config(base, work))
-    assert whatif.describe_stragglers(one) is None  # one rank waits for nobody: nothing to say
+    assert whatif_words.describe_stragglers(one) is None  # one rank waits for nobody: nothing to say
 
 
 def test_the_share_spent_waiting_for_stragglers_is_shown():
@@ -209,16 +209,16 @@ def test_the_share_spent_waiting_for_stragglers_is_shown():
     quiet = whatif.run(work, whatif.SimConfig(**{**config(base, work, world_size=1024).__dict__, "jitter": 0.0}))[1]
     assert out.rank_spread > 0 and out.waits[0] > out.waits[1] > 0  # 1024 ranks wait longer than 64
     assert out.waits[0] == pytest.approx(out.summary["iteration_time_s"] - quiet["iteration_time_s"])
-    text = whatif.describe_stragglers(out)
+    text = whatif_words.describe_stragglers(out)
     assert "slowest of 1024" in text and "GPU profile" in text and "is waiting for stragglers" in text
     trace, base, work = setup(REAL)  # a recording: its own ranks at the recorded size, its spread beyond
     own = whatif.evaluate(work, base, trace, config(base, work))
     assert own.rank_spread == pytest.approx(work.meta["jitter_estimated"])
-    text = whatif.describe_stragglers(own)  # no drawn lag: each recorded iteration's slowest rank is waited for
+    text = whatif_words.describe_stragglers(own)  # no drawn lag: each recorded iteration's slowest rank is waited for
     assert "own speeds" in text and "recorded iteration's slowest of 2" in text and "computes about" not in text, text
     far = whatif.evaluate(work, base, trace, config(base, work, world_size=8))
     assert far.rank_spread == pytest.approx(work.meta["jitter_estimated"])
-    assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif.describe_stragglers(far)
+    assert work.meta["jitter_estimated"] > 0 and "measured between the recorded ranks" in whatif_words.describe_stragglers(far)
 
 
 def test_the_recorded_ranks_wait_for_each_other_too():
@@ -236,13 +236,13 @@ def test_the_recorded_ranks_wait_for_each_other_too():
     levelled = whatif.run(work, whatif.SimConfig(**{**cfg.__dict__, "recorded_ranks": level(cfg.recorded_ranks)}))[1]
     assert out.waits[0] == pytest.approx(out.summary["iteration_time_s"] - levelled["iteration_time_s"])
     assert out.waits[0] > 0.05 * out.summary["iteration_time_s"] and out.waits[1] == out.waits[0]
-    assert "slowest of 2" in whatif.describe_stragglers(out) and out.cautions == []
+    assert "slowest of 2" in whatif_words.describe_stragglers(out) and out.cautions == []
     three = whatif.evaluate(work, base, trace, config(base, work, world_size=3))
     # at 3 ranks the unchanged run is simulated as the what-if is (Note [The unchanged run is simulated as
     # the what-if is]): every rank at the median speed with drawn noise, whose waiting is less than the replay's
     assert three.replay_summary["iteration_time_s"] == out.summary["iteration_time_s"]
     assert 0 < three.waits[1] < out.waits[0]
-    text = whatif.describe_stragglers(three)
+    text = whatif_words.describe_stragglers(three)
     assert f"unchanged: {three.waits[1] * 1e3:.2f} ms at 2 ranks" in text
     assert any("did not run equally fast" in c and "rank 0 1.26x" in c and "differed within each recorded iteration" in c
                for c in three.cautions), three.cautions  # the drawn spread says what it measures, beside the factors
@@ -256,7 +256,7 @@ def test_a_change_without_more_waiting_says_none_of_it_is():
                             comm_hook="fp16")
     out = whatif.evaluate(work, base, trace, cfg)
     assert out.waits[0] == pytest.approx(out.waits[1], abs=5e-6) and out.waits[0] > 0
-    text = whatif.describe_stragglers(out)
+    text = whatif_words.describe_stragglers(out)
     assert "none is waiting for stragglers" in text and "-0.00 ms" not in text
 
 
@@ -270,7 +270,7 @@ def test_waiting_that_grows_against_a_faster_change_says_both_times():
     dw = out.waits[0] - out.waits[1]
     dt = out.summary["iteration_time_s"] - out.unchanged_summary["iteration_time_s"]
     assert dw > 0 > dt
-    text = whatif.describe_stragglers(out)
+    text = whatif_words.describe_stragglers(out)
     assert f"Waiting for stragglers takes {dw * 1e3:.2f} ms more than unchanged, against the predicted change of" in text, text
     assert "Of the predicted change" not in text
 
@@ -316,14 +316,14 @@ def test_the_slowest_rank_lags_more_with_more_ranks_even_where_it_costs_less():
     base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
     work = whatif.workload(base, None)
     outs = [whatif.evaluate(work, base, None, config(base, work, world_size=n)) for n in (64, 512)]
-    lags = [float(re.search(r"computes about ([\d.]+)% longer", whatif.describe_stragglers(o)).group(1)) for o in outs]
+    lags = [float(re.search(r"computes about ([\d.]+)% longer", whatif_words.describe_stragglers(o)).group(1)) for o in outs]
     assert lags[1] > lags[0] and outs[1].waits[0] < outs[0].waits[0]
-    assert "less where communication, not compute, sets the pace" in whatif.describe_stragglers(outs[1])
+    assert "less where communication, not compute, sets the pace" in whatif_words.describe_stragglers(outs[1])
     from ddpsim.sim.stragglers import slowest_factor  # with no_sync the ranks re-align once per window
 
     four = whatif.evaluate(work, base, None, config(base, work, world_size=64, no_sync_every=4))
     lag = (slowest_factor(four.rank_spread, 64, 4) - 1) * 100
-    assert f"computes about {lag:.1f}% longer than the typical one (over 4 micro-steps)" in whatif.describe_stragglers(four)
+    assert f"computes about {lag:.1f}% longer than the typical one (over 4 micro-steps)" in whatif_words.describe_stragglers(four)
 
 
 def test_ranks_that_shared_cores_are_named_as_drawn_noise():
@@ -335,7 +335,7 @@ def test_ranks_that_shared_cores_are_named_as_drawn_noise():
     shared = dataclasses.replace(work, link=dataclasses.replace(work.link, cpus=1))
     out = whatif.evaluate(shared, base, trace, config(base, shared))
     assert out.rank_spread == pytest.approx(work.meta["jitter_estimated"]) and out.rank_spread > 0
-    text = whatif.describe_stragglers(out)
+    text = whatif_words.describe_stragglers(out)
     assert "measured between the recorded ranks" in text and "own speeds" not in text
 
 
@@ -347,7 +347,7 @@ def test_ranks_without_a_collective_wait_for_nobody():
                             comm_hook="noop")
     out = whatif.evaluate(work, base, trace, cfg)
     assert cfg.jitter > 0 and out.waits[0] == 0.0
-    text = whatif.describe_stragglers(out)
+    text = whatif_words.describe_stragglers(out)
     assert "no collective makes a rank wait for another" in text and "slowest of 4" not in text
 
 
@@ -358,12 +358,12 @@ def test_one_rank_waits_for_nobody():
     one = config(base, work, world_size=1)
     assert work.meta["jitter_estimated"] > 0 and one.jitter == 0.0
     out = whatif.evaluate(work, base, trace, one)
-    text = whatif.describe_stragglers(out)  # the unchanged 2-rank replay did wait: said, as the change's part
+    text = whatif_words.describe_stragglers(out)  # the unchanged 2-rank replay did wait: said, as the change's part
     assert out.waits[0] == 0.0 and out.waits[1] > 0 and "one rank waits for nobody" in text and "slowest of 1" not in text
     assert config(base, work, world_size=4).jitter == pytest.approx(work.meta["jitter_estimated"])
     gpu = whatif.Base("synthetic", "resnet50", "v100", "ib100", None, {"world_size": 64})
     gwork = whatif.workload(gpu, None)
-    text = whatif.describe_stragglers(whatif.evaluate(gwork, gpu, None, config(gpu, gwork, world_size=1)))
+    text = whatif_words.describe_stragglers(whatif.evaluate(gwork, gpu, None, config(gpu, gwork, world_size=1)))
     assert "one rank waits for nobody" in text and "slowest of 1 " not in text and "at 64 ranks" in text
 
 
@@ -582,7 +582,7 @@ def test_the_change_says_why_there_is_no_recorded_spread():
     where one applies (the recorded case: test_one_steady_iteration_has_no_spread_to_compare_with)."""
     trace, base, work = setup(GPU)
     out = whatif.evaluate(work, base, trace, config(base, work, bucket_cap_mb=1.0))
-    assert "(a simulated run has none)" in whatif.describe_change(out)
+    assert "(a simulated run has none)" in whatif_words.describe_change(out)
 
 
 def test_a_run_recorded_with_a_cap_list_says_what_the_cap_slider_does(tmp_path):

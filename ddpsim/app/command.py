@@ -2,15 +2,16 @@
 page's choices, which prints the same iteration time (the page and the command line are one model).
 
 Only what differs from the command's own defaults is written: for a trace, its recorded options
-(``replay_config``); for a GPU model, torch's defaults. The trace is the file the sidebar's
-"Trace (ddpsim JSON)" button downloads (``ui.trace_downloads``).
+(``replay_config``), or a SIMULATED trace's every option (``GpuModel.settings``); for a GPU model picked
+by hand (``--arch``), torch's defaults. The trace is the file the sidebar's "Trace (ddpsim JSON)" button
+downloads (``ui.trace_downloads``).
 """
 from __future__ import annotations
 
 import shlex
 
 from ddpsim.app import whatif
-from ddpsim.learn import gpu_model, hardware
+from ddpsim.learn import hardware
 from ddpsim.sim.network import networks
 
 
@@ -20,17 +21,17 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
     """The command for the page's choices; ``hook`` is what the simulator plays
     (``whatif_widgets.simulated_hook``); ``small``: torch's DDP_SET_LAST_BUCKET_CAP=1 (None: as recorded)."""
     args = ["python", "-m", "ddpsim", "simulate"]
-    if base.kind == "trace":
+    if base.kind == "trace" or base.model is not None:
         args += ["--trace", trace_file or "TRACE.json"]
         now = whatif.choices(base)
-        recorded_order = base.config.get("order", "torch")
+        recorded_order = now["order"] if base.model is not None else base.config.get("order", "torch")
     else:
         steps = whatif.run_controls(base)
         args += ["--arch", base.arch, "--hardware", base.hardware, "--iters", str(steps["iters"])]
         args += ["--batch", str(base.batch)] if base.batch else []
         args += ["--seed", str(steps["seed"])] if steps["seed"] else []
         now = {"bucket_cap_mb": None, "find_unused_parameters": False, "no_sync_every": 1,
-               "broadcast_buffers": None, "last_bucket_small": False}  # SimConfig's defaults, torch's
+               "broadcast_buffers": None, "last_bucket_small": False, "algo": None}  # SimConfig's defaults, torch's
         recorded_order = "torch"
     args += ["--world-size", str(world)]
     if cap != now["bucket_cap_mb"]:
@@ -47,10 +48,8 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
         args += ["--last-bucket-small" if small else "--no-last-bucket-small"]
     if hook:
         args += ["--comm-hook", hook] + (["--powersgd-start-iter", str(whatif.POWERSGD_START)] if hook == "powersgd" else [])
-    elif base.kind != "trace":  # the hook a simulated trace of a GPU model ran with, as the page carries it
-        args += [a for k, v in gpu_model.hook_of(base.config).items() for a in shlex.split(gpu_model.flag_text(k, v))]
-    if algo:
-        args += ["--algo", algo]
+    if algo != now["algo"]:  # None: NCCL's choice (a simulated trace's own NCCL_ALGO: written where it changed)
+        args += ["--algo", algo or "auto"]
     if base.kind == "trace":
         args += _network_args(trace, network, world)
     return shlex.join(args)

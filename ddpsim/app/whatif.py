@@ -5,10 +5,10 @@ A what-if simulates a *workload* under a changed SimConfig:
   every configuration is the trace's replay with the changes (``ddpsim.learn.replay_config``),
   as ``simulate --trace`` builds it; another world size goes through
   ``ddpsim.experiments.worldsize`` (the trace's calibration, one measured here, or a refusal);
-- for a simulated GPU trace (a bundled sample), it is the synthetic workload the
-  trace was made from (``learn.gpu_model.of_trace``: arch, hardware, batch, options), as
-  ``simulate --trace`` and ``sweep --trace`` take it, with the options the page has controls for (hook and
-  NCCL algorithm too), its steps and seed; a caution names the others as their flags (``cautions``);
+- for a SIMULATED trace of a GPU model (a bundled sample, or ``simulate --out``), it is the GPU model the
+  trace was made from (``learn.gpu_model.of_trace``: arch, hardware, batch, --tflops, every option it ran
+  with), and every configuration is ``GpuModel.sim_config`` of the controls moved from where they start
+  (``choices``), as ``simulate --trace`` takes its flags: the rest (stragglers, jitter, Join...) as it ran;
 - or a synthetic GPU workload picked by hand (arch x GPU x network). Thin calls: ``ddpsim.sim``'s changes are met here.
 """
 from __future__ import annotations
@@ -18,12 +18,10 @@ from dataclasses import asdict, dataclass, field
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.analysis.unused import needs_find_unused, refusal
 from ddpsim.app import beyond, waiting
-from ddpsim.app.whatif_words import describe_change, describe_replay, describe_stragglers  # noqa: F401 (the page's)
 from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
 from ddpsim.sim import SimConfig, synthetic
-from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.network import networks
 from ddpsim.trace import Trace, quiet_ranks
 
@@ -38,6 +36,11 @@ SIM_ITERS = gpu_model.ITERS  # synced steps per simulation of a GPU model (simul
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)
 AS_RECORDED = "as recorded"
+AS_RAN = "as the trace ran"  # the ordering selector's value for a simulated trace's ordering given as indices
+# SimConfig fields the page has a control for (the rest of a simulated trace's options: only as it ran)
+PAGE_FIELDS = ("world_size", "bucket_cap_mb", "order", "find_unused_parameters", "no_sync_every", "algo",
+               "last_bucket_small", "comm_hook", "powersgd_start_iter")
+NO_CONTROL = "this page has no control for it"  # a refusal's words for such an option (``gpu_model.checked``)
 
 
 @dataclass(frozen=True)
@@ -50,17 +53,19 @@ class Base:
     network: str = ""
     batch: int | None = None
     config: dict = field(default_factory=dict, hash=False, compare=False)
+    model: gpu_model.GpuModel | None = field(default=None, hash=False, compare=False)  # a SIMULATED trace's
+    source: str = ""  # that trace's file, as the page's command and refusals name it
 
     @property
     def hardware(self) -> str:
         return f"{self.gpu}-{self.network}"
 
 
-def base_for(trace: Trace | None) -> Base:
-    """The Base of a trace: calibrated from a real one, the synthetic spec of a simulated one."""
+def base_for(trace: Trace | None, source: str = "") -> Base:
+    """The Base of a trace: calibrated from a real one, the GPU model of a simulated one (``source``: its file)."""
     if (model := gpu_model.of_trace(trace)) is not None:  # as simulate --trace and sweep --trace take it
         gpu, _, net = model.hardware.partition("-")
-        return Base("synthetic", model.arch, gpu, net, model.batch, model.config)
+        return Base("synthetic", model.arch, gpu, net, model.batch, model.config, model, source or "this trace")
     if trace is not None:
         return Base("trace", config=config_from_trace(trace))
     return Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
@@ -70,6 +75,8 @@ def workload(base: Base, trace: Trace | None):
     """The simulator's Workload for ``base`` (``trace`` is needed when kind is "trace")."""
     if base.kind == "trace":
         return learn(trace)
+    if base.model is not None:  # its rate too (--tflops)
+        return base.model.workload()
     return synthetic(base.arch, base.hardware, batch=base.batch)
 
 
@@ -83,9 +90,8 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     """A SimConfig for the what-if choices. A recorded trace (``work`` learnt from ``trace``): its
     replay with the changes (``replay_config``: at its world size its ranks as recorded, a hook's
     cost as its ranks measured it; ``noise="drawn"``: its ranks' speeds drawn around their medians, as at
-    another world size); a network other than the recorded one overrides the link. A GPU model
-    (``work``: its synthetic workload, built when not given): SimConfig with the choices over
-    ``sim.archs.arch_defaults``, its profile's rank noise and a hook's compute at the GPU's rates."""
+    another world size); a network other than the recorded one overrides the link.
+    A GPU model (``work``: its synthetic workload, built when not given): ``gpu_config``."""
     ws = int(world_size or base.config.get("world_size", 2))
     changes = {"world_size": ws, "bucket_cap_mb": bucket_cap_mb, "order": order,
                "find_unused_parameters": bool(find_unused_parameters), "no_sync_every": int(no_sync_every),
@@ -97,11 +103,10 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
     if last_bucket_small is not None:  # None: as recorded (a GPU model: torch's default, off)
         changes["last_bucket_small"] = bool(last_bucket_small)  # torch's DDP_SET_LAST_BUCKET_CAP=1
     if comm_hook:  # what each hook sends: ddpsim/sim/comm_hooks.py
-        changes.update(comm_hook=comm_hook, powersgd_start_iter=POWERSGD_START)
-    if base.kind != "trace":  # a GPU model: its profile's rank noise and hook rates, as simulate --arch
-        changes = {**({} if comm_hook else gpu_model.hook_of(base.config)), **changes}  # None: the hook it ran with
-        changes = {**arch_defaults(workload(base, None) if work is None else work, changes.get("comm_hook"), changes.get("powersgd_rank")), **changes}
-    elif work is not None and trace is not None:
+        changes.update(comm_hook=comm_hook, **({"powersgd_start_iter": POWERSGD_START} if comm_hook == "powersgd" else {}))
+    if base.kind != "trace":
+        return gpu_config(base, {**changes, "algo": algo}, workload(base, None) if work is None else work)
+    if work is not None and trace is not None:
         if (refused := refusal(trace, find_unused_parameters, bool(base.config.get("static_graph")))):
             raise ValueError(": ".join(refused))  # the recorded model cannot run so (ddpsim/analysis/unused.py)
         if network not in (AS_RECORDED, None, "") and (spec := hardware.hardware_of(trace, network)):
@@ -113,6 +118,19 @@ def sim_config(base: Base, bucket_cap_mb=None, order="torch", find_unused_parame
                             "interference": float(prof.get("interference", 0))})
         return replay_config(work, trace, noise=noise, **changes)
     return SimConfig(algo=algo, **run_controls(base), **changes)  # algo: NCCL_ALGO (None: auto)
+
+
+def gpu_config(base: Base, picked: dict, work) -> SimConfig:
+    """A GPU model's SimConfig for the page's ``picked`` fields (algo: NCCL_ALGO, None: auto). A simulated
+    trace's: ``GpuModel.sim_config`` of the controls moved from ``choices`` (a hook chosen, the run controls),
+    so the rest is as it ran and the unchanged one is ``simulate --trace``'s; a refusal an option carried
+    from it causes names it as its flag. One picked by hand: ``--arch``'s, its profile's rank noise and hook
+    rates (``gpu_model.make_config``)."""
+    if base.model is None:
+        return gpu_model.make_config(work, {**run_controls(base), **picked})
+    now = choices(base)
+    moved = {k: v for k, v in picked.items() if k not in now or v != now[k]}
+    return base.model.sim_config(work, moved, base.source, PAGE_FIELDS, NO_CONTROL)
 
 
 def run_controls(base: Base) -> dict:
@@ -144,13 +162,19 @@ def choices(base: Base) -> dict:
     """The widget defaults that reproduce the run as recorded (nothing changed)."""
     c = base.config
     order = c.get("order", "torch")
-    return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order if order in ORDERS else "torch",
+    order = order if order in ORDERS else AS_RAN if base.model is not None else "torch"
+    return {"bucket_cap_mb": c.get("bucket_cap_mb"), "order": order,
             "find_unused_parameters": bool(c.get("find_unused_parameters")),
             "no_sync_every": int(c.get("no_sync_every") or 1), "world_size": int(c.get("world_size", 2)),
             "network": AS_RECORDED if base.kind == "trace" else base.network,
             "algo": None if base.kind == "trace" else c.get("algo"),  # a simulated trace's NCCL_ALGO
             "broadcast_buffers": bool(c.get("broadcast_buffers", True)),
             "last_bucket_small": bool(c.get("last_bucket_small", False))}
+
+
+def order_options(base: Base) -> list[str]:
+    """The ordering selector's values: ORDERS, and a simulated trace's ordering by indices (``AS_RAN``)."""
+    return [*ORDERS, *([AS_RAN] if choices(base)["order"] == AS_RAN else [])]
 
 
 def cap_options(base: Base) -> list:
@@ -206,8 +230,8 @@ def _rel(a: dict, b: dict) -> dict:
     return {m: (a[m] - b[m]) / b[m] if b[m] else 0.0 for m in METRICS}
 
 
-def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None, unchanged: SimConfig | None = None) -> list[str]:
-    """Plain warnings when the what-if reaches far beyond what was recorded, or leaves out an option of the run."""
+def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None) -> list[str]:
+    """Plain warnings when the what-if reaches far beyond what was recorded."""
     recorded = int(base.config.get("world_size", 2))
     chosen = cfg.bandwidth_gbps is not None or cfg.hardware is not None
     out = beyond.far_cautions(trace, work, recorded, cfg.world_size, chosen) if base.kind == "trace" else []
@@ -216,10 +240,6 @@ def cautions(base: Base, trace: Trace | None, cfg: SimConfig, work=None, unchang
                         waiting.uneven_caution(work if base.kind == "trace" else None, cfg.world_size, cfg.comm_hook)] if c]
     if base.kind == "trace" and not chosen and cfg.bucket_cap_mb_list is None:  # the recording's own allreduce line
         out += [c for c in [layout_sweep.beyond_fitted_sizes(cfg.bucket_cap_mb, work, trace)] if c]
-    if base.kind != "trace" and (model := gpu_model.of_trace(trace)) and (dropped := gpu_model.not_on_page(model, unchanged)):
-        out.append(f"This run was simulated with options this page does not carry: {', '.join(dropped)}; the page "
-                   "simulates it without them. `python -m ddpsim simulate --trace` of this trace (the sidebar's "
-                   "download) carries them.")
     if base.kind == "trace" and chosen:
         out.append(beyond.other_network(cfg, float(getattr(getattr(work, "link", None), "interference", 0.0) or 0.0),
                                  trace.meta.get("gpu")))
@@ -252,8 +272,8 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(replayed or unchanged_summary, recorded) if recorded else None, noise, n,
-                   cautions(base, trace, cfg, work, unchanged_cfg),
-                   waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed)
+                   cautions(base, trace, cfg, work), waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0),
+                   source, replayed)
 
 
 # Note [The unchanged run is simulated as the what-if is]

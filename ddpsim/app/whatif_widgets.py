@@ -3,7 +3,8 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RECORDED, HOOKS, POWERSGD_START, SWEEP_RUNS, Base
+from ddpsim.app.whatif import AS_RAN, AS_RECORDED, HOOKS, POWERSGD_START, SWEEP_RUNS, Base
+from ddpsim.learn.gpu_model import DEFAULTS, flag_text
 from ddpsim.sim import budget, nccl
 from ddpsim.sim.network import NCCL_ALGOS, fabric_between_nodes, gpu_networks, gpus, network_for, networks
 
@@ -15,11 +16,31 @@ def recorded_hook(base: Base) -> str | None:
 
 def cap_list_note(base: Base) -> str | None:
     """What the bucket-cap slider means for a run recorded with torch 2.13's bucket_cap_mb_list (None: none)."""
-    listed = base.config.get("bucket_cap_mb_list") if base.kind == "trace" else None
+    listed = base.config.get("bucket_cap_mb_list") if base.kind == "trace" or base.model else None
     if not listed:
         return None
-    return (f"This run gave bucket_cap_mb_list {', '.join(f'{v:g}' for v in listed)} MiB (a cap per bucket), "
-            "which the unchanged configuration keeps; another cap here replaces it.")
+    caps = ", ".join(f"{v:g}" for v in listed)
+    return (f"This run {'gave' if base.kind == 'trace' else 'ran with'} bucket_cap_mb_list {caps} MiB (a cap per "
+            "bucket), which the unchanged configuration keeps; another cap here replaces it.")
+
+
+def order_label(order: str, base: Base) -> str:
+    """How an ordering reads in its selector: a simulated trace's ordering by indices as ``--order`` gives it."""
+    if order != AS_RAN:
+        return order
+    return f"{AS_RAN} ({flag_text('order', base.config['order']).partition(' ')[2]})"
+
+
+def carried_note(base: Base) -> str | None:
+    """A simulated trace's options as the flags that set them, which the page simulates as it ran (None: not one)."""
+    if base.model is None:
+        return None
+    shown = [flag_text(k, v) for k, v in base.model.config.items()
+             if k not in ("world_size", "iters") and v != DEFAULTS[k]]  # SimConfig's own: torch's defaults
+    shown += [flag_text("tflops", base.model.tflops)] if base.model.tflops is not None else []
+    ran = f"{base.model.arch} on {base.hardware}, {base.config.get('world_size', 2)} ranks"
+    return (f"Simulated as {base.source} ran ({ran}{', ' if shown else ''}{', '.join(shown)}), as `ddpsim simulate "
+            "--trace` runs it: each control below changes only what it names.")
 
 
 NO_HOOK = "none"  # the hook selectors' value for DDP's own allreduce: Streamlit shows a None option as no choice

@@ -6,8 +6,8 @@ and whose ``meta.config`` holds its SimConfig. ``simulate --trace`` and ``sweep 
 ``of_trace``: the same workload and every option it ran with (``OPTIONS``), so one file gives one number.
 Flags given change them as a recording's replay takes its options (``GpuModel.settings``: another bucket
 cap drops the trace's ``bucket_cap_mb_list``); a refusal an option carried from the trace causes names
-that option as its flag (``GpuModel.sim_config``). The What-if page carries fewer of them (its controls, and the
-hook and NCCL algorithm it starts its controls on): it names the others as their flags (``not_on_page``).
+that option as its flag (``GpuModel.sim_config``). The What-if page simulates it the same way: its controls are
+the flags, and they change only what they name (``ddpsim.app.whatif``).
 
     >>> from ddpsim.sim import SimConfig
     >>> from ddpsim.sim.archs import arch_defaults
@@ -34,6 +34,7 @@ DERIVED = ("jitter", "jitter_mode", "hook_rates")
 BY_RANK = ("stragglers", "backward_scale", "recorded_ranks")  # rank -> value; JSON wrote the ranks as strings
 DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in dataclass_fields(SimConfig)}
 OPTIONS = tuple(k for k in DEFAULTS if k not in RUN_CONTROLS)  # every option a simulated trace carries
+NO_FLAG_HERE = "this command has no flag for it"  # what ``checked`` says of a carried option the caller cannot set
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,11 @@ class GpuModel:
         bucket_cap_mb_list; a bucket_cap_mb_list given drops its first_bucket_cap_mb."""
         return {**replay_caps(self.fields(), changes), **changes}
 
-    def sim_config(self, work, changes: dict, source: str) -> SimConfig:
+    def sim_config(self, work, changes: dict, source: str, offered=None, here: str = NO_FLAG_HERE) -> SimConfig:
         """The validated SimConfig of this model on ``work`` (its ``arch_defaults`` under ``settings``); a
-        refusal that an option carried from the trace (not in ``changes``) causes says so, as its flag."""
-        return checked(self.settings(changes), lambda f: make_config(work, f), self.carried(changes), source)
+        refusal that an option carried from the trace (not in ``changes``) causes says so, as its flag
+        (``offered``, ``here``: as ``checked`` takes them; the What-if page passes its controls)."""
+        return checked(self.settings(changes), lambda f: make_config(work, f), self.carried(changes), source, offered, here)
 
     def carried(self, changes: dict) -> list[str]:
         """The options of the trace that ``changes`` leave as they ran."""
@@ -82,30 +84,30 @@ def make_config(work, fields: dict, base: dict | None = None) -> SimConfig:
     return cfg
 
 
-def checked(fields: dict, make, carried: list[str], source: str, offered=None):
+def checked(fields: dict, make, carried: list[str], source: str, offered=None, here: str = NO_FLAG_HERE):
     """``make(fields)``; where it raises a ValueError, the same with the carried options without which it
     passes (each back at SimConfig's default) named as their flags, "carried from SOURCE's options", and how
     to change them: with the command's own flag where it has one (``offered``: the SimConfig fields it takes
-    as flags, None: all), else by writing a trace without it with ``simulate``."""
+    as flags, None: all), else (``here`` says so) by writing a trace without it with ``simulate``."""
     try:
         return make(fields)
     except ValueError as e:
         blamed = [k for k in carried if k in fields and fields[k] != DEFAULTS[k] and _passes(make, {**fields, k: DEFAULTS[k]})]
         if not blamed:
             raise
-        how = [_elsewhere(k, source) if offered is not None and k not in offered
+        how = [_elsewhere(k, source, here) if offered is not None and k not in offered
                else f"{flag_text(k, False)} drops it" if fields[k] is True else f"a {flag_text(k, fields[k]).split()[0]} "
                "given replaces it" for k in blamed]
         raise ValueError(f"{e} ({', '.join(flag_text(k, fields[k]) for k in blamed)} carried from {source}'s "
                          f"options: {'; '.join(how)})") from None
 
 
-def _elsewhere(name: str, source: str) -> str:
-    """How to drop a carried option the command has no flag for: ``simulate`` writes a trace without it."""
+def _elsewhere(name: str, source: str, here: str = NO_FLAG_HERE) -> str:
+    """How to drop a carried option the caller has no flag for (``here`` says so): ``simulate`` writes a trace without it."""
     reset = flag_text(name, DEFAULTS[name])
     if not reset.startswith("--"):  # no flag sets the default back (stragglers: a given one replaces them)
-        return "this command has no flag for it"
-    return f"this command has no flag for it; `ddpsim simulate --trace {source} {reset} --out OTHER.json` writes a trace without it"
+        return here
+    return f"{here}; `ddpsim simulate --trace {source} {reset} --out OTHER.json` writes a trace without it"
 
 
 def _passes(make, fields: dict) -> bool:
@@ -161,31 +163,6 @@ def options(cfg: dict, model: GpuModel) -> dict:
     own = {**{k: DEFAULTS[k] for k in DERIVED}, "hardware": model.hardware,
            **arch_defaults(model.workload(), kept.get("comm_hook"), kept.get("powersgd_rank"))}
     return {k: v for k, v in kept.items() if k not in own or v != own[k]}
-
-
-HOOK = ("comm_hook", "powersgd_rank", "powersgd_start_iter")  # a comm hook as a simulated trace ran it
-
-
-def hook_of(config: dict) -> dict:
-    """The comm hook a simulated trace's options ``config`` ran with, and its PowerSGD settings ({}: none):
-    the What-if page's hook selector starts there."""
-    hook = config.get("comm_hook")
-    return {k: config[k] for k in HOOK if k in config and (k == "comm_hook" or hook == "powersgd")} if hook else {}
-
-
-def not_on_page(model: GpuModel, page: SimConfig) -> list[str]:
-    """The options ``model`` ran with that the What-if page's unchanged SimConfig ``page`` does not have,
-    and its --tflops, as the flags that set them."""
-    out = [flag_text(k, v) for k, v in model.config.items() if not _same(getattr(page, k), v)]
-    return out + ([flag_text("tflops", model.tflops)] if model.tflops is not None else [])
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return {int(k): v for k, v in a.items()} == {int(k): v for k, v in b.items()}
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return list(a) == list(b)
-    return a == b
 
 
 FLAG = {"stragglers": "--straggler", "time_limit_s": "--time-limit"}  # the rest: --the-field-name

@@ -1,7 +1,7 @@
 """What-if page: change DDP's options, see the simulated timeline beside the run it came from."""
 import streamlit as st
 
-from ddpsim.app import beyond, cache, command, sweep_verdict, ui, whatif
+from ddpsim.app import beyond, cache, command, sweep_verdict, ui, whatif, whatif_words
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware, layout_sweep
@@ -21,7 +21,7 @@ source = st.radio("Start from", sources, horizontal=True, key="ddpsim_wi_source"
                        "datasheet GPU and network profiles.")
 if source == "the open trace":
     try:
-        base = whatif.base_for(trace)
+        base = whatif.base_for(trace, ui.trace_file(label))
     except ValueError as e:  # a simulated trace of a GPU model the profiles do not know (its hardware)
         st.error(f"This simulated trace's GPU model cannot be simulated here: {e}")
         st.stop()
@@ -49,6 +49,8 @@ if trace is not None and (why := unknown_sizes(trace)) is not None and source ==
 if trace is not None:
     ui.partial_note(trace)  # a run that stopped (a hang): the replay is of what was recorded
 now = whatif.choices(base)  # the widgets start at the run as recorded: nothing changed
+if (ran := widgets.carried_note(base)):
+    st.caption(ran)
 
 c1, c2, c3 = st.columns(3)
 cap = c1.select_slider("Bucket cap (MiB)", whatif.cap_options(base), value=now["bucket_cap_mb"],
@@ -57,7 +59,9 @@ cap = c1.select_slider("Bucket cap (MiB)", whatif.cap_options(base), value=now["
 if (listed := widgets.cap_list_note(base)):
     c1.caption(listed)
 buckets_here = c1.empty()  # filled once simulated: how many buckets this cap builds
-order = c2.selectbox("Bucket ordering", whatif.ORDERS, index=whatif.ORDERS.index(now["order"]), key=k + "order",
+orders = whatif.order_options(base)
+order = c2.selectbox("Bucket ordering", orders, index=orders.index(now["order"]), key=k + "order",
+                     format_func=lambda o: widgets.order_label(o, base),
                      help="torch: one bucket in iteration 0, then rebuilt in gradient-arrival order. "
                           "reverse: reverse definition order from the start. definition: definition "
                           "order (the worst: bucket 0 fills last). ready: ideal arrival order. random.")
@@ -135,10 +139,10 @@ buckets_here.caption(widgets.bucket_note(out.sim, out.unchanged))
 for caution in out.cautions:
     st.warning(caution, icon=":material/warning:")
 ui.metric_row(out.summary, out.unchanged_summary, base_name="unchanged (simulated)")
-st.markdown(whatif.describe_change(out))
-if (waits := whatif.describe_stragglers(out)):
+st.markdown(whatif_words.describe_change(out))
+if (waits := whatif_words.describe_stragglers(out)):
     st.markdown(waits)
-if (replay := whatif.describe_replay(out)):
+if (replay := whatif_words.describe_replay(out)):
     st.caption(replay)
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
                lambda: plot_compare([("unchanged", out.unchanged), ("what-if", out.sim)]),  # compare.py marks each SIMULATED
@@ -159,7 +163,7 @@ with st.expander("The same on the command line", key=k + "cli"):  # a key: it st
     st.code(command.simulate_command(base, ui.trace_file(label) if label else None, cap, order, fu, n_sync, world,
                                      network, sim_hook, bufs, algo, trace, small), language="bash")
     st.caption("It prints this what-if's iteration time and exposed communication" +
-               (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" else "."))
+               (" (the trace: the sidebar's \"Trace (ddpsim JSON)\" download)." if base.kind == "trace" or base.model else "."))
 
 st.subheader("Which bucket size? A sweep")
 needs_fu = whatif.sweep_needs_fu(base, trace)  # a recording that marked a parameter unused: find_unused stays on
