@@ -36,14 +36,13 @@ there are none (gloo, which reduces on the host). On the bundled H100 ResNet-18 
 backward, and by its busy kernels far less (docs/accuracy.md).
 - *steady state*: cycles that do not contain iteration 0 and whose layout is the
   final layout (so the iteration-0 single bucket and the rebuild are excluded); with
-  PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
-  warm-up, where later ones exist (a what-if's 3 steps starting it at step 2 were
-  summarised as the mean of one allreduce step and one PowerSGD step), and its first
-  compressing step where later ones exist: powerSGD_hook sets itself up there (error-feedback
-  and P/Q memories, Q drawn at random); recorded on gloo (convnet, 2 and 3 ranks) its
-  communication took 0.9-1.9 s, at most 0.4 s later, and the spread read ±202%; under Join, only those every
-  rank trained where any is left (Note [The steady state of a Join run is every rank training] in analysis/join.py);
-  in a partial trace, only those every rank recorded where any is left (``Trace.unfinished_iterations``).
+  PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce warm-up,
+  where later ones exist (a what-if's 3 steps starting it at step 2 were summarised as the mean
+  of one allreduce step and one PowerSGD step), and its first compressing step where later ones
+  exist: powerSGD_hook sets itself up there (error-feedback and P/Q memories, Q drawn at random);
+  under Join, only those every rank trained where any is left (Note [The steady state of a Join
+  run is every rank training] in analysis/join.py); in a partial trace, only those every rank
+  recorded where any is left (``Trace.unfinished_iterations``).
 """
 from __future__ import annotations
 
