@@ -66,8 +66,8 @@ def test_only_noop_at_the_recorded_ranks_changes(tmp_path):
     assert b != a
     # drawn rank noise or another world size: not the recorded ranks the factors were fitted on
     for fields in ({"world_size": 4}, {"jitter": 0.0}):
-        assert (replay_config(w1, measured, comm_hook="noop", **fields).backward_scale
-                == replay_config(w0, plain, comm_hook="noop", **fields).backward_scale), fields
+        assert (replay_config(w1, measured, comm_hook="noop", **fields).synced_backward_scale
+                == replay_config(w0, plain, comm_hook="noop", **fields).synced_backward_scale), fields
 
 
 @pytest.mark.parametrize("why", ["a rank without it", "a hooked recording", "a GPU recording"])

@@ -4,13 +4,12 @@ One definition of each metric serves real and simulated traces alike, so that a
 prediction and a measurement are always compared like for like.
 
 Definitions (all per rank, then combined across ranks as stated):
-- *iteration time*: from the earliest forward start on any rank to the latest
-  iteration end (optimizer end, or backward end when no step is taken). Where no
-  collective took time (the noop hook), nothing ties the ranks together and they
-  drift apart: then the slowest rank's own time, its forward start to its end. With
-  no_sync accumulation every n micro-steps, a *cycle* is the n micro-steps up to
-  and including a synced one, and the iteration time is the cycle's time / n. The
-  time between steps is left out (Note [The time between steps is left out]).
+- *iteration time*: from the earliest forward start on any rank to the latest iteration end
+  (optimizer end, or backward end when no step is taken). Where no collective took time (noop),
+  the ranks' ends drift apart: then the slowest rank's own time, from its forward start or, where a
+  buffer broadcast opens the cycle (an early rank's wait there is its last step's), the latest
+  rank's. A *cycle* of no_sync every n micro-steps is the n micro-steps up to a synced one; the
+  iteration time is its time / n, less the time between steps (Note [The time between steps is left out]).
 - *backward compute end*: the time the last gradient became ready.
 - *exposed communication*: time from the backward compute end to the last
   allreduce completion (buckets and the unused-parameter bitmap), clipped at 0;
@@ -36,14 +35,13 @@ there are none (gloo, which reduces on the host). On the bundled H100 ResNet-18 
 backward, and by its busy kernels far less (docs/accuracy.md).
 - *steady state*: cycles that do not contain iteration 0 and whose layout is the
   final layout (so the iteration-0 single bucket and the rebuild are excluded); with
-  PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce
-  warm-up, where later ones exist (a what-if's 3 steps starting it at step 2 were
-  summarised as the mean of one allreduce step and one PowerSGD step), and its first
-  compressing step where later ones exist: powerSGD_hook sets itself up there (error-feedback
-  and P/Q memories, Q drawn at random); recorded on gloo (convnet, 2 and 3 ranks) its
-  communication took 0.9-1.9 s, at most 0.4 s later, and the spread read ±202%; under Join, only those every
-  rank trained where any is left (Note [The steady state of a Join run is every rank training] in analysis/join.py);
-  in a partial trace, only those every rank recorded where any is left (``Trace.unfinished_iterations``).
+  PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce warm-up,
+  where later ones exist (a what-if's 3 steps starting it at step 2 were summarised as the mean
+  of one allreduce step and one PowerSGD step), and its first compressing step where later ones
+  exist: powerSGD_hook sets itself up there (error-feedback and P/Q memories, Q drawn at random);
+  under Join, only those every rank trained where any is left (Note [The steady state of a Join
+  run is every rank training] in analysis/join.py); in a partial trace, only those every rank
+  recorded where any is left (``Trace.unfinished_iterations``).
 """
 from __future__ import annotations
 
@@ -202,8 +200,10 @@ def cycle_metrics(trace: Trace, cycle: list[int]) -> dict:
     if fractions:  # a collective ends the ranks' cycle together: from the first start to the last end
         span = (max(m[cycle[-1]].end_ns for m in present) - min(m[cycle[0]].forward.start_ns for m in present)
                 - min(between))
-    else:  # nothing ties the ranks (the noop hook): each rank's own cycle, the slowest one's
-        span = max(m[cycle[-1]].end_ns - m[cycle[0]].forward.start_ns - g for m, g in zip(present, between))
+    else:  # nothing ties the ranks' ends (noop): the slowest rank's own cycle, from a broadcast tying the starts
+        opens = [m[cycle[0]] for m in present]
+        tied = max(it.forward.start_ns for it in opens) if all(it.buffer_broadcast for it in opens) else 0
+        span = max(m[cycle[-1]].end_ns - max(tied, o.forward.start_ns) - g for m, o, g in zip(present, opens, between))
     synced = [m[cycle[-1]] for m in present]
     return {
         "iteration_time_s": span * NS / len(cycle),

@@ -13,8 +13,10 @@ matches the recorded phases (``refine``), and that split is the least certain pa
 model (docs/comm-hooks.md: noop predicted up to 33% fast with it alone). So
 ``refine.measure_alone`` simulates the recording's own noop what-if and keeps, per recorded rank,
 the factor that makes its backward the measured one; ``replay_config`` applies it where the
-replay plays the recorded ranks (the recorded world size, their recorded speeds:
-``backward_scale``). Only for a plain recording (no comm hook, or ``allreduce``: another hook's
+replay plays the recorded ranks (the recorded world size, their recorded speeds), to the
+synced micro-steps' backward only (``SimConfig.synced_backward_scale``): a no_sync micro-step
+sends nothing with any hook and already plays the compute it recorded (Note [A no_sync step
+computes alone] in refine.py). Only for a plain recording (no comm hook, or ``allreduce``: another hook's
 casts are in its CPU time too) with a core per rank (where ranks share a core, the simulated
 backward's wall time holds the others' compute as well). Every other what-if, and a recording
 without the measurement (GPU runs, older recordings), keeps the learnt split.
@@ -61,7 +63,7 @@ def simulated_ns(sim: Trace) -> dict[int, float]:
 
 
 def noop_scale(w: Workload, comm_hook: str | None, world_size: int) -> dict | None:
-    """The ``backward_scale`` of a noop what-if at the recorded world size of a workload that
+    """The ``synced_backward_scale`` of a noop what-if at the recorded world size of a workload that
     measured its backward alone (this Note), else None."""
     scale = w.meta.get(KEY)
     if not scale or comm_hook != "noop" or world_size != w.meta.get("recorded_world_size"):

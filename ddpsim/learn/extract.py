@@ -116,7 +116,7 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
         cfg.setdefault("recorded_ranks", {int(r): v for r, v in w.meta["recorded_ranks"].items()})
         cfg.setdefault("iters", int(w.meta.get("recorded_steps") or synced_steps(trace)))
         if (scale := alone.noop_scale(w, cfg.get("comm_hook"), cfg["world_size"])) is not None:
-            cfg.setdefault("backward_scale", scale)  # Note [A run without collectives computes alone]
+            cfg.setdefault("synced_backward_scale", scale)  # Note [A run without collectives computes alone]
         return SimConfig(**cfg)
     cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
     # one rank waits for nobody: rank-to-rank noise only delays a collective it shares

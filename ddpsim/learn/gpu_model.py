@@ -31,7 +31,7 @@ RUN_CONTROLS = ("max_events", "time_limit_s", "trace_ranks")
 # options the GPU model derives (arch_defaults: its profile's rank spread, a hook's compute at its GPU's
 # rates): kept only where the trace's differ from its own model's, so on another --hardware they are that GPU's
 DERIVED = ("jitter", "jitter_mode", "hook_rates")
-BY_RANK = ("stragglers", "backward_scale", "recorded_ranks")  # rank -> value; JSON wrote the ranks as strings
+BY_RANK = ("stragglers", "backward_scale", "synced_backward_scale", "recorded_ranks")  # rank -> value; JSON wrote the ranks as strings
 DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in dataclass_fields(SimConfig)}
 OPTIONS = tuple(k for k in DEFAULTS if k not in RUN_CONTROLS)  # every option a simulated trace carries
 NO_FLAG_HERE = "this command has no flag for it"  # what ``checked`` says of a carried option the caller cannot set
@@ -166,7 +166,7 @@ def options(cfg: dict, model: GpuModel) -> dict:
 
 
 FLAG = {"stragglers": "--straggler", "time_limit_s": "--time-limit"}  # the rest: --the-field-name
-NO_FLAG = ("hook_rates", "recorded_ranks", "backward_scale")  # set by the model, not by a flag: "name value"
+NO_FLAG = ("hook_rates", "recorded_ranks", "backward_scale", "synced_backward_scale")  # set by the model, not by a flag: "name value"
 
 
 def flag_text(name: str, value) -> str:

@@ -120,7 +120,7 @@ def measure_alone(w: Workload, trace: Trace) -> Workload:
         return w
     scale = {r: 1.0 for r in want}
     for _ in range(ALONE_ROUNDS):
-        sim, _ = simulate(w, replay_config(w, trace, comm_hook="noop", backward_scale=dict(scale)))
+        sim, _ = simulate(w, replay_config(w, trace, comm_hook="noop", synced_backward_scale=dict(scale)))
         got = alone.simulated_ns(sim)
         if set(got) != set(want) or not all(got.values()):
             return w

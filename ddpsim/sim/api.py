@@ -156,6 +156,7 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
         del config["bucket_cap_mb_list"]
     config["stragglers"] = {str(k): v for k, v in cfg.stragglers.items()}
     config["backward_scale"] = {str(k): v for k, v in cfg.backward_scale.items()}
+    config["synced_backward_scale"] = {str(k): v for k, v in cfg.synced_backward_scale.items()}
     config["recorded_ranks"] = {str(k): v for k, v in cfg.recorded_ranks.items()}
     meta = {"world_size": cfg.world_size, "ranks_included": [r.rank for r in ranks],
             "rank_groups": groups, "simulator": "ddpsim.sim", "config": config,

@@ -58,7 +58,8 @@ def _num(x) -> str:
 
 def count_actors(cfg, explicit: bool) -> int:
     """How many actors ``plan_actors`` will create (without drawing their factors)."""
-    alone = len(set(cfg.stragglers) | set(cfg.backward_scale) | set(cfg.recorded_ranks))
+    alone = len(set(cfg.stragglers) | set(cfg.backward_scale) | set(cfg.synced_backward_scale)
+                | set(cfg.recorded_ranks))
     others = cfg.world_size - alone
     if others <= 0:
         return alone

@@ -48,6 +48,9 @@ class SimConfig:
     jitter_mode: str = "sampled"  # sampled: a draw per rank | expected: the slowest rank's mean (sim/stragglers.py)
     stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
     backward_scale: dict = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
+    # rank -> multiplier on its synced micro-steps' backward only: a noop what-if's compute alone
+    # (learn/alone.py); a no_sync micro-step keeps its own compute; {}: none (not in torch)
+    synced_backward_scale: dict = field(default_factory=dict)
     # rank -> {"forward": [...], "backward": [...], "gap_s": [...]}: its compute multipliers and the seconds
     # before each micro-step, as recorded (learn/noise.py; cycled past the end; empty: none). Not in torch:
     # a replay plays the recorded ranks iteration by iteration (Note [Replay the recorded ranks' speeds]).
@@ -107,7 +110,8 @@ class SimConfig:
             raise ValueError(f"latency must be a finite number of microseconds >= 0, not {self.latency_us!r}")
         for r, rec in self.recorded_ranks.items():
             check_recorded_rank(r, rec, self.world_size)
-        for what, factors in (("straggler", self.stragglers), ("backward_scale", self.backward_scale)):
+        for what, factors in (("straggler", self.stragglers), ("backward_scale", self.backward_scale),
+                              ("synced_backward_scale", self.synced_backward_scale)):
             for r, fct in factors.items():
                 if not (isinstance(r, int) and 0 <= r < self.world_size):
                     raise ValueError(f"{what} rank {r!r} is not in 0..{self.world_size - 1}")

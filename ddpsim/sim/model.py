@@ -182,7 +182,7 @@ def rank(env, model: Model, actor: Actor):
         if actor.data_steps is not None and plan.iteration >= actor.data_steps:  # out of data, joined
             yield from join.shadow(env, model, actor, plan)
             continue
-        f, fb = actor.multipliers(plan.iteration, w.micro_step_scale(plan.sync))
+        f, fb = actor.multipliers(plan.iteration, plan.sync, w.micro_step_scale(plan.sync))
         rec = {"plan": plan, "grads": [], "buckets": {}} if actor.record else None
         t_start = env.now
         if plan.buffers:  # _sync_buffers: every rank waits for rank 0's buffers (Note [Buffers follow rank 0])

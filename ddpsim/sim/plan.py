@@ -154,9 +154,10 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     """
     world, strag = cfg.world_size, {int(r): float(f) for r, f in cfg.stragglers.items()}
     bscale = {int(r): float(f) for r, f in cfg.backward_scale.items()}
+    synced = {int(r): float(f) for r, f in cfg.synced_backward_scale.items()}
     recorded = {int(r): rec for r, rec in cfg.recorded_ranks.items()}
     actors, groups = [], []
-    alone = set(strag) | set(bscale) | set(recorded)  # ranks with their own speed play alone
+    alone = set(strag) | set(bscale) | set(synced) | set(recorded)  # ranks with their own speed play alone
     if cfg.uneven:  # each rank its own amount of data (sim/join.py)
         alone |= set(range(world))
     drawn = 0.0 if cfg.jitter_mode == "expected" and not explicit else cfg.jitter  # expected: the group carries it
@@ -164,7 +165,8 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
         noise = 0.0 if r in recorded else drawn  # a recorded rank plays its recorded speeds instead
         actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, noise, strag.get(r, 1.0)),
                             record=True, kind="straggler" if r in strag else "measured",
-                            backward_scale=bscale.get(r, 1.0), recorded=recorded.get(r),
+                            backward_scale=bscale.get(r, 1.0), synced_backward_scale=synced.get(r, 1.0),
+                            recorded=recorded.get(r),
                             data_steps=n_micro - cfg.uneven * r if cfg.uneven else None))
     others = [r for r in range(world) if r not in alone] if world <= 100_000 else None
     n_others = world - len(alone)
