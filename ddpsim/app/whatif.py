@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.analysis.unused import needs_find_unused, refusal
-from ddpsim.app import beyond, units, waiting
+from ddpsim.app import beyond, hook_cautions, units, waiting
 from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
@@ -237,8 +237,8 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     waits = (wait_s(sim_fn, work, cfg, summary), wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
-                   _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work, unchanged_cfg),
-                   waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source)
+                   _rel(unchanged_summary, recorded) if recorded else None, noise, n, cautions(base, trace, cfg, work, unchanged_cfg)
+                   + hook_cautions.powersgd_gloo_caution(trace, cfg, summary), waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source)
 
 
 def unchanged_config(base: Base, work, trace: Trace | None, trace_ranks=None) -> SimConfig:
