@@ -113,6 +113,23 @@ class Beat:
         return None
 
 
+STARTING = "Starting the ranks (importing torch takes a few seconds)..."  # before any rank's first heartbeat
+
+
+def starting_line(beats: list[Beat]) -> str | None:
+    """What the ranks are doing before every one of them trains (the app's progress line, where no
+    iteration is recorded yet): ``STARTING`` before any has beaten, then the stage of the rank furthest
+    behind; None once all are training (their first iteration is being recorded)."""
+    started = [b for b in beats if b.seq > 0]
+    if not started:
+        return STARTING
+    behind = min(beats, key=lambda b: (b.seq > 0, b.progress(), b.rank))
+    if behind.seq > 0 and behind.stage >= STAGES.index("training"):
+        return None
+    doing = "has not started yet" if behind.seq == 0 else f"is {STAGES[behind.stage]}"
+    return f"Starting the ranks ({len(started)} of {len(beats)} started): rank {behind.rank} {doing}..."
+
+
 def create(path) -> None:
     """The launcher makes each rank's (zeroed) heartbeat file before starting it."""
     with open(path, "wb") as f:

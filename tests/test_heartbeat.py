@@ -56,3 +56,17 @@ def test_start_up_hang_names_the_rank_that_never_joined():
     starting = Beat(1)
     assert blame([joined, starting]) == (
         1, "stopped while starting python: did not join the process group's rendezvous, which rank 0 is waiting in")
+
+
+def test_the_starting_line_names_the_rank_furthest_behind_until_all_train():
+    """The Record page's line before an iteration is recorded (a 2-rank run sat at 'Recording: 0/6
+    iterations' for 44 s while the ranks imported torch and joined the process group)."""
+    assert heartbeat.starting_line([Beat(0), Beat(1)]) == heartbeat.STARTING  # no heartbeat yet
+    building = Beat(0, seq=2, stage=STAGES.index("building the model"))
+    assert heartbeat.starting_line([building, Beat(1)]) == ("Starting the ranks (1 of 2 started): rank 1 has not "
+                                                             "started yet...")
+    joining = Beat(1, seq=1, stage=STAGES.index("joining the process group"))
+    assert heartbeat.starting_line([building, joining]) == ("Starting the ranks (2 of 2 started): rank 1 is joining "
+                                                             "the process group...")
+    training = [Beat(r, seq=5, stage=TRAINING, iteration=0) for r in range(2)]
+    assert heartbeat.starting_line(training) is None  # their first iteration is being recorded

@@ -40,10 +40,17 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_users_own_model_is_recorded(record):
+def test_users_own_model_is_recorded(record, monkeypatch):
     spec = f"{os.path.abspath(__file__)}:factory"
     trace = record(model=spec, world_size=2, iters=3, batch_size=8)
-    assert trace.complete and trace.meta["model"] == spec
+    # Note [No paths in a trace]: the file by its name, in meta.model and meta.config.model alike (both held
+    # this test's folder), and that name records the model again from the folder that holds it
+    name = "test_record_user_model.py:factory"
+    assert trace.complete and trace.meta["model"] == name and trace.meta["config"]["model"] == name
+    assert os.path.dirname(__file__) not in json.dumps(trace.meta)
+    from ddpsim.models import resolve_factory
+    monkeypatch.chdir(os.path.dirname(__file__))
+    assert resolve_factory(trace.meta["config"]["model"])()[0].__class__.__name__ == "TwoTower"
     assert [p["name"] if isinstance(p, dict) else p.name for p in trace.params] == [
         "left.weight", "left.bias", "right.weight", "right.bias", "head.weight", "head.bias"]
     it = trace.ranks[1].iterations[2]

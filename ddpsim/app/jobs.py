@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpsim.heartbeat import STARTING  # the Record page's line until a rank's first heartbeat (torch-free)
+
 
 GRACE_S = 5.0  # SIGTERM -> SIGKILL
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -36,6 +38,7 @@ class Job:
     status_path: Path
     proc: subprocess.Popen = field(repr=False)
     started: float = field(default_factory=time.monotonic)
+    stopped: bool = False  # ``stop`` ended it: what the user asked for, not a failure
 
     @property
     def pid(self) -> int:
@@ -67,8 +70,8 @@ def kept_recordings() -> list[tuple[Path, bool]]:
             state = said.get("state")
         except (OSError, ValueError, AttributeError):  # being replaced, or not ours
             continue
-        if state in ("done", "failed"):  # a failed one: where its partial trace holds an iteration
-            found += [(p, state == "failed") for p in status.parent.glob("*.json")
+        if state in ("done", "failed", "stopped"):  # a failed or stopped one: where its partial trace holds an iteration
+            found += [(p, state != "done") for p in status.parent.glob("*.json")
                       if p.name != status.name and (state == "done" or said.get("kept", _size(p) > 0))]
     return sorted(found, key=lambda kept: _mtime(kept[0]))
 
@@ -108,7 +111,7 @@ def start(cfg: dict, name: str) -> Job:
 
 
 def poll(job: Job) -> dict:
-    """{"state": starting|running|done|failed, "done", "total", "error"}."""
+    """{"state": starting|running|done|failed|stopped, "done", "total", "error", "stage"}."""
     try:
         status = json.loads(job.status_path.read_text())
     except (OSError, ValueError):
@@ -116,7 +119,9 @@ def poll(job: Job) -> dict:
     code = job.proc.poll()
     if code is not None:
         _forget(job)
-        if status.get("state") in ("starting", "running"):
+        if status.get("state") in ("starting", "running") and job.stopped:  # stopped before it could say so
+            status = {**status, "state": "stopped", "kept": job.out.is_file()}
+        elif status.get("state") in ("starting", "running"):
             tail = _log_tail(job)
             status = {**status, "state": "failed",
                       "error": f"the recording process exited with status {code}" + (f": {tail}" if tail else "")}
@@ -124,30 +129,40 @@ def poll(job: Job) -> dict:
 
 
 def wait(job: Job, progress=None, poll_s: float = 0.25, extra_s: float = 120.0) -> dict:
-    """Poll ``job`` until it is done or failed; ``progress(done, total)`` while it runs.
+    """Poll ``job`` until it is done, failed or stopped; ``progress(done, total, stage)`` while it runs
+    (stage: what its ranks do before an iteration is recorded, else None).
 
     A job still going ``extra_s`` after its own timeout is stopped and reported failed.
     """
     deadline = time.monotonic() + job.cfg["timeout_s"] + extra_s
     while True:
         status = poll(job)
-        if status["state"] in ("done", "failed"):
+        if status["state"] in ("done", "failed", "stopped"):
             return status
         if time.monotonic() > deadline:
             stop(job)
             return {**status, "state": "failed", "error": "the recording took too long and was stopped"}
         if status["state"] == "running" and progress is not None:
-            progress(status.get("done", 0), max(1, status.get("total") or job.cfg["iters"]))
+            progress(status.get("done", 0), max(1, status.get("total") or job.cfg["iters"]), status.get("stage"))
         time.sleep(poll_s)
 
 
-def progress_text(done: int, total: int) -> str:
-    """The Record page's progress line; once every iteration is in, what the recording still does (a
-    Stop then kept a whole run as a partial one, the user seeing 10/10 and a Stop button)."""
+def progress_text(done: int, total: int, stage: str | None = None) -> str:
+    """The Record page's progress line; before the first iteration is recorded, what the ranks do
+    (``stage``: a 2-rank run sat at "Recording: 0/6 iterations" for 44 s while torch imported and the
+    ranks started); once every iteration is in, what the recording still does (a Stop then kept a whole
+    run as a partial one, the user seeing 10/10 and a Stop button)."""
+    if done == 0 and stage:
+        return stage
     if done < total:
         return f"Recording: {done}/{total} iterations"
     return (f"All {total} iterations recorded; finishing: timing what a comm hook would cost in these ranks "
             "and merging their files (a few seconds)...")
+
+
+def iterations(n: int) -> str:
+    """``n`` iterations in words: "1 iteration", "6 iterations"."""
+    return f"{n} iteration{'s' * (n != 1)}"
 
 
 def _log_tail(job: Job) -> str:
@@ -160,6 +175,7 @@ def _log_tail(job: Job) -> str:
 
 def stop(job: Job) -> None:
     """End the job and every rank in its process group (SIGTERM, then SIGKILL)."""
+    job.stopped = True
     _signal_group(job, signal.SIGTERM)
     try:
         job.proc.wait(timeout=GRACE_S)

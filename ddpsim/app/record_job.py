@@ -3,10 +3,12 @@
     python -m ddpsim.app.record_job CONFIG_JSON OUT STATUS
 
 It calls ``ddpsim.record.launcher.record`` and writes its progress to STATUS (a
-small JSON file, replaced atomically): {"state": running|done|failed, "done",
-"total", "error"}. ``ddpsim.app.jobs`` starts it in a new session (process group)
-so the app can stop it and every rank with one signal. It also stops by itself,
-ranks included, when its parent (the Streamlit server) dies.
+small JSON file, replaced atomically): {"state": running|done|failed|stopped, "done",
+"total", "error", "stage"} (stage: what the ranks do before an iteration is recorded;
+stopped: by a signal, the page's Stop; "kept": whether a partial trace was kept).
+``ddpsim.app.jobs`` starts it in a new session (process group) so the app can stop it
+and every rank with one signal. It also stops by itself, ranks included, when its
+parent (the Streamlit server) dies.
 """
 from __future__ import annotations
 
@@ -47,26 +49,30 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     from ddpsim.errors import CLIError
     from ddpsim.record.config import RecordConfig
+    from ddpsim.heartbeat import STARTING
     from ddpsim.record.launcher import record
 
     cfg = RecordConfig.from_json(config_json)
-    write_status(status_path, state="running", done=0, total=cfg.iters, error=None)
+    said = {"state": "running", "done": 0, "total": cfg.iters, "error": None, "stage": STARTING}
+
+    def tell(**changes) -> None:
+        said.update(changes)
+        write_status(status_path, **said)
+
+    tell()
     try:
-        record(cfg, out, progress=lambda done, total: write_status(
-            status_path, state="running", done=done, total=total, error=None))
+        record(cfg, out, progress=lambda done, total: tell(done=done, total=total),
+               starting=lambda line: tell(stage=line))
     except CLIError as e:  # RecordError and bad configurations: one plain line
-        write_status(status_path, state="failed", done=0, total=cfg.iters, error=str(e),
-                     kept=getattr(e, "iterations", 0) > 0)  # a partial trace with iterations to open
+        tell(state="failed", error=str(e), kept=getattr(e, "iterations", 0) > 0)  # a partial trace to open
         return 1
-    except SystemExit:  # stopped: the launcher kept what was recorded, if anything
-        write_status(status_path, state="failed", done=0, total=cfg.iters, error="the recording was stopped",
-                     kept=Path(out).is_file())
+    except SystemExit:  # stopped (the page's Stop): not a failure; the launcher kept what was recorded, if anything
+        tell(state="stopped", kept=Path(out).is_file())
         raise
     except Exception as e:  # noqa: BLE001 (anything else still reaches the page as one line)
-        write_status(status_path, state="failed", done=0, total=cfg.iters,
-                     error=f"{type(e).__name__}: {e}".splitlines()[0])
+        tell(state="failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
         return 1
-    write_status(status_path, state="done", done=cfg.iters, total=cfg.iters, error=None)
+    tell(state="done", done=cfg.iters)
     return 0
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.analysis.unused import needs_find_unused, refusal
-from ddpsim.app import beyond, waiting
+from ddpsim.app import beyond, hook_cautions, waiting
 from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
@@ -272,8 +272,8 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(replayed or unchanged_summary, recorded) if recorded else None, noise, n,
-                   cautions(base, trace, cfg, work), waits, cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0),
-                   source, replayed)
+                   cautions(base, trace, cfg, work) + hook_cautions.powersgd_gloo_caution(trace, cfg, summary), waits,
+                   cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed)
 
 
 # Note [The unchanged run is simulated as the what-if is]

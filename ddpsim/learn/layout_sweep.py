@@ -128,11 +128,13 @@ def describe_best(row: dict, rows: list[dict] | None = None, metric: str = "iter
 
 
 def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: str | None,
-                     find_unused: bool = False) -> str:
+                     find_unused: bool = False, figures: str = "the sweep and its figure are") -> str:
     """A caution where the best row is one torch's PowerSGD aborts on over gloo: several buckets, or
     find_unused_parameters (Note [PowerSGD on gloo with several buckets] in ddpsim/minddp/comm_hook.py). The
     simulator plays a PowerSGD whose collectives go in order on every rank, as NCCL's do. ``find_unused``:
-    the run's setting, for rows of a grid that does not vary it."""
+    the run's setting, for rows of a grid that does not vary it. The What-if page cautions its one
+    simulated run with it too (``best``: that run's n_buckets and find_unused_parameters, ``rows`` empty,
+    ``figures``: what the caution says NCCL would run; ``ddpsim.app.hook_cautions``)."""
     def fu(row):
         return bool(row.get("find_unused_parameters", find_unused))
     several = best.get("n_buckets", 0) > 1
@@ -141,9 +143,9 @@ def powersgd_on_gloo(best: dict, rows: list[dict], backend: str | None, hook: st
     why = " and ".join([f"{best['n_buckets']} buckets"] * several + ["find_unused_parameters"] * fu(best))
     return (f"Caution: on gloo, this run's backend, torch's powerSGD_hook aborts (or hangs) with {why}: it issues P's and Q's "
             "allreduces from gloo's callback thread, in an order that differs between ranks (Note [PowerSGD on gloo "
-            "with several buckets], ddpsim/minddp/comm_hook.py); the sweep and its figure are what NCCL would run, "
+            f"with several buckets], ddpsim/minddp/comm_hook.py); {figures} what NCCL would run, "
             "and on gloo only one bucket without find_unused_parameters trains" + (
-                ", which this model cannot do (it left a parameter unused)" * all(fu(r) for r in rows))
+                ", which this model cannot do (it left a parameter unused)" * bool(rows and all(fu(r) for r in rows)))
             + ".")
 
 

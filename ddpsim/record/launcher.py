@@ -154,12 +154,13 @@ class Watch:
         return {r for r, p in enumerate(self.procs) if p.poll() is None and is_stopped(p.pid)}
 
 
-def _watch(watch: Watch, cfg: RecordConfig, shard0: Path, progress) -> dict[int, int]:
+def _watch(watch: Watch, cfg: RecordConfig, shard0: Path, progress, starting=None) -> dict[int, int]:
     """Poll until all ranks exit, one fails or one hangs; returns rank -> exit code of those that failed.
 
-    A hang gives every live rank the code HUNG.
+    A hang gives every live rank the code HUNG. ``starting(line)``: what the ranks do while no iteration
+    is recorded yet, each time it changes (``heartbeat.starting_line``; None once they all train).
     """
-    last_done = -1
+    last_done, last_line = -1, ""
     while True:
         codes = [p.poll() for p in watch.procs]
         failed = {r: c for r, c in enumerate(codes) if c not in (None, 0)}
@@ -172,18 +173,22 @@ def _watch(watch: Watch, cfg: RecordConfig, shard0: Path, progress) -> dict[int,
             last_done = done
             if progress:
                 progress(done, cfg.iters)
+        if starting and done == 0 and (line := heartbeat.starting_line(watch.beats())) != last_line:
+            last_line = line
+            starting(line)
         time.sleep(POLL_S)
 
 
 def record(cfg: RecordConfig, out: str | Path, progress: Callable[[int, int], None] | None = None,
-           master_port: int | None = None):
-    """Record one run into ``out``; returns the Trace, or raises RecordError (partial trace kept)."""
-    return record_many([cfg], [out], progress, master_port)[0]
+           master_port: int | None = None, starting: Callable[[str | None], None] | None = None):
+    """Record one run into ``out``; returns the Trace, or raises RecordError (partial trace kept).
+    ``progress(done, total)``: iterations recorded; ``starting(line)``: what the ranks do before that (_watch)."""
+    return record_many([cfg], [out], progress, master_port, starting=starting)[0]
 
 
 def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
                 progress: Callable[[int, int], None] | None = None, master_port: int | None = None,
-                turns: Turns | None = None):
+                turns: Turns | None = None, starting: Callable[[str | None], None] | None = None):
     """Record several configurations in the same ranks, interleaved iteration by iteration.
 
     All configs share the world size, backend and pinning; each gets its own DDP
@@ -213,7 +218,7 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
             procs.append(_start(cfgs, r, port, [s[r] for s in shards], logs / f"rank{r}.log", private / "store",
                                 beats[r], {**env, cpus.ENV: str(pinned[r]) if pinned else ""}, fork))
         watch = Watch(procs, beats, cfg.timeout_s)
-        failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress)
+        failed = _watch(watch, watched, shards[cfgs.index(watched)][0], progress, starting)
         if failed:
             last, stopped = watch.beats(), watch.stopped()
     except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, SIGTERM: what was recorded is kept

@@ -46,9 +46,9 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
         "backend": backend,
         "world_size": world_size,
         "impl": cfg.impl,
-        "model": cfg.model,
+        "model": portable_model(cfg.model),
         "options": options,
-        "config": config,
+        "config": {**config, "model": portable_model(cfg.model)},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": portable_command(sys.argv),
         **(extra or {}),
@@ -58,7 +58,9 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
 # Note [No paths in a trace]: traces travel (the bundled samples, a colleague's upload, a
 # course's baseline), so what a trace says about how it was made names no folder of the
 # machine that made it: the rank's program is written as ``python -m MODULE`` and every
-# absolute path among its arguments by its file name. ``meta.config`` holds the options.
+# absolute path among its arguments by its file name. ``meta.config`` holds the options; a model
+# given as a file (``/x/towers.py:factory``), in ``meta.model`` and ``meta.config.model``, is named by
+# that file's name (``towers.py:factory``), which records it again from the folder that holds it.
 
 
 def portable_command(argv: list[str]) -> str:
@@ -66,6 +68,14 @@ def portable_command(argv: list[str]) -> str:
     if not argv:
         return ""
     return " ".join(["python", "-m", _module(argv[0]), *(_name(a) for a in argv[1:])])
+
+
+def portable_model(spec: str) -> str:
+    """A ``--model`` value that names no folder (Note [No paths in a trace]): ``/x/towers.py:factory`` ->
+    ``towers.py:factory``, as ``portable_command`` names an absolute path; a zoo name, a relative path or
+    ``package.module:factory`` as it is."""
+    where, colon, attr = spec.rpartition(":")
+    return f"{Path(where).name}:{attr}" if colon and os.path.isabs(where) else spec
 
 
 def _module(program: str) -> str:

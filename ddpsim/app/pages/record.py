@@ -56,12 +56,16 @@ elif started and "ddpsim_job" not in st.session_state:
 
 job = st.session_state.get("ddpsim_job")
 if job is not None:
-    bar = st.progress(0.0, text="Starting the ranks (importing torch takes a few seconds)...")
+    now = jobs.poll(job)  # where it is: a rerun (the Stop button's, say) showed "Starting the ranks" again
+    done, total = now.get("done", 0), max(1, now.get("total") or job.cfg["iters"])
+    bar = st.progress(min(done / total, 1.0), text=jobs.progress_text(done, total, now.get("stage", jobs.STARTING)))
     stop = st.empty()  # emptied once the job has ended: a dead Stop button stayed under a failed recording
     if stop.button("Stop the recording", key="ddpsim_rec_stop"):
+        bar.progress(min(done / total, 1.0), text="Stopping: ending every rank and keeping what they recorded...")
         jobs.stop(job)
     # the page waits here; a rerun elsewhere leaves the job running in the background
-    status = jobs.wait(job, lambda done, total: bar.progress(min(done / total, 1.0), text=jobs.progress_text(done, total)))
+    status = jobs.wait(job, lambda done, total, stage: bar.progress(min(done / total, 1.0),
+                                                                   text=jobs.progress_text(done, total, stage)))
     total = max(1, status.get("total") or job.cfg["iters"])
     del st.session_state["ddpsim_job"]
     stop.empty()
@@ -77,8 +81,10 @@ if job is not None:
             st.rerun()  # so the sidebar shows the new trace as the open one
     else:
         bar.empty()
-        partial = open_partial(job.out)  # what the ranks recorded before it failed, if anything: nothing is lost
-        st.session_state["ddpsim_rec_result"] = ("failed", status.get("error") or "the recording failed", partial)
+        partial = open_partial(job.out)  # what the ranks recorded before it ended, if anything: nothing is lost
+        st.session_state["ddpsim_rec_result"] = (
+            ("stopped", status.get("done", 0), total, partial) if status["state"] == "stopped"
+            else ("failed", status.get("error") or "the recording failed", partial))
         if partial:
             st.rerun()  # so the sidebar shows the partial trace as the open one
 
@@ -88,6 +94,13 @@ if result and result[0] == "failed":
     st.caption("Nothing is left running: the launcher stops every rank when one fails."
                + (f" What was recorded before it is now the open trace, '{result[2]}' (marked incomplete)."
                   if result[2] else ""))
+elif result and result[0] == "stopped":  # the user's Stop: not a failure
+    _, done, total, partial = result
+    kept = get_trace(partial, quiet=True) if partial else None
+    st.info(f"Stopped at {done}/{jobs.iterations(total)}, as asked. " + (
+        f"What the ranks recorded ({jobs.iterations(len(kept.longest_rank.iterations))}) is now the open trace, '{partial}' "
+        "(marked incomplete): see it on every page." if kept else "No iteration was recorded, so nothing was kept.")
+        + " No rank is left running.", icon=":material/stop_circle:")
 elif result and result[0] == "done":
     label = result[1]
     trace = get_trace(label, quiet=True)  # this session's, or found in the runs folder while the page was away
