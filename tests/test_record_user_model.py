@@ -75,3 +75,16 @@ def test_the_installed_command_finds_a_module_in_the_current_folder(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     trace = json.loads((tmp_path / "run.json").read_text())
     assert trace["meta"]["model"] == "towers:factory" and len(trace["params"]) == 6
+
+
+def test_a_hook_file_is_named_without_its_folder_as_a_model_file_is():
+    """Note [No paths in a trace] (record/meta.py): a comm hook given as a file is written by its file name
+    in meta.options and meta.config, as a model file is (it kept '/x/myhook.py:make')."""
+    from ddpsim.record import meta
+    from ddpsim.record.config import RecordConfig
+
+    h = meta.rank_header(RecordConfig(model="/x/towers.py:factory", comm_hook="/x/myhook.py:make"), "gloo", 2)
+    assert (h["model"], h["config"]["model"]) == ("towers.py:factory", "towers.py:factory")
+    assert (h["options"]["comm_hook"], h["config"]["comm_hook"]) == ("myhook.py:make", "myhook.py:make")
+    plain = meta.rank_header(RecordConfig(model="mlp", comm_hook="fp16"), "gloo", 2)
+    assert (plain["options"]["comm_hook"], plain["config"]["comm_hook"]) == ("fp16", "fp16")

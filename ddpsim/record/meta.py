@@ -34,7 +34,7 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
     if cfg.comm_hook is None:  # likewise: a run without a hook writes the config it always wrote
         config = {k: v for k, v in config.items() if k not in cfg.HOOK_FIELDS}
     else:
-        options["comm_hook"] = cfg.comm_hook
+        options["comm_hook"] = config["comm_hook"] = portable_spec(cfg.comm_hook)  # a hook file too
     if cfg.comm_hook == "powersgd":  # the values the run used (torch's defaults where not given)
         from ddpsim.record.hooks import POWERSGD_RANK, POWERSGD_START_ITER
         options.update(powersgd_rank=cfg.powersgd_rank or POWERSGD_RANK,
@@ -46,9 +46,9 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
         "backend": backend,
         "world_size": world_size,
         "impl": cfg.impl,
-        "model": portable_model(cfg.model),
+        "model": portable_spec(cfg.model),
         "options": options,
-        "config": {**config, "model": portable_model(cfg.model)},
+        "config": {**config, "model": portable_spec(cfg.model)},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": portable_command(sys.argv),
         **(extra or {}),
@@ -58,9 +58,10 @@ def rank_header(cfg: RecordConfig, backend: str, world_size: int, extra: dict | 
 # Note [No paths in a trace]: traces travel (the bundled samples, a colleague's upload, a
 # course's baseline), so what a trace says about how it was made names no folder of the
 # machine that made it: the rank's program is written as ``python -m MODULE`` and every
-# absolute path among its arguments by its file name. ``meta.config`` holds the options; a model
-# given as a file (``/x/towers.py:factory``), in ``meta.model`` and ``meta.config.model``, is named by
-# that file's name (``towers.py:factory``), which records it again from the folder that holds it.
+# absolute path among its arguments by its file name. ``meta.config`` holds the options; a model or a
+# comm hook given as a file (``/x/towers.py:factory``), in ``meta.model``, ``meta.config.model``,
+# ``meta.options.comm_hook`` and ``meta.config.comm_hook``, is named by that file's name
+# (``towers.py:factory``), which records it again from the folder that holds it.
 
 
 def portable_command(argv: list[str]) -> str:
@@ -70,8 +71,8 @@ def portable_command(argv: list[str]) -> str:
     return " ".join(["python", "-m", _module(argv[0]), *(_name(a) for a in argv[1:])])
 
 
-def portable_model(spec: str) -> str:
-    """A ``--model`` value that names no folder (Note [No paths in a trace]): ``/x/towers.py:factory`` ->
+def portable_spec(spec: str) -> str:
+    """A ``--model`` or ``--comm-hook`` value that names no folder (Note [No paths in a trace]): ``/x/towers.py:factory`` ->
     ``towers.py:factory``, as ``portable_command`` names an absolute path; a zoo name, a relative path or
     ``package.module:factory`` as it is."""
     where, colon, attr = spec.rpartition(":")
