@@ -149,9 +149,8 @@ def wait(job: Job, progress=None, poll_s: float = 0.25, extra_s: float = 120.0) 
 
 def progress_text(done: int, total: int, stage: str | None = None) -> str:
     """The Record page's progress line; before the first iteration is recorded, what the ranks do
-    (``stage``: a 2-rank run sat at "Recording: 0/6 iterations" for 44 s while torch imported and the
-    ranks started); once every iteration is in, what the recording still does (a Stop then kept a whole
-    run as a partial one, the user seeing 10/10 and a Stop button)."""
+    (``stage``: importing torch and starting the ranks can take most of a short run); once every iteration
+    is in, what the recording still does (so a Stop there is not taken for one mid-run)."""
     if done == 0 and stage:
         return stage
     if done < total:

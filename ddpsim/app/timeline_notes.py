@@ -55,7 +55,7 @@ def reference(trace: Trace, iteration: int, steady: dict | None) -> dict | None:
         return None
     chosen = steady_cycles(trace)
     if all(len(c) == 1 for c in chosen):  # every step syncs: the steady state is per step already
-        return {**steady, "kind": "", "per_step": None, "first": first_iteration(trace)}
+        return {**steady, "kind": "", "per_step": None, "first": first_iteration(trace, chosen)}
     synced = any(it.sync for it in trace.iteration_on_ranks(iteration))
     same = [i for c in chosen for i in c if (i == c[-1]) == synced]
     rows = [cycle_metrics(trace, [i]) for i in same]
@@ -64,25 +64,24 @@ def reference(trace: Trace, iteration: int, steady: dict | None) -> dict | None:
             "overlap_fraction": steady["overlap_fraction"] if synced else None,
             "communicates": steady["communicates"] and synced,
             "steady_iterations": same, "kind": "synced " if synced else "no_sync ",
-            "per_step": (len(chosen[-1]), steady), "first": first_iteration(trace)}
+            "per_step": (len(chosen[-1]), steady), "first": first_iteration(trace, chosen)}
 
 
-def first_iteration(trace: Trace) -> str:
-    """Why the run's first iteration is left out of the steady state, from what it reduced: one bucket after
-    the whole backward (torch's default and static_graph), or the buckets find_unused_parameters builds at
-    construction and keeps (sample 04: 2 buckets, where the help said "one bucket"); under no_sync, iteration 0
+def first_iteration(trace: Trace, chosen: list[list[int]]) -> str:
+    """Why the run's first iteration is left out of the steady state (``chosen``: its cycles), from what it
+    reduced: one bucket after the whole backward (torch's default and static_graph), or the buckets
+    find_unused_parameters builds at construction and keeps (sample 04: 2 buckets); under no_sync, iteration 0
     reduces nothing and the first cycle's synced step is the one described. A profile that starts later
-    (sample 10: iterations 4-6, its 3 buckets torch's rebuilt sizes) holds neither: it read "Iteration 4 is
-    expected to differ: ... (no rebuild)" beside a steady state of 4..6, wrong on both counts."""
+    (sample 10: iterations 4-6, its 3 buckets torch's rebuilt sizes) holds neither, and says where it starts."""
     rank = trace.longest_rank
     first = next((it for it in rank.iterations if it.sync), None)
     if first is None or not rank.iterations:
         return ""
     n, k = len(first.buckets), rank.iterations[0].iteration
+    steady = {i for c in chosen for i in c}
     if k > 0:
-        return _starts_later(trace, k)
-    cycle = set(range(k, first.iteration + 1))
-    if cycle & {i for c in steady_cycles(trace) for i in c}:
+        return _starts_later(trace, k, steady)
+    if steady.intersection(range(k, first.iteration + 1)):
         return ""  # too few iterations to leave the first out: it is in the steady state
     what = "one bucket" if n == 1 else f"{n} buckets"
     if n and all(b.launch_ns >= first.backward_compute_end_ns for b in first.buckets):
@@ -97,10 +96,10 @@ def first_iteration(trace: Trace) -> str:
             f"(iteration {first.iteration}) had {what}; its no_sync micro-steps reduced nothing.")
 
 
-def _starts_later(trace: Trace, k: int) -> str:
-    """A trace without iteration 0 (an imported profile): where it starts, and whether any of it is left out."""
+def _starts_later(trace: Trace, k: int, steady: set[int]) -> str:
+    """A trace without iteration 0 (an imported profile): where it starts, and whether any of it is left out
+    of the ``steady`` iterations."""
     held = {it.iteration for r in trace.ranks for it in r.iterations}
-    steady = {i for c in steady_cycles(trace) for i in c}
     whole = ", so none of its iterations is left out of the steady state" if held <= steady else ""
     what = "profile" if trace.imported else "trace"
     return f"The {what} starts at iteration {k}, after the run's first iteration and any rebuild{whole}."

@@ -65,15 +65,12 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
 
 
 def _why_less(n: int, cpus: int | None) -> str:
-    """Why the waiting costs less than the slowest rank's lag. Ranks that share CPU cores take turns on
-    them (sim/core.py): a core's ranks' compute added up, not the slowest rank's, sets the pace, so a
-    3-rank replay on 2 cores ran 0.73 ms faster with its drawn noise than without (the sentence read
-    "costs 0.00 ms ..., less where communication, not compute, sets the pace")."""
-    if cpus and n > cpus:
-        return (f", less where communication, not compute, sets the pace, and where ranks share CPU cores "
-                f"({n} ranks on {cpus} here): the ranks on one core take turns, so their compute added up, "
-                "not the slowest rank's, sets the pace")
-    return ", less where communication, not compute, sets the pace"
+    """Why the waiting costs less than the slowest rank's lag: communication sets the pace, or, where ranks
+    share CPU cores, they take turns on them (sim/core.py), so a core's ranks' compute added up, not the
+    slowest rank's, sets it (a 3-rank replay on 2 cores ran 0.73 ms faster with its drawn noise than without)."""
+    shared = (f", and where ranks share CPU cores ({n} ranks on {cpus} here): the ranks on one core take turns, "
+              "so their compute added up, not the slowest rank's, sets the pace") if cpus and n > cpus else ""
+    return ", less where communication, not compute, sets the pace" + shared
 
 
 def _part_of_change(dw: float, dt: float) -> str:
@@ -135,9 +132,8 @@ def drawn_replay(meta: dict) -> str:
     """Why a simulation at the recorded world size is not the recorded iterations replayed, and what it plays
     instead, read from what ``replay_config`` put in its config (``meta``: its trace's): no ``recorded_ranks``
     (Note [Replay the recorded ranks' speeds] in learn/noise.py), the recorded ranks' median backward times
-    (``backward_scale``) and the drawn rank noise (``jitter``); "" where it replays them. A 2-rank recording
-    on 1 core whose ranks' spread was 0 said nothing (it keyed on the noise), and with noise it left out the
-    median times it kept."""
+    (``backward_scale``) and the drawn rank noise (``jitter``, none where no spread was measured); "" where
+    it replays them."""
     config, link = meta.get("config") or {}, meta.get("link") or {}
     if config.get("recorded_ranks"):
         return ""

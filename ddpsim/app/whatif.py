@@ -13,7 +13,7 @@ A what-if simulates a *workload* under a changed SimConfig:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ddpsim.analysis import spread, steady_summary
 from ddpsim.analysis.unused import needs_find_unused, refusal
@@ -260,7 +260,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     if base.kind == "trace" and unchanged_cfg.recorded_ranks and not cfg.recorded_ranks:
         replayed = unchanged_summary
         drawn = unchanged_config(base, work, trace, cfg.trace_ranks, noise="drawn")
-        unchanged_cfg = SimConfig(**{**asdict(drawn), "backward_scale": {}})  # ranks at the median speed
+        unchanged_cfg = replace(drawn, backward_scale={})  # ranks at the median speed
         unchanged, unchanged_summary = sim_fn(work, unchanged_cfg)
     # a simulated sample was made by this same model: no measured spread, no replay error to show
     recorded = steady_summary(trace) if trace is not None and trace.source == "real" else None

@@ -126,6 +126,7 @@ class Watch:
         self.procs, self.paths, self.timeout_s = procs, beats, timeout_s
         now = time.monotonic()
         self.seen = [(0, now)] * len(procs)  # rank -> (heartbeat seq, when it last changed)
+        self.latest: list[heartbeat.Beat] = []  # the heartbeats ``hung`` read last (one read per poll)
 
     def beats(self) -> list[heartbeat.Beat]:
         return [heartbeat.read(p, r) for r, p in enumerate(self.paths)]
@@ -139,6 +140,7 @@ class Watch:
         same long step (a slow forward) are not waiting for anyone, so not hung.
         """
         now, beats = time.monotonic(), self.beats()
+        self.latest = beats
         for r, b in enumerate(beats):
             if b.seq != self.seen[r][0]:
                 self.seen[r] = (b.seq, now)
@@ -173,7 +175,7 @@ def _watch(watch: Watch, cfg: RecordConfig, shard0: Path, progress, starting=Non
             last_done = done
             if progress:
                 progress(done, cfg.iters)
-        if starting and done == 0 and (line := heartbeat.starting_line(watch.beats())) != last_line:
+        if starting and done == 0 and (line := heartbeat.starting_line(watch.latest)) != last_line:
             last_line = line
             starting(line)
         time.sleep(POLL_S)

@@ -37,7 +37,7 @@ for label in skipped:
 if len(runs) < 1:
     st.info("Pick runs to compare.")
     st.stop()
-if len(runs) == 1:  # the table and figure of one run alone; the ladder's hint about rungs meant nothing here
+if len(runs) == 1:  # the table and figure of one run alone; the ladder needs two runs or more
     st.info(f"Only {pretty(runs[0][0])} to show: pick a second run above to compare it with.")
 
 def _one_place(value):
