@@ -156,10 +156,12 @@ def test_record_minddp_writes_its_logging_data(record):
         assert rebuilt.kind == "rebuilt" and d["has_rebuilt_buckets"] == 1
         assert d["rebuilt_bucket_sizes"] == ", ".join(str(b.bytes) for b in rebuilt.buckets)
     # minddp's timer stamps where the recorder's hooks fire (Note [Torch's logger as a second clock]): the
-    # iteration it timed, and its communication, whose two stamps are microseconds apart. On this shared
-    # 2-core machine a preemption between a stamp and the recorder's adds a time slice to one rank (5.4 ms
-    # in one CI run; the forward's end moves the same way, so it is not bounded here); a misplaced stamp
-    # would move every rank, so the closest rank is bounded.
+    # iteration it timed, and its communication, whose two stamps are microseconds apart on an idle
+    # machine. Under the suite's load on 2 cores a time slice falls between a stamp and the recorder's
+    # (5.4 ms on one rank in one CI run, 5.3 ms on both in another; the forward's end moves the same way, so
+    # it is not bounded here). A misplaced stamp (comm start at a later bucket, comm end before the wait)
+    # moves it by the overlap or the allreduce, tens of ms of a ~100 ms communication: bounded at 10%.
     rows = against_torch_logger(trace)
     assert [r["iteration"] for r in rows] == [1] * len(trace.ranks)
-    assert min(largest_difference([r], ["backward_comm_time"]) for r in rows) <= 5e-3, rows
+    for r in rows:
+        assert largest_difference([r], ["backward_comm_time"]) <= max(10e-3, 0.1 * r["torch"]["backward_comm_time"]), rows
