@@ -12,17 +12,17 @@ rank is stopped and ``RankFailure`` names the rank and why (the cause, not a pee
 with its traceback (``not_implemented`` is set when it raised NotImplementedError, so a grader
 can say so in one line). Used by the autograder, the tests and the calibration.
 
-Note [Ranks forked from a server that imported torch]: a spawned rank starts a new
-interpreter and imports torch, 2 CPU-seconds each, more than most ranks' work here.
-By default the ranks are forked from multiprocessing's forkserver instead, which
-imports torch once (``set_forkserver_preload``) and has used none of it, so nothing
-is held at the fork. A forked rank inherits the server's state from when it started:
-its environment (the caller's of now is put in place before ``fn``, ``args`` and
-``setup`` are unpickled, so their modules import under it), what torch read from the
-environment at import (``TORCH_DISTRIBUTED_DEBUG`` is read again), and Python's hash
-seed, the same on every rank. Spawn, where each rank hashes strings its own way as
-under torchrun, is for code under test whose ranks must not agree by accident: the
-autograder uses it (a student's buckets ordered by iterating a set of names).
+Note [Ranks forked from a server that imported torch]: a spawned rank starts a new interpreter and
+imports torch, 2 CPU-seconds each, more than most ranks' work here. By default the ranks are forked
+from multiprocessing's forkserver instead, which imports torch once (``set_forkserver_preload``;
+``torchcompat.RANK_PRELOAD``: with what DDP's constructor imports) and has used none of it, so
+nothing is held at the fork. A forked rank inherits the server's state from when it started: its
+environment (the caller's of now is put in place before ``fn``, ``args`` and ``setup`` are
+unpickled, so their modules import under it), what torch read from the environment at import
+(``TORCH_DISTRIBUTED_DEBUG`` is read again), and Python's hash seed, the same on every rank. Spawn,
+where each rank hashes strings its own way as under torchrun, is for code under test whose ranks
+must not agree by accident: the autograder uses it (a student's buckets ordered by iterating a set
+of names).
 
 Note [A forked rank dies with its caller]: a forked rank is the server's child, not the caller's,
 so PR_SET_PDEATHSIG (``die_with_parent``) follows the server. The server exits when every holder of
@@ -189,12 +189,14 @@ def _context(start_method: str):
 
 def forkserver_context():
     """multiprocessing's forkserver, set to import torch when it starts (Note [Ranks forked from a
-    server that imported torch]); None where there is none. One server per process: run_ranks'
-    ranks and the recorder's (``ddpsim/record/forked.py``) are forked from the same one."""
+    server that imported torch]); None where there is none. One per process: run_ranks' ranks and
+    the recorder's (``ddpsim/record/forked.py``) are forked from it."""
     if "forkserver" not in mp.get_all_start_methods():
         return None
+    from ddpsim.torchcompat import RANK_PRELOAD  # torch, and what DDP's constructor imports
+
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed"])  # read when the server starts
+    ctx.set_forkserver_preload(list(RANK_PRELOAD))  # read when the server starts
     return ctx
 
 
@@ -227,8 +229,7 @@ def die_with_parent() -> None:
 
 @contextlib.contextmanager
 def _gpus_hidden():
-    """CUDA_VISIBLE_DEVICES empty while the ranks start (they are given this environment, and a
-    forkserver started now keeps it)."""
+    """CUDA_VISIBLE_DEVICES empty while the ranks start (given to them; a server started now keeps it)."""
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
@@ -253,8 +254,7 @@ def _check_alive(procs, outs, results, deadline, timeout) -> None:
             outs[rank2] = value
             return
     if time.monotonic() > deadline:
-        raise RankFailure(-1, f"timed out after {timeout:.0f} s (a rank hangs: "
-                              "waiting for a bucket that never launches?)")
+        raise RankFailure(-1, f"timed out after {timeout:.0f} s (a rank hangs: waiting for a bucket that never launches?)")
 
 
 PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")  # gloo, a peer gone

@@ -27,6 +27,12 @@ import torch.distributed as dist
 TESTED = ((2, 4), (2, 6), (2, 8), (2, 10), (2, 11), (2, 13), (2, 14))
 SUPPORTED = ((2, 4), (2, 14))  # oldest and newest of TESTED (major, minor)
 MIB = 1024 * 1024
+# What a rank forked from a server that imported torch would otherwise import itself, 2 CPU-seconds
+# each here (Note [Ranks forked from a server that imported torch] in ddpsim/ranks.py): DDP's
+# constructor imports torch._dynamo (distributed.py asks ``torch._dynamo.utils`` for its
+# optimize_ddp mode; 2.0 s of a 2-rank recording's 4.0 s, 2.13). A name a release lacks is
+# skipped: multiprocessing's forkserver passes over a preload that raises ImportError.
+RANK_PRELOAD = ("torch", "torch.distributed", "torch._dynamo")
 # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB in every release 1.10 - 2.14.
 DEFAULT_FIRST_BUCKET_BYTES = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MIB))
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
-import time
 from pathlib import Path
 
 from ddpsim.record.timeslice import time_slice
@@ -53,58 +51,31 @@ def add_arguments(p) -> None:
                    "validate/--extrapolate --calibration FILE)")
 
 
-def _worker(rank: int, world: int, store_path: str, sizes: list[int], reps: int, out: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from ddpsim.ranks import loopback_interface
+def _worker(rank: int, world: int, sizes: list[int], reps: int) -> list | None:
+    """In each of ``world`` gloo ranks (``ddpsim.ranks.run_ranks``): ``reps`` rounds of one allreduce
+    per size; rank 0 returns the probe's rows."""
     from ddpsim.record.probe import AllreduceProbe
-    from ddpsim.record.process import pin_to_cpu
 
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())  # Note [No port on the network]
-    torch.set_num_threads(1)
-    pin_to_cpu(rank)  # as the recorder pins its ranks, so the costs are the ones a recording sees
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
     probe = AllreduceProbe(sizes)
     for _ in range(reps):
         probe.time_each()
-    if rank == 0:
-        Path(out).write_text(json.dumps(probe.rows()))
-    dist.destroy_process_group()
+    return probe.rows() if rank == 0 else None
 
 
 def measure(sizes: list[int], reps: int = 15, world: int = 2,
             timeout: float = 120.0) -> list[tuple[int, float, float]]:
-    """[(bytes, wall seconds, CPU seconds)] per size over ``reps`` (rank 0).
+    """[(bytes, wall seconds, CPU seconds)] per size over ``reps`` (rank 0), on ``world`` ranks
+    pinned as the recorder pins its ranks, so the costs are the ones a recording sees.
 
     Wall: the mean (a small allreduce takes either ~0.5 ms or ~3.5 ms here, waking
     up the peer; a median flips between the two). CPU: the lower quartile (Note
     [Spinning is not work]).
     """
-    return [tuple(r) for r in run_ranks(_worker, (sizes, reps), world, timeout)]
+    from ddpsim.ranks import run_ranks
+    from ddpsim.record.process import pin_to_cpu
 
-
-def run_ranks(worker, args: tuple, world: int, timeout: float):
-    """Run ``worker(rank, world, store_path, *args, out)`` on ``world`` spawned processes
-    and return what rank 0 wrote to ``out`` (JSON). Children still alive after
-    ``timeout`` seconds, or after an error, are terminated (only our own, by handle)."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        ctx = mp.start_processes(worker, args=(world, os.path.join(tmp, "store"), *args, out),
-                                 nprocs=world, join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout
-        try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    raise ValueError(f"the {world} ranks did not finish in {timeout:.0f} s")
-        finally:
-            for proc in ctx.processes:
-                if proc.is_alive():
-                    proc.terminate()
-                    proc.join(5)
-        return json.loads(Path(out).read_text())
+    rows = run_ranks(_worker, world, args=(sizes, reps), timeout=timeout, setup=pin_to_cpu)[0]
+    return [tuple(r) for r in rows]
 
 
 def calibrate(sizes: list[int], reps: int = 15, timeout: float = 120.0, world: int = 2) -> dict:

@@ -38,9 +38,11 @@ def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
     """
     import multiprocessing as mp
 
+    from ddpsim import ranks
+
     if not hasattr(os, "sched_setaffinity"):
         return 0.0
-    ctx = mp.get_context("spawn")
+    ctx = ranks.forkserver_context() or mp.get_context("spawn")  # started in milliseconds, not seconds
     queue = ctx.Queue()
     procs = [ctx.Process(target=_spin, args=(cpu, seconds, queue), daemon=True) for _ in range(2)]
     try:
