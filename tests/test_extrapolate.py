@@ -68,6 +68,14 @@ def test_calibrate_measures_each_world_size(capsys, tmp_path):
     assert "--rounds must be >= 1, not 0" in _error(capsys, ["calibrate", "--rounds", "0"])
 
 
+def test_a_calibration_out_of_time_is_one_line_and_leaves_no_rank(capsys):
+    import multiprocessing as mp
+
+    err = _error(capsys, ["calibrate", "--sizes-kb", "4", "--reps", "1000000", "--rounds", "1", "--timeout", "2"])
+    assert err == "ddpsim calibrate: error: the allreduce measurement at 2 ranks did not finish in 2 s"
+    assert not mp.active_children()  # the ranks were stopped and joined
+
+
 def _row(pred, meas, start=5.0, error=None):
     return {"model": "mlp", "world_size": 4, "predicted_ms": pred, "measured_ms": meas,
             "error_pct": math.nan if error else (pred - meas) / meas * 100, "bucket_start_error_pct": start,

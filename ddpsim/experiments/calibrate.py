@@ -71,10 +71,14 @@ def measure(sizes: list[int], reps: int = 15, world: int = 2,
     up the peer; a median flips between the two). CPU: the lower quartile (Note
     [Spinning is not work]).
     """
-    from ddpsim.ranks import run_ranks
+    from ddpsim.ranks import RankFailure, run_ranks
     from ddpsim.record.process import pin_to_cpu
 
-    rows = run_ranks(_worker, world, args=(sizes, reps), timeout=timeout, setup=pin_to_cpu)[0]
+    try:
+        rows = run_ranks(_worker, world, args=(sizes, reps), timeout=timeout, setup=pin_to_cpu)[0]
+    except RankFailure as e:  # one line, as the commands print a ValueError
+        why = f"did not finish in {timeout:.0f} s" if e.rank < 0 else f"failed: {e}"
+        raise ValueError(f"the allreduce measurement at {world} ranks {why}") from None
     return [tuple(r) for r in rows]
 
 
