@@ -119,8 +119,7 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
     results = ctx.Queue()
     payload = pickle.dumps((fn, args, setup))
     procs, outs, deadline = [], {}, time.monotonic() + timeout
-    _sweep_folders()
-    folder = tempfile.mkdtemp(prefix=f"ddpsim-ranks-{os.getpid()}-")  # the ranks' FileStore: no port to race for
+    folder = private_folder("ranks")  # the ranks' FileStore: no port to race for
     try:
         with _gpus_hidden():  # CPU ranks see no GPU: Note [CPU ranks see no GPU] in record/placement.py
             environ = dict(os.environ)
@@ -148,14 +147,14 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
             shutil.rmtree(folder, ignore_errors=True)
 
 
-STALE_S = 3600.0  # s: a store folder this old whose caller is gone is removed (_sweep_folders)
+STALE_S = 3600.0  # s: a private folder this old whose caller is gone is removed (private_folder)
 
 
-def _sweep_folders() -> None:
-    """Remove the store folders of callers that died without cleaning up (SIGKILL, or SIGTERM to a
-    process that does not unwind): ``ddpsim-ranks-PID-*`` of this user whose PID is gone, and older
-    than ``STALE_S`` (a caller in another PID namespace sharing this folder looks gone)."""
-    for folder in Path(tempfile.gettempdir()).glob("ddpsim-ranks-*-*"):
+def private_folder(kind: str) -> str:
+    """A new folder ``ddpsim-KIND-PID-*`` (0700) in the temporary folder for the ranks' FileStore, after
+    removing this user's whose caller died without cleaning up (SIGKILL; SIGTERM to a process that does
+    not unwind), older than ``STALE_S`` (a caller in another PID namespace sharing it looks gone)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"ddpsim-{kind}-*-*"):
         pid = folder.name.split("-")[2]
         try:
             st = folder.stat()
@@ -164,6 +163,7 @@ def _sweep_folders() -> None:
                 shutil.rmtree(folder, ignore_errors=True)
         except OSError:
             pass
+    return tempfile.mkdtemp(prefix=f"ddpsim-{kind}-{os.getpid()}-")
 
 
 def running(pid: int) -> bool:

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -58,13 +59,17 @@ def test_a_script_without_a_main_guard_records_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path):
+def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path, monkeypatch):
     """SIGKILL to the launcher alone (no clean-up): its server sees it go and exits, and each rank's
-    PR_SET_PDEATHSIG (process.die_with_parent) follows the server."""
-    out = tmp_path / "run.json"
+    PR_SET_PDEATHSIG (process.die_with_parent) follows the server. Its private folder (the FileStore,
+    the heartbeats) stays behind, and a later launch removes it once it is ``ranks.STALE_S`` old."""
+    from ddpsim.ranks import STALE_S, private_folder
+
+    out, tmp = tmp_path / "run.json", tmp_path / "tmp"
+    tmp.mkdir()
     cmd = [sys.executable, "-m", "ddpsim", "record", "--model", "mlp", "--world-size", "2",
            "--iters", "100000", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**child_env(), "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
@@ -78,3 +83,15 @@ def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path):
         assert alive_after(ranks + list(server), 10) == []
     finally:
         end_group(proc, grace_s=0)
+    left = list(tmp.glob(f"ddpsim-rdzv-{proc.pid}-*"))
+    assert len(left) == 1, list(tmp.iterdir())
+    live = tmp / f"ddpsim-rdzv-{os.getpid()}-live"  # a running launcher's, as old: kept
+    live.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    for folder, age in ((left[0], STALE_S - 60), (left[0], STALE_S + 60), (live, STALE_S + 60)):
+        os.utime(folder, (time.time() - age,) * 2)
+        mine = private_folder("rdzv")  # what the next launch does
+        os.rmdir(mine)
+        if age < STALE_S:
+            assert left[0].exists(), "kept while it may be a caller's in another PID namespace"
+    assert not left[0].exists() and live.exists()

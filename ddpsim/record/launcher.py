@@ -21,14 +21,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 from ddpsim.errors import CLIError
 from ddpsim import heartbeat
-from ddpsim.ranks import loopback_interface
+from ddpsim.ranks import loopback_interface, private_folder
 from ddpsim.record import cpus
 from ddpsim.record.config import RecordConfig
 from ddpsim.record.failure import HUNG, RecordError, failure, interrupted
@@ -210,7 +209,7 @@ def record_many(cfgs: list[RecordConfig], outs: list[str | Path],
     port = pick_port(master_port)
     procs = []
     watched = max(cfgs, key=lambda c: c.iters)
-    private = Path(tempfile.mkdtemp(prefix="ddpsim-rdzv-"))  # 0700: the FileStore and the heartbeats
+    private = Path(private_folder("rdzv"))  # the FileStore and the heartbeats (a killed launcher's: swept)
     beats = [private / f"rank{r}.heartbeat" for r in range(cfg.world_size)]
     env = {**placement.rank_env(), **(turns.env() if turns else {})}  # Note [CPU ranks see no GPU]
     held = contextlib.ExitStack()  # Note [Recordings share the machine's CPUs] in cpus.py
