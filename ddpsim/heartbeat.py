@@ -183,10 +183,13 @@ def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]
     if behind.rank in stopped:
         line += " (its process is stopped, e.g. by SIGSTOP)"
     waited = ahead.collective()
-    if ahead.progress() > behind.progress() and waited:
+    if ahead.progress() > behind.progress():
         others = [b.rank for b in beats if b.progress() == ahead.progress()]
         who = "rank " + str(others[0]) if len(others) == 1 else "ranks " + ", ".join(map(str, others))
-        line += f": did not join {waited}, which {who} {'is' if len(others) == 1 else 'are'} waiting in"
+        if waited:
+            line += f": did not join {waited}, which {who} {'is' if len(others) == 1 else 'are'} waiting in"
+        elif PHASES[ahead.phase] == "forward":  # e.g. stopped in iteration 0's optimizer, before the rebuild
+            line += f": {who} went on and wait{'s' if len(others) == 1 else ''} {ahead.doing()}, in {FORWARD}"
     elif len(beats) > 1 and ahead.progress() == behind.progress():
         others = ", ".join(str(b.rank) for b in beats if b.rank != behind.rank)
         if waited and PHASES[behind.phase] == "backward":
@@ -194,6 +197,9 @@ def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]
             # one that stopped did join; it stopped before its part of the allreduce was done.
             line += f": inside {waited}, the last collective it launched, which rank(s) {others} wait in"
         else:
-            line += (f": rank(s) {others} wait in the same step, in a collective it did not join "
-                     "(DDP's forward has collectives too: the bucket rebuild, the buffer broadcast)")
+            line += f": rank(s) {others} wait in the same step, in {FORWARD}"
     return behind.rank, line
+
+
+FORWARD = ("a collective it did not join (DDP's forward has collectives too: the bucket rebuild, the buffer "
+           "broadcast)")  # what a rank waits in when it launched no bucket in its step

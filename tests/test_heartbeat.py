@@ -34,6 +34,17 @@ def test_the_rank_behind_is_named_with_the_collective_it_did_not_join():
                     "which rank 0 is waiting in")
 
 
+def test_a_rank_stopped_before_the_others_forward_names_where_they_wait():
+    """Stopped in iteration 0's optimizer: the others wait in iteration 1's forward (the bucket rebuild's
+    broadcast), where no bucket was launched yet."""
+    waiting = Beat(0, seq=9, stage=TRAINING, iteration=1, phase=0)
+    stuck = Beat(1, seq=7, stage=TRAINING, iteration=0, phase=2)
+    assert blame([waiting, stuck], {1}) == (
+        1, "stopped in optimizer of iteration 0 (its process is stopped, e.g. by SIGSTOP): rank 0 went on and "
+           "waits in forward of iteration 1, in a collective it did not join (DDP's forward has collectives "
+           "too: the bucket rebuild, the buffer broadcast)")
+
+
 @pytest.mark.parametrize("stopped, expected", [({1}, 1), ({0}, 0)])
 def test_a_tie_names_the_stopped_process(stopped, expected):
     a = Beat(0, seq=5, stage=TRAINING, iteration=1, phase=0)
