@@ -132,6 +132,7 @@ class Browser:
             [executable, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
              "--remote-debugging-address=127.0.0.1", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": self.profile},  # its org.chromium.* folders go with the profile
             start_new_session=True, preexec_fn=_die_with_parent)
         self._ids = itertools.count(1)
         try:

@@ -62,7 +62,7 @@ def test_join_options_are_checked_in_one_line():
         assert words in str(err.value) and "\n" not in str(err.value)
 
 
-def _hooked_vs_plain(rank, world):
+def _hooked_vs_plain(rank, world, folder):
     """torch's DDP under join(divide_by_initial_world_size=False): plain, and with the recorder's comm
     hook dividing by the ranks that still have data (Note [Join's divisor in the recorder's hook])."""
     from ddpsim import torchcompat
@@ -77,8 +77,7 @@ def _hooked_vs_plain(rank, world):
         w = build_workload("mlp")
         ddp = torchcompat.torch_ddp(w.model, True, bucket_cap_mb=0.05)
         if hooked:
-            import tempfile
-            rec = RankRecorder(tempfile.mktemp(suffix=".jsonl"), rank, {})
+            rec = RankRecorder(f"{folder}/rank{rank}.jsonl", rank, {})
             state = instrument.CommHookState(instrument.reducer_params(ddp.module), rec)
             ddp.register_comm_hook(state, instrument.bucket_hook)
         opt = torch.optim.SGD(w.model.parameters(), lr=0.05)
@@ -106,8 +105,8 @@ def _hooked_vs_plain(rank, world):
 
 
 @pytest.mark.slow
-def test_the_recorders_hook_divides_as_join_does_without_it():
-    assert max(run_ranks(_hooked_vs_plain, 3, timeout=300)) <= 1e-6
+def test_the_recorders_hook_divides_as_join_does_without_it(tmp_path):
+    assert max(run_ranks(_hooked_vs_plain, 3, args=(str(tmp_path),), timeout=300)) <= 1e-6
 
 
 def test_the_simulator_shadows_every_bucket_of_each_missed_step_and_ends_together():

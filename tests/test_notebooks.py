@@ -32,9 +32,10 @@ def venv_kernel(tmp_path_factory):
     root = tmp_path_factory.mktemp("jupyter")
     spec = root / "kernels" / "python3"
     spec.mkdir(parents=True)
+    (root / "tmp").mkdir()  # the kernel's temporary files (multiprocessing's pymp-* stays after its shutdown)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (ddpsim tests)", "language": "python"}))
+        "display_name": "Python 3 (ddpsim tests)", "language": "python", "env": {"TMPDIR": str(root / "tmp")}}))
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root)] + ([old] if old else []))
     yield "python3"
