@@ -35,6 +35,8 @@ STAGES = ("starting python", "joining the process group", "building the model",
           "wrapping the model in DDP", "aligning clocks", "training", "measuring hook costs", "finishing",
           "out of data")  # measuring hook costs: record/hookprobe.py, after the last iteration
 PHASES = ("forward", "backward", "optimizer", "done", "Join's shadow")  # the last: a joined rank (record/joined.py)
+FORWARD = ("a collective it did not join (DDP's forward has collectives too: the bucket rebuild, the buffer "
+           "broadcast)")  # what blame says a rank waits in when it launched no bucket in its step
 _FORMAT = "<8q"  # seq, stage, iteration, phase, buckets launched, last bucket, beat time (ns), pid
 SIZE = struct.calcsize(_FORMAT)
 
@@ -200,6 +202,3 @@ def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]
             line += f": rank(s) {others} wait in the same step, in {FORWARD}"
     return behind.rank, line
 
-
-FORWARD = ("a collective it did not join (DDP's forward has collectives too: the bucket rebuild, the buffer "
-           "broadcast)")  # what a rank waits in when it launched no bucket in its step
