@@ -2,12 +2,14 @@
 launcher's children, a caller's script is not run again in them, and they die with the launcher."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -58,15 +60,23 @@ def test_a_script_without_a_main_guard_records_once(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["meta"]["command"] == "python -m myrun", "forked ranks"
 
 
+@pytest.fixture
+def short_tmp():
+    """A folder for a child's TMPDIR, of a short path: the forkserver's socket in it must fit in 107
+    bytes (under tmp_path with two workers it did not, and the ranks were started instead of forked)."""
+    tmp = Path(tempfile.mkdtemp(prefix="ddpsim-t-"))
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path, monkeypatch):
+def test_ranks_and_their_server_die_with_a_killed_launcher(tmp_path, short_tmp, monkeypatch):
     """SIGKILL to the launcher alone (no clean-up): its server sees it go and exits, and each rank's
     PR_SET_PDEATHSIG (process.die_with_parent) follows the server. Its private folder (the FileStore,
     the heartbeats) stays behind, and a later launch removes it once it is ``ranks.STALE_S`` old."""
     from ddpsim.ranks import STALE_S, private_folder
 
-    out, tmp = tmp_path / "run.json", tmp_path / "tmp"
-    tmp.mkdir()
+    out, tmp = tmp_path / "run.json", short_tmp
     cmd = [sys.executable, "-m", "ddpsim", "record", "--model", "mlp", "--world-size", "2",
            "--iters", "100000", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**child_env(), "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL,
