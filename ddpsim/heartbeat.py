@@ -201,4 +201,3 @@ def blame(beats: list[Beat], stopped: set[int] = frozenset()) -> tuple[int, str]
         else:
             line += f": rank(s) {others} wait in the same step, in {FORWARD}"
     return behind.rank, line
-

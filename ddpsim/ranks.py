@@ -115,7 +115,7 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
               start_method: str = "forkserver") -> list:
     """Run ``fn`` on ``world_size`` gloo ranks; the per-rank results as a list. ``start_method``:
     "forkserver" or "spawn" (Note [Ranks forked from a server that imported torch])."""
-    ctx = _context(start_method)
+    ctx = process_context(start_method)
     results = ctx.Queue()
     payload = pickle.dumps((fn, args, setup))
     procs, outs, deadline = [], {}, time.monotonic() + timeout
@@ -177,7 +177,7 @@ def running(pid: int) -> bool:
     return True
 
 
-def _context(start_method: str):
+def process_context(start_method: str):
     """A forkserver that imported torch (Note [Ranks forked from a server that imported torch]),
     or spawn: asked for, or where there is no forkserver."""
     if start_method not in ("forkserver", "spawn"):

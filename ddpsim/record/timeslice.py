@@ -36,13 +36,11 @@ def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
     cores, ranks 0 and 2 share CPU 0, and the kernel runs one of them for a slice
     (3.95 ms, quartiles 3.93-3.97, measured here 2026-11-21), not both at half speed.
     """
-    import multiprocessing as mp
-
     from ddpsim import ranks
 
     if not hasattr(os, "sched_setaffinity"):
         return 0.0
-    ctx = ranks.forkserver_context() or mp.get_context("spawn")  # started in milliseconds, not seconds
+    ctx = ranks.process_context("forkserver")  # started in milliseconds, not seconds
     queue = ctx.Queue()
     procs = [ctx.Process(target=_spin, args=(cpu, seconds, queue), daemon=True) for _ in range(2)]
     try:
