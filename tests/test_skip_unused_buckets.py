@@ -3,6 +3,7 @@ recorded, and replayed by the simulator (Note [Skipping the allreduce of unused 
 ddpsim/minddp/unused_buckets.py)."""
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -36,7 +37,6 @@ def counting_hook(seen, bucket):
 
 def new_tensor_hook(state, bucket):
     """An allreduce whose result is a new tensor (not the bucket's buffer)."""
-    import torch.distributed as dist
     t = bucket.buffer().clone() / dist.get_world_size()
     return dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0])
 
@@ -49,26 +49,40 @@ def _train(rank, impl, options, use_u=0, hook="count", set_to_none=True, iters=3
     model = Three(use_u)
     cls = torch.nn.parallel.DistributedDataParallel if impl == "torch" else MinDDP
     ddp = cls(model, bucket_cap_mb=ONE_LINEAR_PER_BUCKET, **options)
-    seen = []
+    seen, out = [], []
     ddp.register_comm_hook(seen, counting_hook) if hook == "count" else ddp.register_comm_hook(None, new_tensor_hook)
-    out = []
-    try:
-        for it in range(iters):
-            seen.clear()
-            for p in model.parameters():
-                if p.grad is not None and set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.zero_()
-            x = torch.arange(8.0).reshape(2, 4) * (rank + 1) + it
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                ddp(x).pow(2).sum().backward()
-            allreduces = sum(e.name.startswith("gloo:all_reduce") for e in prof.events())
-            out.append([list(seen), allreduces, [None if p.grad is None else p.grad.tolist() for p in model.parameters()]])
-    except RuntimeError as e:  # torch: RuntimeError; minddp: its subclass MissingGradientError
-        out.append(["error at iteration", it, "Expected to have finished reduction" in str(e)
-                    or "before the previous backward was reduced" in str(e)])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        try:
+            for it in range(iters):
+                seen.clear()
+                for p in model.parameters():
+                    if p.grad is not None and set_to_none:
+                        p.grad = None
+                    elif p.grad is not None:
+                        p.grad.zero_()
+                x = torch.arange(8.0).reshape(2, 4) * (rank + 1) + it
+                with torch.profiler.record_function(f"iteration {it}"):
+                    ddp(x).pow(2).sum().backward()
+                out.append([list(seen), None, [None if p.grad is None else p.grad.tolist() for p in model.parameters()]])
+        except RuntimeError as e:  # torch: RuntimeError; minddp: its subclass MissingGradientError
+            out.append(["error at iteration", it, "Expected to have finished reduction" in str(e)
+                        or "before the previous backward was reduced" in str(e)])
+        dist.barrier()  # the last allreduce's event ends before the profile does (see below)
+    for row, allreduces in zip(out, _allreduces_per_iteration(prof.events(), iters)):
+        if row[0] != "error at iteration":
+            row[1] = allreduces
     return out
+
+
+def _allreduces_per_iteration(events, iters):
+    """gloo allreduces started in each "iteration N" window, from one profile of the whole run.
+    gloo ends an allreduce's profiler event in a callback after its work completes, so an event
+    can still be open when backward returns: with one profile per iteration, torch 2.11 counted
+    such an event in the next iteration's profile or in none (2.13 did not, here)."""
+    windows = {e.name: e.time_range for e in events if e.name.startswith("iteration ")}
+    starts = [e.time_range.start for e in events if e.name.startswith("gloo:all_reduce")]
+    return [sum(windows[f"iteration {it}"].start <= s <= windows[f"iteration {it}"].end for s in starts)
+            for it in range(iters) if f"iteration {it}" in windows]
 
 
 CASES = {  # name -> (DDP options, _train's keywords)
