@@ -6,6 +6,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from distutil import run_ranks
+from torchgates import needs_ddp
 
 TWO_BUCKETS = 200 / 2**20  # MiB: c and u (264 bytes) in one bucket, a (168 bytes) in the other
 
@@ -77,6 +78,7 @@ def ranks(request):
     return request.param, run_ranks(_every_case, request.param, timeout=300)
 
 
+@needs_ddp("batched_grad_copy")
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_minddp_matches_torch_bit_for_bit_with_and_without_batching(ranks, case):
@@ -91,6 +93,7 @@ def _max_difference(one, other):
                if g1 is not None for x, y in zip(g1, g2))
 
 
+@needs_ddp("batched_grad_copy")
 @pytest.mark.slow
 def test_what_batching_changes_in_torch(ranks):
     """torch 2.13: on 3 ranks x * (1/3) and x / 3 differ in the last bits; on 2 ranks 1/2 is exact;
@@ -117,6 +120,7 @@ def _wrapped(rank, world):
     return out
 
 
+@needs_ddp("batched_grad_copy")
 @pytest.mark.slow
 def test_record_gives_the_option_to_torch_and_minddp(record):
     assert all(given == got for _, given, got in run_ranks(_wrapped, 1)[0])

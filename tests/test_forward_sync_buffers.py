@@ -8,6 +8,7 @@ from torch import nn
 
 from ddpsim.minddp.construction import BOTH_BUFFER_FLAGS, BROADCAST_BUFFERS_DEPRECATED, buffer_sync_flags
 from distutil import run_ranks
+from torchgates import needs_ddp
 
 UNSET = "unset"
 VALUES = (UNSET, None, True, False)
@@ -53,6 +54,7 @@ def _every_combination(rank, world):
 
 
 @pytest.mark.slow
+@needs_ddp("forward_sync_buffers")
 def test_minddp_syncs_buffers_as_torch_for_every_combination_of_the_two_flags():
     ranks = run_ranks(_every_combination, 2, timeout=300)
     for rank in ranks:

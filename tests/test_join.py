@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from distutil import run_ranks
+from torchgates import needs_ddp
 
 from ddpsim.experiments.join_equivalence import CASES, SKEW, STEPS, run_case
 
@@ -206,6 +207,7 @@ def _joined_with_option(rank, world, option, impls=("torch", "minddp")):
 
 
 @pytest.mark.slow
+@needs_ddp("batched_grad_copy")
 def test_batched_grad_copy_joins_like_torch_bit_for_bit():
     results = run_ranks(_joined_with_option, 3, args=("batched_grad_copy",), timeout=300)
     for rank in results:

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distutil import run_ranks
+from torchgates import needs_ddp
 
 # name -> DDP options; "MESH1", "MESH2", "SLICED" and "WORLD" stand for objects built in the rank
 CASES = {
@@ -124,8 +125,14 @@ def ranks():
     return run_ranks(_every_case, 2, timeout=300)
 
 
+def _gate(options):
+    """torch 2.13 warns that ``broadcast_buffers`` is deprecated for ``forward_sync_buffers``; a torch
+    without that flag does not, so minddp's warnings are 2.13's there."""
+    return needs_ddp("forward_sync_buffers") if "broadcast_buffers" in options else ()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=_gate(options)) for name, options in CASES.items()])
 def test_minddp_constructs_as_torch(ranks, name):
     for built, _ in ranks:
         assert built[(name, "minddp")] == built[(name, "torch")]
@@ -153,8 +160,8 @@ def test_what_torch_does_with_these_arguments(ranks):
         "The `check_reduction` argument in `DistributedDataParallel` module is deprecated. Please avoid using it.")]]
     assert torch_("check_reduction=True, device_ids=[0]")["warnings"] == []  # the error comes first
     assert torch_("frozen module, device_ids=[0, 1]")["error"][0] == "RuntimeError"
-    assert torch_("device_mesh 2-D")["error"] == ["RuntimeError", "Only 1D device mesh is supported, but got "
-                                                  "DeviceMesh((tp=1, dp=2), 'cpu', stride=((), 1))."]
+    assert torch_("device_mesh 2-D")["error"][0] == "RuntimeError"  # then the mesh, as its torch prints it
+    assert torch_("device_mesh 2-D")["error"][1].startswith("Only 1D device mesh is supported, but got DeviceMesh((tp=1, dp=2), 'cpu'")
     assert torch_("device_mesh 1-D, process_group=WORLD")["error"] == [
         "RuntimeError", "Cannot specify both process_group and device_mesh arguments."]
     one_d, sliced = torch_("device_mesh 1-D"), torch_("device_mesh sliced from 2-D")
