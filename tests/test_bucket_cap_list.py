@@ -16,7 +16,7 @@ from torch import nn
 from ddpsim import torchcompat
 from ddpsim.buckets import BucketCapacityConfig, TensorSpec, construction_layout, rebuilt_layout
 from ddpsim.ranks import run_ranks
-from torchgates import HAS_BUCKET_CONFIG, needs_bucket_config, needs_ddp
+from torchgates import HAS_CAPACITY_CONFIG, needs_capacity_config, needs_ddp
 
 LIST = [0.001, 0.01]  # MiB: 1048 and 10485 bytes; the model's parameters are 256 to 4096 bytes
 CASES = [  # (bucket_cap_mb, bucket_cap_mb_list, find_unused_parameters, static_graph)
@@ -95,7 +95,7 @@ def test_minddp_and_the_simulator_build_torchs_layouts_and_refuse_what_it_refuse
     assert results[0] == results[1]
     for (cap, caps, fu, static), (theirs, ours) in zip(CASES, results[0]):
         case = f"bucket_cap_mb={cap} bucket_cap_mb_list={caps} find_unused={fu} static_graph={static}"
-        if cap == 0 and not HAS_BUCKET_CONFIG:  # 2.13 takes 0, as minddp does; 2.11 asserts "bucket_cap_mb
+        if cap == 0 and not HAS_CAPACITY_CONFIG:  # 2.13 takes 0, as minddp does; 2.11 asserts "bucket_cap_mb
             assert theirs == "AssertionError", case  # should be set by now" (its `if not bucket_cap_mb`)
             continue
         if isinstance(theirs, str):  # torch refused it: so do minddp and the simulator, with a ValueError
@@ -118,7 +118,7 @@ def test_minddp_and_the_simulator_build_torchs_layouts_and_refuse_what_it_refuse
 OPTIONS = [(cap, caps) for cap, caps, _, _ in CASES] + [(25, None), (None, None), (None, (0.5, 2))]
 
 
-@needs_bucket_config
+@needs_capacity_config
 @pytest.mark.parametrize("cap, caps", OPTIONS)
 @pytest.mark.parametrize("find_unused, static", [(False, False), (True, False), (False, True)])
 def test_caps_and_limits_are_torchs(cap, caps, find_unused, static):

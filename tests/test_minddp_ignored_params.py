@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distutil import run_ranks
-from torchgates import HAS_BUCKET_CONFIG, needs_bucket_config
+from torchgates import HAS_CAPACITY_CONFIG, needs_capacity_config
 
 IMPLS = ("torch", "minddp")
 IGNORED = ["a.weight", "w", "own"]  # a submodule's parameter, a root parameter, a buffer
@@ -20,7 +20,7 @@ CAPS = {"default": {}, "0.5 MiB": dict(bucket_cap_mb=0.5), "list": dict(bucket_c
 # to the delayed broadcast: 25, 0 and 2 (torch's bucket_cap_mb property). A torch without
 # _BucketCapacityConfig (2.11) hands the delayed broadcast 0.5 or 2.5 itself, which
 # dist._broadcast_coalesced refuses (it takes an integer): those two cases need a torch with it.
-GATES = {caps: () if caps == "default" else needs_bucket_config for caps in CAPS}
+GATES = {caps: () if caps == "default" else needs_capacity_config for caps in CAPS}
 
 
 class Net(nn.Module):
@@ -132,7 +132,7 @@ def _every_case(rank, world):
     torch.set_num_threads(1)
     return {"ignored": {impl: _ignored(rank, impl) for impl in IMPLS + ("naive",)},
             "delayed": {caps: {impl: _delayed(rank, impl, caps) for impl in IMPLS}
-                        for caps in CAPS if caps == "default" or HAS_BUCKET_CONFIG},
+                        for caps in CAPS if caps == "default" or HAS_CAPACITY_CONFIG},
             "all_delayed": {(impl, *case): _all_delayed(rank, impl, *case)
                             for impl in IMPLS for case in ALL_DELAYED},
             "errors": {impl: _errors(rank, impl) for impl in IMPLS}}

@@ -17,7 +17,7 @@ def needs_ddp(*options: str):
                               f"has no {', '.join(lacking)} (torch 2.13 has it)")
 
 
-HAS_BUCKET_CONFIG = torchcompat.torch_bucket_limits(None, None, False, False) is not None
-needs_bucket_config = pytest.mark.skipif(not HAS_BUCKET_CONFIG, reason=(
+HAS_CAPACITY_CONFIG = torchcompat.torch_bucket_limits(None, None, False, False) is not None
+needs_capacity_config = pytest.mark.skipif(not HAS_CAPACITY_CONFIG, reason=(
     f"torch {torch.__version__}'s DistributedDataParallel has no _BucketCapacityConfig "
     "(torch 2.13's caps from bucket_cap_mb and bucket_cap_mb_list)"))
