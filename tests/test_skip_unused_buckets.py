@@ -79,10 +79,10 @@ def _allreduces_per_iteration(events, iters):
     gloo ends an allreduce's profiler event in a callback after its work completes, so an event
     can still be open when backward returns: with one profile per iteration, torch 2.11 counted
     such an event in the next iteration's profile or in none (2.13 did not, here)."""
-    windows = {e.name: e.time_range for e in events if e.name.startswith("iteration ")}
+    by_name = {e.name: e.time_range for e in events if e.name.startswith("iteration ")}
+    windows = [w for it in range(iters) if (w := by_name.get(f"iteration {it}"))]
     starts = [e.time_range.start for e in events if e.name.startswith("gloo:all_reduce")]
-    return [sum(windows[f"iteration {it}"].start <= s <= windows[f"iteration {it}"].end for s in starts)
-            for it in range(iters) if f"iteration {it}" in windows]
+    return [sum(w.start <= s <= w.end for s in starts) for w in windows]
 
 
 CASES = {  # name -> (DDP options, _train's keywords)
