@@ -1,5 +1,4 @@
 """The dashboard with hostile uploads and ddpsim's own partial traces: one line each, every page keeps working."""
-import copy
 import json
 from pathlib import Path
 

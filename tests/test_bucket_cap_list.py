@@ -165,6 +165,7 @@ def _layouts(trace) -> list:
 
 
 @pytest.mark.slow
+@needs_ddp("bucket_cap_mb_list")
 def test_record_then_simulate_with_a_list(record, tmp_path, capsys):
     """The user's path: record --bucket-cap-mb-list, simulate --trace replays it, a what-if changes it."""
     from ddpsim.__main__ import main

@@ -2,9 +2,6 @@
 from a Kineto profile's GPU kernels, simulated, against the CUDA events of the same
 iterations (``ddpsim gpucheck``; issue 15: within 10% median)."""
 import json
-from pathlib import Path
-
-import pytest
 
 from ddpsim.cli import main as cli
 from ddpsim.samples import H100_DIR as TRACES

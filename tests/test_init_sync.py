@@ -8,6 +8,8 @@ from torch import nn
 from distutil import run_ranks
 from torchgates import needs_ddp
 
+pytestmark = needs_ddp("init_sync")  # every test here compares with torch's DDP given it
+
 # name -> DDP options; each rank builds its model with its own seed and a buffer holding its rank
 OPTIONS = {
     "default": {},

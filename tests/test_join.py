@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from distutil import run_ranks
-from torchgates import needs_ddp
+from torchgates import needs_ddp, torch_and_minddp
 
 from ddpsim.experiments.join_equivalence import CASES, SKEW, STEPS, run_case
 
@@ -217,7 +217,7 @@ def test_batched_grad_copy_joins_like_torch_bit_for_bit():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl", ["torch", "minddp"])
+@pytest.mark.parametrize("impl", torch_and_minddp("skip_all_reduce_unused_params"))
 def test_skipping_unused_buckets_under_join_mismatches_collectives(impl):
     """torch 2.13: a joined rank shadows every bucket (``_match_all_reduce_for_bwd_pass``) while the
     ranks still training skip the unused one, so their next collectives differ in size and gloo

@@ -8,9 +8,12 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate
+from ddpsim import torchcompat
 from distutil import run_ranks
+from torchgates import needs_ddp, torch_and_minddp
 
 ONE_LINEAR_PER_BUCKET = 80 / 2**20  # MiB: a Linear(4, 4) is 80 bytes
+SKIP = "skip_all_reduce_unused_params"  # torch 2.13's DDP takes it, 2.4's does not
 
 
 class Three(nn.Module):
@@ -103,7 +106,7 @@ CASES = {  # name -> (DDP options, _train's keywords)
 
 def _every_case(rank, world):
     return {name: {impl: _train(rank, impl, options, **kw) for impl in ("torch", "minddp")}
-            for name, (options, kw) in CASES.items()}
+            for name, (options, kw) in CASES.items() if all(map(torchcompat.ddp_takes, options))}
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +115,7 @@ def ranks():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(name, marks=needs_ddp(*options)) for name, (options, _) in CASES.items()])
 def test_minddp_reduces_as_torch_bit_for_bit(ranks, case):
     for rank in ranks:
         assert rank[case]["minddp"] == rank[case]["torch"]
@@ -120,6 +123,7 @@ def test_minddp_reduces_as_torch_bit_for_bit(ranks, case):
 
 
 @pytest.mark.slow
+@needs_ddp(SKIP)
 def test_what_torch_does_with_an_unused_bucket(ranks):
     on, off = ranks[0]["find_unused+skip"]["torch"], ranks[0]["find_unused"]["torch"]
     assert [it[0] for it in off] == [[0, 1, 2]] * 3 and [it[0] for it in on] == [[0, 2]] * 3  # no hook for u's bucket
@@ -140,14 +144,13 @@ def _unused_on_rank_0_only(rank, world, impl):
     torch.manual_seed(0)
     model = Three(use_u=1 if rank == 1 else 0)
     cls = torch.nn.parallel.DistributedDataParallel if impl == "torch" else MinDDP
-    ddp = cls(model, bucket_cap_mb=ONE_LINEAR_PER_BUCKET, find_unused_parameters=True,
-              skip_all_reduce_unused_params=True)
+    ddp = cls(model, bucket_cap_mb=ONE_LINEAR_PER_BUCKET, find_unused_parameters=True, **{SKIP: True})
     ddp(torch.ones(2, 4)).sum().backward()
     return "trained"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl", ["torch", "minddp"])
+@pytest.mark.parametrize("impl", torch_and_minddp(SKIP))
 def test_a_bucket_unused_on_one_rank_only_pairs_mismatched_collectives(impl):
     """Rank 0 skips u's bucket, rank 1 allreduces it: its next allreduce meets rank 0's bitmap, of
     another size, and gloo aborts the process (torch 2.13; minddp issues the same collectives)."""
@@ -182,7 +185,7 @@ def test_the_simulator_leaves_out_the_allreduce_of_an_unused_bucket(static):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl", ["torch", "minddp"])
+@pytest.mark.parametrize("impl", torch_and_minddp(SKIP))
 def test_recorded_and_replayed_without_the_skipped_allreduce(record, impl):
     from ddpsim.learn import learn, replay_config
     trace = record(model="tests/unused_models.py:spare_mlp", world_size=2, iters=3, impl=impl, bucket_cap_mb=0.01,

@@ -17,6 +17,12 @@ def needs_ddp(*options: str):
                               f"has no {', '.join(lacking)} (torch 2.13 has it)")
 
 
+def torch_and_minddp(*options: str) -> list:
+    """The ``impl`` parameters of a test that runs each: "torch" (skipped where its DDP lacks
+    ``options``) and "minddp" (which takes them on every torch)."""
+    return [pytest.param("torch", marks=needs_ddp(*options)), "minddp"]
+
+
 HAS_CAPACITY_CONFIG = torchcompat.torch_bucket_limits(None, None, False, False) is not None
 needs_capacity_config = pytest.mark.skipif(not HAS_CAPACITY_CONFIG, reason=(
     f"torch {torch.__version__}'s DistributedDataParallel has no _BucketCapacityConfig "
