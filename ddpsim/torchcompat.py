@@ -432,10 +432,14 @@ def device_index(device) -> int:
 
 
 def is_sliced_mesh(mesh) -> bool:
-    """Whether ``mesh`` was sliced out of a larger one (``mesh._get_root_mesh() != mesh``, as DDP's
-    constructor asks; run on 2.13 only). False where ``_get_root_mesh`` is missing."""
+    """Whether ``mesh`` was sliced out of a larger one, asked as this torch's DDP constructor asks:
+    ``mesh._get_root_mesh() != mesh`` (2.11, 2.13), or, where that method is missing,
+    ``_mesh_resources.get_parent_mesh(mesh) is not None`` (2.4)."""
     root = getattr(mesh, "_get_root_mesh", None)
-    return root is not None and root() != mesh
+    if root is not None:
+        return root() != mesh
+    from torch.distributed.device_mesh import _mesh_resources
+    return _mesh_resources.get_parent_mesh(mesh) is not None
 
 
 def pre_dp_module_transform(module) -> None:

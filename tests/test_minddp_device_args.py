@@ -161,7 +161,7 @@ def test_what_torch_does_with_these_arguments(ranks):
     assert torch_("check_reduction=True, device_ids=[0]")["warnings"] == []  # the error comes first
     assert torch_("frozen module, device_ids=[0, 1]")["error"][0] == "RuntimeError"
     assert torch_("device_mesh 2-D")["error"][0] == "RuntimeError"  # then the mesh, as its torch prints it
-    assert torch_("device_mesh 2-D")["error"][1].startswith("Only 1D device mesh is supported, but got DeviceMesh((tp=1, dp=2), 'cpu'")
+    assert torch_("device_mesh 2-D")["error"][1].startswith("Only 1D device mesh is supported, but got DeviceMesh(")
     assert torch_("device_mesh 1-D, process_group=WORLD")["error"] == [
         "RuntimeError", "Cannot specify both process_group and device_mesh arguments."]
     one_d, sliced = torch_("device_mesh 1-D"), torch_("device_mesh sliced from 2-D")
