@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from distutil import run_ranks
-from torchgates import needs_ddp
+from torchgates import lacking, needs_ddp
 
 pytestmark = needs_ddp("init_sync")  # every test here compares with torch's DDP given it
 
@@ -65,9 +65,8 @@ def _mismatched(rank, impl, init_sync):
 
 
 def _every_case(rank, world):
-    from ddpsim import torchcompat
     built = {(name, impl): _after_construction(rank, impl, options) for name, options in OPTIONS.items()
-             if all(map(torchcompat.ddp_takes, options)) for impl in ("torch", "minddp")}
+             if not lacking(options) for impl in ("torch", "minddp")}
     mismatched = {(init_sync, impl): _mismatched(rank, impl, init_sync)
                   for init_sync in (False, True) for impl in ("torch", "minddp")}
     return built, mismatched

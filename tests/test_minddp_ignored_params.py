@@ -20,7 +20,7 @@ CAPS = {"default": {}, "0.5 MiB": dict(bucket_cap_mb=0.5), "list": dict(bucket_c
 # to the delayed broadcast: 25, 0 and 2 (torch's bucket_cap_mb property). A torch without
 # _BucketCapacityConfig (2.11) hands the delayed broadcast 0.5 or 2.5 itself, which
 # dist._broadcast_coalesced refuses (it takes an integer): those two cases need a torch with it.
-GATES = {caps: () if caps == "default" else needs_capacity_config for caps in CAPS}
+RUNNABLE = [caps for caps in CAPS if caps == "default" or HAS_CAPACITY_CONFIG]  # on this torch
 
 
 class Net(nn.Module):
@@ -131,8 +131,7 @@ def _errors(rank, impl):
 def _every_case(rank, world):
     torch.set_num_threads(1)
     return {"ignored": {impl: _ignored(rank, impl) for impl in IMPLS + ("naive",)},
-            "delayed": {caps: {impl: _delayed(rank, impl, caps) for impl in IMPLS}
-                        for caps in CAPS if caps == "default" or HAS_CAPACITY_CONFIG},
+            "delayed": {caps: {impl: _delayed(rank, impl, caps) for impl in IMPLS} for caps in RUNNABLE},
             "all_delayed": {(impl, *case): _all_delayed(rank, impl, *case)
                             for impl in IMPLS for case in ALL_DELAYED},
             "errors": {impl: _errors(rank, impl) for impl in IMPLS}}
@@ -169,7 +168,7 @@ def test_ignored_parameters_and_buffers_as_torch(ranks):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("caps", [pytest.param(caps, marks=gate) for caps, gate in GATES.items()])
+@pytest.mark.parametrize("caps", [pytest.param(c, marks=() if c in RUNNABLE else needs_capacity_config) for c in CAPS])
 def test_delayed_allreduce_as_torch(ranks, caps):
     r0, r1 = (r["delayed"][caps] for r in ranks)
     for r in (r0, r1):

@@ -8,9 +8,8 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddpsim.sim import Link, ParamSpec, SimConfig, Workload, simulate
-from ddpsim import torchcompat
 from distutil import run_ranks
-from torchgates import needs_ddp, torch_and_minddp
+from torchgates import lacking, needs_ddp, torch_and_minddp
 
 ONE_LINEAR_PER_BUCKET = 80 / 2**20  # MiB: a Linear(4, 4) is 80 bytes
 SKIP = "skip_all_reduce_unused_params"  # torch 2.13's DDP takes it, 2.4's does not
@@ -106,7 +105,7 @@ CASES = {  # name -> (DDP options, _train's keywords)
 
 def _every_case(rank, world):
     return {name: {impl: _train(rank, impl, options, **kw) for impl in ("torch", "minddp")}
-            for name, (options, kw) in CASES.items() if all(map(torchcompat.ddp_takes, options))}
+            for name, (options, kw) in CASES.items() if not lacking(options)}
 
 
 @pytest.fixture(scope="module")

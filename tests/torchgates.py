@@ -10,11 +10,16 @@ import torch
 from ddpsim import torchcompat
 
 
+def lacking(options) -> list[str]:
+    """The ``options`` (names, or a dict's keys) this torch's ``DistributedDataParallel`` does not take."""
+    return [o for o in options if not torchcompat.ddp_takes(o)]
+
+
 def needs_ddp(*options: str):
     """Skip unless this torch's ``DistributedDataParallel`` takes every one of ``options``."""
-    lacking = [o for o in options if not torchcompat.ddp_takes(o)]
-    return pytest.mark.skipif(bool(lacking), reason=f"torch {torch.__version__}'s DistributedDataParallel "
-                              f"has no {', '.join(lacking)} (torch 2.13 has it)")
+    missing = lacking(options)
+    return pytest.mark.skipif(bool(missing), reason=f"torch {torch.__version__}'s DistributedDataParallel "
+                              f"has no {', '.join(missing)} (torch 2.13 has it)")
 
 
 def torch_and_minddp(*options: str) -> list:
