@@ -1,6 +1,6 @@
 """A source's GPU rate from its published 1-GPU step, and the simulations the published checks run.
 
-``fit_tflops`` finds, by bisection on log(TFLOP/s), the effective GPU rate at which the synthetic
+``fit_tflops`` finds, by false position on log(TFLOP/s), the effective GPU rate at which the synthetic
 architecture (``sim.archs``) on one GPU takes the published 1-GPU step: the only number a
 published check learns from its source (``published.py``, ``published_scaling.py``).
 A source is a dict with ``arch``, ``gpu``, ``batch``, ``unit`` ("s": seconds per iteration per
@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 
 ITERS = 6  # synced steps simulated per prediction
-FIT_STEPS = 40  # bisection steps on log(TFLOP/s): 16/2^40, far below 0.1% of the baseline
+FIT_STEPS = 60  # most false-position steps on log(TFLOP/s) (a fit takes 7-11)
+FIT_MATCH = 1e-9  # a fit ends when its simulated step is within this share of the published one
+# (a trace times in whole nanoseconds: 1e-9 of a 1 s step), or when its bracket on log(TFLOP/s)
+FIT_WIDTH = 1e-9  # is this narrow: both far below the published figures' 3-4 digits
 
 
 def step_time(src: dict, tflops: float, world_size: int, net: str = "nvlink", **config) -> float:
@@ -39,15 +42,35 @@ def as_published(src: dict, step_s: float, world_size: int) -> float:
 
 
 def fit_tflops(src: dict, **config) -> float:
-    """The effective TFLOP/s at which the simulated 1-GPU step equals the published baseline."""
+    """The effective TFLOP/s at which the simulated 1-GPU step equals the published baseline.
+
+    The root of ``excess`` (log of the simulated step over the published one, falling as the rate
+    rises; nearly a straight line in log(TFLOP/s) where compute is the step) by false position with
+    the Illinois step (the end that stays is halved): about ten simulations where bisection took forty."""
     ws, value = src["baseline"][:2]
     want = as_step(src, value, ws)
+
+    def excess(x: float) -> float:
+        return math.log(step_time(src, math.exp(x), ws, **config) / want)
+
     lo, hi = math.log(1e-3), math.log(1e4)
-    if not step_time(src, math.exp(hi), ws, **config) < want < step_time(src, math.exp(lo), ws, **config):
+    f_lo, f_hi = excess(lo), excess(hi)
+    if not f_hi < 0 < f_lo:
         raise ValueError(f"{src['name']}: no GPU rate gives the published {value} {src['unit']}")
+    kept = 0  # which end the last step kept: -1 lo, +1 hi
     for _ in range(FIT_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if step_time(src, math.exp(mid), ws, **config) > want else (lo, mid)
+        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        f = excess(x)
+        if abs(f) <= FIT_MATCH:
+            return math.exp(x)
+        if f > 0:
+            lo, f_lo = x, f
+            f_hi, kept = (f_hi / 2 if kept == 1 else f_hi), 1
+        else:
+            hi, f_hi = x, f
+            f_lo, kept = (f_lo / 2 if kept == -1 else f_lo), -1
+        if hi - lo < FIT_WIDTH:
+            break
     return math.exp((lo + hi) / 2)
 
 

@@ -19,6 +19,7 @@ The variants are what ``torch.profiler`` writes with other settings:
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import tempfile
@@ -59,16 +60,21 @@ def write_variant(stem: str, variant: str, out: Path) -> list[Path]:
     ranks, _ = RUNS[stem]
     paths = []
     for r in range(ranks):
-        raw = json.loads(gzip.decompress((H100_DIR / f"{stem}_rank{r}.kineto.json.gz").read_bytes()))
-        derived = derive(raw, variant, r)
+        derived = derive(captured(stem, r), variant, r)
         if derived is None:
             continue
         slug = variant.replace(" ", "_").replace("+", "").replace("-", "")
         path = out / (f"{stem}__{slug}_rank{r}.json" + ("" if variant == "no shapes" else ".gz"))
         data = json.dumps(derived).encode()
-        path.write_bytes(data if variant == "no shapes" else gzip.compress(data))
+        path.write_bytes(data if variant == "no shapes" else gzip.compress(data, compresslevel=1))
         paths.append(path)
     return paths
+
+
+@functools.cache
+def captured(stem: str, rank: int) -> dict:
+    """A bundled profile as captured, read once (``derive`` builds its variants without changing it)."""
+    return json.loads(gzip.decompress((H100_DIR / f"{stem}_rank{rank}.kineto.json.gz").read_bytes()))
 
 
 def torch_sizes(stem: str) -> list[int]:

@@ -2,7 +2,8 @@
 
 Each source below is a table someone else measured (cited to the file, table and row). The
 simulator learns only the source's own baseline: the effective GPU rate (TFLOP/s) at which the
-synthetic architecture (``sim.archs``) at 1 GPU takes the published 1-GPU step time (bisection).
+synthetic architecture (``sim.archs``) at 1 GPU takes the published 1-GPU step time
+(``gpu_rate.fit_tflops``).
 Everything else comes from the hardware profiles (``sim/hardware/*.json``: NVLink inside a node,
 the fabric between nodes, ``network_for``) and the DDP model (25 MiB buckets, overlap). The
 multi-GPU step (or throughput) it then predicts is compared with the published one:
