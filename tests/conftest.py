@@ -1,4 +1,5 @@
 """Shared test helpers: real recordings through ddpsim's launcher."""
+import functools
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,24 @@ def _own_runs_folder(tmp_path, monkeypatch):
     """The app's recordings folder (ddpsim.app.jobs.runs_dir) is the test's own: the trace chooser
     lists what it holds, and a shared /tmp/ddpsim-runs would carry recordings from one test to another."""
     monkeypatch.setenv("DDPSIM_RUNS_DIR", str(tmp_path / "app-runs"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_scan_of_installed_packages():
+    """streamlit's AppTest looks through every installed distribution for custom components (their
+    v2 manifests) each time a new AppTest runs: 0.3 s here, and a run of the suite makes hundreds of
+    AppTests. The installed packages do not change while the tests run, so the first scan's answer
+    serves the rest of the session. (The app uses no custom component; the browser test's server
+    scans for itself.)"""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # a streamlit without v2 components: nothing to scan
+        yield
+        return
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_scanner, "scan_component_manifests", lambda max_workers=None: list(scan()))
+        yield
 
 
 def record_run(tmp_path, name="run", **options):

@@ -13,10 +13,10 @@ choose_bucket_cap_mb, choose_link_cap_mb = reference.choose_bucket_cap_mb, refer
 
 
 def confirm(out_path):
-    data = json.loads(Path(reference.BASELINE).read_text())
-    data["meta"]["config"]["bucket_cap_mb"] = float(choose_bucket_cap_mb())
+    data, cap = json.loads(Path(reference.BASELINE).read_text()), float(choose_bucket_cap_mb())
+    data["meta"]["config"]["bucket_cap_mb"] = cap
     for rank in data["ranks"]:
         for layout in rank.get("layouts", []):
             for b in layout["buckets"]:
-                b["cap_bytes"] = int(float(choose_bucket_cap_mb()) * 1024 * 1024)
+                b["cap_bytes"] = int(cap * 1024 * 1024)
     Path(out_path).write_text(json.dumps(data))
