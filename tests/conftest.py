@@ -16,6 +16,21 @@ if str(ROOT) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]
 
 
+# The two pytest-xdist workers take whole files (--dist loadfile) in collection order, each the next
+# file when it is done: a file of a minute or two taken last runs on alone while the other worker
+# idles. These files (each over 90 s of worker time in a run of the suite, --durations=0) go
+# first, the longest first; the rest follow in name order. A stale list costs balance, never a result.
+HEAVY_FIRST = ("test_assignments.py", "test_minddp_equivalence.py", "test_notebooks.py", "test_trace_fuzz.py",
+               "test_app_all_traces.py", "test_app_record.py", "test_whatif_simulated_trace.py",
+               "test_record_faults.py", "test_record_fidelity.py", "test_whatif.py", "test_import_sizes.py",
+               "test_app_pages.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: a file keeps its order
+
+
 @pytest.fixture(autouse=True)
 def _own_runs_folder(tmp_path, monkeypatch):
     """The app's recordings folder (ddpsim.app.jobs.runs_dir) is the test's own: the trace chooser
