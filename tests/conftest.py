@@ -1,4 +1,5 @@
-"""Shared test helpers: real recordings through ddpsim's launcher."""
+"""Shared test helpers (real recordings through ddpsim's launcher) and the session's set-up: the
+order files run in, one scan of the installed packages for the app tests."""
 import functools
 import os
 import sys
@@ -41,9 +42,9 @@ def _own_runs_folder(tmp_path, monkeypatch):
 @pytest.fixture(scope="session", autouse=True)
 def _one_scan_of_installed_packages():
     """streamlit's AppTest looks through every installed distribution for custom components (their
-    v2 manifests) each time a new AppTest runs: 0.3 s here, and a run of the suite makes hundreds of
-    AppTests. The installed packages do not change while the tests run, so the first scan's answer
-    serves the rest of the session. (The app uses no custom component; the browser test's server
+    v2 manifests) each time a new AppTest runs: 0.3 s here, and every app test makes at least one.
+    The installed packages do not change while the tests run, so the first scan's answer serves the
+    rest of the session. (The app uses no custom component; the browser test's server
     scans for itself.)"""
     try:
         from streamlit.components.v2 import manifest_scanner

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 ITERS = 6  # synced steps simulated per prediction
-FIT_STEPS = 60  # most false-position steps on log(TFLOP/s) (a fit takes 7-11)
+FIT_STEPS = 60  # most false-position steps on log(TFLOP/s) (a fit: 7-11 simulations in all)
 FIT_MATCH = 1e-9  # a fit ends when its simulated step is within this share of the published one
 # (a trace times in whole nanoseconds: 1e-9 of a 1 s step), or when its bracket on log(TFLOP/s)
 FIT_WIDTH = 1e-9  # is this narrow: both far below the published figures' 3-4 digits
