@@ -103,10 +103,10 @@ def check(stem: str, variant: str, out: Path) -> dict:
     except ValueError as e:
         return {**row, "import": f"refused: {e}"}
     layout = trace.ranks[0].layouts[-1]
-    sizes = [b.bytes for b in layout.buckets]
+    sizes, torchs = [b.bytes for b in layout.buckets], torch_sizes(stem)
     row.update({"import": f"ok, {'-'.join(map(str, sorted({len(r.iterations) for r in trace.ranks})))} iterations per rank",
                 "sizes_from": f"{trace.meta['sizes']['params']} / {trace.meta['sizes']['buckets']}",
-                "buckets": sizes, "torch": torch_sizes(stem), "equal": sizes == torch_sizes(stem),
+                "buckets": sizes, "torch": torchs, "equal": sizes == torchs,
                 "members": all(b.params for b in layout.buckets)})
     row["replay"], row["what_if"] = _simulate(trace, {}), _simulate(trace, WHAT_IF, "h100-nvlink")
     return row

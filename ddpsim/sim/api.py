@@ -142,7 +142,7 @@ def build_trace(w: Workload, cfg: SimConfig, link, model: Model, layouts: list[L
                 plan.iteration, plan.sync, Span(_ns(rec["start"]), _ns(rec["fwd_end"])),
                 Span(_ns(rec["bwd"][0]), _ns(rec["bwd"][1])),
                 Span(_ns(opt[0]), _ns(opt[1])) if opt is not None else None,
-                [GradReady(round(t * 1e9), p, u) for t, p, u in rec["grads"]], buckets,  # _ns, inline: the hot loop
+                [GradReady(_ns(t), p, u) for t, p, u in rec["grads"]], buckets,
                 Span(*map(_ns, rec["search"])) if rec["search"] else None, bitmap,
                 Collective(_ns(rec["buffers"][0]), _ns(rec["buffers"][1]), rec["buffers"][2])
                 if "buffers" in rec else None))
