@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 import streamlit as st
 
-from ddpsim.app import whatif
+from ddpsim.app import scaling, whatif
 from ddpsim.learn import layout_sweep
 from ddpsim.sim import SimConfig
 
@@ -40,3 +40,9 @@ def evaluate(source_key: str, cfg_key: str, _work, _base: whatif.Base, _trace, _
     """whatif.evaluate with both simulations cached (the unchanged one is shared by every change)."""
     return whatif.evaluate(_work, _base, _trace, _cfg,
                            lambda w, c: simulate(source_key, config_key(c), w, c))
+
+
+@st.cache_data(max_entries=64, show_spinner="Simulating every world size...")
+def scaling_rows(source_key: str, key: str, _work, _base: whatif.Base, _trace, _choices: dict):
+    """scaling.rows with each simulation cached (the what-if's own world size is already there)."""
+    return scaling.rows(_base, _trace, _work, _choices, lambda w, c: simulate(source_key, config_key(c), w, c))

@@ -55,6 +55,17 @@ def show_figure(key: str, build: Callable[[], Figure], name: str, alt: str) -> N
                           key=f"svg:{key}", icon=":material/download:")
 
 
+def quick_or_asked(key: str, done: set, seconds: float, ask_s: float, button: str, widget_key: str, what: str) -> bool:
+    """Whether the long work named ``key`` runs now: expected within ``ask_s`` seconds, run before in this
+    session (``done``, which it joins), or its button pressed; else the button waits, and a caption says
+    ``what`` it does and why it waits, so that moving a control stays quick."""
+    if seconds > ask_s and key not in done and not st.button(f"{button} (about {seconds:.0f} s)", key=widget_key):
+        st.caption(f"{what}, about {seconds:.0f} s here: it waits for the button, so that the choices above stay quick.")
+        return False
+    done.add(key)
+    return True
+
+
 def trace_downloads(container, label: str, trace: Trace, as_dict: Callable[[], dict] | None = None) -> None:
     """Download the open trace as ddpsim JSON (``as_dict()``, default ``trace.to_dict()``) and as a
     Chrome/Perfetto trace (made on click)."""

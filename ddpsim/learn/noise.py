@@ -117,16 +117,23 @@ def level(recorded: dict) -> dict:
     return {rank: {k: list(v) for k, v in mean.items()} for rank in recorded}
 
 
+def quiet_config(cfg: SimConfig, summary: dict) -> SimConfig | None:
+    """``cfg`` without its rank-to-rank spread: no drawn noise, or, for a replay of the recorded ranks,
+    each micro-step's ranks levelled to their mean (``level``); None where nobody waits for anybody
+    (``summary``, simulated under ``cfg``, ran no collective) or there is no spread to take out."""
+    if not summary.get("communicates", True):  # no collective: nobody waits for anybody
+        return None
+    if cfg.recorded_ranks:
+        return SimConfig(**{**asdict(cfg), "recorded_ranks": level(cfg.recorded_ranks)})
+    if cfg.jitter:
+        return SimConfig(**{**asdict(cfg), "jitter": 0.0})
+    return None
+
+
 def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
     """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank:
-    against the same simulation without drawn noise, or, for a replay of the recorded ranks, with each
-    micro-step's ranks levelled to their mean (``learn.noise.level``)."""
-    if not summary.get("communicates", True):  # no collective: nobody waits for anybody
-        return 0.0
-    if cfg.recorded_ranks:
-        quiet = SimConfig(**{**asdict(cfg), "recorded_ranks": level(cfg.recorded_ranks)})
-    elif cfg.jitter:
-        quiet = SimConfig(**{**asdict(cfg), "jitter": 0.0})
-    else:
+    against the same simulation without its spread (``quiet_config``)."""
+    quiet = quiet_config(cfg, summary)
+    if quiet is None:
         return 0.0
     return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])

@@ -1,7 +1,7 @@
 """What-if page: change DDP's options, see the simulated timeline beside the run it came from."""
 import streamlit as st
 
-from ddpsim.app import beyond, cache, command, sweep_verdict, ui, whatif, whatif_words
+from ddpsim.app import beyond, cache, command, scaling, sweep_verdict, ui, whatif, whatif_words
 from ddpsim.app import whatif_widgets as widgets
 from ddpsim.app import network as network_plan
 from ddpsim.learn import hardware, layout_sweep
@@ -9,7 +9,7 @@ from ddpsim.learn.buffers import has_buffers
 from ddpsim.trace.profile_sizes import unknown_sizes
 from ddpsim.app.labels import pretty
 from ddpsim.app.state import MEASURED, SWEPT, current_trace, keep_trace, trace_key
-from ddpsim.viz import plot_compare, plot_sweep
+from ddpsim.viz import plot_compare, plot_scaling, plot_sweep
 
 st.header("What if? Simulate other DDP settings")
 opened = current_trace()
@@ -172,13 +172,8 @@ sweep_cfg = whatif.sim_config(base, None, "torch", bool(needs_fu), n_sync, world
                               broadcast_buffers=bufs, comm_hook=sim_hook)
 sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
 swept = st.session_state.setdefault(SWEPT, set())  # sweeps run this session: shown at once again
-wait_s = widgets.sweep_seconds(out.summary)
-if wait_s > widgets.SWEEP_ASK_S and sweep_key not in swept and not st.button(
-        f"Run the sweep (about {wait_s:.0f} s)", key=k + "sweep"):
-    st.caption(f"The sweep simulates {whatif.SWEEP_RUNS} configurations like the one above, about {wait_s:.0f} s "
-               "here: it waits for the button, so that the choices above stay quick.")
-else:
-    swept.add(sweep_key)
+if ui.quick_or_asked(sweep_key, swept, widgets.sweep_seconds(out.summary), widgets.SWEEP_ASK_S, "Run the sweep",
+                     k + "sweep", f"The sweep simulates {whatif.SWEEP_RUNS} configurations like the one above"):
     rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg, needs_fu)
     if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise,  # PowerSGD on gloo: a caution
                                                  whatif.backend(base, trace, network), hook)):
@@ -196,4 +191,18 @@ else:
                        f"above, which keeps {min(world, cfg.trace_ranks)}.")
     for note in notes:
         st.caption(f"Not in the sweep: {note}")
+st.subheader("How does it scale? The same options at every world size")
+chosen = dict(bucket_cap_mb=cap, order=order, find_unused_parameters=fu, no_sync_every=n_sync, network=network,
+              algo=algo, broadcast_buffers=bufs, comm_hook=sim_hook, last_bucket_small=small)
+scale_key = f"{source_key}:scaling:{sorted(chosen.items())}"  # not the world size: it only moves the outline
+if ui.quick_or_asked(scale_key, swept, scaling.seconds(out.summary, base, trace, network), widgets.SWEEP_ASK_S,
+                     "Simulate every world size", k + "scaling", "The curve simulates these options at each world size"):
+    rows, notes = cache.scaling_rows(source_key, scale_key, work, base, trace, chosen)
+    if len(rows) >= 2:
+        ui.show_figure(f"scale:{scale_key}:{world}",
+                       lambda: plot_scaling(rows, world, title=f"{ref_label[:48]}: by world size (SIMULATED)"),
+                       "whatif_scaling", alt="Iteration time by world size: compute, exposed communication, waiting")
+        st.caption(scaling.describe(rows, world, trace.world_size if base.kind == "trace" else None))
+    for note in notes:
+        st.caption(f"Not in the curve: {note}.")
 ui.explain("bucket_size", "order", "find_unused", "no_sync", "simulated")

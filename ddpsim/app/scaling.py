@@ -1,0 +1,122 @@
+"""The What-if page's scaling curve: the chosen options at every world size (no Streamlit).
+
+Each world size of the page's slider is the what-if with only the world size changed
+(``whatif.sim_config``), simulated twice: with the rank-to-rank spread the page uses and without it
+(``learn.noise.quiet_config``). So each bar splits into three parts that add up to the iteration:
+compute (with the communication hidden under it), the communication the quiet run leaves exposed,
+and the extra time the spread costs, waiting for the slowest rank (Note [Waiting for the slowest
+rank] in sim/stragglers.py). Every size draws its ranks' speeds, the recorded size too, so the
+curve has no step where a recording is replayed rank by rank (Note [The unchanged run is simulated
+as the what-if is] in whatif.py). A recording at a world size whose network is not known there
+(nothing measured, a GPU trace with no network chosen: ``experiments.worldsize.plan``) is left out,
+and a note says why; so is a size where the chosen NCCL algorithm does not run (NCCL's choice there).
+"""
+from __future__ import annotations
+
+from ddpsim.app import network as network_plan
+from ddpsim.app import units, whatif
+from ddpsim.app.whatif_widgets import nccl_algos, sweep_seconds
+from ddpsim.learn.noise import quiet_config
+
+SIZES = whatif.WORLD_SIZES  # the world-size slider's sizes: 1 to 100,000 ranks
+KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network is known at that size
+
+
+def seconds(summary: dict, base: whatif.Base, trace, network) -> float:
+    """About how long the curve takes: two simulations a size it simulates, each about as long as the
+    what-if of ``summary`` took (``whatif_widgets.sweep_seconds``: its sweep's runs)."""
+    return 2 * len(known_sizes(base, trace, network)[0]) * sweep_seconds(summary) / whatif.SWEEP_RUNS
+
+
+def known_sizes(base: whatif.Base, trace, network, sizes=SIZES) -> tuple[list[int], list[int], bool]:
+    """(the sizes whose network is known, those where it is not, whether one of those can be measured here):
+    a recording's network as recorded is known at its own size, one rank and a calibration's sizes."""
+    known, unknown, measurable = [], [], False
+    for ws in sizes:
+        plan = network_plan.world_plan(base, trace, ws, network)
+        if plan is None or plan.action in KNOWN:
+            known.append(ws)
+        else:
+            unknown.append(ws)
+            measurable |= plan.action == "measure"
+    return known, unknown, measurable
+
+
+def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
+         sizes=SIZES) -> tuple[list[dict], list[str]]:
+    """One row per world size of ``sizes`` that can be simulated with ``choices`` (``whatif.sim_config``'s
+    keyword arguments but the world size), and the notes on the sizes left out or changed.
+
+    A row: world_size, iteration_time_s = compute_s + exposed_comm_s + waiting_s, efficiency (the 1-rank
+    iteration time over this one: each rank's share of its 1-rank throughput, at a fixed batch per rank) and
+    nccl (the algorithm/protocol of the largest bucket's allreduce, "" where there is none)."""
+    known, unknown, measurable = known_sizes(base, trace, choices.get("network", whatif.AS_RECORDED), sizes)
+    out, notes, dropped = [], [], []
+    for ws in known:
+        picked = dict(choices)
+        if picked.get("algo") and base.kind != "trace" and picked["algo"] not in nccl_algos(base, ws):
+            dropped += [ws] if ws > 1 else []  # one rank runs no collective: no algorithm to drop
+            picked["algo"] = None
+        try:
+            cfg = whatif.sim_config(base, world_size=ws, work=work, trace=trace, noise="drawn", **picked)
+            out.append(_row(ws, simulate_fn, work, cfg))
+        except ValueError as e:  # the simulator refuses this size: say so, keep the others
+            notes.append(f"{ws:,} ranks: {e}")
+    if dropped:
+        notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped)} on {base.gpu}: NCCL's choice there")
+    if unknown:
+        how = ", or move World size there to measure it on this machine" if measurable else ""
+        notes.insert(0, f"{_sizes(unknown)}: nothing is known about the recording's network there (pick a network "
+                        f"above{how})")
+    one = next((r["iteration_time_s"] for r in out if r["world_size"] == 1), None)
+    for r in out:
+        r["efficiency"] = one / r["iteration_time_s"] if one else None
+    return out, notes
+
+
+def _row(ws: int, simulate_fn, work, cfg) -> dict:
+    """The three parts of the iteration at ``ws`` ranks (module docstring)."""
+    _, s = simulate_fn(work, cfg)
+    quiet = quiet_config(cfg, s)
+    q = simulate_fn(work, quiet)[1] if quiet is not None else s
+    t = s["iteration_time_s"]
+    waiting = max(0.0, t - q["iteration_time_s"])
+    exposed = min(q["exposed_comm_s"], t - waiting)
+    big = max(s.get("nccl") or [], key=lambda b: b["bytes"], default=None)
+    return {"world_size": ws, "iteration_time_s": t, "compute_s": t - waiting - exposed,
+            "exposed_comm_s": exposed, "waiting_s": waiting,
+            "nccl": f"{big['algo']}/{big['proto']}" if big and big["algo"] != "none" else ""}
+
+
+def _sizes(sizes: list[int]) -> str:
+    """"4 to 100,000 ranks" for a run of the slider's sizes, else each one."""
+    at = [SIZES.index(n) if n in SIZES else -1 for n in sizes]
+    if len(sizes) > 2 and at == list(range(at[0], at[0] + len(at))) and at[0] >= 0:
+        return f"{sizes[0]:,} to {sizes[-1]:,} ranks"
+    return f"{', '.join(f'{n:,}' for n in sizes[:-1])}{' and ' if len(sizes) > 1 else ''}{sizes[-1]:,} ranks"
+
+
+def _d(seconds: float) -> str:
+    return units.duration(seconds, units.ms_digits(seconds))
+
+
+def describe(rows: list[dict], chosen: int, recorded: int | None = None) -> str:
+    """One paragraph on the curve: from the fewest to the most ranks, and the chosen world size;
+    ``recorded``: a recording's world size, whose bar is drawn, not replayed (module docstring)."""
+    first, last = rows[0], rows[-1]
+    text = (f"SIMULATED, the options above at each world size: from {first['world_size']:,} to {last['world_size']:,} "
+            f"ranks the iteration goes from {_d(first['iteration_time_s'])} to "
+            f"{_d(last['iteration_time_s'])}")
+    if last.get("efficiency") is not None and last["world_size"] > 1:
+        text += f", and each rank keeps {last['efficiency']:.0%} of the throughput it has alone"
+    text += (f"; at {last['world_size']:,} ranks {_d(last['exposed_comm_s'])} of it is exposed communication "
+             f"and {_d(last['waiting_s'])} waiting for stragglers.")
+    here = next((r for r in rows if r["world_size"] == chosen), None)
+    if here is not None and here is not last:
+        eff = f" ({here['efficiency']:.0%} of one rank's throughput)" if here.get("efficiency") is not None else ""
+        text += (f" The what-if's {chosen:,} ranks (the outlined bar): {_d(here['iteration_time_s'])}{eff}, "
+                 f"{_d(here['waiting_s'])} of it waiting for stragglers.")
+    if recorded is not None and any(r["world_size"] == recorded for r in rows):
+        text += (f" Every size draws its ranks' speeds around the recorded medians, the recorded {recorded:,} ranks "
+                 "too: that bar is not the replay of the recorded ranks above.")
+    return text

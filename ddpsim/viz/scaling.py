@@ -1,0 +1,71 @@
+"""The scaling figure: one iteration's parts at each world size, stacked.
+
+One bar per world size (evenly spaced: the sizes run from 1 to 100,000), split into compute (with
+the communication hidden under it, grey as the timeline's backward), the communication left exposed
+(the timeline's hatched red) and waiting for the slowest rank (orange). Above each bar, the share of
+its 1-rank throughput each rank keeps (``efficiency``); under a size, the NCCL algorithm and protocol
+of the largest bucket's allreduce where there is one (two lines: algorithm, protocol). The what-if's own world size is outlined.
+Rows are those of ``ddpsim.app.scaling.rows``: world_size, compute_s, exposed_comm_s, waiting_s,
+and optionally efficiency and nccl.
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from ddpsim.viz import palette as pal
+
+WAITING = "#E69F00"  # Okabe-Ito orange: waiting for stragglers
+PARTS = (("compute_s", "compute (communication hidden under it)", {"color": pal.BACKWARD}),
+         ("exposed_comm_s", "exposed communication", {"color": "white", "hatch": "////", "edgecolor": pal.EXPOSED}),
+         ("waiting_s", "waiting for stragglers", {"color": WAITING}))
+
+
+def size_label(n: int) -> str:
+    """1, 512, 4k, 16k, 100k: a world size short enough to sit under a bar."""
+    return f"{n // 1000}k" if n >= 4000 and n % 1000 == 0 else f"{n / 1024:g}k" if n >= 4096 and n % 1024 == 0 else str(n)
+
+
+def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -> Figure:
+    """The stacked bars (module docstring); ``chosen``: the world size to outline."""
+    if not rows:
+        raise ValueError("no world sizes to plot")
+    fig = Figure(figsize=(10, 4.0), layout="constrained")
+    ax = fig.subplots()
+    xs = range(len(rows))
+    bottom = [0.0] * len(rows)
+    for key, label, style in PARTS:
+        ms = [r[key] * 1e3 for r in rows]
+        ax.bar(xs, ms, bottom=bottom, width=0.7, label=label, linewidth=0.6, zorder=2, gid=f"scaling_{key}",
+               **{"edgecolor": pal.TEXT, **style})
+        bottom = [b + m for b, m in zip(bottom, ms)]
+    top = max(bottom)
+    for x, (r, height) in enumerate(zip(rows, bottom)):
+        if r.get("efficiency") is not None:
+            ax.text(x, height + top * 0.01, f"{r['efficiency']:.0%}", ha="center", va="bottom", fontsize=8.5,
+                    color=pal.TEXT)
+        if r["world_size"] == chosen:
+            ax.bar(x, height, width=0.82, fill=False, edgecolor=pal.TEXT, linewidth=2.0, zorder=3, gid="scaling_chosen")
+    ax.set_xticks(list(xs), [_tick(r) for r in rows], fontsize=8)
+    for tick, r in zip(ax.get_xticklabels(), rows):
+        if r["world_size"] == chosen:
+            tick.set_fontweight("bold")
+    ax.set_ylim(0, top * 1.12)
+    ax.set_xlabel("world size (ranks)" + ("; under it, NCCL's algorithm and protocol for the largest bucket"
+                                         if any(r.get("nccl") for r in rows) else ""), fontsize=10)
+    ax.set_ylabel("iteration time (ms)", fontsize=10)
+    ax.grid(axis="y", color=pal.GRID, zorder=0.5)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    handles = [Patch(facecolor=s.get("color"), hatch=s.get("hatch"), edgecolor=s.get("edgecolor", pal.TEXT), label=label)
+               for _, label, s in PARTS]
+    handles.append(Patch(facecolor="none", edgecolor=pal.TEXT, linewidth=2.0, label="the what-if's world size"))
+    ax.legend(handles=handles, loc="upper left", fontsize=8.5, frameon=False, ncols=2)
+    if title:
+        ax.set_title(title, fontsize=11, loc="left")
+    return fig
+
+
+def _tick(row: dict) -> str:
+    nccl = row.get("nccl") or ""
+    return size_label(row["world_size"]) + ("\n" + nccl.replace("/", "\n") if nccl else "")

@@ -1,0 +1,111 @@
+"""The What-if page's scaling curve: the chosen options at every world size, each iteration split into
+compute, exposed communication and waiting for stragglers (ddpsim/app/scaling.py, ddpsim/viz/scaling.py)."""
+import math
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ddpsim import load_trace, samples
+from ddpsim.app import scaling, whatif
+from ddpsim.viz import plot_scaling
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+UNCHANGED = dict(bucket_cap_mb=None, order="torch", find_unused_parameters=False, no_sync_every=1, algo=None,
+                 broadcast_buffers=None, comm_hook=None, last_bucket_small=None)
+
+
+@pytest.fixture(autouse=True)
+def bundled(monkeypatch):
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+
+
+def gpu_model(gpu="v100", net="eth25"):
+    base = whatif.Base("synthetic", "resnet50", gpu, net, None, {"world_size": 64})
+    return base, whatif.workload(base, None)
+
+
+def recording(name):
+    trace = load_trace(samples.sample_path(name))
+    base = whatif.base_for(trace, name)
+    return base, trace, whatif.workload(base, trace)
+
+
+def test_the_parts_add_up_to_the_iteration_the_what_if_shows():
+    base, work = gpu_model()
+    rows, notes = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25"})
+    assert notes == [] and [r["world_size"] for r in rows] == list(scaling.SIZES)
+    for r in rows:
+        assert math.isclose(r["compute_s"] + r["exposed_comm_s"] + r["waiting_s"], r["iteration_time_s"], rel_tol=1e-12)
+        assert min(r["compute_s"], r["exposed_comm_s"], r["waiting_s"]) >= 0
+    assert rows[0]["efficiency"] == 1.0 and rows[0]["waiting_s"] == 0 and rows[0]["nccl"] == ""
+    assert all(r["waiting_s"] > 0 for r in rows[1:])  # the V100 profile's rank spread: every collective waits
+    assert rows[-1]["nccl"].startswith("tree/")  # NCCL's trees at 100,000 ranks, rings on one node
+    assert rows[1]["nccl"].startswith("ring/")
+    # the chosen size's bar is the what-if the page shows: its time, and its waiting
+    cfg = whatif.sim_config(base, None, "torch", False, 1, 64, "eth25", work=work)
+    out = whatif.evaluate(work, base, None, cfg)
+    at64 = next(r for r in rows if r["world_size"] == 64)
+    assert math.isclose(at64["iteration_time_s"], out.summary["iteration_time_s"], rel_tol=1e-12)
+    assert math.isclose(at64["waiting_s"], out.waits[0], rel_tol=1e-9)
+    assert math.isclose(at64["efficiency"], rows[0]["iteration_time_s"] / at64["iteration_time_s"])
+    text = scaling.describe(rows, 64)
+    assert "from 1 to 100,000 ranks" in text and "The what-if's 64 ranks (the outlined bar)" in text
+
+
+def test_a_recording_leaves_out_the_sizes_whose_network_it_does_not_know():
+    base, trace, work = recording("01_mlp_torch_default")  # 2 gloo ranks on this machine's CPU
+    rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED})
+    assert [r["world_size"] for r in rows] == [1, 2]
+    assert notes == ["4 to 100,000 ranks: nothing is known about the recording's network there (pick a network "
+                     "above, or move World size there to measure it on this machine)"]
+    assert "the recorded 2 ranks too" in scaling.describe(rows, 2, recorded=2)
+    rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": "ib100"})  # a network chosen: every size
+    assert [r["world_size"] for r in rows] == list(scaling.SIZES) and notes == []
+    base, trace, work = recording("11_h200_resnet50_nccl_1rank")  # a GPU import of one rank: no network in it
+    rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED})
+    assert [r["world_size"] for r in rows] == [1]
+    assert notes[0].startswith("2 to 100,000 ranks: nothing is known") and "measure" not in notes[0]
+
+
+def test_an_algorithm_that_does_not_run_at_a_size_is_nccls_choice_there():
+    base, work = gpu_model("h100", "ib400")
+    rows, notes = scaling.rows(base, None, work, {**UNCHANGED, "network": "ib400", "algo": "nvls"}, sizes=(1, 8, 16))
+    assert [r["world_size"] for r in rows] == [1, 8, 16]
+    assert rows[1]["nccl"].startswith("nvls/")  # one node of 8 H100s: NVLink SHARP runs
+    assert notes == ["nvls does not run at 16 ranks on h100: NCCL's choice there"]
+    assert not rows[2]["nccl"].startswith("nvls/")
+
+
+def test_the_figure_has_a_bar_per_size_and_outlines_the_chosen_one():
+    base, work = gpu_model()
+    rows, _ = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25"}, sizes=(1, 8, 64, 100_000))
+    fig = plot_scaling(rows, chosen=64)
+    ax = fig.axes[0]
+    for part in ("compute_s", "exposed_comm_s", "waiting_s"):
+        assert len([p for p in ax.patches if p.get_gid() == f"scaling_{part}"]) == 4
+    assert len([p for p in ax.patches if p.get_gid() == "scaling_chosen"]) == 1
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["1", "8", "64", "100k"]
+    assert "100%" in [t.get_text() for t in ax.texts]
+    with pytest.raises(ValueError, match="no world sizes"):
+        plot_scaling([])
+
+
+def test_the_page_draws_the_curve_for_a_gpu_model_and_marks_the_what_if():
+    at = AppTest.from_file(APP, default_timeout=90).run()
+    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    assert any("Not in the curve: 4 to 100,000 ranks" in c.value for c in at.caption)  # the CPU sample
+    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
+    assert not at.exception and not at.error
+    assert "How does it scale? The same options at every world size" in [s.value for s in at.subheader]
+    curve = next(c.value for c in at.caption if c.value.startswith("SIMULATED, the options above at each world size"))
+    assert "from 1 to 100,000 ranks" in curve and "The what-if's 64 ranks" in curve
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(16).run()
+    assert not at.exception and not at.error
+    assert any("The what-if's 16 ranks" in c.value for c in at.caption)
+
+
+def test_the_sizes_an_algorithm_does_not_run_at_make_one_note():
+    base, work = gpu_model("h100", "ib400")
+    _, notes = scaling.rows(base, None, work, {**UNCHANGED, "network": "ib400", "algo": "nvls"})
+    assert notes == ["nvls does not run at 16 to 100,000 ranks on h100: NCCL's choice there"]
