@@ -34,7 +34,7 @@ def recording(name):
 def test_the_parts_add_up_to_the_iteration_the_what_if_shows():
     base, work = gpu_model()
     rows, notes = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25"})
-    assert notes == [] and [r["world_size"] for r in rows] == list(scaling.SIZES)
+    assert notes == [] and [r["world_size"] for r in rows] == list(whatif.WORLD_SIZES)
     for r in rows:
         assert math.isclose(r["compute_s"] + r["exposed_comm_s"] + r["waiting_s"], r["iteration_time_s"], rel_tol=1e-12)
         assert min(r["compute_s"], r["exposed_comm_s"], r["waiting_s"]) >= 0
@@ -61,7 +61,7 @@ def test_a_recording_leaves_out_the_sizes_whose_network_it_does_not_know():
                      "above, or move World size there to measure it on this machine)"]
     assert "the recorded 2 ranks too" in scaling.describe(rows, 2, recorded=2)
     rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": "ib100"})  # a network chosen: every size
-    assert [r["world_size"] for r in rows] == list(scaling.SIZES) and notes == []
+    assert [r["world_size"] for r in rows] == list(whatif.WORLD_SIZES) and notes == []
     base, trace, work = recording("11_h200_resnet50_nccl_1rank")  # a GPU import of one rank: no network in it
     rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED})
     assert [r["world_size"] for r in rows] == [1]
@@ -109,3 +109,10 @@ def test_the_sizes_an_algorithm_does_not_run_at_make_one_note():
     base, work = gpu_model("h100", "ib400")
     _, notes = scaling.rows(base, None, work, {**UNCHANGED, "network": "ib400", "algo": "nvls"})
     assert notes == ["nvls does not run at 16 to 100,000 ranks on h100: NCCL's choice there"]
+
+
+def test_a_world_size_off_the_sliders_steps_is_in_the_curve():
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 48})  # 6 nodes of 8
+    rows, _ = scaling.rows(base, None, whatif.workload(base, None), {**UNCHANGED, "network": "eth25"})
+    assert [r["world_size"] for r in rows] == sorted({*whatif.WORLD_SIZES, 48})
+    assert "The what-if's 48 ranks (the outlined bar)" in scaling.describe(rows, 48)

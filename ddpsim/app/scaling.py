@@ -18,7 +18,6 @@ from ddpsim.app import units, whatif
 from ddpsim.app.whatif_widgets import nccl_algos, sweep_seconds
 from ddpsim.learn.noise import quiet_config
 
-SIZES = whatif.WORLD_SIZES  # the world-size slider's sizes: 1 to 100,000 ranks
 KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network is known at that size
 
 
@@ -28,11 +27,12 @@ def seconds(summary: dict, base: whatif.Base, trace, network) -> float:
     return 2 * len(known_sizes(base, trace, network)[0]) * sweep_seconds(summary) / whatif.SWEEP_RUNS
 
 
-def known_sizes(base: whatif.Base, trace, network, sizes=SIZES) -> tuple[list[int], list[int], bool]:
-    """(the sizes whose network is known, those where it is not, whether one of those can be measured here):
-    a recording's network as recorded is known at its own size, one rank and a calibration's sizes."""
+def known_sizes(base: whatif.Base, trace, network, sizes=None) -> tuple[list[int], list[int], bool]:
+    """(the sizes whose network is known, those where it is not, whether one of those can be measured here),
+    of ``sizes`` (None: the world-size slider's, ``whatif.world_options``): a recording's network as recorded
+    is known at its own size, one rank and a calibration's sizes."""
     known, unknown, measurable = [], [], False
-    for ws in sizes:
+    for ws in whatif.world_options(base) if sizes is None else sizes:
         plan = network_plan.world_plan(base, trace, ws, network)
         if plan is None or plan.action in KNOWN:
             known.append(ws)
@@ -43,8 +43,8 @@ def known_sizes(base: whatif.Base, trace, network, sizes=SIZES) -> tuple[list[in
 
 
 def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
-         sizes=SIZES) -> tuple[list[dict], list[str]]:
-    """One row per world size of ``sizes`` that can be simulated with ``choices`` (``whatif.sim_config``'s
+         sizes=None) -> tuple[list[dict], list[str]]:
+    """One row per world size of ``sizes`` (None: the world-size slider's) that can be simulated with ``choices`` (``whatif.sim_config``'s
     keyword arguments but the world size), and the notes on the sizes left out or changed.
 
     A row: world_size, iteration_time_s = compute_s + exposed_comm_s + waiting_s, efficiency (the 1-rank
@@ -63,10 +63,10 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
         except ValueError as e:  # the simulator refuses this size: say so, keep the others
             notes.append(f"{ws:,} ranks: {e}")
     if dropped:
-        notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped)} on {base.gpu}: NCCL's choice there")
+        notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped, whatif.world_options(base))} on {base.gpu}: NCCL's choice there")
     if unknown:
         how = ", or move World size there to measure it on this machine" if measurable else ""
-        notes.insert(0, f"{_sizes(unknown)}: nothing is known about the recording's network there (pick a network "
+        notes.insert(0, f"{_sizes(unknown, whatif.world_options(base))}: nothing is known about the recording's network there (pick a network "
                         f"above{how})")
     one = next((r["iteration_time_s"] for r in out if r["world_size"] == 1), None)
     for r in out:
@@ -88,10 +88,10 @@ def _row(ws: int, simulate_fn, work, cfg) -> dict:
             "nccl": f"{big['algo']}/{big['proto']}" if big and big["algo"] != "none" else ""}
 
 
-def _sizes(sizes: list[int]) -> str:
+def _sizes(sizes: list[int], slider: list[int]) -> str:
     """"4 to 100,000 ranks" for a run of the slider's sizes, else each one."""
-    at = [SIZES.index(n) if n in SIZES else -1 for n in sizes]
-    if len(sizes) > 2 and at == list(range(at[0], at[0] + len(at))) and at[0] >= 0:
+    at = [slider.index(n) if n in slider else -1 for n in sizes]
+    if len(sizes) > 2 and at[0] >= 0 and at == list(range(at[0], at[0] + len(at))):
         return f"{sizes[0]:,} to {sizes[-1]:,} ranks"
     return f"{', '.join(f'{n:,}' for n in sizes[:-1])}{' and ' if len(sizes) > 1 else ''}{sizes[-1]:,} ranks"
 

@@ -16,6 +16,7 @@ from matplotlib.patches import Patch
 from ddpsim.viz import palette as pal
 
 WAITING = "#E69F00"  # Okabe-Ito orange: waiting for stragglers
+MIN_SLOTS = 8  # bar slots the axis holds at the least
 PARTS = (("compute_s", "compute (communication hidden under it)", {"color": pal.BACKWARD}),
          ("exposed_comm_s", "exposed communication", {"color": "white", "hatch": "////", "edgecolor": pal.EXPOSED}),
          ("waiting_s", "waiting for stragglers", {"color": WAITING}))
@@ -45,11 +46,13 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
             ax.text(x, height + top * 0.01, f"{r['efficiency']:.0%}", ha="center", va="bottom", fontsize=8.5,
                     color=pal.TEXT)
         if r["world_size"] == chosen:
-            ax.bar(x, height, width=0.82, fill=False, edgecolor=pal.TEXT, linewidth=2.0, zorder=3, gid="scaling_chosen")
+            ax.bar(x, height, width=0.78, fill=False, edgecolor=pal.TEXT, linewidth=2.0, zorder=3, gid="scaling_chosen")
     ax.set_xticks(list(xs), [_tick(r) for r in rows], fontsize=8)
     for tick, r in zip(ax.get_xticklabels(), rows):
         if r["world_size"] == chosen:
             tick.set_fontweight("bold")
+    pad = max(0.0, (MIN_SLOTS - len(rows)) / 2)  # a few sizes: bars as wide as among many, centred
+    ax.set_xlim(-0.5 - pad, len(rows) - 0.5 + pad)
     ax.set_ylim(0, top * 1.12)
     ax.set_xlabel("world size (ranks)" + ("; under it, NCCL's algorithm and protocol for the largest bucket"
                                          if any(r.get("nccl") for r in rows) else ""), fontsize=10)
@@ -60,7 +63,7 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
     handles = [Patch(facecolor=s.get("color"), hatch=s.get("hatch"), edgecolor=s.get("edgecolor", pal.TEXT), label=label)
                for _, label, s in PARTS]
     handles.append(Patch(facecolor="none", edgecolor=pal.TEXT, linewidth=2.0, label="the what-if's world size"))
-    ax.legend(handles=handles, loc="upper left", fontsize=8.5, frameon=False, ncols=2)
+    fig.legend(handles=handles, loc="outside upper right", fontsize=8.5, frameon=False, ncols=4)  # above the bars
     if title:
         ax.set_title(title, fontsize=11, loc="left")
     return fig
