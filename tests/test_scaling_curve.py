@@ -116,3 +116,13 @@ def test_a_world_size_off_the_sliders_steps_is_in_the_curve():
     rows, _ = scaling.rows(base, None, whatif.workload(base, None), {**UNCHANGED, "network": "eth25"})
     assert [r["world_size"] for r in rows] == sorted({*whatif.WORLD_SIZES, 48})
     assert "The what-if's 48 ranks (the outlined bar)" in scaling.describe(rows, 48)
+
+
+def test_the_learn_pages_numbers_are_the_curves():
+    """The Learn page's "More ranks: what grows" quotes the step out of one node from this curve."""
+    from ddpsim.app import learn
+
+    base, work = gpu_model()
+    rows, _ = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25"}, sizes=(8, 16))
+    quoted = f"{rows[0]['iteration_time_s'] * 1e3:.1f} ms per\niteration at 8 ranks, {rows[1]['iteration_time_s'] * 1e3:.1f} ms at 16"
+    assert quoted in learn.TOPICS["scaling"].text

@@ -130,6 +130,20 @@ The best size depends on the model, the number of ranks and the network, and the
 that the right bucket size can make more than a 2x difference ({PAPER}, section 5.2). The
 What-if page sweeps bucket sizes for your model and marks the best; its numbers are
 simulated (ddpsim.sim), so treat them as a starting point to measure."""),
+    "scaling": Topic("More ranks: what grows", """
+**More ranks: what grows.** At a fixed batch per rank, each rank computes the same work at any
+world size; what grows is the rest. The allreduce: a ring moves about the same bytes per rank at
+any size but takes `2(k-1)` latency steps for `k` ranks, and NCCL estimates each algorithm and
+protocol from its tuning table (`src/graph/tuning.cc` in NVIDIA's NCCL) and runs the fastest: rings
+for large buckets on few nodes, trees, whose latency grows with the logarithm of the node count, at
+thousands of ranks (`ddpsim/sim/nccl.py`). Beyond one node the node's GPUs share its network cards,
+so leaving one node is a step of its own (ResNet-50 on V100s over 25 GbE, SIMULATED: 124.0 ms per
+iteration at 8 ranks, 130.8 ms at 16). And every allreduce waits for the slowest
+rank: with ranks that vary by a fraction sigma from step to step, the slowest of `n` is about
+`sigma·sqrt(2 ln n)` behind the typical one, a wait that grows slowly and never stops growing (Note
+[Waiting for the slowest rank] in `ddpsim/sim/stragglers.py`). The What-if page's scaling curve
+splits each simulated iteration into compute, exposed communication and that wait, from 1 to
+100,000 ranks; its numbers are SIMULATED."""),
     "cpu": Topic("Why the real runs here barely change", CPU_NOTE + " (measured on the 2-core machine "
                  "the bundled samples were recorded on; the numbers are in `docs/accuracy.md`)."),
     "simulated": Topic("Simulated runs", """
@@ -141,7 +155,7 @@ GPT-2) and datasheet GPU and network figures. They are labelled SIMULATED everyw
 }
 
 ORDER = ("reverse", "buckets", "order", "rebuild", "overlap", "find_unused", "static_graph", "buffers", "join",
-         "no_sync", "bucket_size", "dataparallel", "cpu", "simulated")
+         "no_sync", "bucket_size", "scaling", "dataparallel", "cpu", "simulated")
 
 
 # One figure per topic, drawn by ddpsim.viz from a bundled sample: (sample, view, iteration or

@@ -19,6 +19,7 @@ WHERE = {"reverse": "Buckets page (left panel); Timeline ticks",
          "join": "this section (SIMULATED); Timeline of a run recorded with --uneven K --join",
          "no_sync": "sample 05_convnet_torch_no_sync3; What-if (sync every n)",
          "bucket_size": "What-if sweep; the SIMULATED samples",
+         "scaling": "What-if, 'How does it scale?' (SIMULATED); notebook 05",
          "dataparallel": "this section (SIMULATED); notebook 01, section 'Why DDP and not DataParallel'",
          "cpu": "the real samples; Compare",
          "simulated": "What-if; the SIMULATED samples"}

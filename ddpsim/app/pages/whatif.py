@@ -205,4 +205,4 @@ if ui.quick_or_asked(scale_key, swept, scaling.seconds(out.summary, base, trace,
         st.caption(scaling.describe(rows, world, trace.world_size if base.kind == "trace" else None))
     for note in notes:
         st.caption(f"Not in the curve: {note}.")
-ui.explain("bucket_size", "order", "find_unused", "no_sync", "simulated")
+ui.explain("bucket_size", "order", "find_unused", "no_sync", "scaling", "simulated")
