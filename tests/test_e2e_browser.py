@@ -47,7 +47,7 @@ def test_whatif_switch_configuration_renders_chart(server, browser):
     browser.screenshot(ARTIFACTS / "e2e_timeline.png", height=1500)
 
     browser.goto(url + "/whatif")
-    shown = browser.wait_rendered(min_images=2, timeout_s=40)  # the timelines and the sweep
+    shown = browser.wait_rendered(min_images=3, timeout_s=40)  # the timelines, the sweep and the scaling curve
     assert shown["srcs"] != first["srcs"]
     browser.click_label("find_unused_parameters")  # switch a configuration
     changed = browser.wait_rendered(min_images=2, changed_from=shown["srcs"], timeout_s=30)
@@ -62,11 +62,12 @@ def test_whatif_switch_configuration_renders_chart(server, browser):
                            ".includes('Communication hook')).map(s => s.innerHTML).join('')")
     assert "Clear value" not in buttons and "none (DDP's own allreduce)" in buttons
     browser.click_label("a GPU model")  # the GPU example, where bucket size matters ~2x
-    gpu = browser.wait_rendered(min_images=2, changed_from=changed["srcs"], timeout_s=40)
+    gpu = browser.wait_rendered(min_images=3, changed_from=changed["srcs"], timeout_s=40)
     text = browser.eval("document.body.innerText")
     assert "Best simulated" in text and "the same as the configuration unchanged" in text, text[-3000:]
-    assert gpu["images"] == 2
-    shot = browser.screenshot(ARTIFACTS / "e2e_whatif.png", height=2200)
+    assert "from 1 to 100,000 ranks the iteration goes from" in text, text[-3000:]  # the scaling curve's caption
+    assert gpu["images"] == 3
+    shot = browser.screenshot(ARTIFACTS / "e2e_whatif.png", height=3400)
     assert shot.stat().st_size > 10_000
 
 
