@@ -126,3 +126,11 @@ def test_the_learn_pages_numbers_are_the_curves():
     rows, _ = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25"}, sizes=(8, 16))
     quoted = f"{rows[0]['iteration_time_s'] * 1e3:.1f} ms per\niteration at 8 ranks, {rows[1]['iteration_time_s'] * 1e3:.1f} ms at 16"
     assert quoted in learn.TOPICS["scaling"].text
+
+
+def test_a_flat_ring_at_100000_ranks_is_drawn_in_seconds():
+    base, trace, work = recording("05_convnet_torch_no_sync3")  # a CPU recording over a datasheet link
+    rows, _ = scaling.rows(base, trace, work, {**UNCHANGED, "no_sync_every": 3, "network": "ib100"}, sizes=(1, 100_000))
+    assert rows[-1]["iteration_time_s"] > 10  # gloo's ring over 100,000 ranks: 2(k-1) steps of latency
+    assert plot_scaling(rows).axes[0].get_ylabel() == "iteration time (s)"
+    assert plot_scaling(rows[:1]).axes[0].get_ylabel() == "iteration time (ms)"

@@ -4,9 +4,10 @@ One bar per world size (evenly spaced: the sizes run from 1 to 100,000), split i
 the communication hidden under it, grey as the timeline's backward), the communication left exposed
 (the timeline's hatched red) and waiting for the slowest rank (orange). Above each bar, the share of
 its 1-rank throughput each rank keeps (``efficiency``); under a size, the NCCL algorithm and protocol
-of the largest bucket's allreduce where there is one (two lines: algorithm, protocol). The what-if's own world size is outlined.
-Rows are those of ``ddpsim.app.scaling.rows``: world_size, compute_s, exposed_comm_s, waiting_s,
-and optionally efficiency and nccl.
+of the largest bucket's allreduce where there is one. The what-if's own world size is outlined. Times
+are in milliseconds, in seconds where the tallest bar reaches ten (a flat ring at 100,000 ranks).
+Rows are those of ``ddpsim.app.scaling.rows``: world_size, iteration_time_s, compute_s,
+exposed_comm_s, waiting_s, and optionally efficiency and nccl.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ddpsim.viz import palette as pal
 
 WAITING = "#E69F00"  # Okabe-Ito orange: waiting for stragglers
 MIN_SLOTS = 8  # bar slots the axis holds at the least
+SECONDS_FROM = 10.0  # s: an iteration this long or longer puts the axis in seconds (as the app's units.py)
 PARTS = (("compute_s", "compute (communication hidden under it)", {"color": pal.BACKWARD}),
          ("exposed_comm_s", "exposed communication", {"color": "white", "hatch": "////", "edgecolor": pal.EXPOSED}),
          ("waiting_s", "waiting for stragglers", {"color": WAITING}))
@@ -35,8 +37,9 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
     ax = fig.subplots()
     xs = range(len(rows))
     bottom = [0.0] * len(rows)
+    unit, scale = ("s", 1.0) if max(r["iteration_time_s"] for r in rows) >= SECONDS_FROM else ("ms", 1e3)
     for key, label, style in PARTS:
-        ms = [r[key] * 1e3 for r in rows]
+        ms = [r[key] * scale for r in rows]
         ax.bar(xs, ms, bottom=bottom, width=0.7, label=label, linewidth=0.6, zorder=2, gid=f"scaling_{key}",
                **{"edgecolor": pal.TEXT, **style})
         bottom = [b + m for b, m in zip(bottom, ms)]
@@ -56,7 +59,7 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
     ax.set_ylim(0, top * 1.12)
     ax.set_xlabel("world size (ranks)" + ("; under it, NCCL's algorithm and protocol for the largest bucket"
                                          if any(r.get("nccl") for r in rows) else ""), fontsize=10)
-    ax.set_ylabel("iteration time (ms)", fontsize=10)
+    ax.set_ylabel(f"iteration time ({unit})", fontsize=10)
     ax.grid(axis="y", color=pal.GRID, zorder=0.5)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
