@@ -124,6 +124,8 @@ def test_whatif_on_real_trace_changes_with_bucket_cap():
     at = page("whatif.py")
     assert len(at.image) == 3  # timeline (real vs simulated), the sweep and the scaling curve (1 and 2 ranks)
     assert any("Best simulated" in s.value for s in at.success)
+    assert any(c.value.startswith("Not in the curve: 4 to 100,000 ranks: nothing is known about the recording's "
+                                  "network there") for c in at.caption)
     before = {m.label: m.value for m in at.metric}
     cap = at.select_slider[0]
     assert cap.label == "Bucket cap (MiB)"
@@ -165,6 +167,8 @@ def test_whatif_gpu_model_sweep_and_keep_for_compare():
     # its best is the small bucket last (126.5 ms), not find_unused_parameters=True for the layout it keeps (126.9)
     assert "DDP_SET_LAST_BUCKET_CAP=1" in best and "find_unused_parameters **False**" in best, best
     assert "Waiting for stragglers" in markdown(at) and "slowest of 64" in markdown(at)  # the GPU profile's spread
+    curve = next(c.value for c in at.caption if c.value.startswith("SIMULATED, the options above at each world size"))
+    assert "from 1 to 100,000 ranks" in curve and "The what-if's 64 ranks (the outlined bar)" in curve, curve
     at.selectbox(key="ddpsim_wi:synthetic:v100-eth25:resnet50:algo").set_value("tree").run()  # NCCL_ALGO=Tree
     ok(at)
     assert any("Iteration time +" in m.value for m in at.markdown)  # forcing trees on 8 nodes costs time
@@ -199,6 +203,8 @@ def test_whatif_offers_the_nccl_algorithms_that_run_at_the_world_size():
     assert at.selectbox(key=k + "algo").options == ["auto (NCCL's choice)", "ring", "tree", "nvls"]  # one node
     at.selectbox(key=k + "algo").set_value("nvls").run()
     ok(at)
+    assert any("The what-if's 8 ranks (the outlined bar)" in c.value for c in at.caption)  # the scaling curve
+    assert "Not in the curve: nvls does not run at 16 to 100,000 ranks on h100: NCCL's choice there." in markdown(at)
     world = next(s for s in at.select_slider if s.label.startswith("World size"))
     world.set_value(64).run()  # NVLS across nodes needs SHARP: NVLS-tree instead
     ok(at)

@@ -1,16 +1,14 @@
 """The What-if page's scaling curve: the chosen options at every world size, each iteration split into
-compute, exposed communication and waiting for stragglers (ddpsim/app/scaling.py, ddpsim/viz/scaling.py)."""
+compute, exposed communication and waiting for stragglers (ddpsim/app/scaling.py, ddpsim/viz/scaling.py).
+The page's own tests drive it in the app: tests/test_app_pages.py (AppTest) and test_e2e_browser.py."""
 import math
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from ddpsim import load_trace, samples
 from ddpsim.app import scaling, whatif
 from ddpsim.viz import plot_scaling
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 UNCHANGED = dict(bucket_cap_mb=None, order="torch", find_unused_parameters=False, no_sync_every=1, algo=None,
                  broadcast_buffers=None, comm_hook=None, last_bucket_small=None)
 
@@ -89,20 +87,6 @@ def test_the_figure_has_a_bar_per_size_and_outlines_the_chosen_one():
     assert "100%" in [t.get_text() for t in ax.texts]
     with pytest.raises(ValueError, match="no world sizes"):
         plot_scaling([])
-
-
-def test_the_page_draws_the_curve_for_a_gpu_model_and_marks_the_what_if():
-    at = AppTest.from_file(APP, default_timeout=90).run()
-    at.switch_page("ddpsim/app/pages/whatif.py").run()
-    assert any("Not in the curve: 4 to 100,000 ranks" in c.value for c in at.caption)  # the CPU sample
-    at.radio(key="ddpsim_wi_source").set_value("a GPU model").run()
-    assert not at.exception and not at.error
-    assert "How does it scale? The same options at every world size" in [s.value for s in at.subheader]
-    curve = next(c.value for c in at.caption if c.value.startswith("SIMULATED, the options above at each world size"))
-    assert "from 1 to 100,000 ranks" in curve and "The what-if's 64 ranks" in curve
-    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(16).run()
-    assert not at.exception and not at.error
-    assert any("The what-if's 16 ranks" in c.value for c in at.caption)
 
 
 def test_the_sizes_an_algorithm_does_not_run_at_make_one_note():
