@@ -1,4 +1,4 @@
-"""The What-if page's scaling curve: the chosen options at every world size (no Streamlit).
+"""The What-if page's scaling curve: the chosen options at every world size (no Streamlit call here).
 
 Each world size of the page's slider is the what-if with only the world size changed
 (``whatif.sim_config``), simulated twice: with the rank-to-rank spread the page uses and without it
