@@ -17,6 +17,7 @@ from ddpsim.app import network as network_plan
 from ddpsim.app import units, whatif
 from ddpsim.app.whatif_widgets import nccl_algos, sweep_seconds
 from ddpsim.learn.noise import quiet_config
+from ddpsim.sim.api import largest_nccl_choice
 
 KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network is known at that size
 
@@ -44,12 +45,14 @@ def known_sizes(base: whatif.Base, trace, network, sizes=None) -> tuple[list[int
 
 def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
          sizes=None) -> tuple[list[dict], list[str]]:
-    """One row per world size of ``sizes`` (None: the world-size slider's) that can be simulated with ``choices`` (``whatif.sim_config``'s
-    keyword arguments but the world size), and the notes on the sizes left out or changed.
+    """One row per world size of ``sizes`` (None: the world-size slider's) that can be simulated with
+    ``choices`` (``whatif.sim_config``'s keyword arguments but the world size), and the notes on the sizes
+    left out or changed.
 
     A row: world_size, iteration_time_s = compute_s + exposed_comm_s + waiting_s, efficiency (the 1-rank
     iteration time over this one: each rank's share of its 1-rank throughput, at a fixed batch per rank) and
     nccl (the algorithm/protocol of the largest bucket's allreduce, "" where there is none)."""
+    sizes = whatif.world_options(base) if sizes is None else list(sizes)
     known, unknown, measurable = known_sizes(base, trace, choices.get("network", whatif.AS_RECORDED), sizes)
     out, notes, dropped = [], [], []
     for ws in known:
@@ -63,11 +66,12 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
         except ValueError as e:  # the simulator refuses this size: say so, keep the others
             notes.append(f"{ws:,} ranks: {e}")
     if dropped:
-        notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped, whatif.world_options(base))} on {base.gpu}: NCCL's choice there")
+        notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped, sizes)} on {base.gpu}: "
+                        "NCCL's choice there")
     if unknown:
         how = ", or move World size there to measure it on this machine" if measurable else ""
-        notes.insert(0, f"{_sizes(unknown, whatif.world_options(base))}: nothing is known about the recording's network there (pick a network "
-                        f"above{how})")
+        notes.insert(0, f"{_sizes(unknown, sizes)}: nothing is known about the recording's network there "
+                        f"(pick a network above{how})")
     one = next((r["iteration_time_s"] for r in out if r["world_size"] == 1), None)
     for r in out:
         r["efficiency"] = one / r["iteration_time_s"] if one else None
@@ -82,15 +86,13 @@ def _row(ws: int, simulate_fn, work, cfg) -> dict:
     t = s["iteration_time_s"]
     waiting = max(0.0, t - q["iteration_time_s"])
     exposed = min(q["exposed_comm_s"], t - waiting)
-    big = max(s.get("nccl") or [], key=lambda b: b["bytes"], default=None)
     return {"world_size": ws, "iteration_time_s": t, "compute_s": t - waiting - exposed,
-            "exposed_comm_s": exposed, "waiting_s": waiting,
-            "nccl": f"{big['algo']}/{big['proto']}" if big and big["algo"] != "none" else ""}
+            "exposed_comm_s": exposed, "waiting_s": waiting, "nccl": largest_nccl_choice(s)}
 
 
-def _sizes(sizes: list[int], slider: list[int]) -> str:
-    """"4 to 100,000 ranks" for a run of the slider's sizes, else each one."""
-    at = [slider.index(n) if n in slider else -1 for n in sizes]
+def _sizes(sizes: list[int], among: list[int]) -> str:
+    """"4 to 100,000 ranks" for a run of consecutive sizes of ``among``, else each one."""
+    at = [among.index(n) if n in among else -1 for n in sizes]
     if len(sizes) > 2 and at[0] >= 0 and at == list(range(at[0], at[0] + len(at))):
         return f"{sizes[0]:,} to {sizes[-1]:,} ranks"
     return f"{', '.join(f'{n:,}' for n in sizes[:-1])}{' and ' if len(sizes) > 1 else ''}{sizes[-1]:,} ranks"

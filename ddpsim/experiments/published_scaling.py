@@ -10,6 +10,7 @@ iteration spent waiting for the slowest rank: (time with the spread - time witho
 from __future__ import annotations
 
 from ddpsim.experiments.gpu_rate import as_published, fit_tflops, simulate_src
+from ddpsim.sim.api import largest_nccl_choice
 from ddpsim.sim.network import gpus
 
 DLE_BERT = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (pytorch:21.11-py3, torch DDP with "
@@ -96,9 +97,8 @@ def predict(src: dict, tflops: float, ws: int, acc: int, spread: float) -> dict:
     noisy = simulate_src(src, tflops, ws, src["net"], **config(src, acc, spread))
     quiet = simulate_src(src, tflops, ws, src["net"], **config(src, acc, 0.0))
     t, t0 = noisy["iteration_time_s"], quiet["iteration_time_s"]
-    big = max(noisy.get("nccl") or [{"bytes": 0, "algo": "none", "proto": ""}], key=lambda b: b["bytes"])
     return {"predicted": as_published(src, t, ws), "straggler": (t - t0) / t if t > 0 else 0.0,
-            "nccl": f"{big['algo']}/{big['proto']}" if big["algo"] != "none" else "-"}
+            "nccl": largest_nccl_choice(noisy) or "-"}
 
 
 def reproduce(src: dict) -> list[dict]:

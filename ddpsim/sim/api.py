@@ -95,6 +95,13 @@ def nccl_choices(link, layout: Layout, world_size: int) -> list[dict]:
     return out
 
 
+def largest_nccl_choice(summary: dict) -> str:
+    """"algo/proto" NCCL runs for the largest bucket of a simulation's ``summary`` (its ``nccl_choices``),
+    or "" where none runs (one rank; a flat link, no NCCL model)."""
+    big = max(summary.get("nccl") or [], key=lambda b: b["bytes"], default=None)
+    return f"{big['algo']}/{big['proto']}" if big and big["algo"] != "none" else ""
+
+
 def _ns(t: float) -> int:
     return round(t * 1e9)  # round() of a float is an int
 
