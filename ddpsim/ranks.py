@@ -29,7 +29,7 @@ so PR_SET_PDEATHSIG (``die_with_parent``) follows the server. The server exits w
 its "alive" pipe's write end has closed it: the process that started it and, since multiprocessing
 hands that end to each process it forks, every rank. So a rank closes its copy first
 (``release_forkserver``): when the caller dies, even by SIGKILL, the server sees the pipe close
-and exits, and the kernel kills the ranks (tests/test_ranks.py, tests/test_record_forked.py).
+and exits at once (``forkserver_exit.py``), and the kernel kills the ranks (tests/test_ranks.py).
 """
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def forkserver_context():
     from ddpsim.torchcompat import RANK_PRELOAD  # torch, and what DDP's constructor imports
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(RANK_PRELOAD))  # read when the server starts
+    ctx.set_forkserver_preload([*RANK_PRELOAD, "ddpsim.forkserver_exit"])  # read when the server starts
     return ctx
 
 
