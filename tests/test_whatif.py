@@ -446,7 +446,11 @@ def test_page_another_host_asks_for_a_network(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_page_measures_the_network_with_its_button(tmp_path, monkeypatch, capsys):
+    from ddpsim.experiments import worldsize
+
     name = samples_from(tmp_path, monkeypatch, socket.gethostname())
+    monkeypatch.setattr(worldsize, "REPS", 3)  # a shorter measurement (10 s -> 2 s here), made as the page makes it
+    monkeypatch.setattr(worldsize, "ROUNDS", 1)
     at = open_whatif(2)
     keep = lambda: next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()  # noqa: E731
     keep()
