@@ -1,10 +1,10 @@
 """minddp trains exactly like torch DDP, bucket layouts included.
 
 For every zoo model and many DDP configurations (bucket caps tiny / 0.25 MiB /
-default / larger than the model at 2 ranks, tiny / default at 4, with and without ``no_sync`` accumulation,
-branchy with find_unused_parameters, one static_graph run), 5 SGD steps are run
-with torch DDP and with minddp, in one spawned group of gloo ranks per world size
-(configurations loop inside the ranks: a spawn costs seconds).
+default / larger than the model at 2 ranks, tiny / default at 4; with and without
+``no_sync`` accumulation, branchy with find_unused_parameters, one static_graph run),
+5 SGD steps are run with torch DDP and with minddp, in one spawned group of gloo ranks
+per world size (configurations loop inside the ranks: a spawn costs seconds).
 
 Checks, per configuration:
 - minddp params == torch DDP params (max abs diff <= 1e-6; in practice 0);
