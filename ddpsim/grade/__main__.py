@@ -80,4 +80,6 @@ def release_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ddpsim.__main__ import end_process  # Note [A command exits without finalizing]
+
+    end_process(main())
