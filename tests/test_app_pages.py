@@ -205,6 +205,9 @@ def test_whatif_offers_the_nccl_algorithms_that_run_at_the_world_size():
     ok(at)
     assert any("The what-if's 8 ranks (the outlined bar)" in c.value for c in at.caption)  # the scaling curve
     assert "Not in the curve: nvls does not run at 16 to 100,000 ranks on h100: NCCL's choice there." in markdown(at)
+    curve_cli = next(c.value for c in at.code if c.value.startswith("python -m ddpsim scaling"))  # its command line
+    assert "--hardware h100-ib400" in curve_cli and "--world-sizes 1,2,4,8,16,32,64,128,256,512,1024,4096,16384,100000" \
+        in curve_cli and curve_cli.endswith("--algo nvls"), curve_cli
     world = next(s for s in at.select_slider if s.label.startswith("World size"))
     world.set_value(64).run()  # NVLS across nodes needs SHARP: NVLS-tree instead
     ok(at)

@@ -71,3 +71,38 @@ def test_the_cap_is_a_number_or_default(capsys):
     with pytest.raises(SystemExit):
         main(["simulate", "--arch", "resnet50", "--bucket-cap-mb", "big"])
     assert "--bucket-cap-mb" in capsys.readouterr().err
+
+
+SCALING_CASES = [  # (sample, the page's choices that differ from the run as recorded)
+    ("02_mlp_torch_cap0.25", {"bucket_cap_mb": 1.0}),  # as recorded: the curve's sizes are 1 and 2
+    ("10_h100_resnet18_gloo_2ranks", {"network": "ib100"}),  # a GPU recording, NCCL between its nodes
+    ("20_sim_resnet50_v100-eth25_w64_default", {"bucket_cap_mb": 10.0, "algo": "ring"}),  # a GPU model
+]
+
+
+@pytest.mark.parametrize("name,change", SCALING_CASES, ids=[n[:2] for n, _ in SCALING_CASES])
+def test_the_scaling_command_prints_the_curves_rows(name, change, capsys):
+    from ddpsim.app import scaling
+
+    path = samples.BUNDLED_DIR / f"{name}.json"
+    trace = load_trace(path)
+    base = whatif.base_for(trace)
+    work = whatif.workload(base, trace)
+    c = {**whatif.choices(base), "hook": None, **change}
+    chosen = dict(bucket_cap_mb=c["bucket_cap_mb"], order=c["order"], find_unused_parameters=c["find_unused_parameters"],
+                  no_sync_every=c["no_sync_every"], network=c["network"], algo=c["algo"], broadcast_buffers=None,
+                  comm_hook=None, last_bucket_small=c["last_bucket_small"])
+    kind_trace = base.kind == "trace"
+    rows, _ = scaling.rows(base, trace if kind_trace else None, work, chosen)
+    cmd = simulate_command(base, str(path), c["bucket_cap_mb"], c["order"], c["find_unused_parameters"],
+                           c["no_sync_every"], c["world_size"], c["network"], None, None, c["algo"],
+                           trace if kind_trace else None, c["last_bucket_small"], sizes=[r["world_size"] for r in rows])
+    argv = shlex.split(cmd)
+    assert argv[:4] == ["python", "-m", "ddpsim", "scaling"] and "--world-size" not in argv, cmd
+    assert main(argv[3:]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert [r["world_size"] for r in printed] == [r["world_size"] for r in rows] and len(rows) >= 2, cmd
+    for p, r in zip(printed, rows):
+        assert p["nccl"] == r["nccl"] and p["efficiency"] == pytest.approx(r["efficiency"], rel=1e-9), cmd
+        for part in ("iteration_time_s", "compute_s", "exposed_comm_s", "waiting_s"):
+            assert p[part] == pytest.approx(r[part], rel=1e-9, abs=1e-12), (cmd, r["world_size"], part)

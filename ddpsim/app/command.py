@@ -1,5 +1,6 @@
 """The What-if page's simulation as one command line: ``python -m ddpsim simulate ...`` with the
-page's choices, which prints the same iteration time (the page and the command line are one model).
+page's choices, which prints the same iteration time (the page and the command line are one model);
+its scaling curve as ``python -m ddpsim scaling ...``, which prints the curve's rows.
 
 Only what differs from the command's own defaults is written: for a trace, its recorded options
 (``replay_config``), or a SIMULATED trace's every option (``GpuModel.settings``); for a GPU model picked
@@ -17,10 +18,13 @@ from ddpsim.sim.network import networks
 
 def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str, fu: bool, n_sync: int,
                      world: int, network: str, hook: str | None = None, bufs: bool | None = None,
-                     algo: str | None = None, trace=None, small: bool | None = None) -> str:
+                     algo: str | None = None, trace=None, small: bool | None = None,
+                     sizes: list[int] | None = None) -> str:
     """The command for the page's choices; ``hook`` is what the simulator plays
-    (``whatif_widgets.simulated_hook``); ``small``: torch's DDP_SET_LAST_BUCKET_CAP=1 (None: as recorded)."""
-    args = ["python", "-m", "ddpsim", "simulate"]
+    (``whatif_widgets.simulated_hook``); ``small``: torch's DDP_SET_LAST_BUCKET_CAP=1 (None: as recorded).
+    With ``sizes`` (the scaling curve's world sizes), ``python -m ddpsim scaling`` at those sizes instead,
+    which prints the curve's rows."""
+    args = ["python", "-m", "ddpsim", "simulate" if sizes is None else "scaling"]
     if base.kind == "trace" or base.model is not None:
         args += ["--trace", trace_file or "TRACE.json"]
         now = whatif.choices(base)
@@ -33,7 +37,7 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
         now = {"bucket_cap_mb": None, "find_unused_parameters": False, "no_sync_every": 1,
                "broadcast_buffers": None, "last_bucket_small": False, "algo": None}  # SimConfig's defaults, torch's
         recorded_order = "torch"
-    args += ["--world-size", str(world)]
+    args += ["--world-size", str(world)] if sizes is None else ["--world-sizes", ",".join(map(str, sizes))]
     if cap != now["bucket_cap_mb"]:
         args += ["--bucket-cap-mb", "default" if cap is None else f"{cap:g}"]
     if order != recorded_order:
@@ -51,11 +55,11 @@ def simulate_command(base: whatif.Base, trace_file: str | None, cap, order: str,
     if algo != now["algo"]:  # None: NCCL's choice (a simulated trace's own NCCL_ALGO: written where it changed)
         args += ["--algo", algo or "auto"]
     if base.kind == "trace":
-        args += _network_args(trace, network, world)
+        args += _network_args(trace, network, sizes or [world])
     return shlex.join(args)
 
 
-def _network_args(trace, network: str, world: int) -> list[str]:
+def _network_args(trace, network: str, sizes: list[int]) -> list[str]:
     """A recording's network, as ``whatif.sim_config`` sets it: NCCL between its GPU's nodes, a CPU
     recording's profile as one flat link; at another world size over the recorded network, what the
     page has (the trace's calibration, with any allreduce measured on the page, which the downloaded
@@ -68,4 +72,4 @@ def _network_args(trace, network: str, world: int) -> list[str]:
         return ["--bandwidth-gbps", f"{float(prof['bandwidth_gbps']):g}", "--latency-us", f"{float(prof['latency_us']):g}",
                 "--concurrency", str(int(prof.get("concurrency", 1))),
                 "--interference", f"{float(prof.get('interference', 0)):g}"]
-    return [] if trace is None or world == trace.world_size else ["--no-calibrate"]
+    return [] if trace is None or set(sizes) <= {trace.world_size} else ["--no-calibrate"]

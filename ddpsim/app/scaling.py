@@ -1,11 +1,8 @@
 """The What-if page's scaling curve: the chosen options at every world size (no Streamlit call here).
 
 Each world size of the page's slider is the what-if with only the world size changed
-(``whatif.sim_config``), simulated twice: with the rank-to-rank spread the page uses and without it
-(``learn.noise.quiet_config``). So each bar splits into three parts that add up to the iteration:
-compute (with the communication hidden under it), the communication the quiet run leaves exposed,
-and the extra time the spread costs, waiting for the slowest rank (Note [Waiting for the slowest
-rank] in sim/stragglers.py). Every size draws its ranks' speeds, the recorded size too, so the
+(``whatif.sim_config``), split into compute, exposed communication and waiting for the slowest rank
+by ``ddpsim.learn.scaling`` (``python -m ddpsim scaling`` prints the same rows). Every size draws its ranks' speeds, the recorded size too, so the
 curve has no step where a recording is replayed rank by rank (Note [The unchanged run is simulated
 as the what-if is] in whatif.py). A recording at a world size whose network is not known there
 (nothing measured, a GPU trace with no network chosen: ``experiments.worldsize.plan``) is left out,
@@ -16,8 +13,7 @@ from __future__ import annotations
 from ddpsim.app import network as network_plan
 from ddpsim.app import units, whatif
 from ddpsim.app.whatif_widgets import nccl_algos, sweep_seconds
-from ddpsim.learn.noise import quiet_config
-from ddpsim.sim.api import largest_nccl_choice
+from ddpsim.learn.scaling import split, with_efficiency
 
 KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network is known at that size
 
@@ -62,7 +58,7 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
             picked["algo"] = None
         try:
             cfg = whatif.sim_config(base, world_size=ws, work=work, trace=trace, noise="drawn", **picked)
-            out.append(_row(ws, simulate_fn, work, cfg))
+            out.append(split(ws, simulate_fn, work, cfg))
         except ValueError as e:  # the simulator refuses this size: say so, keep the others
             notes.append(f"{ws:,} ranks: {e}")
     if dropped:
@@ -72,22 +68,7 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
         how = ", or move World size there to measure it on this machine" if measurable else ""
         notes.insert(0, f"{_sizes(unknown, sizes)}: nothing is known about the recording's network there "
                         f"(pick a network above{how})")
-    one = next((r["iteration_time_s"] for r in out if r["world_size"] == 1), None)
-    for r in out:
-        r["efficiency"] = one / r["iteration_time_s"] if one else None
-    return out, notes
-
-
-def _row(ws: int, simulate_fn, work, cfg) -> dict:
-    """The three parts of the iteration at ``ws`` ranks (module docstring)."""
-    _, s = simulate_fn(work, cfg)
-    quiet = quiet_config(cfg, s)
-    q = simulate_fn(work, quiet)[1] if quiet is not None else s
-    t = s["iteration_time_s"]
-    waiting = max(0.0, t - q["iteration_time_s"])
-    exposed = min(q["exposed_comm_s"], t - waiting)
-    return {"world_size": ws, "iteration_time_s": t, "compute_s": t - waiting - exposed,
-            "exposed_comm_s": exposed, "waiting_s": waiting, "nccl": largest_nccl_choice(s)}
+    return with_efficiency(out), notes
 
 
 def _sizes(sizes: list[int], among: list[int]) -> str:

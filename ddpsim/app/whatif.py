@@ -21,6 +21,7 @@ from ddpsim.app import beyond, hook_cautions, waiting
 from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
 from ddpsim.learn.noise import wait_s
+from ddpsim.learn.scaling import WORLD_SIZES
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.sim.network import networks
 from ddpsim.trace import Trace, quiet_ranks
@@ -31,7 +32,6 @@ ORDERS = ("torch", "reverse", "definition", "ready", "random")
 SWEEP_CAPS, SWEEP_ORDERS, SWEEP_RUNS = layout_sweep.SWEEP_CAPS, layout_sweep.SWEEP_ORDERS, layout_sweep.SWEEP_RUNS
 CAPS = (None, *SWEEP_CAPS)  # None: torch default; the slider's values are the sweep's: a best cap is selectable
 SWEEP_RANKS = 2  # simulated ranks the sweep's 77 rows each keep and summarise (the what-if: simulate's 8)
-WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
 SIM_ITERS = gpu_model.ITERS  # synced steps per simulation of a GPU model (simulate --trace of a simulated one too)
 HOOKS = (None, "fp16", "bf16", "powersgd", "noop", "round-robin:2")  # comm hook what-ifs (None: DDP's own allreduce)
 POWERSGD_START = 2  # synced steps before PowerSGD starts here (torch's default 1000 is past any simulated run)

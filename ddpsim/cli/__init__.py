@@ -2,7 +2,7 @@
 front end in one place.
 
 Each command lives in a module with ``HELP`` (one line), ``add_arguments(parser)``
-and ``main(args) -> int``: ``record``, ``simulate``, ``sweep`` and ``import`` in this package,
+and ``main(args) -> int``: ``record``, ``simulate``, ``scaling``, ``sweep`` and ``import`` in this package,
 the others beside the library code they drive (``COMMANDS``). Errors meant for the
 user are raised as ``CLIError`` (or ValueError / TraceFormatError) and printed as
 one line, with exit status 2.
@@ -23,6 +23,7 @@ COMMANDS = {
     "export": "ddpsim.trace.export",
     "import": "ddpsim.cli.profile_import",
     "simulate": "ddpsim.cli.simulate",
+    "scaling": "ddpsim.cli.scaling",
     "sweep": "ddpsim.cli.sweep",
     "calibrate": "ddpsim.experiments.calibrate",
     "validate": "ddpsim.experiments.validate",

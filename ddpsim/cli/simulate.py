@@ -32,10 +32,12 @@ FLAGS = {"find_unused_parameters=False": "--no-find-unused-parameters", "static_
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p, one_size: bool = True) -> None:
+    """``one_size``: --world-size and --out (``scaling`` takes --world-sizes and writes no trace)."""
     add_input_arguments(p)
     d = p.add_argument_group("DDP options and what-ifs (default: the trace's own)")
-    d.add_argument("--world-size", type=int)
+    if one_size:
+        d.add_argument("--world-size", type=int)
     d.add_argument("--bucket-cap-mb", type=cap_mb, help="MiB, or 'default' (torch's 25 MiB with a 1 MiB first bucket); "
                    "another cap than the trace's replaces its bucket_cap_mb_list")
     d.add_argument("--bucket-cap-mb-list", type=float, nargs="+", metavar="MIB",
@@ -87,15 +89,17 @@ def add_arguments(p) -> None:
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
     add_network_source_arguments(p)
     add_budget_arguments(p)
-    p.add_argument("--out", help="write the simulated trace here (JSON)")
+    if one_size:
+        p.add_argument("--out", help="write the simulated trace here (JSON)")
 
 
-def load_source(args, world_sizes: list[int] | None = None):
+def load_source(args, world_sizes: list[int] | None = None, trace=None):
     """(workload, the recorded trace or None, the GPU model of a SIMULATED trace or None) from --trace or --arch;
     ``world_sizes``: those the trace will be asked for (default: ``--world-size``). A SIMULATED trace of a GPU
     model is that model (``ddpsim.learn.gpu_model``): its arch, batch and rate on its hardware or on
     ``--hardware``'s, with every option it ran with. A recording asked for another world size with no network
-    named first goes through ``experiments.worldsize.prepare`` (Note [Another world size on the user's path])."""
+    named first goes through ``experiments.worldsize.prepare`` (Note [Another world size on the user's path]).
+    ``trace``: --trace already loaded."""
     from ddpsim.learn import gpu_model
     from ddpsim.sim.archs import synthetic
     from ddpsim.trace import load_trace
@@ -103,8 +107,8 @@ def load_source(args, world_sizes: list[int] | None = None):
     if bool(args.trace) == bool(args.arch):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
     if world_sizes is None:
-        world_sizes = [args.world_size] if args.world_size is not None else []
-    trace = load_trace(args.trace) if args.trace else None
+        world_sizes = [args.world_size] if getattr(args, "world_size", None) is not None else []
+    trace = trace if trace is not None else load_trace(args.trace) if args.trace else None
     model = gpu_model.of_trace(trace)
     if trace is not None and model is None:
         check_recording_args(args)  # before the ranges: a recording takes no --batch at all
@@ -191,9 +195,10 @@ def overrides_from_args(args) -> dict:
     return values
 
 
-def config_for(workload, trace, values: dict, model=None, source: str | None = None):
-    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``), a SIMULATED trace's
-    GPU ``model`` (``GpuModel.sim_config``: its options under them; ``source``, the trace's file) or --arch's defaults."""
+def config_for(workload, trace, values: dict, model=None, source: str | None = None, noise: str = "recorded"):
+    """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``, with its ``noise``), a
+    SIMULATED trace's GPU ``model`` (``GpuModel.sim_config``: its options under them; ``source``, the trace's
+    file) or --arch's defaults."""
     from ddpsim.analysis.unused import refusal
     from ddpsim.learn import gpu_model, replay_config
 
@@ -201,7 +206,7 @@ def config_for(workload, trace, values: dict, model=None, source: str | None = N
         return model.sim_config(workload, values, source)
     if trace is None:
         return gpu_model.make_config(workload, values)
-    cfg = replay_config(workload, trace, **values)
+    cfg = replay_config(workload, trace, noise=noise, **values)
     if (refused := refusal(trace, cfg.find_unused_parameters, cfg.static_graph)):
         raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")
     cfg.validate()

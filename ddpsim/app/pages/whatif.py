@@ -203,6 +203,12 @@ if ui.quick_or_asked(scale_key, swept, scaling.seconds(out.summary, base, trace,
                        lambda: plot_scaling(rows, world, title=f"{ref_label[:48]}: by world size (SIMULATED)"),
                        "whatif_scaling", alt="Iteration time by world size: compute, exposed communication, waiting")
         st.caption(scaling.describe(rows, world, trace.world_size if base.kind == "trace" else None))
+        with st.expander("The curve on the command line", key=k + "scaling_cli"):
+            st.code(command.simulate_command(base, ui.trace_file(label) if label else None, cap, order, fu, n_sync, world,
+                                             network, sim_hook, bufs, algo, trace, small,
+                                             sizes=[r["world_size"] for r in rows]), language="bash")
+            st.caption("It prints these rows: each world size's iteration, compute, exposed communication, waiting "
+                       "and efficiency.")
     for note in notes:
         st.caption(f"Not in the curve: {note}.")
 ui.explain("bucket_size", "order", "find_unused", "no_sync", "scaling", "simulated")

@@ -1,0 +1,42 @@
+"""A scaling curve's rows: one configuration at several world sizes, each iteration split in three.
+
+The What-if page's curve (``ddpsim.app.scaling``) and ``python -m ddpsim scaling`` both build their rows
+here. Each world size is simulated twice: with the rank-to-rank spread and without it (``quiet_config``).
+The three parts add up to the iteration: compute (with the communication hidden under it), the
+communication the quiet run leaves exposed, and the extra time the spread costs, waiting for the
+slowest rank (Note [Waiting for the slowest rank] in sim/stragglers.py).
+
+    rows = [split(ws, simulate, work, cfg_at(ws)) for ws in WORLD_SIZES]
+    with_efficiency(rows)   # each rank's share of its 1-rank throughput, where 1 rank is a row
+"""
+from __future__ import annotations
+
+from ddpsim.learn.noise import quiet_config
+from ddpsim.sim.api import largest_nccl_choice
+
+# ranks: the world sizes the What-if page's slider offers (with a recording's own) and its curve draws;
+# the `scaling` command's default
+WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000)
+
+
+def split(world_size: int, simulate_fn, work, cfg) -> dict:
+    """One row: ``work`` simulated under ``cfg`` (at ``world_size`` ranks) by ``simulate_fn(work, cfg) ->
+    (trace, summary)``, and again without its spread. Its keys: world_size, iteration_time_s = compute_s +
+    exposed_comm_s + waiting_s, and nccl (the largest bucket's algorithm/protocol, "" where NCCL runs none)."""
+    _, s = simulate_fn(work, cfg)
+    quiet = quiet_config(cfg, s)
+    q = simulate_fn(work, quiet)[1] if quiet is not None else s
+    t = s["iteration_time_s"]
+    waiting = max(0.0, t - q["iteration_time_s"])
+    exposed = min(q["exposed_comm_s"], t - waiting)
+    return {"world_size": world_size, "iteration_time_s": t, "compute_s": t - waiting - exposed,
+            "exposed_comm_s": exposed, "waiting_s": waiting, "nccl": largest_nccl_choice(s)}
+
+
+def with_efficiency(rows: list[dict]) -> list[dict]:
+    """``rows`` with ``efficiency``: the 1-rank row's iteration time over each row's (each rank's share of
+    the throughput it has alone, at a fixed batch per rank); None for all where no row is of 1 rank."""
+    one = next((r["iteration_time_s"] for r in rows if r["world_size"] == 1), None)
+    for r in rows:
+        r["efficiency"] = one / r["iteration_time_s"] if one else None
+    return rows

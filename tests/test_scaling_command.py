@@ -1,0 +1,96 @@
+"""``python -m ddpsim scaling``: the What-if page's scaling curve on the command line (ddpsim/cli/scaling.py),
+run as a user runs it: the same rows as the page's curve (ddpsim/app/scaling.py), sizes it cannot price left
+out with a note, and a one-line error on a bad list of sizes."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ddpsim import load_trace, samples
+from ddpsim.app import scaling, whatif
+from ddpsim.learn.scaling import WORLD_SIZES
+
+UNCHANGED = dict(bucket_cap_mb=None, order="torch", find_unused_parameters=False, no_sync_every=1, algo=None,
+                 broadcast_buffers=None, comm_hook=None, last_bucket_small=None)
+GPU_PAIR = "10_h100_resnet18_gloo_2ranks"  # two H100 ranks over gloo: a GPU recording
+ONE_RANK = "11_h200_resnet50_nccl_1rank"  # one rank: no network to learn
+
+
+@pytest.fixture(autouse=True)
+def bundled(monkeypatch):
+    monkeypatch.delenv(samples.ENV_VAR, raising=False)
+
+
+def command(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddpsim", "scaling", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def rows_of(done: subprocess.CompletedProcess) -> list[dict]:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+
+
+def same_rows(page: list[dict], cli: list[dict]) -> None:
+    assert [r["world_size"] for r in cli] == [r["world_size"] for r in page]
+    for p, c in zip(page, cli):
+        assert c["nccl"] == p["nccl"], p["world_size"]
+        for k in ("iteration_time_s", "compute_s", "exposed_comm_s", "waiting_s", "efficiency"):
+            assert math.isclose(c[k], p[k], rel_tol=1e-4, abs_tol=1e-9), (p["world_size"], k, c[k], p[k])
+
+
+def test_a_gpu_model_prints_the_pages_curve():
+    done = command("--arch", "resnet50", "--hardware", "v100-eth25")
+    cli = rows_of(done)
+    base = whatif.Base("synthetic", "resnet50", "v100", "eth25", None, {"world_size": 64})
+    page, notes = scaling.rows(base, None, whatif.workload(base, None), {**UNCHANGED, "network": "eth25"})
+    assert notes == [] and [r["world_size"] for r in cli] == list(WORLD_SIZES)
+    same_rows(page, cli)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("scaling resnet50@v100-eth25 (SIMULATED): the same options at 14 world sizes")
+    last = lines[-2].split()  # the table's 100,000-rank row: ranks, four times in ms, efficiency, NCCL
+    r = cli[-1]
+    assert last[0] == "100,000" and float(last[1]) == pytest.approx(r["iteration_time_s"] * 1e3, abs=5e-4)
+    assert sum(map(float, last[2:5])) == pytest.approx(float(last[1]), abs=2e-3)  # the parts add up
+    assert last[5] == f"{r['efficiency']:.1%}" and last[6] == r["nccl"]
+
+
+def test_a_recording_over_a_named_network_prints_the_pages_curve():
+    path = samples.sample_path(GPU_PAIR)
+    cli = rows_of(command("--trace", str(path), "--hardware", "h100-ib400", "--world-sizes", "64,1,8,2"))
+    trace = load_trace(path)
+    base = whatif.base_for(trace, GPU_PAIR)
+    page, notes = scaling.rows(base, trace, whatif.workload(base, trace), {**UNCHANGED, "network": "ib400"},
+                               sizes=[1, 2, 8, 64])
+    assert notes == []
+    same_rows(page, cli)
+    assert cli[0]["efficiency"] == 1.0 and all(r["nccl"] for r in cli[1:])
+
+
+def test_an_algorithm_that_does_not_run_at_a_size_is_nccls_choice_there_as_on_the_page():
+    done = command("--arch", "resnet50", "--hardware", "h100-ib400", "--algo", "nvls", "--world-sizes", "1,8,16,64")
+    cli = rows_of(done)
+    base = whatif.Base("synthetic", "resnet50", "h100", "ib400", None, {"world_size": 64})
+    page, notes = scaling.rows(base, None, whatif.workload(base, None), {**UNCHANGED, "network": "ib400", "algo": "nvls"},
+                               sizes=[1, 8, 16, 64])
+    assert notes == ["nvls does not run at 16 and 64 ranks on h100: NCCL's choice there"]
+    same_rows(page, cli)
+    assert [r["nccl"] for r in cli] == ["", "nvls/Simple", "nvls_tree/Simple", "nvls_tree/Simple"]
+    assert done.stderr.splitlines() == ["note: nvls does not run at 16, 64 ranks: NCCL's choice there"]
+
+
+def test_sizes_without_a_network_are_left_out_with_a_note():
+    done = command("--trace", str(samples.sample_path(ONE_RANK)), "--world-sizes", "1,8,64")
+    assert [r["world_size"] for r in rows_of(done)] == [1]
+    assert ("note: 8, 64 ranks left out: the trace has 1 rank and no collective to learn a network from (give "
+            "--hardware GPU-NETWORK or --bandwidth-gbps G)") in done.stderr.splitlines()
+
+
+@pytest.mark.parametrize("sizes, says", [("1,x", "wants integers separated by commas"),
+                                         ("0,4", "wants world sizes between 1 and 10,000,000 ranks")])
+def test_a_bad_list_of_sizes_is_one_line(sizes, says):
+    done = command("--arch", "resnet50", "--world-sizes", sizes)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and says in done.stderr and "Traceback" not in done.stderr
