@@ -3,6 +3,8 @@ run as a user runs it: the same rows as the page's curve (ddpsim/app/scaling.py)
 out with a note, and a one-line error on a bad list of sizes."""
 import json
 import math
+import os
+import pty
 import subprocess
 import sys
 
@@ -94,3 +96,17 @@ def test_a_bad_list_of_sizes_is_one_line(sizes, says):
     done = command("--arch", "resnet50", "--world-sizes", sizes)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_terminal_sees_a_progress_bar_and_a_pipe_does_not():
+    reader, terminal = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "ddpsim", "scaling", "--arch", "resnet50", "--world-sizes", "1,2"],
+                              stdout=subprocess.PIPE, stderr=terminal, text=True, timeout=300)
+        seen = os.read(reader, 65536).decode()
+    finally:
+        os.close(reader)
+        os.close(terminal)
+    assert len(rows_of(done)) == 2
+    assert "simulating [" in seen and seen.rstrip().endswith("2/2 world sizes"), seen
+    assert command("--arch", "resnet50", "--world-sizes", "1,2").stderr == ""  # a pipe: no bar

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ddpsim.cli.headline import headline_lines
+from ddpsim.cli.progress import progress_bar
 from ddpsim.errors import CLIError
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
@@ -32,14 +33,6 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "DDPSIM_LAUNCHED" not in os.environ
 
 
-def progress_bar(done: int, total: int) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    end = "\n" if done >= total else ""
-    print(f"\rrecording [{'#' * filled}{'.' * (width - filled)}] {done}/{total} iterations",
-          end=end, file=sys.stderr, flush=True)
-
-
 def main(args) -> int:
     from ddpsim import torchcompat  # imports torch: here, so that the other commands start without it
 
@@ -56,7 +49,7 @@ def main(args) -> int:
         return _torchrun_rank(cfg, out)
     torchcompat.warn_if_unsupported()
     print(f"ddpsim record: {cfg.placement().line()}", file=sys.stderr)
-    show = progress_bar if sys.stderr.isatty() else None
+    show = progress_bar("recording", "iterations")
     trace = record(cfg, out, progress=show, master_port=args.master_port)
     head = f"wrote {out}: {cfg.model}, {cfg.impl} DDP, {cfg.world_size} rank{'s' if cfg.world_size != 1 else ''}, {cfg.iters} iterations"
     print("\n".join(headline_lines(trace, head)))

@@ -18,6 +18,7 @@ import json
 import sys
 
 from ddpsim.cli import simulate as simulate_cli
+from ddpsim.cli.progress import progress_bar
 
 HELP = "simulate the same options at several world sizes: each iteration split into compute, exposed comm and waiting"
 
@@ -97,7 +98,10 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
                                       noise="drawn")
         return split(ws, simulate, workload, cfg)
 
-    for ws in kept:
+    show = progress_bar("simulating", "world sizes")
+    for n, ws in enumerate(kept):
+        if show:
+            show(n, len(kept))
         try:
             rows.append(row(ws, {}))
             continue
@@ -110,6 +114,8 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
                 auto.append(ws)
             except ValueError:
                 pass
+    if show:
+        show(len(kept), len(kept))
     if auto:
         notes.append(f"{values['algo']} does not run at {', '.join(f'{n:,}' for n in auto)} ranks: NCCL's choice there")
     return workload.name, with_efficiency(rows), notes + grouped(refused)
