@@ -234,10 +234,10 @@ def test_whatif_world_size_network_and_no_sync():
 
 
 def test_whatif_long_sweep_waits_for_its_button():
-    """A CPU recording at 16 ranks: each of the sweep's 77 simulations plays all 16 ranks (they share the
-    recording's cores), about 12 s in all here (64 ranks: about 80 s); the sweep waits to be asked, and once
-    run it stays."""
-    at = page("whatif.py")
+    """The transformer sample at 16 ranks: each of the sweep's 77 simulations plays 6 actors (5 ranks drawn
+    one by one and the slowest of the other 11), estimated at 7 s in all here; the sweep waits to be asked,
+    and once run it stays."""
+    at = page("whatif.py", source="06_transformer_torch_default")
     next(s for s in at.select_slider if s.label.startswith("World size")).set_value(16).run()
     ok(at)
     ask = next(b for b in at.button if b.label.startswith("Run the sweep"))

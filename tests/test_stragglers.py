@@ -45,3 +45,32 @@ def test_the_ranks_are_one_actor_at_the_expected_slowest_speed():
     assert group["count"] == 99_999 and group["factor"] == pytest.approx(1 + 0.02 * expected_max(99_999))
     with pytest.raises(ValueError, match="jitter_mode must be one of sampled, expected"):
         SimConfig(jitter_mode="mean").validate()
+
+
+def _wait(world, mode, k, seed=0):
+    """Seconds a step of ResNet-50 at ``world`` ranks waits for stragglers (jitter 2%), ``k`` micro-steps a sync."""
+    w = synthetic("resnet50", "a100-ib200")
+    step = lambda jitter: simulate(w, SimConfig(world_size=world, iters=40, jitter=jitter, jitter_mode=mode,  # noqa: E731
+                                                no_sync_every=k, seed=seed))[1]["iteration_time_s"]
+    return step(0.02) - step(0.0)
+
+
+@pytest.mark.parametrize("world, k", [(64, 1), (64, 4), (4096, 1), (4096, 4)])
+def test_drawn_ranks_wait_as_long_as_the_expected_slowest(world, k):
+    """Drawn speeds (a sample of ranks one by one and the slowest of the rest as one actor, sim/plan.py)
+    wait what the expectation says, across no_sync windows too: the group's slowest is drawn once per
+    window (drawn per micro-step, the sum of maxima waited twice as long at 4,096 ranks and k = 4)."""
+    drawn = sum(_wait(world, "sampled", k, seed) for seed in range(3)) / 3
+    assert drawn == pytest.approx(_wait(world, "expected", k), rel=0.1)
+
+
+def test_sixty_four_drawn_ranks_are_nine_actors():
+    w = synthetic("resnet50", "a100-ib200")
+    trace, s = simulate(w, SimConfig(world_size=64, iters=2, jitter=0.02))
+    assert s["actors"] == 9 and len(trace.ranks) == 8  # the first, 7 drawn ranks (trace_ranks), the group
+    assert trace.meta["rank_groups"] == [{"kind": "max-of-group", "count": 56,
+                                          "note": "jitter multiplier = max of the group's draws; not in ranks"}]
+    trace, s = simulate(w, SimConfig(world_size=64, iters=2, jitter=0.02, trace_ranks=2))
+    assert s["actors"] == 6 and len(trace.ranks) == 2  # sample_ranks drawn, trace_ranks of them kept
+    trace, s = simulate(w, SimConfig(world_size=8, iters=2, jitter=0.02))
+    assert s["actors"] == 8 and not trace.meta.get("rank_groups")  # up to 8: every rank one by one

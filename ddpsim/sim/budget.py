@@ -67,9 +67,9 @@ def count_actors(cfg, explicit: bool) -> int:
         return alone + 1
     if cfg.jitter == 0 and not (explicit and others <= cfg.max_explicit_ranks):
         return alone + 1
-    if others <= cfg.max_explicit_ranks:
+    if cfg.one_by_one(others, explicit):
         return alone + others
-    return alone + 1 + min(cfg.sample_ranks, others - 1) + 1
+    return alone + 1 + min(cfg.sampled_ranks(explicit), others - 1) + 1
 
 
 def estimate_events(w: Workload, cfg, explicit: bool, link=None) -> int:

@@ -64,8 +64,8 @@ class SimConfig:
     concurrency: int | None = None
     interference: float | None = None
     shared_core: bool | None = None  # None: the workload's; an explicit interference turns it off
-    max_explicit_ranks: int = 64
-    sample_ranks: int = 4
+    max_explicit_ranks: int = 64  # ranks sharing CPU cores, each simulated alone, at most (not in torch)
+    sample_ranks: int = 4  # ranks drawn alone beside a group actor, at least (sim/plan.py; not in torch)
     trace_ranks: int = 8  # at most this many non-straggler ranks in the output trace
     max_events: int = DEFAULT_MAX_EVENTS  # refuse simulations estimated to need more model events (not in torch)
     time_limit_s: float | None = None  # stop a simulation running longer than this (seconds); None: no limit
@@ -120,6 +120,15 @@ class SimConfig:
                     raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
         check_ranges(self)
         self.bucket_capacity().compute_bucket_size_limits(self.static_graph, self.find_unused_parameters)
+
+    def sampled_ranks(self, explicit: bool = False) -> int:
+        """Ranks besides the first drawn one by one beside a group actor (sim/plan.py): ``sample_ranks``,
+        and where ranks do not share CPU cores (``explicit``) as many as the output trace keeps."""
+        return self.sample_ranks if explicit else max(self.sample_ranks, self.trace_ranks - 1)
+
+    def one_by_one(self, n_ranks: int, explicit: bool = False) -> bool:
+        """Whether ``n_ranks`` ranks with drawn speeds are each one actor (else a sample and a group)."""
+        return n_ranks <= (self.max_explicit_ranks if explicit else self.sampled_ranks() + 1)
 
     def bucket_capacity(self) -> BucketCapacityConfig:
         """The caps in bytes (``ddpsim.buckets.BucketCapacityConfig``, torch's rules)."""

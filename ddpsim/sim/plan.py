@@ -10,14 +10,18 @@ is the slowest rank. Ranks that behave identically are one actor:
 - jitter, expected mode: every non-straggler rank is one actor at the expected
   slowest multiplier (Note [Waiting for the slowest rank] in stragglers.py).
 - jitter (a per-rank, per-micro-step compute multiplier ``1 + jitter·z``,
-  z ~ N(0,1), seeded): up to ``max_explicit_ranks`` ranks are simulated one by
-  one. Beyond that, rank 0 and a seeded sample of ``sample_ranks`` ranks are
-  explicit, and the remaining n ranks are one *group* actor whose multiplier is
-  the maximum of n draws, sampled directly as ``1 + jitter·Phi^-1(U^(1/n))``.
-  Because every launch time grows with the multiplier, the group actor launches
-  each bucket exactly when the slowest member would: exact for synced steps.
-  Across no_sync micro-steps (no collective re-aligns the ranks) it is an
-  upper bound, since the max of sums is at most the sum of maxes.
+  z ~ N(0,1), seeded): up to ``SimConfig.sampled_ranks()`` + 1 ranks are simulated one by
+  one (``max_explicit_ranks`` where ranks share CPU cores: each plays its turns,
+  Note [Ranks that share a CPU]). Beyond that, the first rank and a seeded sample
+  of that many ranks are explicit, and the remaining n ranks are one
+  *group* actor whose multiplier is the maximum of n draws, sampled directly as
+  ``1 + jitter·Phi^-1(U^(1/n))``. Because every launch time grows with the
+  multiplier, the group actor launches each bucket when the slowest member
+  would: exact for synced steps, in distribution, so 64 ranks cost 9 actors, not
+  64. Across a no_sync window of k micro-steps (no collective re-aligns the
+  ranks) what counts is each rank's sum over the window, ``k + jitter·sqrt(k)·z``:
+  the group draws its maximum once per window and spreads it over the window's
+  micro-steps (``1 + jitter·z_max/sqrt(k)`` each).
 
 The output trace holds only the included ranks (meta.ranks_included); the group
 actor is not a real rank and is described in meta.rank_groups.
@@ -131,16 +135,18 @@ def skipped_buckets(layout: list[list[int]], unused: list[int]) -> frozenset:
     return frozenset(b for b, params in enumerate(layout) if gone.issuperset(params))
 
 
-def _factors(rng: random.Random, n: int, jitter: float, base: float, group: int = 1) -> list[float]:
+def _factors(rng: random.Random, n: int, jitter: float, base: float, group: int = 1, window: int = 1) -> list[float]:
+    """``n`` micro-steps' compute multipliers: one rank's draws, or (``group`` > 1) the slowest of ``group``
+    ranks', drawn once per no_sync ``window`` of micro-steps (module docstring)."""
     if jitter == 0:
         return [base] * n
-    out = []
-    for _ in range(n):
+    out: list[float] = []
+    for i in range(n):
         if group == 1:
             z = rng.gauss(0.0, 1.0)
-        else:  # the max of `group` iid normals, by inverting U^(1/group)
+        elif i % window == 0:  # the max of `group` iid normals, by inverting U^(1/group), per window
             u = min(rng.random() ** (1.0 / group), 1 - 1e-16)
-            z = statistics.NormalDist().inv_cdf(max(u, 1e-300))
+            z = statistics.NormalDist().inv_cdf(max(u, 1e-300)) / window ** 0.5
         out.append(base * max(0.05, 1.0 + jitter * z))
     return out
 
@@ -181,25 +187,26 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     if cfg.jitter == 0 and not (explicit and n_others <= cfg.max_explicit_ranks):
         actors.append(Actor(first, n_others, [1.0] * n_micro, record=True, kind="identical"))
         groups.append({"kind": "identical", "count": n_others, "represented_by": first})
-    elif n_others <= cfg.max_explicit_ranks:
+    elif cfg.one_by_one(n_others, explicit):
         for k, r in enumerate(others):
             actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, 1.0),
                                 record=k < cfg.trace_ranks))
     else:
-        rng = random.Random(f"{cfg.seed}:sample")
+        rng, n_sampled = random.Random(f"{cfg.seed}:sample"), cfg.sampled_ranks(explicit)
         if others is None:  # a huge world: draw from the rank numbers without listing them
-            pool = [r for r in rng.sample(range(first + 1, world), min(world - first - 1, cfg.sample_ranks + len(alone)))
+            pool = [r for r in rng.sample(range(first + 1, world), min(world - first - 1, n_sampled + len(alone)))
                     if r not in alone]
-            sample = [first] + sorted(pool[:min(cfg.sample_ranks, n_others - 1)])
+            sample = [first] + sorted(pool[:min(n_sampled, n_others - 1)])
         else:
-            sample = [first] + sorted(rng.sample(others[1:], min(cfg.sample_ranks, len(others) - 1)))
-        for r in sample:
+            sample = [first] + sorted(rng.sample(others[1:], min(n_sampled, len(others) - 1)))
+        for k, r in enumerate(sample):  # the output trace keeps trace_ranks of them, as one by one
             actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, cfg.jitter, 1.0),
-                                record=True, kind="sampled"))
+                                record=k < cfg.trace_ranks, kind="sampled"))
         rest = n_others - len(sample)
         if rest:
             actors.append(Actor(-1, rest, _factors(random.Random(f"{cfg.seed}:group"), n_micro, cfg.jitter,
-                                                   1.0, group=rest), record=False, kind="max-of-group"))
+                                                   1.0, group=rest, window=cfg.no_sync_every),
+                                record=False, kind="max-of-group"))
             groups.append({"kind": "max-of-group", "count": rest,
                            "note": "jitter multiplier = max of the group's draws; not in ranks"})
     return actors, groups
