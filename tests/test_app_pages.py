@@ -226,7 +226,7 @@ def test_whatif_world_size_network_and_no_sync():
     nosync = next(s for s in at.select_slider if s.label.startswith("Sync every"))
     nosync.set_value(4).run()
     ok(at)
-    for label in ("Run the sweep", "Simulate every world size"):  # every rank plays alone here
+    for label in ("Run the sweep", "Simulate every world size"):  # either may wait for its button here
         if (ask := [b for b in at.button if b.label.startswith(label)]):
             ask[0].click().run()
             ok(at)

@@ -160,9 +160,10 @@ SWEEP_ASK_S = 5.0  # seconds: a sweep expected to take longer waits for its butt
 def sweep_seconds(summary: dict) -> float:
     """About how long the page's sweep takes: ``SWEEP_RUNS`` simulations, each about as long as the what-if
     whose ``summary`` is given took here (``sim_wall_s``; from its ``simpy_events`` where it has no wall
-    time). Long where every rank plays alone: a CPU recording at 16-64 ranks (Note [Ranks that share a
-    CPU]). The what-if's own time, not its events, which cost more each where many ranks share a core:
-    ``01_mlp_torch_default`` measured here, at 64 ranks on 2 cores, the events said 33 s, the what-if's
-    time 82 s, and the sweep took 76 s (at 8-32 ranks: 5 / 12 / 27 s said, 5 / 11 / 27 s taken)."""
+    time). Long where ranks share CPU cores and each plays its turns (Note [Ranks that share a CPU]), or a
+    recording's every simulation is several actors (drawn rank speeds: sim/plan.py): at 16 and 64 ranks,
+    ``06_transformer_torch_default`` said 7.0 and 6.8 s and took 5.1 and 5.0 s, ``01_mlp_torch_default``
+    said 3.7 and 4.0 s and took 3.0 s. The what-if's own time, not its events, which cost more each
+    where many ranks share a core."""
     wall = summary.get("sim_wall_s")
     return SWEEP_RUNS * (float(wall) if wall is not None else budget.seconds_for(int(summary.get("simpy_events", 0))))
