@@ -2,11 +2,12 @@
 
 Each world size of the page's slider is the what-if with only the world size changed
 (``whatif.sim_config``), split into compute, exposed communication and waiting for the slowest rank
-by ``ddpsim.learn.scaling`` (``python -m ddpsim scaling`` prints the same rows). Every size draws its ranks' speeds, the recorded size too, so the
-curve has no step where a recording is replayed rank by rank (Note [The unchanged run is simulated
-as the what-if is] in whatif.py). A recording at a world size whose network is not known there
-(nothing measured, a GPU trace with no network chosen: ``experiments.worldsize.plan``) is left out,
-and a note says why; so is a size where the chosen NCCL algorithm does not run (NCCL's choice there).
+by ``ddpsim.learn.scaling`` (``python -m ddpsim scaling`` prints the same rows). Every size draws its
+ranks' speeds, the recorded size too, so the curve has no step where a recording is replayed rank by
+rank (Note [The unchanged run is simulated as the what-if is] in whatif.py). A recording at a world
+size whose network is not known there (nothing measured, a GPU trace with no network chosen:
+``experiments.worldsize.plan``) is left out, and a note says why; so is a size where the chosen NCCL
+algorithm does not run (NCCL's choice there).
 """
 from __future__ import annotations
 

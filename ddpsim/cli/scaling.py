@@ -15,6 +15,7 @@ The last line on stdout is one JSON object: {"rows": [...]}.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from ddpsim.cli import simulate as simulate_cli
@@ -42,7 +43,7 @@ def grouped(refused: dict[int, str]) -> list[str]:
     names its size: the sizes of one reason are those whose messages differ only there)."""
     by: dict[str, list[int]] = {}
     for ws, msg in refused.items():
-        by.setdefault(msg.replace(str(ws), "N"), []).append(ws)
+        by.setdefault(re.sub(rf"\b{ws}\b", "N", msg), []).append(ws)
     return [f"{', '.join(f'{n:,}' for n in sizes)} ranks left out: {refused[sizes[0]]}" for sizes in by.values()]
 
 
