@@ -98,6 +98,13 @@ def test_a_bad_list_of_sizes_is_one_line(sizes, says):
     assert done.stderr.count("\n") == 1 and says in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_option_the_recording_cannot_run_with_is_one_error_not_a_note_per_size():
+    done = command("--trace", str(samples.sample_path("04_branchy_torch_find_unused")), "--world-sizes", "1,2",
+                   "--no-find-unused-parameters")
+    assert done.returncode == 2 and done.stdout == "" and "note:" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith("ddpsim scaling: error: --no-find-unused-parameters: branch.0.weight")
+
+
 def test_a_terminal_sees_a_progress_bar_and_a_pipe_does_not():
     reader, terminal = pty.openpty()
     try:

@@ -20,6 +20,7 @@ import sys
 
 from ddpsim.cli import simulate as simulate_cli
 from ddpsim.cli.progress import progress_bar
+from ddpsim.errors import CLIError
 
 HELP = "simulate the same options at several world sizes: each iteration split into compute, exposed comm and waiting"
 
@@ -38,13 +39,18 @@ def world_sizes(value: str) -> list[int]:
     return sizes
 
 
+def ranks(sizes: list[int]) -> str:
+    """"1 rank", "8, 64 ranks"."""
+    return f"{', '.join(f'{n:,}' for n in sizes)} rank{'s' * (sizes != [1])}"
+
+
 def grouped(refused: dict[int, str]) -> list[str]:
     """One note per reason for the sizes left out (``refused``: size -> the simulator's message, which
-    names its size: the sizes of one reason are those whose messages differ only there)."""
+    may name its size as "N ranks": the sizes of one reason are those whose messages differ only there)."""
     by: dict[str, list[int]] = {}
     for ws, msg in refused.items():
-        by.setdefault(re.sub(rf"\b{ws}\b", "N", msg), []).append(ws)
-    return [f"{', '.join(f'{n:,}' for n in sizes)} ranks left out: {refused[sizes[0]]}" for sizes in by.values()]
+        by.setdefault(re.sub(rf"\b({ws}|{ws:,})(?= ranks?\b)", "N", msg), []).append(ws)
+    return [f"{ranks(sizes)} left out: {refused[sizes[0]]}" for sizes in by.values()]
 
 
 def add_arguments(p) -> None:
@@ -73,8 +79,7 @@ def known_sizes(trace, args, sizes: list[int]) -> tuple[list[int], list[str]]:
         return sizes, []
     why = plans[refused[0]].short or plans[refused[0]].message
     return ([ws for ws in sizes if ws not in refused],
-            [f"{', '.join(f'{n:,}' for n in refused)} ranks left out: {why} (give --hardware GPU-NETWORK or "
-             "--bandwidth-gbps G)"])
+            [f"{ranks(refused)} left out: {why} (give --hardware GPU-NETWORK or --bandwidth-gbps G)"])
 
 
 def rows_for(args) -> tuple[str, list[dict], list[str]]:
@@ -106,6 +111,8 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
         try:
             rows.append(row(ws, {}))
             continue
+        except CLIError:  # an option the recording cannot run with, at any size
+            raise
         except ValueError as e:  # the simulator refuses this size: say so, keep the others
             refused[ws] = str(e)
         if values.get("algo") not in (None, "auto"):  # a chosen NCCL algorithm that does not run here:
@@ -118,7 +125,7 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
     if show:
         show(len(kept), len(kept))
     if auto:
-        notes.append(f"{values['algo']} does not run at {', '.join(f'{n:,}' for n in auto)} ranks: NCCL's choice there")
+        notes.append(f"{values['algo']} does not run at {ranks(auto)}: NCCL's choice there")
     return workload.name, with_efficiency(rows), notes + grouped(refused)
 
 
