@@ -61,19 +61,18 @@ def add_arguments(p) -> None:
                    f"What-if page's, {', '.join(f'{n:,}' for n in WORLD_SIZES)}, and a recording's own)")
 
 
-def known_sizes(trace, args, sizes: list[int]) -> tuple[list[int], list[str]]:
-    """(the sizes a recording's network is known at or can be measured at here, a note on those left out):
-    every size where a network is named (--hardware, --bandwidth-gbps) or the input is a GPU model."""
+def known_sizes(recording, args, sizes: list[int]) -> tuple[list[int], list[str]]:
+    """(the sizes ``recording``'s network is known at or can be measured at here, a note on those left out):
+    every size where a network is named (--hardware, --bandwidth-gbps) or there is no recording (a GPU model)."""
     from ddpsim.experiments import worldsize
-    from ddpsim.learn import gpu_model
 
-    if trace is None or gpu_model.of_trace(trace) is not None or args.hardware or args.bandwidth_gbps is not None:
+    if recording is None or args.hardware or args.bandwidth_gbps is not None:
         return sizes, []
-    if getattr(args, "calibration", None):
+    if getattr(args, "calibration", None):  # before the plans, which read it (load_source reads it again)
         from ddpsim.experiments.calibrate import load_calibration
 
-        trace.meta["calibration"] = load_calibration(args.calibration)
-    plans = {ws: worldsize.plan(trace, ws, calibrate=not args.no_calibrate) for ws in sizes}
+        recording.meta["calibration"] = load_calibration(args.calibration)
+    plans = {ws: worldsize.plan(recording, ws, calibrate=not args.no_calibrate) for ws in sizes}
     refused = [ws for ws, p in plans.items() if p.action == "refuse"]
     if not refused:
         return sizes, []
@@ -90,10 +89,11 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
     from ddpsim.trace import load_trace
 
     trace = load_trace(args.trace) if args.trace else None
+    recording = trace if trace is not None and gpu_model.of_trace(trace) is None else None  # learnt from
     sizes = world_sizes(args.world_sizes) if args.world_sizes else list(WORLD_SIZES)
-    if trace is not None and not args.world_sizes and gpu_model.of_trace(trace) is None:
-        sizes = sorted({*sizes, trace.world_size})  # a recording's own size, as the page's slider has it
-    kept, notes = known_sizes(trace, args, sizes)
+    if recording is not None and not args.world_sizes:
+        sizes = sorted({*sizes, recording.world_size})  # a recording's own size, as the page's slider has it
+    kept, notes = known_sizes(recording, args, sizes)
     if not kept:
         raise ValueError(notes[0])
     workload, recorded, model = simulate_cli.load_source(args, kept, trace)
