@@ -7,7 +7,9 @@ import statistics
 import pytest
 
 from ddpsim.cli import main as cli
-from ddpsim.experiments import published, published_nccl, published_scaling
+from ddpsim.experiments import gpu_rate, published, published_nccl, published_scaling
+from ddpsim.sim.api import SimConfig, simulate
+from ddpsim.sim.archs import synthetic
 
 
 def test_reproductions_are_computed_and_cited(capsys, tmp_path):
@@ -33,6 +35,27 @@ def test_a_baseline_no_rate_can_give_is_one_line_error():
     src = dict(published.SOURCES[0], baseline=(1, 1e-9, "impossible"))
     with pytest.raises(ValueError, match="no GPU rate gives"):
         published.fit_tflops(src)
+
+
+def last_bucket(torch_version: str) -> tuple[int, list[int]]:
+    """(bytes, parameters) of the bucket reduced last in a steady step of ResNet-50 on 16 V100s, as a
+    source run on ``torch_version`` simulates it (``gpu_rate.simulate_src``'s layout)."""
+    cfg = SimConfig(world_size=16, iters=3, **gpu_rate.torch_layout({"torch": torch_version}))
+    trace, _ = simulate(synthetic("resnet50", "v100-ib100", batch=128), cfg)
+    it = trace.ranks[0].iterations[-1]
+    b = max(it.buckets, key=lambda b: b.ready_ns)
+    return b.bytes, trace.ranks[0].layout_at(it.iteration).buckets[b.bucket].params
+
+
+def test_a_source_before_torch_1_6_keeps_its_constructor_buckets():
+    """Note [The buckets of the torch a source ran]: torch 1.4's DDP never rebuilt its buckets, so the one
+    reduced last, after the backward, holds the parameters defined first (1 MiB and the one that passes it);
+    from torch 1.6 the rebuild gives 1 MiB to the gradients ready first and leaves the rest last."""
+    assert gpu_rate.torch_layout({"torch": "1.4.0"}) == gpu_rate.torch_layout({"torch": "1.4.0a0"}) == {"order": "reverse"}
+    assert gpu_rate.torch_layout({"torch": "1.6.0"}) == gpu_rate.torch_layout({"torch": "2.13.0"}) == {}
+    assert gpu_rate.torch_layout({}) == {}  # not known: the pinned torch's
+    (old, first), (new, _) = last_bucket("1.4.0"), last_bucket("1.7.1")
+    assert 1 << 20 <= old < 2 << 20 and 0 in first and new > 8 * (1 << 20)  # 1.6 MB and 9.7 MB
 
 
 def test_nccl_tests_tables_are_predicted_from_one_point_per_system(capsys):

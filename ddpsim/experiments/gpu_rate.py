@@ -4,11 +4,13 @@
 architecture (``sim.archs``) on one GPU takes the published 1-GPU step: the only number a
 published check learns from its source (``published.py``, ``published_scaling.py``).
 A source is a dict with ``arch``, ``gpu``, ``batch``, ``unit`` ("s": seconds per iteration per
-GPU; otherwise items/s over all GPUs) and ``baseline`` (world size, value, ...).
+GPU; otherwise items/s over all GPUs), ``baseline`` (world size, value, ...) and, where it is known,
+``torch``: the version the source ran, whose bucket layout the simulations take (``torch_layout``).
 """
 from __future__ import annotations
 
 import math
+import re
 
 ITERS = 6  # synced steps simulated per prediction
 FIT_STEPS = 60  # most false-position steps on log(TFLOP/s) (a fit: 7-11 simulations in all)
@@ -29,7 +31,28 @@ def simulate_src(src: dict, tflops: float, world_size: int, net: str = "nvlink",
     from ddpsim.sim.archs import synthetic
 
     w = synthetic(src["arch"], f"{src['gpu']}-{net}", batch=src["batch"], tflops=tflops)
-    return simulate(w, SimConfig(**{"world_size": world_size, "iters": ITERS, **config}))[1]
+    return simulate(w, SimConfig(**{"world_size": world_size, "iters": ITERS, **torch_layout(src), **config}))[1]
+
+
+# Note [The buckets of the torch a source ran]
+# Since torch 1.6, DDP rebuilds its buckets in gradient-ready order after the first synced step
+# (``Reducer::rebuildBuckets`` is in 1.6.0's libtorch_python.so and not in 1.4.0's). Before, it kept
+# its constructor's buckets: 1 MiB, then bucket_cap_mb each, over the parameters in definition order,
+# the list reversed (1.4.0's distributed.py: ``[1024 * 1024, self.bucket_bytes_cap]`` and
+# ``list(reversed(bucket_indices))``). So in torch 1.4 the bucket reduced last, after the backward,
+# holds the parameters defined first, up to the one that passes 1 MiB (ResNet-50: 1.6 MB); after a
+# rebuild the 1 MiB goes to the gradients ready first and the last bucket is what is left (9.7 MB). The simulator's
+# ``order="reverse"`` is that constructor layout, never rebuilt.
+REBUILDS_SINCE = (1, 6)  # the first torch (major, minor) whose DDP rebuilds its buckets
+
+
+def torch_layout(src: dict) -> dict:
+    """SimConfig fields for the buckets of the torch ``src`` ran (its ``"torch"``, e.g. "1.4.0";
+    none: the pinned torch's): Note [The buckets of the torch a source ran]."""
+    found = re.match(r"(\d+)\.(\d+)", str(src.get("torch", "")))
+    if found is None or (int(found[1]), int(found[2])) >= REBUILDS_SINCE:
+        return {}
+    return {"order": "reverse"}
 
 
 def as_step(src: dict, value: float, world_size: int) -> float:

@@ -43,7 +43,7 @@ GPU_MEMORY_MB = 81920  # DDP(bucket_cap_mb=torch.cuda.get_device_properties(devi
 def _bert(prec: str, batch: int, one_gpu: float, acc1: int, rows: dict) -> dict:
     col = "Throughput - TF32" if prec == "TF32" else "Throughput - mixed precision"
     return {"name": f"NVIDIA DLE BERT-large phase 1, DGX A100 80GB, {prec}", "arch": "bert-large", "gpu": "a100",
-            "net": "ib200", "batch": batch, "unit": "seq/s", "bucket_cap_mb": GPU_MEMORY_MB,
+            "net": "ib200", "batch": batch, "unit": "seq/s", "bucket_cap_mb": GPU_MEMORY_MB, "torch": "1.11.0a0",
             "cite": DLE_BERT.format(where=f"{_BERT_1} and {_BERT_N.format(n='1..32')}, columns '{prec}'"),
             "baseline": (1, one_gpu, acc1, DLE_BERT.format(where=f"{_BERT_1}, column '{col}(sequences/sec)'")),
             "targets": [(8 * n, pub, acc, DLE_BERT.format(where=_BERT_N.format(n=n))) for n, (pub, acc) in rows.items()]}
@@ -57,28 +57,28 @@ SOURCES = [
     _bert("mixed precision", 256, 580.0, 32, {1: (4553.0, 32), 2: (9191.0, 16), 4: (18119.0, 8), 8: (35774.0, 4),
                                               16: (70555.0, 2), 32: (138294.0, 1)}),
     {"name": "NERSC Cori-GPU ResNet-50 b128, torch 1.7.1", "arch": "resnet50", "gpu": "v100", "net": "ib100",
-     "batch": 128, "unit": "img/s", "bucket_cap_mb": None, "cite": NERSC.format(n="1..64"),
+     "batch": 128, "unit": "img/s", "bucket_cap_mb": None, "torch": "1.7.1", "cite": NERSC.format(n="1..64"),
      "baseline": (1, NERSC_RATES[1], 1, NERSC.format(n=1)),
      "targets": [(n, r, 1, NERSC.format(n=n)) for n, r in NERSC_RATES.items() if n > 1]},
 ]
 
 
-def _resnet(name: str, net: str, cite: str, baseline: tuple, targets: list) -> dict:
+def _resnet(name: str, net: str, torch: str, cite: str, baseline: tuple, targets: list) -> dict:
     return {"name": name, "arch": "resnet50", "gpu": "v100", "net": net, "batch": 128, "unit": "img/s",
-            "bucket_cap_mb": None, "cite": cite, "baseline": baseline, "targets": targets}
+            "bucket_cap_mb": None, "torch": torch, "cite": cite, "baseline": baseline, "targets": targets}
 
 
 def _dlperf() -> dict:
     row = "node_num {} gpu_num_per_node {}"
     rows = [(n * g, r, 1, DLPERF.format(row=row.format(n, g))) for (n, g), r in DLPERF_RATES.items()]
-    return _resnet("DLPerf ResNet-50 b128 FP32, torch 1.6, DALI", "ib100x1", DLPERF.format(row="1..4 nodes"),
+    return _resnet("DLPerf ResNet-50 b128 FP32, torch 1.6, DALI", "ib100x1", "1.6.0", DLPERF.format(row="1..4 nodes"),
                    rows[0], rows[1:])
 
 
 def _ray(col: str) -> dict:
     one, rates = RAY_RATES[col]
     prec = "Apex O1" if "Apex" in col else "FP32"
-    return _resnet(f"RaySGD ResNet-50 b128 {prec}, torch 1.4, p3dn", "eth100",
+    return _resnet(f"RaySGD ResNet-50 b128 {prec}, torch 1.4, p3dn", "eth100", "1.4.0",
                    RAY.format(where=f"{RAY_1.format(col=col)} and {RAY_N.format(n='1..8', col=col)}"),
                    (1, one, 1, RAY.format(where=RAY_1.format(col=col))),
                    [(8 * n, r, 1, RAY.format(where=RAY_N.format(n=n, col=col))) for n, r in rates.items()])
