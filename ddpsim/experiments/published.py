@@ -38,13 +38,15 @@ SOURCES = [
                  (8, "nvlink", 0.104, "row '8 GPUs -- 1M/8G: p50: 0.104s'"),
                  (16, "ib100", 0.104, "row '16 GPUs -- 2M/8G: p50: 0.104s' (2 machines)")]},
     {"name": "NVIDIA DLE ResNet-50 v1.5, DGX A100 TF32", "arch": "resnet50", "batch": 256, "gpu": "a100",
-     "unit": "img/s", "torch": "1.9.0a0", "cite": DLE.format(table="Training performance: NVIDIA DGX A100 (8x A100 80GB)",
-                                         prec="TF32", batch=256, platform="DGXA100"),
+     "unit": "img/s", "torch": "1.9.0a0",  # the NGC container 21.03's
+     "cite": DLE.format(table="Training performance: NVIDIA DGX A100 (8x A100 80GB)",
+                        prec="TF32", batch=256, platform="DGXA100"),
      "baseline": (1, 938.0, "row 'GPUs 1': 938 img/s"),
      "targets": [(8, "nvlink", 7248.0, "row 'GPUs 8': 7248 img/s (7.72x)")]},
     {"name": "NVIDIA DLE ResNet-50 v1.5, DGX-1 V100 16GB FP32", "arch": "resnet50", "batch": 112, "gpu": "v100",
-     "unit": "img/s", "torch": "1.9.0a0", "cite": DLE.format(table="Training performance: NVIDIA DGX-1 16GB (8x V100 16GB)",
-                                         prec="FP32", batch=112, platform="DGX1V"),
+     "unit": "img/s", "torch": "1.9.0a0",  # the NGC container 21.03's
+     "cite": DLE.format(table="Training performance: NVIDIA DGX-1 16GB (8x V100 16GB)",
+                        prec="FP32", batch=112, platform="DGX1V"),
      "baseline": (1, 367.0, "row 'GPUs 1': 367 img/s"),
      "targets": [(8, "nvlink", 2855.0, "row 'GPUs 8': 2855 img/s (7.76x)")]},
 ]
@@ -62,7 +64,7 @@ def reproduce(src: dict) -> list[dict]:
         net = r["network"] if r["network"] != "-" else "nvlink"
         r["predicted"] = as_published(src, step_time(src, tflops, r["world_size"], net, **noise(src)), r["world_size"])
         r["rel_error"] = (r["predicted"] - r["published"]) / r["published"]
-        r.update(unit=src["unit"], fitted_tflops=tflops, gpu=src["gpu"], batch=src["batch"])
+        r.update(unit=src["unit"], fitted_tflops=tflops, gpu=src["gpu"], batch=src["batch"], torch=src.get("torch"))
     return rows
 
 

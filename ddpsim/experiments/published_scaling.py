@@ -108,7 +108,7 @@ def reproduce(src: dict) -> list[dict]:
     rows = []
     for role, (ws, pub, acc, w) in [("baseline (fitted)", src["baseline"])] + [("prediction", t) for t in src["targets"]]:
         r = {"source": src["name"], "gpus": ws, "accumulation": acc, "published": pub, "role": role, "where": w,
-             "unit": src["unit"], "fitted_tflops": tflops, "rank_spread": spread}
+             "unit": src["unit"], "fitted_tflops": tflops, "rank_spread": spread, "torch": src.get("torch")}
         r.update(predict(src, tflops, ws, acc, spread))
         r["rel_error"] = (r["predicted"] - pub) / pub
         rows.append(r)
