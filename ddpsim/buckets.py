@@ -268,7 +268,8 @@ class BucketOrder(str, Enum):
       (what torch's rebuild gives, without the single-bucket first iteration).
       The simulator only: a real run learns the ready order during its first backward.
     - ``reverse``: caps over definition order, then reversed (torch's find_unused
-      construction layout), fixed.
+      construction layout), fixed: the layout of every DDP before torch 1.6, which never
+      rebuilt (Note [The buckets of the torch a source ran] in experiments/gpu_rate.py).
     - ``definition``: caps over definition order in closing order: bucket 0 holds the
       first-defined parameters, whose gradients arrive last, fixed.
     - ``random``: caps over a seeded shuffle, fixed. The simulator only.

@@ -53,7 +53,8 @@ def add_arguments(p, one_size: bool = True) -> None:
     d.add_argument("--last-bucket-small", action=argparse.BooleanOptionalAction, default=None,
                    help="torch's DDP_SET_LAST_BUCKET_CAP=1: the rebuild's small first cap goes to the bucket "
                         "reduced last (default: as recorded)")
-    d.add_argument("--order", help="torch (default), reverse, definition, ready, random, or indices 3,2,1,0")
+    d.add_argument("--order", help="torch (default), reverse (never rebuilt, as DDP before torch 1.6), definition, "
+                                   "ready, random, or indices 3,2,1,0")
     d.add_argument("--uneven", type=int, metavar="K", help="rank r has K x r fewer batches (needs --join)")
     d.add_argument("--comm-hook", metavar="HOOK", help="register_comm_hook what-if: allreduce, fp16, bf16, noop, "
                    "powersgd or round-robin:N (what each sends: ddpsim/sim/comm_hooks.py; its compute at the "
