@@ -55,6 +55,9 @@ def test_a_source_before_torch_1_6_keeps_its_constructor_buckets():
     assert gpu_rate.torch_layout({"torch": "1.4.0"}) == gpu_rate.torch_layout({"torch": "1.4.0a0"}) == never
     assert gpu_rate.torch_layout({"torch": "1.6.0"}) == gpu_rate.torch_layout({"torch": "2.13.0"}) == {}
     assert gpu_rate.torch_layout({}) == {}  # not known: the pinned torch's
+    assert gpu_rate.citation(published.SOURCES[0]).endswith(  # the output says which buckets it simulated
+        "[torch 1.4.0a0 (simulated with DDP's constructor buckets, never rebuilt)]")
+    assert gpu_rate.citation(published.SOURCES[1]).endswith("[torch 1.9.0a0]")
     (old, first), (new, _) = last_bucket("1.4.0"), last_bucket("1.7.1")
     assert 1 << 20 <= old < 2 << 20 and 0 in first and new > 8 * (1 << 20)  # 1.6 MB and 9.7 MB
 

@@ -55,6 +55,13 @@ def torch_layout(src: dict) -> dict:
     return {"order": "reverse"}
 
 
+def citation(src: dict) -> str:
+    """``src``'s name and citation, with the torch it ran and, where they differ from the pinned
+    torch's, the buckets simulated for it."""
+    layout = " (simulated with DDP's constructor buckets, never rebuilt)" if torch_layout(src) else ""
+    return f"{src['name']}: {src['cite']}" + (f" [torch {src['torch']}{layout}]" if src.get("torch") else "")
+
+
 def as_step(src: dict, value: float, world_size: int) -> float:
     """A published value as seconds per iteration."""
     return value if src["unit"] == "s" else src["batch"] * world_size / value

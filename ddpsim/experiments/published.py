@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from ddpsim.experiments.gpu_rate import as_published, fit_tflops, noise, step_time
+from ddpsim.experiments.gpu_rate import as_published, citation, fit_tflops, noise, step_time
 
 HELP = "reproduce published GPU DDP measurements (PyTorch DDP benchmark, NVIDIA DeepLearningExamples)"
 
@@ -72,7 +72,7 @@ def run() -> tuple[list[dict], list[str]]:
     rows, cites = [], []
     for src in SOURCES:
         rows += reproduce(src)
-        cites.append(f"{src['name']}: {src['cite']}")
+        cites.append(citation(src))
     return rows, cites
 
 
@@ -111,7 +111,7 @@ def _sections(only: str | None) -> dict:
     if only in (None, "scaling"):
         rows = published_scaling.run()
         out["scaling"] = (rows, published_scaling.table(rows),
-                          [f"{s['name']}: {s['cite']}" for s in published_scaling.SOURCES])
+                          [citation(s) for s in published_scaling.SOURCES])
     if only in (None, "nccl"):
         rows = published_nccl.run()
         out["nccl"] = (rows, published_nccl.table(rows), published_nccl.citations())
