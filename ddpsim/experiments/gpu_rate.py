@@ -36,12 +36,13 @@ def simulate_src(src: dict, tflops: float, world_size: int, net: str = "nvlink",
 
 # Note [The buckets of the torch a source ran]
 # Since torch 1.6, DDP rebuilds its buckets in gradient-ready order after the first synced step
-# (``Reducer::rebuildBuckets`` is in 1.6.0's libtorch_python.so and not in 1.4.0's). Before, it kept
-# its constructor's buckets: 1 MiB, then bucket_cap_mb each, over the parameters in definition order,
-# the list reversed (1.4.0's distributed.py: ``[1024 * 1024, self.bucket_bytes_cap]`` and
-# ``list(reversed(bucket_indices))``). So in torch 1.4 the bucket reduced last, after the backward,
-# holds the parameters defined first, up to the one that passes 1 MiB (ResNet-50: 1.6 MB); after a
-# rebuild the 1 MiB goes to the gradients ready first and the last bucket is what is left (9.7 MB). The simulator's
+# (the c10d Reducer is in the libtorch_python.so of both the 1.4.0 and the 1.6.0 wheel;
+# ``Reducer::rebuildBuckets`` only in 1.6.0's). Before, it kept its constructor's buckets: 1 MiB,
+# then bucket_cap_mb each, over the parameters in definition order, the list reversed (1.4.0's
+# distributed.py: ``[1024 * 1024, self.bucket_bytes_cap]`` and ``list(reversed(bucket_indices))``).
+# So in torch 1.4 the bucket reduced last, after the backward, holds the parameters defined first,
+# up to the one that passes 1 MiB (ResNet-50: 1.6 MB); after a rebuild the 1 MiB goes to the
+# gradients ready first and the last bucket is what is left (9.7 MB). The simulator's
 # ``order="reverse"`` is that constructor layout, never rebuilt.
 REBUILDS_SINCE = (1, 6)  # the first torch (major, minor) whose DDP rebuilds its buckets
 
