@@ -37,7 +37,8 @@ def simulate_src(src: dict, tflops: float, world_size: int, net: str = "nvlink",
 # Note [The buckets of the torch a source ran]
 # Since torch 1.6, DDP rebuilds its buckets in gradient-ready order after the first synced step
 # (the c10d Reducer is in the libtorch_python.so of both the 1.4.0 and the 1.6.0 wheel;
-# ``Reducer::rebuildBuckets`` only in 1.6.0's). Before, it kept its constructor's buckets: 1 MiB,
+# ``Reducer::rebuildBuckets`` only in 1.6.0's, called from the callback that ``mark_variable_ready``
+# queues for the end of the backward). Before, it kept its constructor's buckets: 1 MiB,
 # then bucket_cap_mb each, over the parameters in definition order, the list reversed (1.4.0's
 # distributed.py: ``[1024 * 1024, self.bucket_bytes_cap]`` and ``list(reversed(bucket_indices))``).
 # So in torch 1.4 the bucket reduced last, after the backward, holds the parameters defined first,
