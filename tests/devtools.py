@@ -236,14 +236,27 @@ class Browser:
             self.call("Input.dispatchMouseEvent", {"type": kind, "x": box["x"], "y": box["y"],
                                                    "button": "left", "clickCount": 1})
 
-    def choose(self, label: str, option: str, timeout_s: float = 5.0) -> None:
-        """Pick ``option`` in the selectbox whose label contains ``label`` (open it, click the option)."""
-        self.click_js(f"""[...document.querySelectorAll('[data-testid="stSelectbox"]')]
-          .find(b => b.innerText.includes({json.dumps(label)}))?.querySelector('input, [role="combobox"]')""")
+    def choose(self, label: str, option: str, timeout_s: float = 5.0, tries: int = 3) -> None:
+        """Pick ``option`` in the selectbox whose label contains ``label`` (open it, click the option),
+        and wait until the box holds it with its list closed: a click on a list still moving into place
+        can miss, which leaves the list open and the old value (it is then clicked again)."""
+        box_js = f"""[...document.querySelectorAll('[data-testid="stSelectbox"]')]
+          .find(b => b.innerText.includes({json.dumps(label)}))"""
         option_js = f"""[...document.querySelectorAll('[role="option"]')]
           .find(o => o.innerText.trim() === {json.dumps(option)})"""
-        self.wait_for(f"!!({option_js})", timeout_s=timeout_s)
-        self.click_js(option_js)
+        chosen_js = f"""(() => {{ const b = ({box_js}); return !!b && !document.querySelector('[role="option"]')
+          && b.querySelector('input')?.value === {json.dumps(option)}; }})()"""
+        for attempt in range(tries):
+            if not self.eval(f"!!({option_js})"):  # the list is closed: open it
+                self.click_js(f"({box_js})?.querySelector('input, [role=\"combobox\"]')")
+                self.wait_for(f"!!({option_js})", timeout_s=timeout_s)
+            self.click_js(option_js)
+            try:
+                self.wait_for(chosen_js, timeout_s=timeout_s)
+                return
+            except TimeoutError:
+                if attempt == tries - 1:
+                    raise
 
     def press_key(self, selector: str, key: str = "ArrowRight", index: int = 0) -> None:
         """Focus the ``index``-th element matching ``selector`` and press ``key`` (trusted input)."""
