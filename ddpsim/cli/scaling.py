@@ -68,10 +68,7 @@ def known_sizes(recording, args, sizes: list[int]) -> tuple[list[int], list[str]
 
     if recording is None or args.hardware or args.bandwidth_gbps is not None:
         return sizes, []
-    if getattr(args, "calibration", None):  # before the plans, which read it (load_source reads it again)
-        from ddpsim.experiments.calibrate import load_calibration
-
-        recording.meta["calibration"] = load_calibration(args.calibration)
+    simulate_cli.use_calibration(recording, args)  # before the plans, which read it (load_source reads it again)
     plans = {ws: worldsize.plan(recording, ws, calibrate=not args.no_calibrate) for ws in sizes}
     refused = [ws for ws, p in plans.items() if p.action == "refuse"]
     if not refused:

@@ -126,18 +126,24 @@ def load_source(args, world_sizes: list[int] | None = None, trace=None):
     return synthetic(args.arch, hardware, batch=args.batch, tflops=args.tflops), None, None
 
 
+def use_calibration(trace, args) -> None:
+    """``--calibration FILE``: the recording's network at other world sizes is the file's fit."""
+    if getattr(args, "calibration", None):
+        from ddpsim.experiments.calibrate import load_calibration
+
+        trace.meta["calibration"] = load_calibration(args.calibration)
+
+
 def learn_trace(trace, args, world_sizes: list[int]):
     """The workload ``ddpsim.learn.learn`` learns from ``trace``, the network for ``world_sizes`` ready."""
     from ddpsim.experiments import worldsize
-    from ddpsim.experiments.calibrate import load_calibration
     from ddpsim.learn import learn
     from ddpsim.sim import network
     from ddpsim.trace.profile_sizes import UnknownSizesError, unknown_sizes
 
     if (why := unknown_sizes(trace)) is not None:  # before a network is asked for at another world size
         raise UnknownSizesError(why)
-    if getattr(args, "calibration", None):
-        trace.meta["calibration"] = load_calibration(args.calibration)
+    use_calibration(trace, args)
     if args.hardware:
         network.parse_hardware(args.hardware)  # a ValueError naming the choices
     elif getattr(args, "bandwidth_gbps", None) is None:

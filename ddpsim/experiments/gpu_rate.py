@@ -51,6 +51,7 @@ REBUILDS_SINCE = (1, 6)  # the first torch (major, minor) whose DDP rebuilds its
 def torch_layout(src: dict) -> dict:
     """SimConfig fields for the buckets of the torch ``src`` ran (its ``"torch"``, e.g. "1.4.0";
     none: the pinned torch's): Note [The buckets of the torch a source ran]."""
+    # not torchcompat.torch_version, which imports torch: published runs without it
     found = re.match(r"(\d+)\.(\d+)", str(src.get("torch", "")))
     if found is None or (int(found[1]), int(found[2])) >= REBUILDS_SINCE:
         return {}
