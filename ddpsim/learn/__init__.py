@@ -51,7 +51,7 @@ def simulate(source, config: _api.SimConfig | None = None, **overrides):
 
 
 def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric: str = "iteration_time_s",
-          refused: list | None = None, trace=None):
+          refused: list | None = None, trace=None, done: dict | None = None):
     """``ddpsim.sim.sweep`` on a Workload or a recorded Trace.
 
     With a recorded run (``source``, or ``trace`` beside a workload learnt from it) and ``base`` a
@@ -59,15 +59,17 @@ def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric:
     **values)``: the run's options and, at its world size, its recorded ranks (what ``validate``,
     ``sweep --trace`` and the What-if page simulate). A SimConfig ``base`` is a whole configuration,
     as ``simulate`` takes one: each combination is that SimConfig with the grid's values, on the
-    learnt workload, without the run's options or ranks. Without a run, as ``ddpsim.sim.sweep``."""
+    learnt workload, without the run's options or ranks. Without a run, as ``ddpsim.sim.sweep``;
+    ``done`` as there (the runs simulated so far)."""
     w = as_workload(source)
     run = source if trace is None and not isinstance(source, Workload) else trace
     if base is not None and not isinstance(base, (dict, _api.SimConfig)):
         raise TypeError(f"base must be a SimConfig or a dict of SimConfig fields, not {type(base).__name__}")
     if run is None or isinstance(base, _api.SimConfig):
-        return _sim_sweep(w, grid, _api.SimConfig(**base) if isinstance(base, dict) else base, metric, refused)
+        return _sim_sweep(w, grid, _api.SimConfig(**base) if isinstance(base, dict) else base, metric, refused, done=done)
     fields = dict(base or {})
-    return _sim_sweep(w, grid, None, metric, refused, make=lambda values: replay_config(w, run, **{**fields, **values}))
+    return _sim_sweep(w, grid, None, metric, refused, make=lambda values: replay_config(w, run, **{**fields, **values}),
+                      done=done)
 
 
 __all__ = ["as_workload", "config_from_trace", "learn", "replay_config", "simulate", "sweep", "workload_from_trace"]

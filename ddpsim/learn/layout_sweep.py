@@ -46,10 +46,11 @@ def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, fin
     find_unused = (True,) if needs_fu else find_unused
     full = {**(grid or {}), "find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
             "order": list(orders)}
-    rows = sweep(work, {**full, "last_bucket_small": [False]}, base, metric, refused, trace)
+    done: dict = {}  # each planned run simulated once (Note [Configurations that build the same buckets])
+    rows = sweep(work, {**full, "last_bucket_small": [False]}, base, metric, refused, trace, done)
     if small_last and "torch" in orders and False in find_unused:
         rows += sweep(work, {**full, "find_unused_parameters": [False], "order": ["torch"],
-                             "last_bucket_small": [True]}, base, metric, refused, trace)
+                             "last_bucket_small": [True]}, base, metric, refused, trace, done)
     wrong = [msg for c, msg in refused if c["find_unused_parameters"] or not getattr(work, "unused", True)]
     if wrong or (refused and not rows):  # not unused parameters without find_unused: an option out of range, say
         raise ValueError((wrong or [refused[0][1]])[0])

@@ -1,0 +1,45 @@
+"""A sweep simulates each planned run once: configurations that build the same buckets and differ in
+nothing else share one simulation (Note [Configurations that build the same buckets] in
+ddpsim/sim/sweep.py), and every row still holds what its own configuration simulates to."""
+from dataclasses import asdict
+
+import pytest
+
+from ddpsim.learn import learn
+from ddpsim.samples import sample_path
+from ddpsim.sim import SimConfig, simulate
+from ddpsim.sim.sweep import METRICS, same_run, sweep
+from ddpsim.trace import load_trace
+
+BASE = SimConfig(world_size=4, iters=4, jitter=0.05)  # noise on: rows must not share a draw they would not
+GRID = {"bucket_cap_mb": [0.01, 1.0, 50.0, 100.0], "order": ["torch", "random"], "find_unused_parameters": [False, True]}
+
+
+@pytest.fixture(scope="module")
+def work():
+    return learn(load_trace(sample_path("01_mlp_torch_default.json")))
+
+
+def own(work, values: dict) -> dict:
+    _, s = simulate(work, SimConfig(**{**asdict(BASE), **values}))
+    return {m: s[m] for m in METRICS} | {"n_buckets": s["n_buckets"]}
+
+
+def test_every_row_is_what_its_own_configuration_simulates_to(work):
+    rows = sweep(work, GRID, BASE)
+    assert len(rows) == 16
+    for r in rows:
+        values = {k: r[k] for k in GRID}
+        assert {k: r[k] for k in (*METRICS, "n_buckets")} == own(work, values), values
+
+
+def test_caps_above_the_model_plan_one_run_and_other_fields_do_not(work):
+    model_mib = sum(p.bytes for p in work.params) / 2**20
+    assert model_mib < 50  # the fixture: caps 50 and 100 both build one bucket
+    key = lambda **kw: same_run(work, SimConfig(**{**asdict(BASE), **kw}))  # noqa: E731
+    assert key(bucket_cap_mb=50.0) == key(bucket_cap_mb=100.0)
+    assert key(bucket_cap_mb=50.0, order="random") == key(bucket_cap_mb=100.0, order="random")
+    assert key(bucket_cap_mb=0.01) != key(bucket_cap_mb=1.0)  # several buckets: other layouts
+    assert key(bucket_cap_mb=50.0) != key(bucket_cap_mb=50.0, find_unused_parameters=True)
+    assert key(bucket_cap_mb=50.0) != key(bucket_cap_mb=50.0, seed=BASE.seed + 1)
+    assert key(bucket_cap_mb=50.0) != key(bucket_cap_mb=50.0, world_size=8)
