@@ -23,7 +23,7 @@ from ddpsim.sim.workload import Workload
 from ddpsim.trace import (BucketEvent, Collective, GradReady, Iteration, JoinRecord, Layout, Param, RankTrace,
                           ShadowStep, Span, Trace)
 
-__all__ = ["SimConfig", "SimulationTooLarge", "build_trace", "plan_actors", "plan_layouts", "require_workload",
+__all__ = ["SimConfig", "SimulationTooLarge", "build_trace", "checked", "plan_actors", "plan_layouts", "require_workload",
            "resolve_link", "simulate"]
 
 
@@ -41,10 +41,7 @@ def simulate(w: Workload, config: SimConfig | None = None, platform=None, **over
     cfg = config or SimConfig()
     if overrides:
         cfg = SimConfig(**{**asdict(cfg), **overrides})
-    cfg.validate()
-    link = resolve_link(w, cfg)
-    explicit = bool(link.shared_core and link.cpus)
-    estimate = checked_estimate(w, cfg, link, explicit)
+    link, explicit, estimate = checked(w, cfg)
     layouts, trace_layouts, plans = plan_layouts(w, cfg)
     actors, groups = plan_actors(cfg, len(plans), explicit=explicit)
     t0 = time.perf_counter()
@@ -104,6 +101,15 @@ def largest_nccl_choice(summary: dict) -> str:
 
 def _ns(t: float) -> int:
     return round(t * 1e9)  # round() of a float is an int
+
+
+def checked(w: Workload, cfg: SimConfig):
+    """What ``simulate`` checks before it plans: ``cfg`` validated, then (its link, whether ranks share CPU
+    cores, its estimated events); a ValueError or ``SimulationTooLarge`` in one line where it cannot run."""
+    cfg.validate()
+    link = resolve_link(w, cfg)
+    explicit = bool(link.shared_core and link.cpus)
+    return link, explicit, checked_estimate(w, cfg, link, explicit)
 
 
 def checked_estimate(w: Workload, cfg: SimConfig, link, explicit: bool) -> int:

@@ -22,7 +22,7 @@ import itertools
 import json
 from dataclasses import asdict, fields
 
-from ddpsim.sim.api import SimConfig, plan_layouts, require_workload, simulate
+from ddpsim.sim.api import SimConfig, checked, plan_layouts, require_workload, simulate
 from ddpsim.sim.replay import replay_caps
 
 METRICS = ("iteration_time_s", "exposed_comm_s", "overlap_fraction")
@@ -32,7 +32,9 @@ LAYOUT_FIELDS = ("bucket_cap_mb", "bucket_cap_mb_list", "first_bucket_cap_mb", "
 
 def same_run(w, cfg: SimConfig) -> str:
     """What ``cfg`` simulates, as text: its planned buckets and steps, and every field but the ones that
-    only choose them (Note [Configurations that build the same buckets]). Raises what planning raises."""
+    only choose them (Note [Configurations that build the same buckets]). Raises what ``simulate`` raises
+    before it runs (``checked``: an option out of range, too many events) and what planning raises."""
+    checked(w, cfg)
     layouts, _, plans = plan_layouts(w, cfg)
     rest = {**asdict(cfg), **dict.fromkeys(LAYOUT_FIELDS)}
     return json.dumps([layouts, [repr(p) for p in plans], rest], sort_keys=True, default=str)
