@@ -12,6 +12,11 @@ Measured 2026-11-30 on the 2-core CI VM (4 repeats): medians 4.9 s (16 ranks), 4
 (64) a move. In one run interleaved with the planning before (every drawn rank its own actor up to 64,
 sim/plan.py), 32 ranks took 0.58x as long (0.53-0.63), and 64 ranks 3.5-4.5 s where they took 11.9-12.5 s
 or left the sweep to its button.
+2026-12-01, three runs (--repeats 1) interleaved with the code before the sweep simulated configurations
+that build the same buckets once (Note [Configurations that build the same buckets], 62 simulations for
+77 rows here): a move 3.2-5.4 s against 3.7-6.2 s, too noisy on this shared machine to rank; the sweep
+alone (``layout_sweep.sweep_rows`` at 16, 32 and 64 ranks, five runs interleaved) 0.83x as long
+(0.72-0.89).
 """
 from __future__ import annotations
 

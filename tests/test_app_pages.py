@@ -234,11 +234,12 @@ def test_whatif_world_size_network_and_no_sync():
 
 
 def test_whatif_long_sweep_waits_for_its_button():
-    """The transformer sample at 16 ranks: each of the sweep's 77 simulations plays 6 actors (5 ranks drawn
-    one by one and the slowest of the other 11), estimated at 7 s in all here; the sweep waits to be asked,
-    and once run it stays."""
+    """The transformer sample at 16 ranks, synced every 8 micro-steps: its sweep's simulations play 8 times
+    the steps of one synced each step, about 11 s here in all (``layout_sweep.expected_seconds``); the
+    sweep waits to be asked, and once run it stays."""
     at = page("whatif.py", source="06_transformer_torch_default")
     next(s for s in at.select_slider if s.label.startswith("World size")).set_value(16).run()
+    next(s for s in at.select_slider if s.label.startswith("Sync every")).set_value(8).run()
     ok(at)
     ask = next(b for b in at.button if b.label.startswith("Run the sweep"))
     # the what-if and the scaling curve (1 and 2 ranks: nothing is known of the network at 16 here)

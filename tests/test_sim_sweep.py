@@ -8,7 +8,7 @@ import pytest
 from ddpsim.learn import learn
 from ddpsim.samples import sample_path
 from ddpsim.sim import SimConfig, simulate
-from ddpsim.sim.sweep import METRICS, same_run, sweep
+from ddpsim.sim.sweep import METRICS, planned, same_run, sweep
 from ddpsim.trace import load_trace
 
 BASE = SimConfig(world_size=4, iters=4, jitter=0.05)  # noise on: rows must not share a draw they would not
@@ -43,3 +43,11 @@ def test_caps_above_the_model_plan_one_run_and_other_fields_do_not(work):
     assert key(bucket_cap_mb=50.0) != key(bucket_cap_mb=50.0, find_unused_parameters=True)
     assert key(bucket_cap_mb=50.0) != key(bucket_cap_mb=50.0, seed=BASE.seed + 1)
     assert key(bucket_cap_mb=50.0) != key(bucket_cap_mb=50.0, world_size=8)
+
+
+def test_planned_names_the_runs_the_sweep_simulates_without_simulating(work):
+    """What the What-if page's estimate of a sweep's time counts (``layout_sweep.expected_seconds``)."""
+    done: dict = {}
+    sweep(work, GRID, BASE, done=done)
+    assert set(done) == planned(work, GRID, BASE)
+    assert len(done) == 12  # 16 configurations: caps 50 and 100 build one bucket in each of the 4 others' ways

@@ -35,6 +35,11 @@ def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig, needs_fu: str |
     return layout_sweep.sweep_rows(_work, _cfg, needs_fu=needs_fu)  # as ``ddpsim sweep`` runs it
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def sweep_seconds(source_key: str, cfg_key: str, _work, _cfg: SimConfig, needs_fu: str | None = None) -> float:
+    return layout_sweep.expected_seconds(_work, _cfg, needs_fu)  # one simulation timed, once per sweep
+
+
 @st.cache_data(max_entries=256, show_spinner="Simulating...")
 def evaluate(source_key: str, cfg_key: str, _work, _base: whatif.Base, _trace, _cfg: SimConfig):
     """whatif.evaluate with both simulations cached (the unchanged one is shared by every change)."""

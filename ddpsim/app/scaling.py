@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ddpsim.app import network as network_plan
 from ddpsim.app import units, whatif
-from ddpsim.app.whatif_widgets import nccl_algos, sweep_seconds
+from ddpsim.app.whatif_widgets import nccl_algos, run_seconds
 from ddpsim.learn.scaling import split, with_efficiency
 
 KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network is known at that size
@@ -21,8 +21,8 @@ KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network
 
 def seconds(summary: dict, base: whatif.Base, trace, network) -> float:
     """About how long the curve takes: two simulations a size it simulates, each about as long as the
-    what-if of ``summary`` took (``whatif_widgets.sweep_seconds``: its sweep's runs)."""
-    return 2 * len(known_sizes(base, trace, network)[0]) * sweep_seconds(summary) / whatif.SWEEP_RUNS
+    what-if of ``summary`` took (``whatif_widgets.run_seconds``)."""
+    return 2 * len(known_sizes(base, trace, network)[0]) * run_seconds(summary)
 
 
 def known_sizes(base: whatif.Base, trace, network, sizes=None) -> tuple[list[int], list[int], bool]:

@@ -3,7 +3,7 @@ what a choice simulates, and the name a kept what-if gets (no Streamlit here, so
 from __future__ import annotations
 
 from ddpsim.app.state import SIMULATED_PREFIX
-from ddpsim.app.whatif import AS_RAN, AS_RECORDED, HOOKS, POWERSGD_START, SWEEP_RUNS, Base
+from ddpsim.app.whatif import AS_RAN, AS_RECORDED, HOOKS, POWERSGD_START, Base
 from ddpsim.learn.gpu_model import DEFAULTS, flag_text
 from ddpsim.sim import budget, nccl
 from ddpsim.sim.network import NCCL_ALGOS, fabric_between_nodes, gpu_networks, gpus, network_for, networks
@@ -157,13 +157,8 @@ LAST_BUCKET_SMALL_HELP = (
 SWEEP_ASK_S = 5.0  # seconds: a sweep expected to take longer waits for its button (a page choice, not torch's)
 
 
-def sweep_seconds(summary: dict) -> float:
-    """About how long the page's sweep takes: ``SWEEP_RUNS`` simulations, each about as long as the what-if
-    whose ``summary`` is given took here (``sim_wall_s``; from its ``simpy_events`` where it has no wall
-    time). Long where ranks share CPU cores and each plays its turns (Note [Ranks that share a CPU]), or a
-    recording's every simulation is several actors (drawn rank speeds: sim/plan.py): at 16 and 64 ranks,
-    ``06_transformer_torch_default`` said 7.0 and 6.8 s and took 5.1 and 5.0 s, ``01_mlp_torch_default``
-    said 3.7 and 4.0 s and took 3.0 s. The what-if's own time, not its events, which cost more each
-    where many ranks share a core."""
+def run_seconds(summary: dict) -> float:
+    """How long the simulation whose ``summary`` is given took here (``sim_wall_s``; from its ``simpy_events``
+    where it has no wall time): what one more like it costs."""
     wall = summary.get("sim_wall_s")
-    return SWEEP_RUNS * (float(wall) if wall is not None else budget.seconds_for(int(summary.get("simpy_events", 0))))
+    return float(wall) if wall is not None else budget.seconds_for(int(summary.get("simpy_events", 0)))

@@ -24,6 +24,7 @@ from ddpsim.analysis.busy import busy_patterns
 from ddpsim.learn.extract import config_from_trace, replay_config, workload_from_trace
 from ddpsim.learn.refine import measure_alone, refine
 from ddpsim.sim import api as _api
+from ddpsim.sim.sweep import planned as _sim_planned
 from ddpsim.sim.sweep import sweep as _sim_sweep
 from ddpsim.sim.workload import Workload
 
@@ -61,15 +62,27 @@ def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric:
     as ``simulate`` takes one: each combination is that SimConfig with the grid's values, on the
     learnt workload, without the run's options or ranks. Without a run, as ``ddpsim.sim.sweep``;
     ``done`` as there (the runs simulated so far)."""
+    w, base, make = _sweep_args(source, base, trace)
+    return _sim_sweep(w, grid, base, metric, refused, make=make, done=done)
+
+
+def planned(source, grid: dict, base: _api.SimConfig | dict | None = None, trace=None) -> set[str]:
+    """The runs ``sweep`` with these arguments simulates (``ddpsim.sim.sweep.planned``), without simulating them."""
+    w, base, make = _sweep_args(source, base, trace)
+    return _sim_planned(w, grid, base, make)
+
+
+def _sweep_args(source, base, trace):
+    """``sweep``'s (workload, SimConfig base, make): see its docstring."""
     w = as_workload(source)
     run = source if trace is None and not isinstance(source, Workload) else trace
     if base is not None and not isinstance(base, (dict, _api.SimConfig)):
         raise TypeError(f"base must be a SimConfig or a dict of SimConfig fields, not {type(base).__name__}")
     if run is None or isinstance(base, _api.SimConfig):
-        return _sim_sweep(w, grid, _api.SimConfig(**base) if isinstance(base, dict) else base, metric, refused, done=done)
+        return w, _api.SimConfig(**base) if isinstance(base, dict) else base, None
     fields = dict(base or {})
-    return _sim_sweep(w, grid, None, metric, refused, make=lambda values: replay_config(w, run, **{**fields, **values}),
-                      done=done)
+    return w, None, lambda values: replay_config(w, run, **{**fields, **values})
 
 
-__all__ = ["as_workload", "config_from_trace", "learn", "replay_config", "simulate", "sweep", "workload_from_trace"]
+__all__ = ["as_workload", "config_from_trace", "learn", "planned", "replay_config", "simulate", "sweep",
+           "workload_from_trace"]

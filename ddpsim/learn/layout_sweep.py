@@ -13,8 +13,11 @@ every iteration), then no environment variable. Where every row is as good, ther
 """
 from __future__ import annotations
 
+import time
+
 from ddpsim.buckets import DEFAULT_CAP_MB, MIB
-from ddpsim.learn import sweep
+from ddpsim.learn import planned, sweep
+from ddpsim.sim import api as _api
 
 SWEEP_ORDERS = ("torch", "definition", "random")
 SWEEP_CAPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # and None: torch's default
@@ -43,20 +46,39 @@ def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, fin
     ``needs_fu``: why the recorded model cannot run without find_unused_parameters (a parameter it marked
     unused, ``ddpsim.analysis.unused``): find_unused stays on, and the reason is a note."""
     refused: list = []
-    find_unused = (True,) if needs_fu else find_unused
-    full = {**(grid or {}), "find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
-            "order": list(orders)}
     done: dict = {}  # each planned run simulated once (Note [Configurations that build the same buckets])
-    rows = sweep(work, {**full, "last_bucket_small": [False]}, base, metric, refused, trace, done)
-    if small_last and "torch" in orders and False in find_unused:
-        rows += sweep(work, {**full, "find_unused_parameters": [False], "order": ["torch"],
-                             "last_bucket_small": [True]}, base, metric, refused, trace, done)
+    rows = [r for g in grids(caps, orders, find_unused, small_last, grid, needs_fu)
+            for r in sweep(work, g, base, metric, refused, trace, done)]
     wrong = [msg for c, msg in refused if c["find_unused_parameters"] or not getattr(work, "unused", True)]
     if wrong or (refused and not rows):  # not unused parameters without find_unused: an option out of range, say
         raise ValueError((wrong or [refused[0][1]])[0])
     refused += [({"find_unused_parameters": False}, needs_fu)] if needs_fu else []
     notes = list(dict.fromkeys(f"find_unused_parameters={c['find_unused_parameters']}: {msg}" for c, msg in refused))
     return rank(rows, metric), notes
+
+
+def grids(caps=SWEEP_CAPS, orders=SWEEP_ORDERS, find_unused=(False, True), small_last=True,
+          grid: dict | None = None, needs_fu: str | None = None) -> list[dict]:
+    """The grids ``sweep_rows`` sweeps (its arguments): every cap x order x find_unused, then torch's
+    ordering with find_unused off and the small bucket last."""
+    find_unused = (True,) if needs_fu else find_unused
+    full = {**(grid or {}), "find_unused_parameters": list(find_unused), "bucket_cap_mb": [None, *caps],
+            "order": list(orders)}
+    out = [{**full, "last_bucket_small": [False]}]
+    if small_last and "torch" in orders and False in find_unused:
+        out.append({**full, "find_unused_parameters": [False], "order": ["torch"], "last_bucket_small": [True]})
+    return out
+
+
+def expected_seconds(work, base, needs_fu: str | None = None) -> float:
+    """About how long ``sweep_rows(work, base, needs_fu=needs_fu)`` takes here (``base`` a SimConfig): its
+    simulations (configurations that build the same buckets share one: ``planned``) times how long
+    ``base`` itself takes to simulate, timed now. Every row differs from ``base`` in its buckets only."""
+    start = time.perf_counter()
+    _api.simulate(work, base)
+    once = time.perf_counter() - start
+    runs = set().union(*(planned(work, g, base) for g in grids(needs_fu=needs_fu)))
+    return len(runs) * once
 
 
 def _key(row: dict, metric: str):

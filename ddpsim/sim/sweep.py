@@ -54,13 +54,36 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     as ``(values, message)`` instead of raising. ``done``: the runs simulated so far (``same_run`` ->
     summary), to share between sweeps of one workload (Note [Configurations that build the same buckets]).
     """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}")
+    rows, done = [], {} if done is None else done  # what each planned run simulated to
+    for values, cfg, run in configurations(w, grid, base, make):
+        try:
+            if isinstance(run, ValueError):
+                raise run
+            s = done[run] if run in done else done.setdefault(run, simulate(w, cfg)[1])
+        except ValueError as e:
+            if refused is None:
+                raise
+            refused.append((values, str(e)))
+            continue
+        rows.append({**values, **{m: s[m] for m in METRICS}, "n_buckets": s["n_buckets"]})
+    sign = -1 if metric == "overlap_fraction" else 1
+    ranked = sorted(range(len(rows)), key=lambda i: sign * rows[i][metric])
+    for r, i in enumerate(ranked, 1):
+        rows[i]["rank"] = r
+        rows[i]["best"] = r == 1
+    return rows
+
+
+def configurations(w, grid: dict, base: SimConfig | None = None, make=None):
+    """Each combination of ``grid`` as ``sweep`` takes it: (values, its SimConfig, its planned run
+    (``same_run``)), the run a ValueError where the simulator refuses it. Raises on a grid it cannot sweep."""
     require_workload(w)
     names = {f.name for f in fields(SimConfig)}
     bad = [k for k in grid if k not in names]
     if bad:
         raise ValueError(f"cannot sweep {', '.join(bad)}: not a SimConfig field")
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     for k, v in grid.items():
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"sweep values for {k} must be a non-empty list")
@@ -71,26 +94,18 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
         raise ValueError(f"this sweep has {combos:,} configurations; the limit is {MAX_CONFIGS:,}")
     base = base or SimConfig()
     make = make or (lambda values: SimConfig(**{**replay_caps(asdict(base), values), **values}))
-    rows, done = [], {} if done is None else done  # what each planned run simulated to
-    keys = list(grid)
-    for combo in itertools.product(*(grid[k] for k in keys)):
+    for combo in itertools.product(*(grid[k] for k in grid)):
+        values, cfg = dict(zip(grid, combo)), None
         try:
-            cfg = make(dict(zip(keys, combo)))
-            run = same_run(w, cfg)
-            s = done[run] if run in done else done.setdefault(run, simulate(w, cfg)[1])
+            cfg = make(values)
+            yield values, cfg, same_run(w, cfg)
         except ValueError as e:
-            if refused is None:
-                raise
-            refused.append((dict(zip(keys, combo)), str(e)))
-            continue
-        rows.append({**dict(zip(keys, combo)), **{m: s[m] for m in METRICS},
-                     "n_buckets": s["n_buckets"]})
-    sign = -1 if metric == "overlap_fraction" else 1
-    ranked = sorted(range(len(rows)), key=lambda i: sign * rows[i][metric])
-    for r, i in enumerate(ranked, 1):
-        rows[i]["rank"] = r
-        rows[i]["best"] = r == 1
-    return rows
+            yield values, cfg, e
+
+
+def planned(w, grid: dict, base: SimConfig | None = None, make=None) -> set[str]:
+    """The runs ``sweep`` simulates for ``grid`` (``same_run`` each), without simulating them."""
+    return {run for _, _, run in configurations(w, grid, base, make) if isinstance(run, str)}
 
 
 def to_csv(rows: list[dict]) -> str:

@@ -172,8 +172,9 @@ sweep_cfg = whatif.sim_config(base, None, "torch", bool(needs_fu), n_sync, world
                               broadcast_buffers=bufs, comm_hook=sim_hook)
 sweep_key = f"{source_key}:{cache.config_key(sweep_cfg)}"  # the sweep's cache key (a JSON of the config: once)
 swept = st.session_state.setdefault(SWEPT, set())  # sweeps run this session: shown at once again
-if ui.quick_or_asked(sweep_key, swept, widgets.sweep_seconds(out.summary), widgets.SWEEP_ASK_S, "Run the sweep",
-                     k + "sweep", f"The sweep simulates {whatif.SWEEP_RUNS} configurations like the one above"):
+sweep_s = cache.sweep_seconds(source_key, sweep_key, work, sweep_cfg, needs_fu)  # one of its simulations, timed
+if ui.quick_or_asked(sweep_key, swept, sweep_s, widgets.SWEEP_ASK_S, "Run the sweep", k + "sweep",
+                     f"The sweep simulates {whatif.SWEEP_RUNS} configurations like the one above"):
     rows, notes = cache.sweep(source_key, sweep_key, work, sweep_cfg, needs_fu)
     if (verdict := sweep_verdict.describe_sweep(rows, out.summary, world, out.noise,  # PowerSGD on gloo: a caution
                                                  whatif.backend(base, trace, network), hook)):
