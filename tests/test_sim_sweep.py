@@ -1,11 +1,17 @@
 """A sweep simulates each planned run once: configurations that build the same buckets and differ in
 nothing else share one simulation (Note [Configurations that build the same buckets] in
-ddpsim/sim/sweep.py), and every row still holds what its own configuration simulates to."""
+ddpsim/sim/sweep.py), and every row still holds what its own configuration simulates to; its progress
+counts every configuration, and ``ddpsim sweep`` draws it on a terminal."""
+import os
+import pty
+import subprocess
+import sys
 from dataclasses import asdict
 
 import pytest
 
 from ddpsim.learn import learn
+from ddpsim.learn.layout_sweep import SWEEP_RUNS, sweep_rows
 from ddpsim.samples import sample_path
 from ddpsim.sim import SimConfig, simulate
 from ddpsim.sim.sweep import METRICS, planned, same_run, sweep
@@ -51,3 +57,33 @@ def test_planned_names_the_runs_the_sweep_simulates_without_simulating(work):
     sweep(work, GRID, BASE, done=done)
     assert set(done) == planned(work, GRID, BASE)
     assert len(done) == 12  # 16 configurations: caps 50 and 100 build one bucket in each of the 4 others' ways
+
+
+def test_progress_counts_every_configuration_once_to_the_total(work):
+    seen: list = []
+    rows, _ = sweep_rows(work, BASE, progress=lambda done, total: seen.append((done, total)))
+    assert len(rows) == SWEEP_RUNS == 77
+    assert seen == [(n, 77) for n in range(1, 78)]
+
+
+def test_the_sweep_command_draws_its_bar_on_a_terminal_only():
+    """``ddpsim sweep`` on a terminal: "simulating [###...] 77/77 configurations" on stderr, as ``record``
+    and ``scaling`` draw theirs; into a pipe, its lines alone."""
+    cmd = [sys.executable, "-m", "ddpsim", "sweep", "--trace", str(sample_path("01_mlp_torch_default.json")),
+           "--iters", "3"]
+    lead, follow = pty.openpty()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=follow) as proc:
+        os.close(follow)  # the child holds the terminal's other end now
+        said = b""
+        try:
+            while chunk := os.read(lead, 65536):  # read as it draws: a full terminal would block it
+                said += chunk
+        except OSError:  # EIO: the child closed its end, all read
+            pass
+        finally:
+            os.close(lead)
+        out = proc.stdout.read()
+    assert proc.wait(timeout=300) == 0
+    assert "] 77/77 configurations" in said.decode() and "simulating [" in said.decode()
+    piped = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert piped.returncode == 0 and "configurations" not in piped.stderr and piped.stdout == out.decode()

@@ -24,6 +24,7 @@ import json
 import sys
 from pathlib import Path
 
+from ddpsim.cli.progress import progress_bar
 from ddpsim.cli.sim_args import add_budget_arguments, add_input_arguments, add_network_source_arguments
 from ddpsim.cli.simulate import FLAGS, load_source, parse_stragglers
 from ddpsim.sim.archs import arch_defaults
@@ -137,12 +138,14 @@ def main(args) -> int:
     if trace is None:  # a GPU model: a SIMULATED trace's options under the flags given (GpuModel.settings)
         base = arch_config(workload, grid, model.settings(base) if model else base,
                            model.carried({**base, **grid}) if model else [], args.trace)
+    show = progress_bar("simulating", "configurations")  # on a terminal only
     if any(k in grid for k in LAYOUT):  # the grid as given, ranked as the page ranks
-        rows, notes = layout_sweep.rank(sweep(workload, grid, base, args.metric, trace=trace), args.metric), []
+        rows, notes = layout_sweep.rank(sweep(workload, grid, base, args.metric, trace=trace, progress=show),
+                                        args.metric), []
     else:  # the What-if page's layouts, over the other grid flags
         fu = [args.find_unused_parameters] if args.find_unused_parameters is not None else [False, True]
         rows, notes = layout_sweep.sweep_rows(workload, base, trace, find_unused=fu, grid=grid,
-                                                  metric=args.metric, needs_fu=needs_fu)
+                                                  metric=args.metric, needs_fu=needs_fu, progress=show)
     for note in notes:
         print(f"not in the sweep: {note}", file=sys.stderr)
     if args.out:

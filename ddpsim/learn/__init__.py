@@ -52,7 +52,7 @@ def simulate(source, config: _api.SimConfig | None = None, **overrides):
 
 
 def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric: str = "iteration_time_s",
-          refused: list | None = None, trace=None, done: dict | None = None):
+          refused: list | None = None, trace=None, done: dict | None = None, progress=None):
     """``ddpsim.sim.sweep`` on a Workload or a recorded Trace.
 
     With a recorded run (``source``, or ``trace`` beside a workload learnt from it) and ``base`` a
@@ -61,9 +61,9 @@ def sweep(source, grid: dict, base: _api.SimConfig | dict | None = None, metric:
     ``sweep --trace`` and the What-if page simulate). A SimConfig ``base`` is a whole configuration,
     as ``simulate`` takes one: each combination is that SimConfig with the grid's values, on the
     learnt workload, without the run's options or ranks. Without a run, as ``ddpsim.sim.sweep``;
-    ``done`` as there (the runs simulated so far)."""
+    ``done`` and ``progress`` as there."""
     w, base, make = _sweep_args(source, base, trace)
-    return _sim_sweep(w, grid, base, metric, refused, make=make, done=done)
+    return _sim_sweep(w, grid, base, metric, refused, make=make, done=done, progress=progress)
 
 
 def planned(source, grid: dict, base: _api.SimConfig | dict | None = None, trace=None) -> set[str]:

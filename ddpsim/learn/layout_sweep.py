@@ -18,6 +18,7 @@ import time
 from ddpsim.buckets import DEFAULT_CAP_MB, MIB
 from ddpsim.learn import planned, sweep
 from ddpsim.sim import api as _api
+from ddpsim.sim.sweep import combinations
 
 SWEEP_ORDERS = ("torch", "definition", "random")
 SWEEP_CAPS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0)  # and None: torch's default
@@ -35,7 +36,7 @@ NOT_DDP = ("is not a DDP option: torch fills its buckets in reverse order of mod
 
 def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, find_unused=(False, True),
                small_last=True, grid: dict | None = None, metric: str = "iteration_time_s",
-               needs_fu: str | None = None) -> tuple[list[dict], list[str]]:
+               needs_fu: str | None = None, progress=None) -> tuple[list[dict], list[str]]:
     """The metrics per bucket cap (None, torch's default: 25 MiB, first bucket 1 MiB, then ``caps``) x
     ``orders`` x ``find_unused``, over ``grid``'s other SimConfig fields (world_size: [8, 64], say), ranked
     (``rank``, ``best``). ``small_last``: torch's ordering with find_unused off also with
@@ -44,11 +45,16 @@ def sweep_rows(work, base, trace=None, caps=SWEEP_CAPS, orders=SWEEP_ORDERS, fin
     the simulator refuses for unused parameters with find_unused off (torch fails on them) becomes a note;
     any other refusal (an option out of range, say), or every combination refused, is raised (a ValueError).
     ``needs_fu``: why the recorded model cannot run without find_unused_parameters (a parameter it marked
-    unused, ``ddpsim.analysis.unused``): find_unused stays on, and the reason is a note."""
+    unused, ``ddpsim.analysis.unused``): find_unused stays on, and the reason is a note. ``progress(done,
+    total)``, if given, is called after each configuration."""
     refused: list = []
     done: dict = {}  # each planned run simulated once (Note [Configurations that build the same buckets])
-    rows = [r for g in grids(caps, orders, find_unused, small_last, grid, needs_fu)
-            for r in sweep(work, g, base, metric, refused, trace, done)]
+    todo = grids(caps, orders, find_unused, small_last, grid, needs_fu)
+    total, before, rows = sum(map(combinations, todo)), 0, []
+    for g in todo:
+        tell = None if progress is None else (lambda n, _, at=before: progress(at + n, total))  # over all grids
+        rows += sweep(work, g, base, metric, refused, trace, done, tell)
+        before += combinations(g)
     wrong = [msg for c, msg in refused if c["find_unused_parameters"] or not getattr(work, "unused", True)]
     if wrong or (refused and not rows):  # not unused parameters without find_unused: an option out of range, say
         raise ValueError((wrong or [refused[0][1]])[0])

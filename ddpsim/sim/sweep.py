@@ -20,6 +20,7 @@ import csv
 import io
 import itertools
 import json
+import math
 from dataclasses import asdict, fields
 
 from ddpsim.sim.api import SimConfig, checked, plan_layouts, require_workload, simulate
@@ -41,7 +42,7 @@ def same_run(w, cfg: SimConfig) -> str:
 
 
 def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration_time_s",
-          refused: list | None = None, make=None, done: dict | None = None) -> list[dict]:
+          refused: list | None = None, make=None, done: dict | None = None, progress=None) -> list[dict]:
     """Simulate every combination of ``grid`` (field -> list of values) over ``base``.
 
     ``make(values) -> SimConfig``, if given, builds each combination's configuration
@@ -53,21 +54,24 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
     parameters without find_unused_parameters, which torch fails on) is appended to it
     as ``(values, message)`` instead of raising. ``done``: the runs simulated so far (``same_run`` ->
     summary), to share between sweeps of one workload (Note [Configurations that build the same buckets]).
+    ``progress(done, total)``, if given, is called after each combination.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     rows, done = [], {} if done is None else done  # what each planned run simulated to
-    for values, cfg, run in configurations(w, grid, base, make):
+    each = configurations(w, grid, base, make)  # the grid checked
+    for n, (values, cfg, run) in enumerate(each, 1):
         try:
             if isinstance(run, ValueError):
                 raise run
             s = done[run] if run in done else done.setdefault(run, simulate(w, cfg)[1])
+            rows.append({**values, **{m: s[m] for m in METRICS}, "n_buckets": s["n_buckets"]})
         except ValueError as e:
             if refused is None:
                 raise
             refused.append((values, str(e)))
-            continue
-        rows.append({**values, **{m: s[m] for m in METRICS}, "n_buckets": s["n_buckets"]})
+        if progress is not None:
+            progress(n, combinations(grid))
     sign = -1 if metric == "overlap_fraction" else 1
     ranked = sorted(range(len(rows)), key=lambda i: sign * rows[i][metric])
     for r, i in enumerate(ranked, 1):
@@ -78,7 +82,8 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
 
 def configurations(w, grid: dict, base: SimConfig | None = None, make=None):
     """Each combination of ``grid`` as ``sweep`` takes it: (values, its SimConfig, its planned run
-    (``same_run``)), the run a ValueError where the simulator refuses it. Raises on a grid it cannot sweep."""
+    (``same_run``)), the run a ValueError where the simulator refuses it. Raises at once on a grid it
+    cannot sweep."""
     require_workload(w)
     names = {f.name for f in fields(SimConfig)}
     bad = [k for k in grid if k not in names]
@@ -87,13 +92,18 @@ def configurations(w, grid: dict, base: SimConfig | None = None, make=None):
     for k, v in grid.items():
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"sweep values for {k} must be a non-empty list")
-    combos = 1
-    for v in grid.values():
-        combos *= len(v)
-    if combos > MAX_CONFIGS:
-        raise ValueError(f"this sweep has {combos:,} configurations; the limit is {MAX_CONFIGS:,}")
+    if combinations(grid) > MAX_CONFIGS:
+        raise ValueError(f"this sweep has {combinations(grid):,} configurations; the limit is {MAX_CONFIGS:,}")
     base = base or SimConfig()
-    make = make or (lambda values: SimConfig(**{**replay_caps(asdict(base), values), **values}))
+    return _each(w, grid, make or (lambda values: SimConfig(**{**replay_caps(asdict(base), values), **values})))
+
+
+def combinations(grid: dict) -> int:
+    """How many configurations ``grid`` (field -> non-empty list of values) names."""
+    return math.prod(len(v) for v in grid.values())
+
+
+def _each(w, grid: dict, make):
     for combo in itertools.product(*(grid[k] for k in grid)):
         values, cfg = dict(zip(grid, combo)), None
         try:
