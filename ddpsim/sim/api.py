@@ -23,8 +23,8 @@ from ddpsim.sim.workload import Workload
 from ddpsim.trace import (BucketEvent, Collective, GradReady, Iteration, JoinRecord, Layout, Param, RankTrace,
                           ShadowStep, Span, Trace)
 
-__all__ = ["SimConfig", "SimulationTooLarge", "build_trace", "checked", "plan_actors", "plan_layouts", "require_workload",
-           "resolve_link", "simulate"]
+__all__ = ["SimConfig", "SimulationTooLarge", "build_trace", "checked", "plan_actors", "plan_layouts",
+           "require_workload", "resolve_link", "simulate"]
 
 
 def simulate(w: Workload, config: SimConfig | None = None, platform=None, **overrides) -> tuple[Trace, dict]:
