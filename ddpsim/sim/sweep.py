@@ -8,7 +8,7 @@ n_buckets, the rank of the row by ``metric`` (1 = best) and ``best`` (True once)
 
 Note [Configurations that build the same buckets]: a sweep over bucket caps and orderings names
 many configurations that build the same buckets: every cap above the model's size is one bucket
-(ResNet-18's 45 MB at caps 50, 100 and 250 MiB). The bucket options reach the simulated times only
+(ResNet-18's 44.6 MiB at caps 50, 100 and 250 MiB). The bucket options reach the simulated times only
 through the layouts and steps they plan (``plan_layouts``; the trace's meta names them too, and a row
 takes none of it), so two configurations with the same plan and every other field the same simulate
 alike, and the sweep simulates the first and gives its figures to the others (``same_run``;
