@@ -256,6 +256,21 @@ def test_whatif_long_sweep_waits_for_its_button():
     assert len(at.image) == 3 and not [b for b in at.button if b.label.startswith("Run the sweep")]
 
 
+def test_whatif_buttons_waiting_while_other_choices_move(monkeypatch):
+    """With the sweep and the curve waiting for their buttons, moving another choice raised
+    StreamlitValueAssignmentNotAllowedError: the page's widget keeper (``state.keep_widgets``) assigned
+    the "Simulate every world size" button its value, which Streamlit refuses for a button."""
+    from ddpsim.app import whatif_widgets
+
+    monkeypatch.setattr(whatif_widgets, "SWEEP_ASK_S", 0.0)  # every long piece of work waits for its button
+    at = page("whatif.py")
+    for ws in (4, 8):
+        next(s for s in at.select_slider if s.label.startswith("World size")).set_value(ws).run()
+        ok(at)
+        waiting = [b.label for b in at.button if b.label.startswith(("Run the sweep", "Simulate every world size"))]
+        assert len(waiting) == 2, waiting
+
+
 def _keys(at):
     return [w.key for w in at.selectbox if w.key]
 

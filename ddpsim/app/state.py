@@ -36,7 +36,7 @@ SIMULATED_PREFIX = "simulated: "
 MEASURED = "ddpsim_wi_networks"  # session key: {trace_key: calibration} measured on the What-if page
 SWEPT = "ddpsim_swept"  # session key: the What-if sweeps run this session (their cache keys), shown again at once
 WHATIF = "ddpsim_wi"  # the start of the What-if page's widget keys (``keep_widgets``)
-WHATIF_BUTTONS = ("keep", "measure", "sweep")  # the ends of its button keys: Streamlit refuses a button's value assigned
+WHATIF_BUTTONS = ("keep", "measure", "sweep", "scaling")  # the ends of its button keys: Streamlit refuses a button's value assigned
 QUERY = "trace"  # the address's ?trace=: the open trace, so that a reload reopens it (samples, saved recordings)
 
 
