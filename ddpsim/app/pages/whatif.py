@@ -196,7 +196,7 @@ st.subheader("How does it scale? The same options at every world size")
 chosen = dict(bucket_cap_mb=cap, order=order, find_unused_parameters=fu, no_sync_every=n_sync, network=network,
               algo=algo, broadcast_buffers=bufs, comm_hook=sim_hook, last_bucket_small=small)
 scale_key = f"{source_key}:scaling:{sorted(chosen.items())}"  # not the world size: it only moves the outline
-if ui.quick_or_asked(scale_key, swept, scaling.seconds(out.summary, base, trace, network), widgets.SWEEP_ASK_S,
+if ui.quick_or_asked(scale_key, swept, scaling.seconds(out.summary, base, trace, work, chosen), widgets.SWEEP_ASK_S,
                      "Simulate every world size", k + "scaling", "The curve simulates these options at each world size"):
     rows, notes = cache.scaling_rows(source_key, scale_key, work, base, trace, chosen)
     if len(rows) >= 2:
