@@ -24,3 +24,16 @@ def compare_page(uploads: dict):
     at = with_uploads(uploads, "compare.py")
     at.multiselect(key="ddpsim_compare_runs").set_value(list(uploads)).run()
     return at
+
+
+WAITING = ("Run the sweep", "Simulate every world size")  # the What-if page's long work, when it waits
+
+
+def run_waiting(at):
+    """Click the What-if page's long work that waits for its button, so that a test sees its results
+    either way: whether it waits is the page's guess of its time here (``SWEEP_ASK_S``), which the
+    machine's load moves (a fresh-clone CI run beside another test run saw the curve wait)."""
+    for label in WAITING:
+        if (ask := [b for b in at.button if b.label.startswith(label)]):
+            ask[0].click().run()
+    return at

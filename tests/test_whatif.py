@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from apputil import run_waiting
 from ddpsim import samples
 from ddpsim.analysis import summarize
 from ddpsim.app import sweep_verdict, whatif, whatif_words
@@ -176,7 +177,7 @@ def test_page_nothing_changed_shows_zero(name, monkeypatch):
     monkeypatch.delenv(samples.ENV_VAR, raising=False)
     at = AppTest.from_file(APP, default_timeout=90).run()
     at.selectbox(key="ddpsim_source").set_value(name).run()
-    at.switch_page("ddpsim/app/pages/whatif.py").run()
+    run_waiting(at.switch_page("ddpsim/app/pages/whatif.py").run())
     assert not at.exception and not at.error
     deltas = [m.proto.delta for m in at.metric]
     assert deltas[:2] == ["0.0 ms", "0.0 ms"], deltas
@@ -507,7 +508,7 @@ def test_page_sweep_keeps_the_buffer_choice(monkeypatch):
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.selectbox(key="ddpsim_source").set_value("05_convnet_torch_no_sync3").run()
     at.switch_page("ddpsim/app/pages/whatif.py").run()
-    next(t for t in at.toggle if t.label == "broadcast_buffers").set_value(False).run()
+    run_waiting(next(t for t in at.toggle if t.label == "broadcast_buffers").set_value(False).run())
     assert not at.exception and not at.error
     verdict = next(x.value for x in at.success if "Best simulated" in x.value)
     best, chosen = (float(v) for v in re.search(r": ([\d.]+) ms/iteration.*your choice above: ([\d.]+) ms", verdict).groups())
