@@ -66,6 +66,17 @@ def test_progress_counts_every_configuration_once_to_the_total(work):
     assert seen == [(n, 77) for n in range(1, 78)]
 
 
+def test_a_refused_configuration_is_listed_and_counted_or_raised(work):
+    grid = {"jitter": [-1.0, 0.05]}  # a negative spread: the simulator refuses it
+    refused, seen = [], []
+    rows = sweep(work, grid, BASE, refused=refused, progress=lambda n, total: seen.append((n, total)))
+    assert [r["jitter"] for r in rows] == [0.05] and rows[0]["best"]
+    assert refused == [({"jitter": -1.0}, "jitter must be a finite number >= 0, not -1.0")]
+    assert seen == [(1, 2), (2, 2)]
+    with pytest.raises(ValueError, match="^jitter must be"):
+        sweep(work, grid, BASE)
+
+
 def test_the_sweep_command_draws_its_bar_on_a_terminal_only():
     """``ddpsim sweep`` on a terminal: "simulating [###...] 77/77 configurations" on stderr, as ``record``
     and ``scaling`` draw theirs; into a pipe, its lines alone."""

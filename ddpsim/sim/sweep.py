@@ -61,18 +61,21 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
         raise ValueError(f"metric must be one of {', '.join(METRICS)}")
     rows, done = [], {} if done is None else done  # what each planned run simulated to
     each = configurations(w, grid, base, make)  # the grid checked
+    total = combinations(grid)
     for n, (values, cfg, run) in enumerate(each, 1):
-        try:
-            if isinstance(run, ValueError):
-                raise run
-            s = done[run] if run in done else done.setdefault(run, simulate(w, cfg)[1])
-            rows.append({**values, **{m: s[m] for m in METRICS}, "n_buckets": s["n_buckets"]})
-        except ValueError as e:
+        refusal = run if isinstance(run, ValueError) else None  # refused before it ran
+        if refusal is None:
+            try:
+                s = done[run] if run in done else done.setdefault(run, simulate(w, cfg)[1])
+                rows.append({**values, **{m: s[m] for m in METRICS}, "n_buckets": s["n_buckets"]})
+            except ValueError as e:  # refused while it ran
+                refusal = e
+        if refusal is not None:
             if refused is None:
-                raise
-            refused.append((values, str(e)))
+                raise refusal
+            refused.append((values, str(refusal)))
         if progress is not None:
-            progress(n, combinations(grid))
+            progress(n, total)
     sign = -1 if metric == "overlap_fraction" else 1
     ranked = sorted(range(len(rows)), key=lambda i: sign * rows[i][metric])
     for r, i in enumerate(ranked, 1):
