@@ -232,28 +232,28 @@ def test_whatif_world_size_network_and_no_sync():
     assert len(at.image) == 3  # the what-if, the sweep, the scaling curve
 
 
-def test_whatif_long_sweep_waits_for_its_button():
-    """The transformer sample at 16 ranks, synced every 8 micro-steps: its sweep's simulations play 8 times
-    the steps of one synced each step, about 11 s here in all (``layout_sweep.expected_seconds``); the
-    sweep waits to be asked, and once run it stays."""
-    at = page("whatif.py", source="06_transformer_torch_default")
-    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(16).run()
-    next(s for s in at.select_slider if s.label.startswith("Sync every")).set_value(8).run()
+def test_whatif_long_sweep_waits_for_its_button(monkeypatch):
+    """A sweep expected to take longer than ``SWEEP_ASK_S`` here waits to be asked (the transformer sample at
+    16 ranks synced every 8 micro-steps: about 11 s, ``layout_sweep.expected_seconds``); here the bar is 0 s,
+    so every sweep waits. Once run it stays for the choices that share it; another sweep waits again."""
+    from ddpsim.app import whatif_widgets
+
+    monkeypatch.setattr(whatif_widgets, "SWEEP_ASK_S", 0.0)
+    at = page("whatif.py")
     ok(at)
     assert any(b.label.startswith("Run the sweep") for b in at.button)
     assert not any("Best simulated" in s.value for s in at.success) and "waits for the button" in markdown(at)
-    run_waiting(at)  # the sweep, and the curve if it waits too (1 and 2 ranks: nothing is known at 16 here)
+    next(b for b in at.button if b.label.startswith("Run the sweep")).click().run()
     ok(at)
-    assert len(at.image) == 3 and any("Best simulated" in s.value for s in at.success)
+    assert len(at.image) == 2 and any("Best simulated" in s.value for s in at.success)  # the curve still waits
     next(s for s in at.select_slider if s.label == "Bucket cap (MiB)").set_value(0.25).run()  # the same sweep
     ok(at)
     assert any("Best simulated" in s.value for s in at.success)
     assert not [b for b in at.button if b.label.startswith("Run the sweep")]
-    next(s for s in at.select_slider if s.label.startswith("Sync every")).set_value(1).run()
-    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(2).run()  # quick: no button
+    next(s for s in at.select_slider if s.label.startswith("World size")).set_value(4).run()  # another sweep
     ok(at)
-    assert any("Best simulated" in s.value for s in at.success)
-    assert not [b for b in at.button if b.label.startswith("Run the sweep")]
+    assert not any("Best simulated" in s.value for s in at.success)
+    assert [b for b in at.button if b.label.startswith("Run the sweep")]
 
 
 def test_whatif_buttons_waiting_while_other_choices_move(monkeypatch):
