@@ -53,8 +53,10 @@ def test_the_parts_add_up_to_the_iteration_the_what_if_shows():
 
 def test_a_recording_leaves_out_the_sizes_whose_network_it_does_not_know():
     base, trace, work = recording("01_mlp_torch_default")  # 2 gloo ranks on this machine's CPU
-    rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED})
-    assert [r["world_size"] for r in rows] == [1, 2]
+    seen = []  # the page's progress bar: one step per size simulated, of the sizes it can simulate
+    rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED},
+                               progress=lambda done, total: seen.append((done, total)))
+    assert [r["world_size"] for r in rows] == [1, 2] and seen == [(1, 2), (2, 2)]
     assert notes == ["4 to 100,000 ranks: nothing is known about the recording's network there (pick a network "
                      "above, or move World size there to measure it on this machine)"]
     assert "the recorded 2 ranks too" in scaling.describe(rows, 2, recorded=2)
@@ -118,3 +120,30 @@ def test_a_flat_ring_at_100000_ranks_is_drawn_in_seconds():
     assert rows[-1]["iteration_time_s"] > 10  # gloo's ring over 100,000 ranks: 2(k-1) steps of latency
     assert plot_scaling(rows).axes[0].get_ylabel() == "iteration time (s)"
     assert plot_scaling(rows[:1]).axes[0].get_ylabel() == "iteration time (ms)"
+
+
+def test_the_pages_progress_bar_counts_and_is_gone_after_the_work():
+    """``app.cache.progress_bar``: the sweep's and the curve's bar on the What-if page, made and emptied inside
+    their cached functions (a reused result replays to no bar)."""
+    from streamlit.testing.v1 import AppTest
+
+    def page(finish: bool):
+        import streamlit as st
+
+        from ddpsim.app import cache
+
+        bar = st.session_state["bar"] = cache.progress_bar("Simulating every world size", "world sizes")  # kept: not closed
+        tell = bar.__enter__()
+        tell(3, 7)
+        if finish:
+            bar.__exit__(None, None, None)
+
+    for finish in (False, True):
+        at = AppTest.from_function(page, args=(finish,)).run()
+        assert not at.exception
+        bars = at.get("progress")
+        if finish:
+            assert not bars
+        else:
+            assert len(bars) == 1 and bars[0].proto.text == "Simulating every world size: 3/7 world sizes"
+            assert bars[0].proto.value == 42  # percent: 3 of 7

@@ -6,6 +6,7 @@ value seen before costs nothing. Arguments starting with "_" are not hashed.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict
 
@@ -30,9 +31,22 @@ def simulate(source_key: str, cfg_key: str, _work, _cfg: SimConfig):
     return whatif.run(_work, _cfg)
 
 
-@st.cache_data(max_entries=32, show_spinner="Sweeping bucket sizes x orderings x find_unused...")
+@contextlib.contextmanager
+def progress_bar(what: str, unit: str):
+    """``progress(done, total)``, drawing "what: done/total unit" on a bar while the block runs; the bar is
+    gone after it. For a cached function: Streamlit replays what one draws when its result is reused, and a
+    bar made and emptied inside it replays to nothing."""
+    bar = st.progress(0.0, text=f"{what}...")
+    try:
+        yield lambda done, total: bar.progress(min(done / max(total, 1), 1.0), text=f"{what}: {done}/{total} {unit}")
+    finally:
+        bar.empty()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
 def sweep(source_key: str, cfg_key: str, _work, _cfg: SimConfig, needs_fu: str | None = None):
-    return layout_sweep.sweep_rows(_work, _cfg, needs_fu=needs_fu)  # as ``ddpsim sweep`` runs it
+    with progress_bar("Sweeping bucket sizes x orderings x find_unused", "configurations") as tell:
+        return layout_sweep.sweep_rows(_work, _cfg, needs_fu=needs_fu, progress=tell)  # as ``ddpsim sweep`` runs it
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -47,7 +61,9 @@ def evaluate(source_key: str, cfg_key: str, _work, _base: whatif.Base, _trace, _
                            lambda w, c: simulate(source_key, config_key(c), w, c))
 
 
-@st.cache_data(max_entries=64, show_spinner="Simulating every world size...")
+@st.cache_data(max_entries=64, show_spinner=False)
 def scaling_rows(source_key: str, key: str, _work, _base: whatif.Base, _trace, _choices: dict):
     """scaling.rows with each simulation cached (the what-if's own world size is already there)."""
-    return scaling.rows(_base, _trace, _work, _choices, lambda w, c: simulate(source_key, config_key(c), w, c))
+    with progress_bar("Simulating every world size", "world sizes") as tell:
+        return scaling.rows(_base, _trace, _work, _choices, lambda w, c: simulate(source_key, config_key(c), w, c),
+                            progress=tell)

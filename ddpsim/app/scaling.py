@@ -54,18 +54,19 @@ def known_sizes(base: whatif.Base, trace, network, sizes=None) -> tuple[list[int
 
 
 def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
-         sizes=None) -> tuple[list[dict], list[str]]:
+         sizes=None, progress=None) -> tuple[list[dict], list[str]]:
     """One row per world size of ``sizes`` (None: the world-size slider's) that can be simulated with
     ``choices`` (``whatif.sim_config``'s keyword arguments but the world size), and the notes on the sizes
     left out or changed.
 
     A row: world_size, iteration_time_s = compute_s + exposed_comm_s + waiting_s, efficiency (the 1-rank
     iteration time over this one: each rank's share of its 1-rank throughput, at a fixed batch per rank) and
-    nccl (the algorithm/protocol of the largest bucket's allreduce, "" where there is none)."""
+    nccl (the algorithm/protocol of the largest bucket's allreduce, "" where there is none). ``progress(done,
+    total)``, if given, is called after each world size simulated."""
     sizes = whatif.world_options(base) if sizes is None else list(sizes)
     known, unknown, measurable = known_sizes(base, trace, choices.get("network", whatif.AS_RECORDED), sizes)
     out, notes, dropped = [], [], []
-    for ws in known:
+    for n, ws in enumerate(known, 1):
         picked = dict(choices)
         if picked.get("algo") and base.kind != "trace" and picked["algo"] not in nccl_algos(base, ws):
             dropped += [ws] if ws > 1 else []  # one rank runs no collective: no algorithm to drop
@@ -75,6 +76,8 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
             out.append(split(ws, simulate_fn, work, cfg))
         except ValueError as e:  # the simulator refuses this size: say so, keep the others
             notes.append(f"{ws:,} ranks: {e}")
+        if progress is not None:
+            progress(n, len(known))
     if dropped:
         notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped, sizes)} on {base.gpu}: "
                         "NCCL's choice there")
