@@ -31,11 +31,23 @@ def seconds(summary: dict, base: whatif.Base, trace, work, choices: dict) -> flo
     events = 0
     for ws in known_sizes(base, trace, choices.get("network", whatif.AS_RECORDED))[0]:
         try:
-            cfg = whatif.sim_config(base, world_size=ws, work=work, trace=trace, noise="drawn", **choices)
-            events += 2 * checked(work, cfg)[2]
-        except ValueError:  # refused at this size: ``rows`` leaves it out too, or simulates NCCL's choice
+            events += 2 * checked(work, size_config(base, trace, work, _picked(base, choices, ws)[0], ws))[2]
+        except ValueError:  # refused at this size: ``rows`` leaves it out too
             continue
     return per_event * events
+
+
+def _picked(base: whatif.Base, choices: dict, ws: int) -> tuple[dict, bool]:
+    """``choices`` at ``ws`` ranks, and whether their NCCL algorithm was dropped for NCCL's choice: it does not
+    run there (NVLS beyond one node)."""
+    if choices.get("algo") and base.kind != "trace" and choices["algo"] not in nccl_algos(base, ws):
+        return {**choices, "algo": None}, True
+    return choices, False
+
+
+def size_config(base: whatif.Base, trace, work, picked: dict, ws: int):
+    """The curve's SimConfig at ``ws`` ranks: the what-if's ``picked`` choices, its ranks' speeds drawn."""
+    return whatif.sim_config(base, world_size=ws, work=work, trace=trace, noise="drawn", **picked)
 
 
 def known_sizes(base: whatif.Base, trace, network, sizes=None) -> tuple[list[int], list[int], bool]:
@@ -67,13 +79,10 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
     known, unknown, measurable = known_sizes(base, trace, choices.get("network", whatif.AS_RECORDED), sizes)
     out, notes, dropped = [], [], []
     for n, ws in enumerate(known, 1):
-        picked = dict(choices)
-        if picked.get("algo") and base.kind != "trace" and picked["algo"] not in nccl_algos(base, ws):
-            dropped += [ws] if ws > 1 else []  # one rank runs no collective: no algorithm to drop
-            picked["algo"] = None
+        picked, drop = _picked(base, choices, ws)
+        dropped += [ws] if drop and ws > 1 else []  # one rank runs no collective: no algorithm to drop
         try:
-            cfg = whatif.sim_config(base, world_size=ws, work=work, trace=trace, noise="drawn", **picked)
-            out.append(split(ws, simulate_fn, work, cfg))
+            out.append(split(ws, simulate_fn, work, size_config(base, trace, work, picked, ws)))
         except ValueError as e:  # the simulator refuses this size: say so, keep the others
             notes.append(f"{ws:,} ranks: {e}")
         if progress is not None:

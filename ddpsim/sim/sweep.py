@@ -66,8 +66,9 @@ def sweep(w, grid: dict, base: SimConfig | None = None, metric: str = "iteration
         refusal = run if isinstance(run, ValueError) else None  # refused before it ran
         if refusal is None:
             try:
-                s = done[run] if run in done else done.setdefault(run, simulate(w, cfg)[1])
-                rows.append({**values, **{m: s[m] for m in METRICS}, "n_buckets": s["n_buckets"]})
+                if run not in done:
+                    done[run] = simulate(w, cfg)[1]
+                rows.append({**values, **{m: done[run][m] for m in METRICS}, "n_buckets": done[run]["n_buckets"]})
             except ValueError as e:  # refused while it ran
                 refusal = e
         if refusal is not None:
@@ -96,8 +97,8 @@ def configurations(w, grid: dict, base: SimConfig | None = None, make=None):
     for k, v in grid.items():
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"sweep values for {k} must be a non-empty list")
-    if combinations(grid) > MAX_CONFIGS:
-        raise ValueError(f"this sweep has {combinations(grid):,} configurations; the limit is {MAX_CONFIGS:,}")
+    if (n := combinations(grid)) > MAX_CONFIGS:
+        raise ValueError(f"this sweep has {n:,} configurations; the limit is {MAX_CONFIGS:,}")
     base = base or SimConfig()
     return _each(w, grid, make or (lambda values: SimConfig(**{**replay_caps(asdict(base), values), **values})))
 
