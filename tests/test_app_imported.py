@@ -44,9 +44,16 @@ def test_one_rank_spread_is_not_said_measured_between_ranks(one_rank):
 def test_far_caution_for_one_rank_says_nothing_was_fitted(one_rank):
     base, work = learnt(one_rank, 0.0)
     cfg = lambda net: whatif.sim_config(base, None, "torch", False, 1, 8, net, work=work, trace=one_rank)  # noqa: E731
-    recorded = " ".join(whatif.cautions(base, one_rank, cfg(whatif.AS_RECORDED), work))
+    recorded = " ".join(whatif.cautions(base, one_rank, cfg(whatif.AS_RECORDED), work))  # NCCL on H100s: its node
+    assert "it ran 1 rank, this asks for 8" in recorded and "the allreduce cost there is the network profile's" \
+        in recorded
+    assert "fitted at 1" not in recorded and "1 ranks" not in recorded and "NCCL on H100-SXM5 nodes" in recorded
+    one_rank.meta["backend"] = "gloo"  # no node of its own: nothing known at 8 ranks
+    try:
+        recorded = " ".join(whatif.cautions(base, one_rank, cfg(whatif.AS_RECORDED), work))
+    finally:
+        one_rank.meta["backend"] = "nccl"
     assert "it ran 1 rank, this asks for 8" in recorded and "No network model was fitted" in recorded
-    assert "fitted at 1" not in recorded and "1 ranks" not in recorded
     gloo_on_gpus = load_trace(samples.BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json")  # gloo, CUDA tensors
     assert not any("CPU run" in c for c in beyond.far_cautions(gloo_on_gpus, None, 2, 16, True))
     at = with_uploads({ONE: one_rank}, "whatif.py", ONE)
@@ -54,7 +61,7 @@ def test_far_caution_for_one_rank_says_nothing_was_fitted(one_rank):
     next(s for s in at.selectbox if s.label == "Network").set_value("ib100").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     far = next(w.value for w in at.warning if w.value.startswith("Far beyond"))
-    assert "it ran 1 rank," in far and "fitted" not in far and "the chosen network's" in far
+    assert "it ran 1 rank," in far and "fitted" not in far and "the network profile's" in far
 
 
 @pytest.fixture(scope="module")

@@ -265,3 +265,23 @@ def test_no_steady_iteration_is_said_to_differ(name):
         assert all(f"The profile starts at iteration {k}, after the run's first iteration and any rebuild" in t
                    for t in helps), helps
         assert not any("no rebuild" in t or "expected to differ" in t for t in helps), helps
+
+
+def test_a_gpu_recording_moves_to_another_world_size_on_its_own_node():
+    """learn/hardware.py Note [A GPU recording at another world size]: the 1-rank H200 recording's world-size
+    slider moved to 64 left a red "pick a network above" and no curve; it now runs on its GPU's node, says so,
+    and gives what choosing that network gives (the page's command has no --hardware: the CLI does the same)."""
+    at = on_page("11_h200_resnet50_nccl_1rank", "whatif.py")
+    widget(at, "select_slider", ":world").set_value(64).run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    said = " ".join(c.value for c in at.caption)
+    assert "World size 64: the network is the recording's GPU's node profile (below)" in said
+    assert any(w.value.startswith("The network is not the recorded one: the allreduce times come from NCCL on "
+                                  "H100-SXM5 nodes") for w in at.warning)
+    default = {m.label: (m.value, m.delta) for m in at.metric}
+    assert default["Exposed communication"][0] != "0.01 ms" and "ranks: nothing is known" not in said
+    assert any("(rank-to-rank spread 0.4%, the h100 GPU profile's, as the recording holds one rank)" in m.value
+               for m in at.markdown)  # one rank measures no spread: its node's profile gives one
+    assert "--hardware" not in next(c.value for c in at.code if c.value.startswith("python -m ddpsim simulate"))
+    widget(at, "selectbox", ":net").set_value("nvlink").run()
+    assert {m.label: (m.value, m.delta) for m in at.metric} == default

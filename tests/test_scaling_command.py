@@ -17,7 +17,8 @@ from ddpsim.learn.scaling import WORLD_SIZES
 UNCHANGED = dict(bucket_cap_mb=None, order="torch", find_unused_parameters=False, no_sync_every=1, algo=None,
                  broadcast_buffers=None, comm_hook=None, last_bucket_small=None)
 GPU_PAIR = "10_h100_resnet18_gloo_2ranks"  # two H100 ranks over gloo: a GPU recording
-ONE_RANK = "11_h200_resnet50_nccl_1rank"  # one rank: no network to learn
+ONE_RANK = "11_h200_resnet50_nccl_1rank"  # one rank of NCCL on an H200: no network to learn, its node's instead
+GLOO_GPU = "10_h100_resnet18_gloo_2ranks"  # two gloo ranks on one H100: a network only at its own size
 
 
 @pytest.fixture(autouse=True)
@@ -84,10 +85,26 @@ def test_an_algorithm_that_does_not_run_at_a_size_is_nccls_choice_there_as_on_th
 
 
 def test_sizes_without_a_network_are_left_out_with_a_note():
-    done = command("--trace", str(samples.sample_path(ONE_RANK)), "--world-sizes", "1,8,64")
-    assert [r["world_size"] for r in rows_of(done)] == [1]
-    assert ("note: 8, 64 ranks left out: the trace has 1 rank and no collective to learn a network from (give "
+    done = command("--trace", str(samples.sample_path(GLOO_GPU)), "--world-sizes", "1,2,8,64")
+    assert [r["world_size"] for r in rows_of(done)] == [1, 2]
+    assert ("note: 8, 64 ranks left out: the trace is a GPU trace and has no calibration at 8 ranks (give "
             "--hardware GPU-NETWORK or --bandwidth-gbps G)") in done.stderr.splitlines()
+
+
+def test_an_nccl_recording_goes_to_its_gpus_nodes_and_says_so_once():
+    """learn/hardware.py Note [A GPU recording at another world size]: the 1-rank H200 recording at every size,
+    as --hardware h100-nvlink gives it, with one line for all the sizes it did not run."""
+    done = command("--trace", str(samples.sample_path(ONE_RANK)), "--world-sizes", "1,8,64,1024")
+    named = command("--trace", str(samples.sample_path(ONE_RANK)), "--world-sizes", "1,8,64,1024",
+                    "--hardware", "h100-nvlink")
+    rows, by_name = rows_of(done), rows_of(named)  # at 1 rank the recording keeps its own collectives' cost
+    assert [r["world_size"] for r in rows] == [1, 8, 64, 1024] and rows[0]["exposed_comm_s"] > 0
+    assert [{**r, "efficiency": 0} for r in rows[1:]] == [{**r, "efficiency": 0} for r in by_name[1:]]
+    assert rows[-1]["exposed_comm_s"] > rows[1]["exposed_comm_s"] > 0 and rows[1]["nccl"] == "nvls/Simple"
+    said = [line for line in done.stderr.splitlines() if "nothing was measured" in line]
+    assert said == ["nothing was measured beyond the recorded 1 rank: at other world sizes the allreduce is NCCL on "
+                    "H100-SXM5 nodes: NVLink x8, 8 x InfiniBand NDR 400Gb/s per node (as --hardware h100-nvlink; "
+                    "another network: --hardware or --bandwidth-gbps)"], done.stderr
 
 
 @pytest.mark.parametrize("sizes, says", [("1,x", "wants integers separated by commas"),

@@ -62,10 +62,13 @@ def test_a_recording_leaves_out_the_sizes_whose_network_it_does_not_know():
     assert "the recorded 2 ranks too" in scaling.describe(rows, 2, recorded=2)
     rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": "ib100"})  # a network chosen: every size
     assert [r["world_size"] for r in rows] == list(whatif.WORLD_SIZES) and notes == []
-    base, trace, work = recording("11_h200_resnet50_nccl_1rank")  # a GPU import of one rank: no network in it
+    base, trace, work = recording("10_h100_resnet18_gloo_2ranks")  # gloo on a GPU: no network beyond its own
     rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED})
-    assert [r["world_size"] for r in rows] == [1]
-    assert notes[0].startswith("2 to 100,000 ranks: nothing is known") and "measure" not in notes[0]
+    assert [r["world_size"] for r in rows] == [1, 2]
+    assert notes[0].startswith("4 to 100,000 ranks: nothing is known") and "measure" not in notes[0]
+    base, trace, work = recording("11_h200_resnet50_nccl_1rank")  # NCCL on one H200: every size, on its node
+    rows, notes = scaling.rows(base, trace, work, {**UNCHANGED, "network": whatif.AS_RECORDED})
+    assert [r["world_size"] for r in rows] == list(whatif.WORLD_SIZES) and notes == []
 
 
 def test_an_algorithm_that_does_not_run_at_a_size_is_nccls_choice_there():

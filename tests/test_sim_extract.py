@@ -157,12 +157,14 @@ def test_cli_says_the_waiting_and_nccls_choice_as_the_what_if_page_does(capsys):
 
 def test_cli_says_one_recorded_rank_adds_no_waiting(capsys):
     """One rank shows no rank-to-rank spread (learn.extract._jitter: 0): at 8 ranks `simulate` said
-    nothing of the waiting it left out."""
+    nothing of the waiting it left out. On GPU nodes it takes their profile's (learn.hardware.profile_spread)."""
     from ddpsim.samples import BUNDLED_DIR
 
     one = str(BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
-    rc, out, _ = run_cli(["simulate", "--trace", one, "--world-size", "8", "--hardware", "h100-nvlink"], capsys)
+    rc, out, _ = run_cli(["simulate", "--trace", one, "--world-size", "8", "--bandwidth-gbps", "100"], capsys)
     assert rc == 0 and "waiting for stragglers: not included (one recorded rank" in out, out
+    rc, out, _ = run_cli(["simulate", "--trace", one, "--world-size", "8", "--hardware", "h100-nvlink"], capsys)
+    assert rc == 0 and "waiting for stragglers: 0." in out and "every rank waits for the slowest of 8" in out, out
     rc, out, _ = run_cli(["simulate", "--trace", one, "--world-size", "8", "--hardware", "h100-nvlink",
                           "--jitter", "0.05"], capsys)
     assert rc == 0 and "waiting for stragglers: " in out and "not included" not in out, out

@@ -192,15 +192,23 @@ def test_page_nothing_changed_shows_zero(name, monkeypatch):
     assert ("default" if shown.startswith("default (") else shown) in cap.options, (shown, cap.options)
 
 
-def test_a_one_rank_recording_says_no_waiting_is_included():
-    """The H200 recording holds one rank: at 8 ranks the page said nothing about stragglers, where the
-    command line says they are not included."""
+def test_a_one_rank_recording_waits_with_its_gpus_spread_or_says_none_is_included():
+    """The H200 recording holds one rank, which shows no rank-to-rank spread: on GPU nodes (its own, or a
+    network chosen) it takes their profile's, as a GPU model of that GPU does (learn.hardware.profile_spread);
+    off them (the same run without its GPU's name: a flat link) the page says no waiting is included, where it
+    once said nothing."""
     trace, base, work = setup("11_h200_resnet50_nccl_1rank")
-    out = whatif.evaluate(work, base, trace, config(base, work, world_size=8, network="nvlink"))
-    text = whatif_words.describe_stragglers(out)
-    assert text.startswith("Waiting for stragglers: not included at 8 ranks (none measured: the recording holds one rank"), text
+    for network in (whatif.AS_RECORDED, "nvlink", "ib100"):
+        out = whatif.evaluate(work, base, trace, config(base, work, world_size=8, network=network))
+        text = whatif_words.describe_stragglers(out)
+        assert out.rank_spread == 0.004 and out.waits[0] > 0, network
+        assert "(rank-to-rank spread 0.4%, the h100 GPU profile's, as the recording holds one rank)" in text, text
     one = whatif.evaluate(work, base, trace, config(base, work))
     assert whatif_words.describe_stragglers(one) is None  # one rank waits for nobody: nothing to say
+    trace.meta.pop("gpu")
+    out = whatif.evaluate(work, base, trace, config(base, work, world_size=8, network="ib100"))
+    text = whatif_words.describe_stragglers(out)
+    assert text.startswith("Waiting for stragglers: not included at 8 ranks (none measured: the recording holds one rank"), text
 
 
 def test_the_share_spent_waiting_for_stragglers_is_shown():

@@ -45,7 +45,7 @@ def far_cautions(trace: Trace | None, work, recorded: int, world_size: int, chos
 def _allreduce_from(trace: Trace | None, work, recorded: int, world_size: int, chosen_network: bool) -> str:
     """Where the allreduce cost at ``world_size`` comes from, in one sentence (module docstring)."""
     if chosen_network:
-        return f"Nothing was measured at {world_size} ranks: the allreduce cost there is the chosen network's."
+        return f"Nothing was measured at {world_size} ranks: the allreduce cost there is the network profile's."
     measured = measured_sizes(trace.meta.get("calibration") if trace is not None else None)  # timed here, if any
     fit = (work.meta.get("comm_fit") or {}) if work is not None else {}
     if not measured and fit.get("from") == "none":

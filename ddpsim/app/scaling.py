@@ -5,9 +5,9 @@ Each world size of the page's slider is the what-if with only the world size cha
 by ``ddpsim.learn.scaling`` (``python -m ddpsim scaling`` prints the same rows). Every size draws its
 ranks' speeds, the recorded size too, so the curve has no step where a recording is replayed rank by
 rank (Note [The unchanged run is simulated as the what-if is] in whatif.py). A recording at a world
-size whose network is not known there (nothing measured, a GPU trace with no network chosen:
-``experiments.worldsize.plan``) is left out, and a note says why; so is a size where the chosen NCCL
-algorithm does not run (NCCL's choice there).
+size whose network is not known there (nothing measured, a GPU trace of gloo or of a GPU without a node
+profile, with no network chosen: ``experiments.worldsize.plan``) is left out, and a note says why; so
+is a size where the chosen NCCL algorithm does not run (NCCL's choice there).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ddpsim.app.whatif_widgets import nccl_algos, run_seconds
 from ddpsim.learn.scaling import split, with_efficiency
 from ddpsim.sim.api import checked
 
-KNOWN = ("recorded", "alone", "calibrated")  # a recording's plans whose network is known at that size
+KNOWN = ("recorded", "alone", "calibrated", "node")  # a recording's plans whose network is known at that size
 
 
 def seconds(summary: dict, base: whatif.Base, trace, work, choices: dict) -> float:

@@ -2,15 +2,16 @@
 in ddpsim/sim/stragglers.py), without Streamlit.
 
 The rank-to-rank spread comes from the recording (``jitter_estimated``: between the ranks of each
-recorded iteration; one recorded rank measures none, and the sentence says so) or, for a GPU model,
-from its GPU profile (``rank_spread``); at the recorded world size, ranks that had a CPU core each
-keep their own measured speeds instead. Every rank then waits for the expected slowest of the what-if's
+recorded iteration; one recorded rank measures none: on GPU nodes it takes their profile's, elsewhere
+the sentence says so) or, for a GPU model, from its GPU profile (``rank_spread``); at the recorded
+world size, ranks that had a CPU core each keep their own measured speeds instead. Every rank then waits for the expected slowest of the what-if's
 world size, and the wait is the iteration time with the spread minus the same simulation without it
 (for the recorded ranks: with each micro-step's ranks levelled to their mean, ``learn.noise.level``).
 """
 from __future__ import annotations
 
 from ddpsim.learn.extract import replays_recorded_ranks
+from ddpsim.learn.hardware import profile_spread
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
 
@@ -18,15 +19,18 @@ ONE_RANK = "the recording holds one rank"  # the end of rank_noise's source for 
 OWN = "the recorded ranks' own speeds"  # rank_noise's source where a replay keeps each recorded rank's speed
 
 
-def rank_noise(kind: str, gpu: str, work, world_size: int) -> tuple[float, str]:
-    """(coefficient of variation between ranks, where it comes from) for a what-if at ``world_size``;
-    a replay of the recorded ranks draws no noise, and its spread is theirs, as measured."""
+def rank_noise(kind: str, gpu: str, work, world_size: int, hardware: str | None = None) -> tuple[float, str]:
+    """(coefficient of variation between ranks, where it comes from) for a what-if at ``world_size``
+    (a recording's on GPU nodes ``hardware``, if any); a replay of the recorded ranks draws no noise, and its
+    spread is theirs, as measured."""
     if kind == "trace":
         if work is None:
             return 0.0, "none"
         measured = float(work.meta.get("jitter_estimated", 0.0)) if world_size > 1 else 0.0
         if replays_recorded_ranks(work, world_size):  # as replay_config simulates it
             return measured, OWN
+        if (profile := profile_spread(work, hardware, world_size)):  # as replay_config takes it (learn/hardware.py)
+            return profile, f"the {hardware.partition('-')[0]} GPU profile's, as {ONE_RANK}"
         return measured, _drawn_from(work, measured)
     return float(gpus().get(gpu, {}).get("rank_spread", 0.0)), f"the {gpu} GPU profile"
 

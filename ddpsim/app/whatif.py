@@ -269,7 +269,8 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
         s = spread(trace)["iteration_time_s"]
         noise, n = (s["rel"], s["n"]) if s["n"] >= 2 else (None, s["n"])  # one iteration has no spread
     waits = (wait_s(sim_fn, work, cfg, summary), wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
-    ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size)
+    ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size,
+                                          cfg.hardware)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(replayed or unchanged_summary, recorded) if recorded else None, noise, n,
                    cautions(base, trace, cfg, work) + hook_cautions.powersgd_gloo_caution(trace, cfg, summary), waits,

@@ -69,8 +69,8 @@ def add_arguments(p, one_size: bool = True) -> None:
     d.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="per-parameter allreduce launched from each gradient's hook (OverlapDDP)")
     d.add_argument("--iters", type=int, help="synced steps to simulate (default: --trace at its world size, as many as were "
-                   "recorded, unless its ranks shared CPU cores; otherwise 20 (--trace), a SIMULATED trace of a GPU model's own "
-                   "or 6 (--arch))")
+                   "recorded, unless its ranks shared CPU cores; otherwise 20, or 6 where the steps repeat exactly (--trace), "
+                   "a SIMULATED trace of a GPU model's own or 6 (--arch))")
     d.add_argument("--seed", type=int)
     d.add_argument("--jitter", type=float, help="per-step compute time coefficient of variation between ranks "
                    "(default: the trace's measured spread; for --arch the GPU profile's rank_spread)")
@@ -147,9 +147,15 @@ def learn_trace(trace, args, world_sizes: list[int]):
     if args.hardware:
         network.parse_hardware(args.hardware)  # a ValueError naming the choices
     elif getattr(args, "bandwidth_gbps", None) is None:
+        said: list[str] = []  # a line said for several sizes is said once
+
+        def say(msg: str) -> None:
+            if msg not in said:
+                said.append(msg)
+                print(msg, file=sys.stderr, flush=True)
+
         for ws in world_sizes:
-            worldsize.prepare(trace, ws, calibrate=not getattr(args, "no_calibrate", False),
-                              log=lambda msg: print(msg, file=sys.stderr, flush=True))
+            worldsize.prepare(trace, ws, calibrate=not getattr(args, "no_calibrate", False), log=say)
     conc = getattr(args, "concurrency", None)
     return learn(trace, conc if isinstance(conc, int) else None)  # --hardware: SimConfig.hardware (learn/hardware.py)
 

@@ -35,7 +35,7 @@ import json
 import sys
 
 from ddpsim.experiments.compare import METRICS, parse_jitter
-from ddpsim.learn.extract import DRAWN_ITERS
+from ddpsim.learn.extract import DRAWN_ITERS, STEADY_ITERS
 from ddpsim.learn.jitter import pick_jitter
 from ddpsim.trace import save_trace
 
@@ -48,7 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--trace", help="recorded trace to learn the workload from")
     p.add_argument("--against", help="recorded trace whose options are predicted (default: --trace)")
     p.add_argument("--iters", type=int, default=None, help="synced steps to simulate (default: as many as "
-                   f"were recorded, at the recorded world size; else {DRAWN_ITERS}; --grid 40)")
+                   f"were recorded, at the recorded world size; else {DRAWN_ITERS}, or {STEADY_ITERS} where they repeat; "
+                   "--grid 40)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jitter", help="rank noise: a number, 'fit' (fitted so the learnt-from run predicts "
                    "itself, see fit_jitter) or, by default, the variation of compute measured in the run "

@@ -16,8 +16,10 @@ the trace first, -4.4%. So, unless the user names a network (``--hardware``,
   trace's meta, unless the user said not to, or more ranks than this host's cores and than
   the simulator plays one by one would share them (``shared_beyond_play``) (``uncalibrated``:
   one line says the prediction carries no measurement at that size);
-- ``refuse``: one rank (Note [No network from one rank]), a GPU trace, or another host: one
-  line asks for a network.
+- ``node``: a recording of NCCL on a GPU with a node profile: NCCL's model on such nodes (Note
+  [A GPU recording at another world size] in learn/hardware.py);
+- ``refuse``: one rank (Note [No network from one rank]), another GPU trace, or another host:
+  one line asks for a network.
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ import socket
 import time
 from dataclasses import dataclass
 
+from ddpsim.learn.hardware import node_default
 from ddpsim.learn.linkfit import NO_NETWORK
 from ddpsim.sim.config import SimConfig
+from ddpsim.sim.network import network_for
 from ddpsim.trace import Trace
 
 SIZES = [k * 1024 for k in (4, 64, 512, 2048, 8192)]  # bytes timed at each world size (calibrate's default)
@@ -76,6 +80,11 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
         return Plan("recorded", f"{k} ranks, as recorded")
     if world_size == 1:  # nothing to measure or to ask for, wherever the trace was recorded
         return Plan("alone", "one rank sends its allreduces over no network, so none is priced or measured")
+    if (spec := node_default(trace, world_size)):  # Note [A GPU recording at another world size]
+        beyond = f"nothing was measured beyond the recorded {k} rank{'s' * (k != 1)}"  # one line for every such size
+        return Plan("node", f"{beyond}: at other world sizes the allreduce is {network_for(spec, world_size).name} (as "
+                            f"--hardware {spec}; another network: --hardware or --bandwidth-gbps)",
+                    f"the network is the recording's GPU's node profile (below): {beyond}; pick another network above")
     if k < 2:  # Note [No network from one rank]
         return Plan("refuse", NO_NETWORK.format(ranks=k).format(world_size=world_size),
                     f"the trace has {k} rank and no collective to learn a network from")

@@ -12,17 +12,15 @@ From the steady-state iterations (``ddpsim.analysis.steady_cycles``; under Join,
   measured from the *last* rank's launch (so waiting for a straggler is not counted) or from the
   completion of the collective ``concurrency`` places earlier (gloo's queue), to its completion.
   The line is turned into a ring Link at the recorded world size (``Link.from_fit``);
-- jitter: the coefficient of variation of per-rank compute (forward + backward compute) between
-  the ranks of each steady iteration (Note [Only rank-to-rank noise makes ranks wait]), in
-  ``meta['jitter_estimated']``; the CLI uses it as the default --jitter for a trace, so run-to-run
-  noise also delays collectives;
-- interference: if the trace has no_sync micro-steps, their backward is compute without
-  communication, so ``(T_sync / T_nosync - 1) / f`` (f: the fraction of synced backward compute
-  with an allreduce in flight) estimates the slowdown, and the no_sync per-gradient times are used
-  as the clean compute. Without no_sync steps, each gradient gap is split by whether one of the
-  rank's collectives was in flight during it (``gradients.unmix_interference``): clean time from
-  the gaps without communication, the slowdown from those with it. Below 5% the effective gaps are
-  kept and interference is 0.
+- jitter: the coefficient of variation of per-rank compute (forward + backward compute) between the ranks of
+  each steady iteration (Note [Only rank-to-rank noise makes ranks wait]), in ``meta['jitter_estimated']``;
+  the CLI's default --jitter for a trace, so that noise delays collectives;
+- interference: if the trace has no_sync micro-steps, their backward is compute without communication, so
+  ``(T_sync / T_nosync - 1) / f`` (f: the fraction of synced backward compute with an allreduce in flight)
+  estimates the slowdown, and the no_sync per-gradient times are used as the clean compute. Without no_sync
+  steps, each gradient gap is split by whether one of the rank's collectives was in flight during it
+  (``gradients.unmix_interference``): clean time from the gaps without communication, the slowdown from
+  those with it. Below 5% the effective gaps are kept and interference is 0.
 - shared core (CPU gloo, the default for a real gloo trace): each rank is pinned to one core that
   its gloo threads share (``Link.shared_core``). Then the work of a gradient gap is ``integral dt
   / (1 + m(t))`` and the work of a collective ``integral dt / (c(t) + m(t))`` over its span, with
@@ -42,7 +40,7 @@ from ddpsim.learn.buffers import broadcast_seconds, buffer_bytes
 from ddpsim.learn.gradients import (comm_fraction, gradient_gaps, measured_backward_scale, rank_factors,
                                      unmix_interference, warm_gaps)
 from ddpsim.learn.linkfit import fit_link, fit_shared_link, launch_line
-from ddpsim.learn.noise import recorded_ranks, simulated_rank
+from ddpsim.learn.noise import recorded_ranks, simulated_rank, steps_repeat
 from ddpsim.sim.comm_hooks import CommHook
 from ddpsim.sim.replay import cap_list_field, recorded_layouts, replay_caps
 from ddpsim.sim.workload import ParamSpec, Workload
@@ -52,11 +50,11 @@ from ddpsim.trace.profile_sizes import UnknownSizesError, unknown_sizes
 
 NS = 1e-9
 DRAWN_ITERS = 20  # synced steps a prediction with drawn rank noise simulates by default (not in torch)
+STEADY_ITERS = 6  # synced steps where they repeat exactly (``noise.steps_repeat``): more give the same numbers
 
 
 def _med(xs, default=0.0):
-    xs = list(xs)
-    return statistics.median(xs) if xs else default
+    return statistics.median(xs) if (xs := list(xs)) else default
 
 
 def config_from_trace(trace: Trace) -> dict:
@@ -104,8 +102,9 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     (Note [Replay the recorded ranks' speeds] in noise.py); otherwise (another world size,
     ranks that shared CPU cores, or ``noise="drawn"``) the recorded ranks' median speeds where
     the world size matches (Note [Ranks are not equally fast]) and a drawn rank noise of the
-    measured spread (``jitter_estimated``, Note [Only rank-to-rank noise makes ranks wait]).
-    On other GPU hardware (``hardware="h100-ib400"``), its collectives there: learn/hardware.py.
+    measured spread (``jitter_estimated``, Note [Only rank-to-rank noise makes ranks wait]), over
+    ``DRAWN_ITERS`` steps (``STEADY_ITERS`` where the steps after the rebuild and PowerSGD's set-up repeat
+    exactly). On other GPU hardware (``hardware="h100-ib400"``), its collectives there: learn/hardware.py.
     """
     from ddpsim.sim.api import SimConfig
 
@@ -121,7 +120,7 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
     # one rank waits for nobody: rank-to-rank noise only delays a collective it shares
     cfg.setdefault("jitter", float(w.meta.get("jitter_estimated", 0.0)) if cfg["world_size"] > 1 else 0.0)
-    cfg.setdefault("iters", DRAWN_ITERS)
+    cfg.setdefault("iters", STEADY_ITERS if steps_repeat(w, cfg) else DRAWN_ITERS)
     return SimConfig(**cfg)
 
 

@@ -137,3 +137,13 @@ def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
     if quiet is None:
         return 0.0
     return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
+
+
+def steps_repeat(w, cfg: dict) -> bool:
+    """Whether a prediction's synced steps after the rebuild and PowerSGD's set-up all repeat exactly, so
+    that a few of them (``extract.STEADY_ITERS``) give what more give: nothing drawn (no spread, or
+    ``jitter_mode="expected"``'s one slowest rank), no GPU profile's busy kernels laid over the steps in turn
+    (analysis/busy.py), no ranks taking turns on shared CPU cores (sim/core.py), no uneven inputs under Join."""
+    drawn = cfg.get("jitter") and cfg.get("jitter_mode") != "expected"
+    shared = w.link.cpus or w.link.shared_core or cfg.get("shared_core")
+    return not (drawn or w.busy or shared or cfg.get("uneven") or cfg.get("join"))

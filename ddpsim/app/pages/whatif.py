@@ -120,7 +120,7 @@ if plan is not None and plan.action == "measure" and hook != "noop":  # noop sen
             measured[source_key] = network_plan.measure_network(trace, world)
         st.rerun()
 elif plan is not None and plan.action != "measure":
-    st.caption(f"World size {world}: {plan.message}.")
+    st.caption(f"World size {world}: {plan.short or plan.message}.")
 elif plan is None and (note := network_plan.recorded_size_note(trace, world, network)):
     st.caption(note)
 source_key = f"{source_key}:{network_plan.calibration_key(trace)}"  # a measured network changes the workload
