@@ -17,6 +17,10 @@ that build the same buckets once (Note [Configurations that build the same bucke
 77 rows here): a move 3.2-5.4 s against 3.7-6.2 s, too noisy on this shared machine to rank; the sweep
 alone (``layout_sweep.sweep_rows`` at 16, 32 and 64 ranks, five runs interleaved) 0.83x as long
 (0.72-0.89).
+2026-12-01, ``--repeats 1 --trace 11_h200_resnet50_nccl_1rank --sizes 16,64,1024`` (the one-rank NCCL
+recording, network InfiniBand EDR), three runs interleaved with the code before predictions whose steps
+repeat exactly simulated 6 steps instead of 20 (learn/noise.steps_repeat): a move 1.8-3.1 s against
+3.3-5.9 s, about 0.6-0.7x as long in every round.
 """
 from __future__ import annotations
 

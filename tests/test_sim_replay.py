@@ -38,7 +38,7 @@ def test_a_layout_what_if_computes_layouts():
 def test_a_prediction_without_drawn_noise_simulates_fewer_steps_and_the_same_numbers():
     """learn.extract STEADY_ITERS: where nothing is drawn (no rank-to-rank spread, or the expected slowest
     rank) the steps after the rebuild and PowerSGD's set-up repeat exactly, so 6 give what 20 give; with a
-    drawn spread, or ranks taking turns on shared cores, 20 steps."""
+    drawn spread, ranks taking turns on shared cores or PowerSGD starting beyond the 6, 20 steps."""
     from dataclasses import replace
 
     from ddpsim.learn.extract import DRAWN_ITERS, STEADY_ITERS
@@ -53,6 +53,10 @@ def test_a_prediction_without_drawn_noise_simulates_fewer_steps_and_the_same_num
         few, many = simulate(w, cfg)[1], simulate(w, replace(cfg, iters=DRAWN_ITERS))[1]
         for m in ("iteration_time_s", "exposed_comm_s", "overlap_fraction"):
             assert abs(few[m] - many[m]) <= 1e-5 * max(abs(many[m]), 1e-9), (change, m, few[m], many[m])
+    late = replay_config(w, gpu, world_size=64, comm_hook="powersgd", powersgd_start_iter=10)
+    assert late.iters == DRAWN_ITERS  # PowerSGD compresses from step 10: 6 steps would never reach it
+    few = simulate(w, replace(late, iters=STEADY_ITERS))[1]
+    assert simulate(w, late)[1]["iteration_time_s"] != few["iteration_time_s"]
     mlp = load_trace(sample_path("01_mlp_torch_default.json"))  # two CPU ranks: a measured spread
     w = workload_from_trace(mlp)
     cfg = replay_config(w, mlp, world_size=4)

@@ -4,9 +4,10 @@ in ddpsim/sim/stragglers.py), without Streamlit.
 The rank-to-rank spread comes from the recording (``jitter_estimated``: between the ranks of each
 recorded iteration; one recorded rank measures none: on GPU nodes it takes their profile's, elsewhere
 the sentence says so) or, for a GPU model, from its GPU profile (``rank_spread``); at the recorded
-world size, ranks that had a CPU core each keep their own measured speeds instead. Every rank then waits for the expected slowest of the what-if's
-world size, and the wait is the iteration time with the spread minus the same simulation without it
-(for the recorded ranks: with each micro-step's ranks levelled to their mean, ``learn.noise.level``).
+world size, ranks that had a CPU core each keep their own measured speeds instead. Every rank then
+waits for the expected slowest of the what-if's world size, and the wait is the iteration time with
+the spread minus the same simulation without it (for the recorded ranks: with each micro-step's ranks
+levelled to their mean, ``learn.noise.level``).
 """
 from __future__ import annotations
 

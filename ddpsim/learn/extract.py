@@ -120,7 +120,7 @@ def replay_config(w: Workload, trace: Trace, noise: str = "recorded", **fields):
     cfg.setdefault("backward_scale", measured_backward_scale(w, cfg["world_size"]))
     # one rank waits for nobody: rank-to-rank noise only delays a collective it shares
     cfg.setdefault("jitter", float(w.meta.get("jitter_estimated", 0.0)) if cfg["world_size"] > 1 else 0.0)
-    cfg.setdefault("iters", STEADY_ITERS if steps_repeat(w, cfg) else DRAWN_ITERS)
+    cfg.setdefault("iters", STEADY_ITERS if steps_repeat(w, cfg, STEADY_ITERS) else DRAWN_ITERS)
     return SimConfig(**cfg)
 
 

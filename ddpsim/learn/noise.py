@@ -139,11 +139,13 @@ def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
     return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
 
 
-def steps_repeat(w, cfg: dict) -> bool:
+def steps_repeat(w, cfg: dict, steps: int) -> bool:
     """Whether a prediction's synced steps after the rebuild and PowerSGD's set-up all repeat exactly, so
-    that a few of them (``extract.STEADY_ITERS``) give what more give: nothing drawn (no spread, or
+    that ``steps`` of them (``extract.STEADY_ITERS``) give what more give: nothing drawn (no spread, or
     ``jitter_mode="expected"``'s one slowest rank), no GPU profile's busy kernels laid over the steps in turn
-    (analysis/busy.py), no ranks taking turns on shared CPU cores (sim/core.py), no uneven inputs under Join."""
+    (analysis/busy.py), no ranks taking turns on shared CPU cores (sim/core.py), no uneven inputs under Join,
+    and PowerSGD, if any, past its set-up step within them (``analysis.metrics.steady_cycles``)."""
     drawn = cfg.get("jitter") and cfg.get("jitter_mode") != "expected"
     shared = w.link.cpus or w.link.shared_core or cfg.get("shared_core")
-    return not (drawn or w.busy or shared or cfg.get("uneven") or cfg.get("join"))
+    late = cfg.get("comm_hook") == "powersgd" and int(cfg.get("powersgd_start_iter", 1_000)) + 2 > steps  # torch's 1000
+    return not (drawn or w.busy or shared or late or cfg.get("uneven") or cfg.get("join"))
