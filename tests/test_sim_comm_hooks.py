@@ -83,6 +83,26 @@ def test_a_hook_changes_what_is_sent_and_the_exposed_communication_follows():
     assert _sim("powersgd", powersgd_start_iter=1, powersgd_rank=4)["exposed_comm_s"] < plain["exposed_comm_s"]
 
 
+def test_noop_buckets_are_done_as_they_are_launched_in_every_step():
+    """hooked.launch_bucket: noop's bucket completes at its recorded launch, to the nanosecond. It ended at
+    the simulator's clock, which differs from the launch time worked out as a prefix sum (Note [Gradient
+    times as prefix sums] in sim/model.py) by a rounding: buckets 1 ns long or ending 1 ns before they began,
+    and a BERT-large replay at 64 ranks read an overlap of 1.0 over 6 steps and -0.67 over 20."""
+    from dataclasses import replace
+
+    from ddpsim import load_trace, samples
+    from ddpsim.learn.extract import replay_config, workload_from_trace
+    from ddpsim.sim import simulate
+
+    trace = load_trace(samples.sample_path("25_sim_bert-large_a100-eth100_w64_cap100.json"))
+    w = workload_from_trace(trace)
+    cfg = replace(replay_config(w, trace, noise="drawn", world_size=64, comm_hook="noop"), iters=20)
+    simulated, summary = simulate(w, cfg)
+    spans = [(b.launch_ns, b.complete_ns) for r in simulated.ranks for it in r.iterations for b in it.buckets]
+    assert spans and all(end == start for start, end in spans)
+    assert not summary["communicates"] and summary["overlap_fraction"] == 0.0 and summary["exposed_comm_s"] == 0.0
+
+
 def test_simulate_takes_a_comm_hook_and_refuses_a_bad_one_in_one_line(capsys):
     from ddpsim.cli import main as cli
 

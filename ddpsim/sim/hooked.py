@@ -65,10 +65,16 @@ def compresses(model, plan, b: int) -> bool:
     return hook.name != "powersgd" or len(hook_plan(model, plan, b)[0]) == 3
 
 
-def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class):
-    """Bucket ``b``'s collectives under ``model.hook``; returns the Work the bucket waits on."""
+def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class, at: float | None = None):
+    """Bucket ``b``'s collectives under ``model.hook``, launched at ``at`` (default: now); returns the Work
+    the bucket waits on. A hook that sends nothing and computes nothing (noop) is done as it is launched,
+    to the nanosecond: its bucket is in flight for no time, so no overlap is counted for it."""
     stages, (first, between, after) = hook_plan(model, plan, b)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
+    if not stages and not any((first, *between, after)):
+        work.start = work.end = model.env.now if at is None else at
+        work.done.succeed()
+        return work
     small = model.hook.name == "powersgd" and compresses(model, plan, b)  # P and Q: far below any bucket
     floor = model.hook_rates.get("allreduce_latency_s", 0.0) if small else 0.0
     model.env.process(_stages(model, actor, work, stages, first, [*between, after], floor))

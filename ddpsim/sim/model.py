@@ -81,11 +81,11 @@ class Model:
         self.join, self.final_sync_buffers = False, True  # SimConfig.join, .broadcast_buffers (api.py)
         self.hook, self.hook_rates, self.synced_step = None, {}, hooked.synced_steps(plans)  # api.py
 
-    def run_comm_hook(self, actor: Actor, plan: Plan, b: int, nbytes: int) -> Work:
+    def run_comm_hook(self, actor: Actor, plan: Plan, b: int, nbytes: int, at: float | None = None) -> Work:
         """``Reducer::run_comm_hook``: bucket ``b``'s allreduce, or the registered hook's collectives
-        (none for noop); a joined rank runs it too, on zeros (sim/join.py)."""
+        (none for noop), launched at ``at`` (default: now); a joined rank runs it too, on zeros (sim/join.py)."""
         return (self.launch(actor, (plan.iteration, b), nbytes) if self.hook is None
-                else hooked.launch_bucket(self, actor, plan, b, nbytes, Work))
+                else hooked.launch_bucket(self, actor, plan, b, nbytes, Work, at))
 
     def launch(self, actor: Actor, key: tuple, nbytes: int, kind: str = "allreduce",
                seconds: float | None = None) -> Work:
@@ -155,7 +155,7 @@ class Reducer:
         """
         if self.brec is not None:
             self.brec.setdefault(b, [now, None, None])[1] = now
-        self.works.append(self.model.run_comm_hook(self.actor, self.plan, b, self.nbytes[b]))
+        self.works.append(self.model.run_comm_hook(self.actor, self.plan, b, self.nbytes[b], now))
         return self.works[-1]
 
     def launch_returned(self, b: int, now: float) -> None:
