@@ -147,5 +147,6 @@ def steps_repeat(w, cfg: dict, steps: int) -> bool:
     and PowerSGD, if any, past its set-up step within them (``analysis.metrics.steady_cycles``)."""
     drawn = cfg.get("jitter") and cfg.get("jitter_mode") != "expected"
     shared = w.link.cpus or w.link.shared_core or cfg.get("shared_core")
-    late = cfg.get("comm_hook") == "powersgd" and int(cfg.get("powersgd_start_iter", 1_000)) + 2 > steps  # torch's 1000
+    start = int(cfg.get("powersgd_start_iter", SimConfig.powersgd_start_iter))  # compresses from step start on,
+    late = cfg.get("comm_hook") == "powersgd" and start + 2 > steps  # settled from start + 1: steps 0..steps - 1
     return not (drawn or w.busy or shared or late or cfg.get("uneven") or cfg.get("join"))

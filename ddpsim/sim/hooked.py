@@ -71,7 +71,7 @@ def launch_bucket(model, actor, plan, b: int, nbytes: int, work_class, at: float
     to the nanosecond: its bucket is in flight for no time, so no overlap is counted for it."""
     stages, (first, between, after) = hook_plan(model, plan, b)
     work = work_class((plan.iteration, b), nbytes, 0, model.env.event())
-    if not stages and not any((first, *between, after)):
+    if not stages and not after:  # as _stages would: nothing sent, nothing computed after
         work.start = work.end = model.env.now if at is None else at
         work.done.succeed()
         return work
