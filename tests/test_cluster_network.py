@@ -60,5 +60,21 @@ def test_an_explicit_bandwidth_is_the_flat_ring():
     w = synthetic("resnet50", "a100-ib200")
     _, s = simulate(w, SimConfig(world_size=64, iters=2, bandwidth_gbps=100.0))
     assert s["link"]["cluster"] is None and "nccl" not in s
+    assert s["link"]["name"].startswith("flat ring, 100 Gbit/s a rank (given), in place of NCCL on A100")
     _, s = simulate(w, SimConfig(world_size=64, iters=2))
     assert s["link"]["cluster"]["nics_per_node"] == 8 and len(s["nccl"]) == s["n_buckets"]
+
+
+def test_a_latency_on_a_cluster_is_the_fabrics_and_keeps_nccls_model(capsys):
+    """--latency-us alone kept NCCL's nodes out: a flat ring at one NIC a rank, 3.5x the exposed comm at 0 us."""
+    w = synthetic("bert-large", "v100-ib100")
+    exposed = {}
+    for us in (None, 0.0, 8.0, 50.0):
+        _, s = simulate(w, SimConfig(world_size=64, iters=3, latency_us=us))
+        assert s["link"]["cluster"]["nics_per_node"] == 4 and len(s["nccl"]) == s["n_buckets"]
+        exposed[us] = s["exposed_comm_s"]
+    assert exposed[0.0] == exposed[None] < exposed[8.0] < exposed[50.0]  # EDR's verbs report 0 us: NCCL's table alone
+    assert cli(["simulate", "--arch", "resnet50", "--hardware", "v100-ib100", "--world-size", "64",
+                "--bandwidth-gbps", "90"]) == 0  # a flat ring instead, and the output says so
+    assert "network: flat ring, 90 Gbit/s a rank (given), in place of NCCL on V100-SXM2 nodes: NVLink x8, " \
+           "4 x InfiniBand EDR 100Gb/s per node" in capsys.readouterr().out.splitlines()

@@ -44,6 +44,32 @@ def test_devices_run_at_most_concurrency_collectives_at_once():
     assert run_transfers(Devices(env, link, 2, actors(2)), env, 3) == [(0, 1), (0, 1), (1, 2)]
 
 
+def test_collectives_beyond_the_links_concurrency_share_its_bandwidth():
+    """Note [Process groups share the link]: a round-robin hook's second slot hides latency, not bandwidth."""
+    link = Link(alpha_s=1e-3, bandwidth_Bps=MIB * 1000.0)  # 2 ranks: 2 ms latency + 1 ms for 1 MiB
+    env = simpy.Environment()
+    alone = Devices(env, link, 2, actors(2))
+    assert run_transfers(alone, env, 2) == [(0.0, pytest.approx(3e-3)), (pytest.approx(3e-3), pytest.approx(6e-3))]
+    env = simpy.Environment()
+    two = Devices(env, link, 2, actors(2))
+    two.slots = simpy.Resource(env, capacity=2)  # as sim/api.py widens it for round-robin:2
+    # both latencies at once, then both megabytes on one wire: 2 ms + 2 x 1 ms, not 3 ms each
+    assert [end for _, end in run_transfers(two, env, 2)] == [pytest.approx(4e-3), pytest.approx(4e-3)]
+
+
+def test_round_robin_groups_do_not_multiply_a_gpu_clusters_bandwidth():
+    from ddpsim.sim import synthetic
+    from ddpsim.sim.archs import arch_defaults
+    w = synthetic("resnet50", "a100-eth25")  # 8 GPUs a node, one 25 GbE NIC: ResNet-50 is network-bound
+    runs = {hook: simulate(w, SimConfig(world_size=64, bucket_cap_mb=5, **arch_defaults(w, comm_hook=hook),
+                                        **({"comm_hook": hook} if hook else {})))[1]
+            for hook in (None, "round-robin:4", "noop")}
+    busy = sum(b["allreduce_s"] for b in runs[None]["nccl"])  # the NIC's time for one step's buckets
+    assert busy > runs["noop"]["iteration_time_s"]  # more than the compute: the network sets the pace
+    four = runs["round-robin:4"]["iteration_time_s"]
+    assert runs[None]["iteration_time_s"] * 0.95 < four <= runs[None]["iteration_time_s"]  # it was 0.43x
+
+
 def test_devices_slow_a_gradient_while_its_own_rank_has_a_collective_launched():
     # Note [Communication slows compute from the rank's own launch]: from rank 0's launch at
     # 1 s, through waiting for its peer (until 2 s) and the 1 s transfer (until 3 s); never rank 1

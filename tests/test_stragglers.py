@@ -75,3 +75,34 @@ def test_sixty_four_drawn_ranks_are_nine_actors():
     assert s["actors"] == 6 and len(trace.ranks) == 2  # sample_ranks drawn, trace_ranks of them kept
     trace, s = simulate(w, SimConfig(world_size=8, iters=2, jitter=0.02))
     assert s["actors"] == 8 and not trace.meta.get("rank_groups")  # up to 8: every rank one by one
+
+
+def test_uneven_inputs_keep_the_spread_in_expected_mode():
+    """Uneven inputs play every rank alone: in "expected" mode no group was left to carry the spread, so it was
+    dropped (+0.000 ms for a 10% spread); each rank now draws its own, as in "sampled"."""
+    w = synthetic("resnet50", "a100-ib200")
+    cost = {}
+    for mode in ("expected", "sampled"):
+        t = [simulate(w, SimConfig(world_size=8, iters=12, join=True, uneven=1, jitter=j, jitter_mode=mode))[1]
+             ["iteration_time_s"] for j in (0.0, 0.1)]
+        cost[mode] = t[1] - t[0]
+    assert cost["expected"] > 0.05 * t[0] and cost["expected"] == pytest.approx(cost["sampled"])
+
+
+def test_a_named_straggler_is_waiting_not_exposed_communication(capsys):
+    """--straggler RANK:F: the other ranks wait for it as for a drawn slow rank; the wait was counted as exposed
+    communication (60 ms of "exposed comm" over NVLink, 0 ms waiting)."""
+    import json
+
+    from ddpsim.cli import main as cli
+    from ddpsim.learn.scaling import split
+    w = synthetic("resnet50", "v100-ib100")
+    row = split(2, simulate, w, SimConfig(world_size=2, iters=3, jitter=0.0, stragglers={0: 1.5}))
+    assert row["waiting_s"] > 0.3 * row["iteration_time_s"] and row["exposed_comm_s"] < 0.01 * row["iteration_time_s"]
+    assert cli(["simulate", "--arch", "resnet50", "--hardware", "v100-ib100", "--world-size", "64",
+                "--straggler", "5:1.5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    summary = json.loads(out[-1])
+    said = next(line for line in out if line.startswith("waiting for stragglers: "))
+    waited_ms = float(said.split()[3])
+    assert waited_ms > 0.3 * summary["iteration_time_s"] * 1e3  # a third of the step: the 1.5x rank

@@ -32,6 +32,11 @@ FLAGS = {"find_unused_parameters=False": "--no-find-unused-parameters", "static_
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
 
 
+BANDWIDTH_HELP = "per-rank link bandwidth, Gbit/s: a flat ring, in place of a --hardware cluster's NCCL model"
+LATENCY_HELP = ("per-step latency alpha, microseconds (alone on a --hardware cluster: the fabric's latency a hop "
+                "between nodes, added to NCCL's; sim/plan.resolve_link)")
+
+
 def add_arguments(p, one_size: bool = True) -> None:
     """``one_size``: --world-size and --out (``scaling`` takes --world-sizes and writes no trace)."""
     add_input_arguments(p)
@@ -81,12 +86,12 @@ def add_arguments(p, one_size: bool = True) -> None:
                    help="rank RANK computes FACTOR times slower (repeatable; given, they replace a SIMULATED "
                         "trace's stragglers)")
     n = p.add_argument_group("network")
-    n.add_argument("--bandwidth-gbps", type=float, help="per-rank link bandwidth, Gbit/s")
-    n.add_argument("--latency-us", type=float, help="per-step latency alpha, microseconds")
+    n.add_argument("--bandwidth-gbps", type=float, help=BANDWIDTH_HELP)
+    n.add_argument("--latency-us", type=float, help=LATENCY_HELP)
     n.add_argument("--algo", choices=["auto", "ring", "tree", "nvls", "nvls_tree"],
                    help="NCCL's allreduce algorithm, as NCCL_ALGO sets it (default auto: NCCL's choice by message size, "
                         "GPUs per node and nodes, on a --hardware cluster; ring on a flat link)")
-    n.add_argument("--concurrency", type=int, help="collectives in flight at once (gloo 2, nccl 1)")
+    n.add_argument("--concurrency", type=int, help="collectives in flight at once, each at the link's full rate (gloo 2, nccl 1)")
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
     add_network_source_arguments(p)
     add_budget_arguments(p)

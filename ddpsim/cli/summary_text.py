@@ -19,13 +19,15 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
              f"{summary['exposed_comm_s'] * 1e3:.3f} ms, {overlap}"]
     if not summary.get("communicates", True):  # the noop hook: nothing sent, nobody waits for anybody
         return lines
-    if cfg.world_size > 1 and (cfg.jitter or cfg.recorded_ranks):
+    if cfg.world_size > 1 and (cfg.jitter or cfg.recorded_ranks or cfg.stragglers):
         w, t = wait_s(simulate_fn, work, cfg, summary), summary["iteration_time_s"]
         lines.append(f"waiting for stragglers: {w * 1e3:.3f} ms of the {t * 1e3:.3f} ms "
                      f"({w / t:.1%}; every rank waits for the slowest of {cfg.world_size})")
     elif cfg.world_size > 1 and int(work.meta.get("recorded_world_size") or 0) == 1:
         lines.append("waiting for stragglers: not included (one recorded rank shows no rank-to-rank spread; "
                      "--jitter F sets one)")
+    if cfg.bandwidth_gbps is not None:  # the flat link given, which replaces a --hardware cluster's NCCL model
+        lines.append(f"network: {summary['link']['name']}")
     algos = Counter(f"{n['algo']}/{n['proto']}" for n in summary.get("nccl") or [] if n.get("algo") != "none")
     hook = cfg.hook()
     if algos and (hook is None or hook.name in ("allreduce", "round-robin")):  # DDP's own fp32 allreduce,

@@ -119,15 +119,17 @@ def level(recorded: dict) -> dict:
 
 def quiet_config(cfg: SimConfig, summary: dict) -> SimConfig | None:
     """``cfg`` without its rank-to-rank spread: no drawn noise, or, for a replay of the recorded ranks,
-    each micro-step's ranks levelled to their mean (``level``); None where nobody waits for anybody
+    each micro-step's ranks levelled to their mean (``level``), and no rank named slow (``stragglers``,
+    ``--straggler``: the others wait for it as for a drawn one); None where nobody waits for anybody
     (``summary``, simulated under ``cfg``, ran no collective) or there is no spread to take out."""
     if not summary.get("communicates", True):  # no collective: nobody waits for anybody
         return None
+    quiet = {"stragglers": {}} if cfg.stragglers else {}
     if cfg.recorded_ranks:
-        return SimConfig(**{**asdict(cfg), "recorded_ranks": level(cfg.recorded_ranks)})
-    if cfg.jitter:
-        return SimConfig(**{**asdict(cfg), "jitter": 0.0})
-    return None
+        quiet["recorded_ranks"] = level(cfg.recorded_ranks)
+    elif cfg.jitter:
+        quiet["jitter"] = 0.0
+    return SimConfig(**{**asdict(cfg), **quiet}) if quiet else None
 
 
 def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:

@@ -10,7 +10,9 @@ B = per-rank link bandwidth in bytes/s):
 
 ``concurrency`` is how many collectives can be in flight at once: gloo runs
 allreduces on 2 ``pt_gloo_runloop`` threads by default, NCCL on one stream (1).
-Concurrent collectives each get the full bandwidth (no sharing is modelled).
+Each of those gets the full bandwidth (the link's cost was priced or learnt with
+them in flight); more (a round-robin hook's process groups) share it
+(Note [Process groups share the link] in ``platform.py``).
 ``interference`` is the fractional compute slowdown while a collective is in
 flight: 0 on a GPU with its own copy engines, > 0 on a CPU where gloo's threads
 compete with autograd for the same cores (seen on a 2-core machine).

@@ -58,9 +58,15 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
     shared = cfg.shared_core
     if shared is None and cfg.interference is not None:
         shared = False  # an explicit interference picks that contention model (e.g. a GPU network)
-    if link.cluster is not None and (cfg.latency_us is not None or cfg.bandwidth_gbps is not None):
-        link = replace(link, cluster=None, algo="ring")  # an explicit latency or bandwidth: the flat ring formula
-    return link.with_(alpha_s=None if cfg.latency_us is None else cfg.latency_us * 1e-6,
+    latency_us = cfg.latency_us
+    if link.cluster is not None and cfg.bandwidth_gbps is not None:  # an explicit bandwidth: the flat ring formula
+        link = replace(link, cluster=None, algo="ring", name=f"flat ring, {cfg.bandwidth_gbps:g} Gbit/s a rank (given), "
+                                                              f"in place of {link.name}")
+    elif cfg.bandwidth_gbps is not None and link.name != GIVEN_NETWORK:
+        link = replace(link, name=f"{link.name}, at {cfg.bandwidth_gbps:g} Gbit/s a rank (given)")
+    elif link.cluster is not None and latency_us is not None:  # NCCL's model kept: the fabric's own latency a hop
+        link, latency_us = replace(link, cluster=replace(link.cluster, net_latency_us=latency_us)), None
+    return link.with_(alpha_s=None if latency_us is None else latency_us * 1e-6,
                       bandwidth_Bps=None if cfg.bandwidth_gbps is None else network.gbps_to_Bps(cfg.bandwidth_gbps),
                       algo=cfg.algo, concurrency=cfg.concurrency, interference=cfg.interference,
                       shared_core=shared)
@@ -166,7 +172,8 @@ def plan_actors(cfg: SimConfig, n_micro: int, explicit: bool = False) -> tuple[l
     alone = set(strag) | set(bscale) | set(synced) | set(recorded)  # ranks with their own speed play alone
     if cfg.uneven:  # each rank its own amount of data (sim/join.py)
         alone |= set(range(world))
-    drawn = 0.0 if cfg.jitter_mode == "expected" and not explicit else cfg.jitter  # expected: the group carries it
+    # expected: the others' group carries the spread; uneven inputs leave none (all alone): each rank draws its own
+    drawn = 0.0 if cfg.jitter_mode == "expected" and not explicit and not cfg.uneven else cfg.jitter
     for r in sorted(alone):
         noise = 0.0 if r in recorded else drawn  # a recorded rank plays its recorded speeds instead
         actors.append(Actor(r, 1, _factors(random.Random(f"{cfg.seed}:{r}"), n_micro, noise, strag.get(r, 1.0)),

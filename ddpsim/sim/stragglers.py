@@ -14,7 +14,10 @@ varies by ``sigma / sqrt(k)`` when the micro-steps vary independently.
 actor at ``1 + sigma·E[max_n] / sqrt(k)``, deterministic at any world size, so a prediction
 moves smoothly with the world size and its straggler share (the time with the noise minus the
 time without) is exact for that expectation. ``"sampled"`` (the default) draws each rank's
-multiplier (``plan._factors``), as a recorded run is replayed.
+multiplier (``plan._factors``), as a recorded run is replayed; so do all ranks under uneven inputs,
+where each rank plays alone with its own data and no group is left to carry the expectation.
+A rank named slow (``stragglers``, ``--straggler RANK:F``) is waited for the same way, and the
+straggler share takes it out too (``learn.noise.quiet_config``).
 """
 from __future__ import annotations
 
