@@ -32,6 +32,18 @@ def test_extrapolate_bad_flags(capsys, argv, says):
     assert says in _error(capsys, ["validate", "--extrapolate", *argv])
 
 
+@pytest.mark.parametrize("argv, says", [  # before any rank starts (1,000 ranks were started; nan: no timeout)
+    (["calibrate", "--world-sizes", "2,1000"], "--world-sizes 1000 is more ranks than one machine runs here"),
+    (["calibrate", "--timeout", "nan"], "--timeout must be more than 0 and at most 86400 seconds, not nan"),
+    (["calibrate", "--timeout", "0"], "--timeout must be more than 0"),
+    (["calibrate", "--save", "."], "--save . is a folder: name a file"),
+    (["validate", "--grid", "--wait-load", "nan"], "--wait-load wants a finite load average > 0"),  # waited 20 min
+    (["validate", "--grid", "--wait-load", "-1"], "not -1 and 1200"),
+])
+def test_launch_bounds_are_one_line_before_any_rank(capsys, argv, says):
+    assert says in _error(capsys, argv)
+
+
 def test_extrapolate_reuse_of_a_workdir_without_traces(capsys, tmp_path):
     err = _error(capsys, ["validate", "--extrapolate", "--models", "mlp", "--workdir", str(tmp_path),
                           "--reuse", "--caps", "default", "--orders", "torch", "--find-unused", "off"])

@@ -23,8 +23,10 @@ def test_backward_and_ready_times_within_ten_percent(capsys):
 def test_unknown_model_and_missing_folder_are_one_line_errors(tmp_path, capsys):
     assert cli(["gpucheck", str(TRACES), "--models", "alexnet"]) == 2
     assert cli(["gpucheck", str(tmp_path)]) == 2
+    assert cli(["gpucheck", str(TRACES), "--models", ""]) == 2  # an empty table, exit 0, before
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "unknown model 'alexnet'" in err[0] and "lacks" in err[1]
+    assert len(err) == 3 and "unknown model 'alexnet'" in err[0] and "lacks" in err[1]
+    assert "--models names no model" in err[2]
 
 
 def test_two_ranks_sharing_a_gpu_through_gloo(capsys):

@@ -63,6 +63,7 @@ def test_a_failing_rank_stops_the_run_cleanly(tmp_path, factory, cause):
     # wrote iteration 1 before it was stopped is a race
     assert [it.iteration for it in by_rank[0].iterations][:1] == [0]
     assert (tmp_path / "run.json.rank0.jsonl").exists(), "the raw shards are kept too"
+    assert f"raw shards in {tmp_path / 'run.json'}.rank*.jsonl;" in message  # and the message names them
     pids = [r.pid for r in trace.ranks]
     assert live_pids(pids) == [], "no orphan rank processes"
 
@@ -192,6 +193,7 @@ def test_ctrl_c_keeps_what_was_recorded(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     why = f"exit {proc.returncode}, {seen} iterations in rank 0's shard at the interrupt; stdout {stdout!r}; stderr {err!r}"
     assert proc.returncode == 130 and f"partial trace kept in {partial}" in err.strip().splitlines()[-1], why
+    assert f"raw shards in {out}.rank*.jsonl;" in err.strip().splitlines()[-1], why  # named: they stay beside it
     assert out.read_bytes() == before
     trace = load_trace(partial)
     assert not trace.complete and len(trace.ranks[0].iterations) >= 2

@@ -108,11 +108,30 @@ def test_an_nccl_recording_goes_to_its_gpus_nodes_and_says_so_once():
 
 
 @pytest.mark.parametrize("sizes, says", [("1,x", "wants integers separated by commas"),
-                                         ("0,4", "wants world sizes between 1 and 10,000,000 ranks")])
+                                         ("0,4", "wants world sizes between 1 and 10,000,000 ranks"),
+                                         ("", "wants world sizes between")])  # not the default list
 def test_a_bad_list_of_sizes_is_one_line(sizes, says):
     done = command("--arch", "resnet50", "--world-sizes", sizes)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sizes_too_many_for_the_shared_cores_are_left_out_not_the_whole_table(tmp_path):
+    """A CPU recording with a calibration prices every size, but ranks sharing its 2 cores are simulated one by
+    one, at most 64: the default sizes ended in that one error, after the measurement, and printed no table."""
+    from ddpsim.experiments.calibrate import combine, fit_calibration
+    from ddpsim.trace import save_trace
+
+    def entry(k, a, b):
+        rows = [(n, a + b * n, 1e-4 + 5e-10 * n) for n in (4096, 1 << 20, 8 << 20)]
+        return {**fit_calibration(rows, k, turn=0.004), "host_cpus": 2}
+
+    trace = load_trace(samples.sample_path("01_mlp_torch_default"))
+    trace.meta["calibration"] = combine({2: entry(2, 2e-3, 1e-9), 4: entry(4, 6e-3, 2e-9)}, turn=0.004)
+    save_trace(trace, tmp_path / "calibrated.json")
+    done = command("--trace", str(tmp_path / "calibrated.json"), "--world-sizes", "2,4,128,1024", "--iters", "3")
+    assert [r["world_size"] for r in rows_of(done)] == [2, 4]
+    assert "note: 128, 1,024 ranks left out: 128 ranks sharing 2 CPU cores" in done.stderr, done.stderr
 
 
 def test_an_option_the_recording_cannot_run_with_is_one_error_not_a_note_per_size():

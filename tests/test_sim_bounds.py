@@ -26,6 +26,8 @@ SIMULATE_ERRORS = [
     (["--bucket-cap-mb", "1e300"], "bucket_cap_mb must be between -8.796e+12 and 8.796e+12 MiB"),
     (["--first-bucket-cap-mb", "1e300"], "--first-bucket-cap-mb must be between"),
     (["--straggler", "1:1e9"], "straggler 1 factor must be at most 1000"),
+    (["--straggler", "0:2", "--straggler", "0:3"], "--straggler names rank 0 twice (2 and 3): give it once"),
+    (["--out", ""], "--out wants a file name, not an empty one"),
     (["--max-events", "0"], "--max-events must be between 1 and"),
     (["--time-limit", "inf"], "--time-limit must be between 0.001 and 86400 seconds"),
     (["--iters", "100000"], "this simulation needs about 4,000,000 events"),
@@ -127,6 +129,25 @@ def test_an_output_path_that_is_a_directory_is_one_line_naming_it(capsys, tmp_pa
     rc, out, err = run_cli(capsys, command, "--trace", TRACE, *extra, "--out", str(tmp_path))
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and f"cannot use {tmp_path}: Is a directory" in lines[0], err
+
+
+def test_an_output_path_is_written_through_its_symlink_and_never_over_a_special_file(capsys, tmp_path):
+    # the trace went to a temporary file renamed over the path: a symlink became a file, a FIFO (or, as
+    # root, /dev/full) was replaced, and an unwritable folder was named by the temporary file's name
+    import os
+
+    from ddpsim.trace import load_trace
+    (tmp_path / "target.json").write_text("{}")
+    os.symlink("target.json", tmp_path / "link.json")
+    rc, _, _ = run_cli(capsys, "simulate", "--trace", TRACE, "--iters", "3", "--out", str(tmp_path / "link.json"))
+    assert rc == 0 and (tmp_path / "link.json").is_symlink()
+    assert load_trace(tmp_path / "target.json").source == "simulated"
+    os.mkfifo(tmp_path / "fifo.json")
+    for out, says in ((tmp_path / "fifo.json", "not a regular file"), ("/proc/ddpsim.json", "No such file")):
+        rc, _, err = run_cli(capsys, "simulate", "--trace", TRACE, "--iters", "3", "--out", str(out))
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and f"cannot use {out}: {says}" in lines[0], err
+    assert (tmp_path / "fifo.json").is_fifo()
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):

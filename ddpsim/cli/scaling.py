@@ -83,12 +83,13 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
     from ddpsim.learn import gpu_model
     from ddpsim.learn.scaling import WORLD_SIZES, split, with_efficiency
     from ddpsim.sim.api import simulate
+    from ddpsim.sim.budget import SimulationTooLarge
     from ddpsim.trace import load_trace
 
     trace = load_trace(args.trace) if args.trace else None
     recording = trace if trace is not None and gpu_model.of_trace(trace) is None else None  # learnt from
-    sizes = world_sizes(args.world_sizes) if args.world_sizes else list(WORLD_SIZES)
-    if recording is not None and not args.world_sizes:
+    sizes = world_sizes(args.world_sizes) if args.world_sizes is not None else list(WORLD_SIZES)
+    if recording is not None and args.world_sizes is None:
         sizes = sorted({*sizes, recording.world_size})  # a recording's own size, as the page's slider has it
     kept, notes = known_sizes(recording, args, sizes)
     if not kept:
@@ -107,6 +108,9 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
             show(n, len(kept))
         try:
             rows.append(row(ws, {}))
+            continue
+        except SimulationTooLarge as e:  # too large at this size (ranks sharing CPU cores, --max-events): leave it out
+            refused[ws] = str(e)
             continue
         except CLIError:  # an option the recording cannot run with, at any size
             raise

@@ -112,6 +112,8 @@ def load_source(args, world_sizes: list[int] | None = None, trace=None):
 
     if bool(args.trace) == bool(args.arch):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
+    if getattr(args, "out", None) == "":  # before the work: it wrote nothing, and said nothing
+        raise ValueError("--out wants a file name, not an empty one")
     if world_sizes is None:
         world_sizes = [args.world_size] if getattr(args, "world_size", None) is not None else []
     trace = trace if trace is not None else load_trace(args.trace) if args.trace else None
@@ -181,9 +183,12 @@ def parse_stragglers(values) -> dict:
     for v in values or []:
         r, sep, f = v.partition(":")
         try:
-            out[int(r)] = float(f) if sep else 2.0
+            rank, factor = int(r), float(f) if sep else 2.0
         except ValueError:
             raise ValueError(f"--straggler wants RANK:FACTOR (e.g. 3:1.5), not {v!r}") from None
+        if rank in out:  # the last one won, silently
+            raise ValueError(f"--straggler names rank {rank} twice ({out[rank]:g} and {factor:g}): give it once")
+        out[rank] = factor
     return out
 
 

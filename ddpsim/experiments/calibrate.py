@@ -23,6 +23,7 @@ The children are joined with a timeout and terminated if they hang.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from pathlib import Path
@@ -183,6 +184,20 @@ def parse_world_sizes(text: str, flag: str = "--world-sizes") -> list[int]:
     return out
 
 
+def check_launch(world_sizes: list[int], timeout_s: float, save: str | None) -> None:
+    """``record``'s bounds on the ranks started and their timeout, and a --save that can be written, in one
+    line before any rank starts (1,000 ranks were started on 2 cores; --timeout nan ran with none)."""
+    from ddpsim.record.config import MAX_LOCAL_RANKS, MAX_TIMEOUT_S
+
+    if world_sizes[-1] > MAX_LOCAL_RANKS:
+        raise ValueError(f"--world-sizes {world_sizes[-1]} is more ranks than one machine runs here (at most "
+                         f"{MAX_LOCAL_RANKS}, as record)")
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise ValueError(f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds, not {timeout_s}")
+    if save and Path(save).is_dir():
+        raise ValueError(f"--save {save} is a folder: name a file, e.g. {Path(save) / 'calibration.json'}")
+
+
 def main(args) -> int:
     from ddpsim.trace import load_trace
 
@@ -195,6 +210,7 @@ def main(args) -> int:
     if args.reps < 1:
         raise ValueError("--reps must be >= 1")
     world_sizes = parse_world_sizes(args.world_sizes)
+    check_launch(world_sizes, args.timeout, args.save)
     trace = load_trace(args.trace) if args.trace else None
     cal = calibrate_world_sizes(sizes, args.reps, world_sizes, args.timeout, rounds=args.rounds)
     for k, e in cal["world_sizes"].items():

@@ -120,6 +120,8 @@ def run(folder: str | Path, models: list[str], iters: int = 6) -> list[dict]:
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder (want the GPU traces, e.g. {DEFAULT_DIR})")
     unknown = [m for m in models if m not in CASES]
+    if not models:  # an empty table, exit 0
+        raise ValueError(f"--models names no model: choose from {', '.join(CASES)}")
     if unknown:
         raise ValueError(f"unknown model {unknown[0]!r}: choose from {', '.join(CASES)}")
     out = []

@@ -54,6 +54,9 @@ def _bool(v: str) -> bool:
 
 def wait_for_load(limit: float, max_s: float, log=print, poll_s: float = 30.0) -> float:
     """Poll /proc/loadavg until the 1-minute load is below ``limit`` (or ``max_s`` passed)."""
+    if not (math.isfinite(limit) and limit > 0) or not (math.isfinite(max_s) and max_s >= 0):
+        raise ValueError(f"--wait-load wants a finite load average > 0 and --wait-max-s finite seconds >= 0, "
+                         f"not {limit:g} and {max_s:g}")
     t0 = time.monotonic()
     while True:
         load = float(Path("/proc/loadavg").read_text().split()[0])

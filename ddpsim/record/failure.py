@@ -63,7 +63,7 @@ def failure(cfg, out: Path, shards: list[Path], logs: Path, failed: dict[int, in
     where = (f"partial trace kept in {kept}" if kept and _iterations(raw) else
              f"no iteration recorded; each rank's fate kept in {kept}" if kept else
              f"no iteration recorded; {out} left as it was")
-    return RecordError(f"{message} ({where}; rank logs in {logs})", kept, _iterations(raw))
+    return RecordError(f"{message} ({where}; {_raw(shards)}rank logs in {logs})", kept, _iterations(raw))
 
 
 def interrupted(cfg, outs: list[Path], shards: list[list[Path]], logs: Path) -> str | None:
@@ -75,7 +75,14 @@ def interrupted(cfg, outs: list[Path], shards: list[list[Path]], logs: Path) -> 
         raw = merge(read, notes={r: "stopped: the recording was interrupted" for r in range(cfg.world_size)})
         if (path := keep(raw, out)) is not None:
             kept.append(str(path))
-    return f"partial trace kept in {', '.join(kept)} (rank logs in {logs})" if kept else None
+    raw = _raw([s for rank_shards in shards for s in rank_shards])
+    return f"partial trace kept in {', '.join(kept)} ({raw}rank logs in {logs})" if kept else None
+
+
+def _raw(shards: list[Path]) -> str:
+    """The raw shards left beside the trace, named for the message ("" where none was written)."""
+    left = sorted({str(s.with_name(s.name.rsplit(".rank", 1)[0] + ".rank*.jsonl")) for s in shards if s.exists()})
+    return f"raw shards in {', '.join(left)}; " if left else ""
 
 
 def keep(raw: dict, out: Path, empty_too: bool = False) -> Path | None:

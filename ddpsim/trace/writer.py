@@ -19,13 +19,18 @@ def write_trace_dict(raw: dict, path: str | Path) -> Trace:
         trace = parse_trace(text, name=str(path))
     except TraceFormatError as e:
         raise TraceFormatError(f"not writing {path}: it would not load back ({e})") from None
-    path = Path(path)
+    given = str(path)
+    path = Path(os.path.realpath(path))  # through a symlink to its file, as a shell's > writes: not over the link
     if path.is_dir():  # named as the user gave it, not as the temporary file beside it
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", given)
+    if path.exists() and not path.is_file():  # a FIFO or a device: replacing it would remove it
+        raise OSError(errno.EINVAL, "not a regular file (a trace is written whole, to a file)", given)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all: a kill mid-write
     try:  # leaves the old file (or none), never half a trace
         tmp.write_text(text)
         os.replace(tmp, path)
+    except OSError as e:  # named as the user gave it, not as the temporary file beside it
+        raise OSError(e.errno, e.strerror, given) from None
     finally:
         tmp.unlink(missing_ok=True)
     return trace
