@@ -23,58 +23,49 @@ recorded around it; from the call, within 0.02-0.17 ms.
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpsim.buckets import SCALAR_TYPES
-from ddpsim.trace import TraceFormatError
-from ddpsim.trace.jsontext import GZIP_MAGIC
+from ddpsim.trace import MAX_TRACE_BYTES, TraceFormatError
+from ddpsim.trace.jsontext import GZIP_MAGIC, PROFILE_HINT, gunzip_limited, loads_limited
+from ddpsim.trace.profile_job import header, shown
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # what HTA 0.5.0 does not count as computation (hta/utils/utils.py, get_kernel_type: its communication,
 # memory and not-compute patterns): NCCL's kernels, copies, memsets, DMA and syncs; every other GPU op
 # is compute (Note [Compute is the GPU's busy kernels] in ddpsim/analysis/metrics.py)
 NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(^dma)|(.*(Memcpy)|(Memset))|(.*Sync)")
-DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
-               "float64": 8, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8}
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+MAX_US = 2**62 / 1000  # |ts|, |dur| (us): their sum in ns fits a ddpsim trace's int64 (ts: 2116 since the epoch)
+NOT_JSON = "is not a JSON (or gzipped JSON) profiler trace"
 
 
 def read_profile(path: str | Path) -> dict:
-    """The JSON of a Kineto trace (.json or .json.gz); TraceFormatError names what is wrong."""
-    path = Path(path)
+    """The JSON of a Kineto trace (.json or .json.gz), read within the trace reader's limits (Note [A
+    strict reader] in reader.py: ``MAX_TRACE_BYTES`` of text, gzipped or not, the nesting depth, int64
+    integers, finite numbers); TraceFormatError names what is wrong, in one line."""
+    path, name = Path(path), str(path)
     try:
+        if (size := path.stat().st_size) > MAX_TRACE_BYTES:
+            raise TraceFormatError(f"{path} is {size / 2**20:.0f} MiB; the limit is {MAX_TRACE_BYTES / 2**20:.0f} MiB")
         raw = path.read_bytes()
-        if raw[:2] == GZIP_MAGIC:
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
+        data = loads_limited((gunzip_limited(raw, MAX_TRACE_BYTES, name) if raw[:2] == GZIP_MAGIC else raw)
+                             .decode("utf-8"), name)
     except OSError as e:
         raise TraceFormatError(f"cannot read profile {path}: {e.strerror or e}") from None
-    except (ValueError, EOFError, zlib.error) as e:  # zlib.error: a corrupt gzip stream
-        raise TraceFormatError(f"{path} is not a JSON (or gzipped JSON) profiler trace: {e}") from None
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path} {NOT_JSON}: it is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except TraceFormatError as e:  # the trace reader's words, but its hint is to run import, which this is
+        why = str(e).replace(f"; {PROFILE_HINT}", "")
+        if why.startswith(tuple(f"{name} is {broken}" for broken in ("not valid JSON", "not a valid gzip", "truncated"))):
+            why = f"{name} {NOT_JSON}: it {why[len(name) + 1:]}"  # broken text, where the others are limits
+        raise TraceFormatError(why) from None
     if isinstance(data, dict) and data.get("format") == "ddpsim-trace":
         raise TraceFormatError(f"{path} is already a ddpsim trace; open it directly")
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceFormatError(f"{path} is not a PyTorch profiler trace (no traceEvents list)")
     return data
-
-
-def profile_files(paths: list[str | Path]) -> list[Path]:
-    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
-    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
-            out += found
-        else:
-            out.append(p)
-    return out
 
 
 @dataclass
@@ -93,29 +84,44 @@ class Op:
         return other.start <= self.start and self.end <= other.end + 1e-3
 
 
+def _op(e: dict, i: int, name: str) -> Op:
+    """``traceEvents[i]``, a complete event, as an Op; a field read of the wrong type (times, thread, args,
+    a GPU link's correlation) is a TraceFormatError naming the file and the field."""
+    def bad(key: str, what: str, value) -> TraceFormatError:
+        return TraceFormatError(f"{name}: traceEvents[{i}].{key} should be {what}, not {shown(value)}")
+    args, cat, ts, dur = {} if e.get("args") is None else e["args"], str(e.get("cat", "")), e["ts"], e.get("dur", 0)
+    if not isinstance(args, dict):
+        raise bad("args", "an object", args)
+    for key in ("pid", "tid"):
+        if isinstance(e.get(key), (list, dict)):
+            raise bad(key, "a number or a string", e[key])
+    for key, t in (("ts", ts), ("dur", dur)):
+        if type(t) not in (int, float) or not abs(t) <= MAX_US:
+            raise bad(key, f"a number of microseconds within +-{MAX_US:.3g}", t)
+    link = args.get("correlation")
+    if cat in GPU_CATS + RUNTIME_CATS and link is not None and type(link) is not int:
+        raise bad("args.correlation", "an integer", link)
+    return Op(str(e.get("name", "")), cat, e.get("pid"), e.get("tid"), float(ts), float(ts) + float(dur), args)
+
+
 class Profile:
     """One rank's profile, indexed: CPU ops by thread, GPU ops by stream and by launching call."""
 
     def __init__(self, data: dict, name: str = "profile"):
         self.name = name
-        self.info = data.get("distributedInfo") or {}
-        self.devices = data.get("deviceProperties") or []
+        self.info, self.devices = header(data, name)  # checked: ddpsim.trace.profile_job
         other = data.get("otherData")
         self.from_ddpsim = isinstance(other, dict) and other.get("exported_by") == "ddpsim"  # export --chrome
         self.cpu: list[Op] = []
         self.gpu: list[Op] = []
         self.runtime: dict[int, Op] = {}  # correlation id -> the runtime call
-        for e in data["traceEvents"]:
+        for i, e in enumerate(data["traceEvents"]):
             if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
                 continue
-            try:
-                op = Op(str(e.get("name", "")), str(e.get("cat", "")), e.get("pid"), e.get("tid"),
-                        float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("args") or {})
-            except (TypeError, ValueError):
-                continue
+            op = _op(e, i, name)
             if op.cat in GPU_CATS:
                 self.gpu.append(op)
-            elif op.cat in ("cuda_runtime", "cuda_driver"):
+            elif op.cat in RUNTIME_CATS:
                 if "correlation" in op.args:
                     self.runtime[op.args["correlation"]] = op
             elif op.cat not in ("gpu_user_annotation", "Trace"):
@@ -226,50 +232,59 @@ class Profile:
         return max(ends[k - 1], t_cpu) if k else t_cpu
 
 
-def collective_bytes(op: Op, profile: Profile) -> tuple[int | None, str]:
-    """(bytes, where they came from) of a ``c10d::allreduce_``: NCCL's ``record_param_comms``
-    (``In msg nelems`` x the dtype's size) inside it, present without ``record_shapes``; else its
-    ``Input Dims`` (record_shapes) as float32; else (None, "unknown")."""
-    for inner in profile.named("record_param_comms", within=op):
-        n = inner.args.get("In msg nelems")
-        if isinstance(n, int) and not isinstance(n, bool):
-            return n * DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4), "nccl metadata"
-    dims = op.args.get("Input Dims")
-    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list):
-        numel = 1
-        for d in dims[0][0]:
-            numel *= int(d)
-        return numel * 4, "profile shapes"
-    return None, "unknown"
-
-
-def tensor_shape(op: Op) -> tuple[list[int] | None, str]:
-    """(shape, dtype) of an op's first input, from record_shapes' ``Input Dims`` / ``Input type``."""
-    dims, types = op.args.get("Input Dims"), op.args.get("Input type")
-    shape = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
-    if shape is not None and not all(isinstance(d, int) for d in shape):
-        shape = None
-    dtype = str(types[0]) if isinstance(types, list) and types else "float"
-    dtype = {"float": "float32", "half": "float16", "double": "float64",
-             "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype.lower())
-    return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
-
-
 def pair_gloo_runs(launches: list[Op], runs: list[Op]) -> list[Op | None]:
     """Each collective launch's ``gloo:all_reduce`` run (None where the profile has none): the first
     unpaired run of the launch's shape that starts after it. gloo runs collectives on a pool of threads
     (two by default), so runs need not start in launch order: a used-parameter map of 4 ints was run
-    before the 544-float bucket launched just ahead of it (torch 2.13, find_unused_parameters)."""
-    free, out = sorted(runs, key=lambda o: o.start), []
+    before the 544-float bucket launched just ahead of it (torch 2.13, find_unused_parameters).
+
+    A launch's candidates: a suffix (binary search) of the runs, sorted once, of its shape or of none
+    (``_Free``): n log n, where a scan of the unpaired runs per launch took 36 s for 32,000 in a step."""
+    runs = sorted(runs, key=lambda o: o.start)
+    starts, every, shapes, by_shape, out = [r.start for r in runs], _Free(range(len(runs))), [], {}, []
+    for i, r in enumerate(runs):
+        dims = r.args.get("Input Dims")  # gloo:all_reduce: [shape of each tensor]
+        shapes.append(_frozen(dims[0]) if isinstance(dims, list) and dims else None)
+        by_shape.setdefault(shapes[-1], []).append(i)
+    by_shape = {k: _Free(v) for k, v in by_shape.items()}
     for op in launches:
         dims = op.args.get("Input Dims")  # c10d::allreduce_: [[shape of each tensor], ...]
         want = dims[0][0] if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] else None
-        match = next((r for r in free if r.start >= op.start
-                      and (want is None or (r.args.get("Input Dims") or [None])[0] in (None, want))), None)
-        if match is not None:
-            free.remove(match)
-        out.append(match)
+        after = bisect.bisect_left(starts, op.start)
+        pools = [every] if want is None else [by_shape.get(_frozen(want)), by_shape.get(None)]
+        firsts = [i for pool in pools if pool is not None and (i := pool.first(after)) is not None]
+        k = min(firsts, default=None)  # the first of them, taken
+        if k is not None:
+            every.take(k)
+            by_shape[shapes[k]].take(k)
+        out.append(None if k is None else runs[k])
     return out
+
+
+def _frozen(value):
+    """A JSON value made hashable, equal (and hashing alike) exactly where the values are ``==``."""
+    if isinstance(value, dict):
+        return frozenset((k, _frozen(v)) for k, v in value.items())
+    return tuple(map(_frozen, value)) if isinstance(value, list) else value
+
+
+class _Free:
+    """Sorted run indices, each taken at most once: the first not taken at or after an index is a binary
+    search and a walk of next-free pointers, halved as it goes (a union-find), log n amortised."""
+
+    def __init__(self, indices):
+        self.indices, self.next = list(indices), list(range(len(indices) + 1))
+
+    def first(self, index: int) -> int | None:
+        q, nxt = bisect.bisect_left(self.indices, index), self.next
+        while nxt[q] != q:
+            nxt[q] = nxt[nxt[q]]
+            q = nxt[q]
+        return self.indices[q] if q < len(self.indices) else None
+
+    def take(self, index: int) -> None:
+        q = bisect.bisect_left(self.indices, index)
+        self.next[q] = q + 1
 
 
 def is_bitmap(op: Op, profile: Profile | None = None, gloo_run: Op | None = None) -> bool:
@@ -282,19 +297,3 @@ def is_bitmap(op: Op, profile: Profile | None = None, gloo_run: Op | None = None
             return "int" in str(types[0]).lower()
     meta = profile.named("record_param_comms", within=op) if profile is not None else []
     return any("int" in str(m.args.get("dtype", "")).lower() for m in meta[:1])
-
-
-def params_from_ready_shapes(shapes: list[tuple]) -> list[dict]:
-    """Parameters from the ready order: DDP index n-1-k for the k-th gradient ready (gradients
-    arrive roughly in reverse definition order); names are not in a profile."""
-    n = len(shapes)
-    out = []
-    for k in reversed(range(n)):
-        shape, dtype = shapes[k]
-        numel = 1
-        for d in shape or []:
-            numel *= d
-        size = DTYPE_BYTES.get(dtype, 4)
-        out.append({"index": n - 1 - k, "name": f"param{n - 1 - k}", "shape": list(shape or []),
-                    "dtype": dtype, "bytes": numel * size if shape is not None else 0})
-    return out

@@ -23,21 +23,37 @@ from __future__ import annotations
 
 import bisect
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
-from ddpsim.trace.kineto import (Op, Profile, collective_bytes, is_bitmap, pair_gloo_runs, params_from_ready_shapes,
-                                  profile_files, read_profile, tensor_shape)
+from ddpsim.trace.kineto import Op, Profile, is_bitmap, pair_gloo_runs, read_profile
 from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
 from ddpsim.trace.profile_job import missing_ranks, one_per_rank, same_buckets, same_model
 from ddpsim.trace.profile_meta import align, trace_dict
 from ddpsim.trace.clock_align import END
-from ddpsim.trace.profile_sizes import UNKNOWN, layout_by_launch, layout_by_sizes, match_model, size_meta
+from ddpsim.trace.profile_sizes import (UNKNOWN, bucket_members, bucket_sizes, collective_bytes, match_model,
+                                        params_from_ready_shapes, size_meta, tensor_shape)
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 BACKWARD_OP = "autograd::engine::evaluate_function: "
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 ALLREDUCE = "c10d::allreduce_"
 FINALIZE = "torch.distributed.ddp.reducer::copy_bucket_to_grad"  # reducer.cpp finalize_backward's copy-back
+
+
+def profile_files(paths: list[str | Path]) -> list[Path]:
+    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
+    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 def _ns(us: float) -> int:
@@ -169,12 +185,13 @@ def import_or_carried(paths: list[str | Path], model=None, notes=()) -> tuple[Tr
     paths = profile_files(paths)
     profiles, carried = [], []
     for path in paths:  # one file's raw JSON at a time: a cluster's profiles are large
-        data = read_profile(path)
-        if isinstance(data.get(CARRIED), dict):
-            carried.append((path, data[CARRIED]))
-        elif not carried:
-            profiles.append(Profile(data, name=str(path)))
-        del data
+        with reading(path):
+            data = read_profile(path)
+            if isinstance(data.get(CARRIED), dict):
+                carried.append((path, data[CARRIED]))
+            elif not carried:
+                profiles.append(Profile(data, name=str(path)))
+            del data
     if carried:
         if len(carried) > 1:
             raise TraceFormatError(f"{carried[0][0]} and {carried[1][0]} each carry a whole ddpsim trace "
@@ -207,9 +224,22 @@ def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
     return from_dict(raw, name="imported profile")
 
 
+@contextmanager
+def reading(name):
+    """Whatever goes wrong while one file is read is a one-line TraceFormatError naming it: each field
+    is checked where it is read (``ddpsim.trace.kineto``), and this is the net for what slips through."""
+    try:
+        yield
+    except TraceFormatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the file named, in one line
+        raise TraceFormatError(f"{name} could not be read: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from e
+
+
 def _iterations(imp: RankImport) -> list[dict]:
     """One rank's iterations, each ProfilerStep that holds a DDP forward and backward."""
-    its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
+    with reading(imp.p.name):
+        its = [it for n, step in imp.steps if (it := imp.iteration(n, step)) is not None]
     if not its:
         raise TraceFormatError(f"{imp.p.name}: no ProfilerStep holds a DDP forward and backward" + (
             "; it is a ddpsim export without the trace it carries (another rank's file of --per-rank, or "
@@ -240,8 +270,8 @@ def _finish_rank(rank: int, its: list[dict], params: list[dict], order: list[int
         sig = [(b["bytes"], b["ready_before"]) if b["bytes"] is None else b["bytes"] for b in it["buckets"]]
         new = bool(sig) and sig != signature  # a new layout from here (e.g. the rebuild)
         if new:
-            signature, members = sig, _members(params, order, it["buckets"], notes)
-        _bucket_sizes(it["buckets"], members, params, sources)
+            signature, members = sig, bucket_members(params, order, it["buckets"], notes)
+        bucket_sizes(it["buckets"], members, params, sources)
         if new:
             kind = "construction" if it["iteration"] == 0 or not layouts else "rebuilt"
             layouts.append({"from_iteration": it["iteration"], "kind": kind, "buckets": [
@@ -255,34 +285,6 @@ def _finish_rank(rank: int, its: list[dict], params: list[dict], order: list[int
         layouts[0]["kind"] = "rebuilt"  # profiled after iteration 0: torch had rebuilt by then
     return {"rank": rank, "host": "", "pid": None, "clock_offset_ns": 0, "complete": True, "error": None,
             "layouts": layouts, "iterations": its, "ddp_logging_data": None}
-
-
-def _members(params: list[dict], order: list[int], events: list[dict], notes: set) -> list[list[int]]:
-    """Bucket members: by the allreduce sizes when they add up, else by when each was launched
-    (Note [A bucket's last gradient launches its allreduce])."""
-    sizes = [b["bytes"] for b in events]
-    known = {p["index"]: p["bytes"] for p in params}
-    found = layout_by_sizes(known, order, sizes) if None not in sizes else None
-    found = found or layout_by_launch(order, [b["ready_before"] for b in events])
-    if found is None:
-        notes.add("bucket members could not be recovered (neither the allreduce sizes nor their "
-                  "launch times give a layout); only their sizes are known")
-        return [[] for _ in events]
-    return found
-
-
-def _bucket_sizes(events: list[dict], members: list[list[int]], params: list[dict], sources: set) -> None:
-    """Each allreduce's size: its own (metadata, shape), else its members' sum when the parameters'
-    sizes are known, else 0 with the source ``unknown`` (``ddpsim.trace.profile_sizes``)."""
-    size = {p["index"]: p["bytes"] for p in params}
-    params_known = all(p["bytes"] > 0 for p in params)
-    for ev, m in zip(events, members or [[] for _ in events]):
-        ev.pop("ready_before", None)
-        if ev["bytes"] is None and params_known and m:
-            ev["bytes"], ev["source"] = sum(size[i] for i in m), "members"
-        elif ev["bytes"] is None:
-            ev["bytes"] = 0
-        sources.add(ev.pop("source"))
 
 
 def _bucket_times(it: dict, members: list[list[int]], gpu: bool) -> None:

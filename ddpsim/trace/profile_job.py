@@ -14,10 +14,17 @@ ranks belong to different runs:
 - every rank has the same buckets (rank 0's rebuilt layout is broadcast to all: reducer.cpp
   ``rebuild_buckets``), so the allreduces of a step have the same sizes on every rank;
 - the ranks ran on the same kind of device (one process group's ranks all use NCCL or all gloo).
+
+What a profile says of its job (``distributedInfo``: rank, world size, backend; ``deviceProperties``)
+is checked as it is read (``header``): a field of the wrong type, or a world size past the trace
+reader's ``MAX_WORLD_SIZE``, is one TraceFormatError naming the file and the field.
 """
 from __future__ import annotations
 
+import json
+
 from ddpsim.trace import TraceFormatError
+from ddpsim.trace.checks import MAX_WORLD_SIZE
 from ddpsim.trace.profile_meta import CAUTION
 from ddpsim.trace.same_run import ranks_text
 
@@ -71,15 +78,56 @@ def same_buckets(rank_dicts: list[dict], names: list[str]) -> None:
                                    f"these are different runs; {ONE_RUN}")
 
 
+def shown(value) -> str:
+    """A JSON value as a message shows it: its JSON text, cut at 40 characters."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _whole(value, lo: int, hi: int) -> bool:
+    return type(value) is int and lo <= value <= hi
+
+
+def header(data: dict, name: str) -> tuple[dict, list[dict]]:
+    """A profile's ``distributedInfo`` ({} when it has none) and ``deviceProperties`` ([] when none),
+    checked: a field of the wrong type or out of range is one TraceFormatError naming ``name`` and it."""
+    info, devices = data.get("distributedInfo"), data.get("deviceProperties")
+    info = {} if info is None else info
+    devices = [] if devices is None else devices
+    if not isinstance(info, dict):
+        raise TraceFormatError(f"{name}: distributedInfo should be an object, not {shown(info)}")
+    world = info.get("world_size", MAX_WORLD_SIZE)
+    if not _whole(world, 1, MAX_WORLD_SIZE):
+        raise TraceFormatError(f"{name}: distributedInfo.world_size should be an integer from 1 to "
+                               f"{MAX_WORLD_SIZE:,}, not {shown(world)}")
+    if "rank" in info and not _whole(info["rank"], 0, world - 1):
+        raise TraceFormatError(f"{name}: distributedInfo.rank should be an integer from 0 to {world - 1:,}"
+                               f"{' (below its world_size)' if 'world_size' in info else ''}, not {shown(info['rank'])}")
+    if not isinstance(info.get("backend", ""), str):
+        raise TraceFormatError(f"{name}: distributedInfo.backend should be a string, not {shown(info['backend'])}")
+    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+        raise TraceFormatError(f"{name}: deviceProperties should be a list of objects, not {shown(devices)}")
+    if devices and not isinstance(devices[0].get("name", ""), str):
+        raise TraceFormatError(f"{name}: deviceProperties[0].name should be a string, not {shown(devices[0]['name'])}")
+    return info, devices
+
+
 def missing_ranks(infos: list[dict], ranks: list[int]) -> str | None:
-    """A note when the profiles' own world size names ranks that are not among them."""
-    sizes = {int(i["world_size"]) for i in infos if isinstance(i.get("world_size"), int)}
+    """A note when the profiles' own world size names ranks that are not among them: the first few
+    named, found without listing every rank of the world (which may be ``MAX_WORLD_SIZE``)."""
+    sizes = {i["world_size"] for i in infos if isinstance(i.get("world_size"), int)}
     if not sizes:
         return None
     if len(sizes) > 1:
         raise TraceFormatError(f"the profiles name different world sizes {sorted(sizes)}: {ONE_RUN}")
-    world = sizes.pop()
-    absent = sorted(set(range(world)) - set(ranks))
-    if not absent:
+    world, present = sizes.pop(), set(ranks)
+    count = world - len({r for r in present if 0 <= r < world})
+    if not count:
         return None
-    return f"{CAUTION}the profiles are of world size {world} but no profile of rank(s) {ranks_text(absent)} is among them"
+    first, k = [], 0
+    while len(first) < 8 and k < world:  # the lowest absent ranks, in at most len(present) + 8 turns
+        if k not in present:
+            first.append(k)
+        k += 1
+    text = ranks_text(first) + (f" and {count - len(first)} more" if count > len(first) else "")
+    return f"{CAUTION}the profiles are of world size {world} but no profile of rank(s) {text} is among them"

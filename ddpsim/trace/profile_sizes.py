@@ -20,15 +20,68 @@ profiles the launch follows the last member's ``AccumulateGrad`` by 30-130 us, o
 """
 from __future__ import annotations
 
+from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace import TraceFormatError
 
 UNKNOWN = "unknown"
+DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
+               "float64": 8, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8}
 HOW_TO_KNOW = ("profile with torch.profiler.profile(record_shapes=True), or import again with "
                "--model path.py:factory (the model's parameter shapes, read on the meta device)")
 
 
 class UnknownSizesError(ValueError):
     """A simulation asked of a trace whose parameter or allreduce sizes are unknown."""
+
+
+def _dims(shape) -> bool:
+    """``shape`` is a list of dimensions (ints, not booleans, >= 0), as a profile's ``Input Dims`` holds."""
+    return isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+
+
+def collective_bytes(op, profile) -> tuple[int | None, str]:
+    """(bytes, where they came from) of a ``c10d::allreduce_`` (a kineto ``Op`` of a ``Profile``):
+    NCCL's ``record_param_comms`` (``In msg nelems`` x the dtype's size) inside it, present without
+    ``record_shapes``; else its ``Input Dims`` (record_shapes) as float32; else (None, "unknown")."""
+    for inner in profile.named("record_param_comms", within=op):
+        n = inner.args.get("In msg nelems")
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n * DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4), "nccl metadata"
+    dims = op.args.get("Input Dims")
+    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and _dims(dims[0][0]):
+        numel = 1
+        for d in dims[0][0]:
+            numel *= d
+        return numel * 4, "profile shapes"
+    return None, UNKNOWN
+
+
+def tensor_shape(op) -> tuple[list[int] | None, str]:
+    """(shape, dtype) of an op's first input, from record_shapes' ``Input Dims`` / ``Input type``."""
+    dims, types = op.args.get("Input Dims"), op.args.get("Input type")
+    shape = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
+    if shape is not None and not all(isinstance(d, int) for d in shape):
+        shape = None
+    dtype = str(types[0]) if isinstance(types, list) and types else "float"
+    dtype = {"float": "float32", "half": "float16", "double": "float64",
+             "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype.lower())
+    return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
+
+
+def params_from_ready_shapes(shapes: list[tuple]) -> list[dict]:
+    """Parameters from the ready order: DDP index n-1-k for the k-th gradient ready (gradients
+    arrive roughly in reverse definition order); names are not in a profile."""
+    n = len(shapes)
+    out = []
+    for k in reversed(range(n)):
+        shape, dtype = shapes[k]
+        numel = 1
+        for d in shape or []:
+            numel *= d
+        size = DTYPE_BYTES.get(dtype, 4)
+        out.append({"index": n - 1 - k, "name": f"param{n - 1 - k}", "shape": list(shape or []),
+                    "dtype": dtype, "bytes": numel * size if shape is not None else 0})
+    return out
 
 
 def layout_by_sizes(sizes: dict[int, int], order: list[int], bucket_bytes: list[int]) -> list[list[int]] | None:
@@ -69,6 +122,34 @@ def match_model(model, ready_shapes: list[tuple]) -> list[int]:
             raise TraceFormatError(f"gradient {k + 1} in the profile's ready order has shape {list(shape)} "
                                    f"but {model.spec}'s ({params[i]['name']}) has {params[i]['shape']}")
     return list(model.ready_order)
+
+
+def bucket_members(params: list[dict], order: list[int], events: list[dict], notes: set) -> list[list[int]]:
+    """Bucket members: by the allreduce sizes when they add up, else by when each was launched
+    (Note [A bucket's last gradient launches its allreduce])."""
+    sizes = [b["bytes"] for b in events]
+    known = {p["index"]: p["bytes"] for p in params}
+    found = layout_by_sizes(known, order, sizes) if None not in sizes else None
+    found = found or layout_by_launch(order, [b["ready_before"] for b in events])
+    if found is None:
+        notes.add("bucket members could not be recovered (neither the allreduce sizes nor their "
+                  "launch times give a layout); only their sizes are known")
+        return [[] for _ in events]
+    return found
+
+
+def bucket_sizes(events: list[dict], members: list[list[int]], params: list[dict], sources: set) -> None:
+    """Each allreduce's size: its own (metadata, shape), else its members' sum when the parameters'
+    sizes are known, else 0 with the source ``unknown`` (the module doc)."""
+    size = {p["index"]: p["bytes"] for p in params}
+    params_known = all(p["bytes"] > 0 for p in params)
+    for ev, m in zip(events, members or [[] for _ in events]):
+        ev.pop("ready_before", None)
+        if ev["bytes"] is None and params_known and m:
+            ev["bytes"], ev["source"] = sum(size[i] for i in m), "members"
+        elif ev["bytes"] is None:
+            ev["bytes"] = 0
+        sources.add(ev.pop("source"))
 
 
 def size_meta(params_source: str, bucket_sources: set[str]) -> dict:
