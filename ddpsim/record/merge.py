@@ -11,12 +11,15 @@ and marked incomplete.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ddpsim.errors import CLIError
 from ddpsim.trace import VERSION
+from ddpsim.trace.checks import MAX_WORLD_SIZE
+from ddpsim.trace.jsontext import loads_limited
+from ddpsim.trace.reader import MAX_TRACE_BYTES, _Reader
 from ddpsim.trace.same_run import apart, ranks_text
+from ddpsim.trace.types import TraceFormatError
 from ddpsim.trace.writer import write_trace_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
@@ -34,36 +37,102 @@ def empty_shard(path: str | Path, rank: int | None = None) -> dict:
 
 
 def read_shard(path: str | Path) -> dict:
-    """A shard's lines gathered by kind. A truncated last line (a crash mid-write) is dropped."""
+    """A shard's lines gathered by kind, each checked for the fields ``merge`` reads (Note [A shard
+    is read strictly]). A last line cut off mid-write (a crash; the writer is line-buffered, so
+    it has no newline) is dropped."""
     shard = empty_shard(path)
-    lines = Path(path).read_text().splitlines()
-    for n, line in enumerate(lines):
+    lines = _shard_text(path).split("\n")
+    cut = lines[-1] != ""  # the text does not end with a newline: its last line was being written
+    if not cut:
+        lines.pop()
+    for n, line in enumerate(lines, 1):
+        where = f"{path}: line {n}"
+        if (obj := _parse_line(line, where, cut and n == len(lines))) is None:
+            break
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines) - 1:
-                break  # the rank died while writing this line
-            raise CLIError(f"{path}: line {n + 1} is not JSON; is this a ddpsim shard?") from None
-        kind = obj.pop("kind", None)
-        if kind in ("header", "header_update"):
-            shard["header"].update(obj)
-        elif kind == "layout":
-            shard["layouts"].append({"from_iteration": obj["from_iteration"],
-                                     "kind": obj["layout_kind"], "buckets": obj["buckets"]})
-        elif kind == "iteration":
-            shard["iterations"].append(obj)
-        elif kind == "shadow":
-            shard["shadows"].append(obj)
-        elif kind == "join":
-            shard["join"] = obj
-        elif kind == "end":
-            shard["end"] = obj
-        elif kind == "error":
-            shard["error"] = obj["error"]
-    if "rank" not in shard["header"]:
+            _take(shard, obj, where)
+        except TraceFormatError as e:
+            raise CLIError(f"{e}; is this a ddpsim shard?") from None
+        except (KeyError, TypeError, AttributeError, IndexError) as e:  # a net under the checks
+            raise CLIError(f"{where}: unexpected content ({type(e).__name__}: {e}); is this a ddpsim shard?") from None
+    header = shard["header"]
+    if "rank" not in header:
         what = "is empty" if not lines else "has no header line (cut off, or not a ddpsim shard)"
         raise CLIError(f"{path} {what}: a rank's shard starts with its header; is this a ddpsim shard?")
+    if header["rank"] >= header.get("world_size", MAX_WORLD_SIZE):
+        raise CLIError(f"{path}: rank {header['rank']} is not below its world_size {header['world_size']}")
     return shard
+
+
+# Note [A shard is read strictly]: shards come from other machines (gathered after a torchrun job), so
+# a shard is checked as a trace is (Note [A strict reader] in ddpsim/trace/reader.py): the file's size,
+# each line's nesting depth and integers are bounded before it is parsed, each line must be a JSON
+# object, and the fields merge itself reads (the header's rank, world_size, host, clock and options; a
+# layout's, iteration's and error's fields) are type-checked where they are read. Every problem is
+# one CLIError naming the file and line; what merge only copies is checked when the merged trace is
+# read back before it is written (``write_trace_dict``).
+HEADER_FIELDS = {  # key -> (type, lowest, highest); only options may be null
+    "rank": (int, 0, MAX_WORLD_SIZE - 1), "world_size": (int, 1, MAX_WORLD_SIZE), "host": (str, None, None),
+    "clock": (dict, None, None), "options": (dict, None, None), "params": (list, None, None),
+}
+
+
+def _shard_text(path: str | Path) -> str:
+    """A shard's text, refused past the size of the largest trace ddpsim reads, or if not UTF-8."""
+    size = Path(path).stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise CLIError(f"{path} is {size / 2**20:.0f} MiB; a shard holds at most {MAX_TRACE_BYTES / 2**20:.0f} "
+                       "MiB (the largest trace ddpsim reads)")
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise CLIError(f"{path} is not UTF-8 text, so not a ddpsim shard") from None
+
+
+def _parse_line(line: str, where: str, last_cut: bool) -> dict | None:
+    """One shard line as a JSON object, parsed within the trace reader's limits; None for a last
+    line cut off mid-write (``last_cut``)."""
+    try:
+        obj = loads_limited(line, where)
+    except TraceFormatError as e:
+        if last_cut:
+            return None  # the rank died while writing this line
+        raise CLIError(f"{str(e).replace(' at line 1, column ', ' at column ')}; is this a ddpsim shard?") from None
+    if not isinstance(obj, dict):
+        raise CLIError(f"{where} is {line.strip()[:40]}, not a JSON object: each line of a ddpsim shard is one")
+    return obj
+
+
+def _take(shard: dict, obj: dict, where: str) -> None:
+    """File one parsed line into ``shard`` by its kind, checking the fields merge reads of it."""
+    r, kind = _Reader(where), obj.pop("kind", None)
+    if kind in ("header", "header_update"):
+        for key, (typ, lo, hi) in HEADER_FIELDS.items():
+            if key in obj and obj[key] is None and key != "options":
+                r.fail(key, "should not be null")
+            r.value(obj, key, typ, "", optional=kind == "header_update" or key != "rank", lo=lo, hi=hi)
+        for key in ("offset_ns", "skew_ns"):
+            r.value(obj.get("clock") or {}, key, int, "clock", optional=True)
+        shard["header"].update(obj)
+    elif kind == "layout":
+        shard["layouts"].append({"from_iteration": r.count(obj, "from_iteration", ""),
+                                 "kind": r.get(obj, "layout_kind", str, ""), "buckets": r.get(obj, "buckets", list, "")})
+    elif kind == "iteration":
+        r.count(obj, "iteration", "")  # what same_run.apart reads of a step before the trace is read back
+        r.value(obj, "sync", bool, "", optional=True)
+        for key in ("forward", "backward", "optimizer"):
+            if (span := r.get(obj, key, dict, "", optional=key == "optimizer")) is not None:
+                r.value(span, "start_ns", int, key), r.value(span, "end_ns", int, key)
+        shard["iterations"].append(obj)
+    elif kind == "shadow":
+        shard["shadows"].append(obj)
+    elif kind in ("join", "end"):
+        if kind == "join":
+            r.value(obj, "start_ns", int, ""), r.value(obj, "end_ns", int, "")
+        r.get(obj, "ddp_logging_data", dict, "", optional=True)
+        shard[kind] = obj
+    elif kind == "error":
+        shard["error"] = r.get(obj, "error", str, "")
 
 
 def _shift(obj, delta: int):
@@ -110,8 +179,9 @@ def merge(shards: list[dict], notes: dict[int, str] | None = None, origin_ns: in
             "ddp_logging_data": (s["end"] or {}).get("ddp_logging_data"),
             **({"join": _shift({**s["join"], "shadows": s["shadows"]}, delta)} if s["join"] else {}),
         })
-    world = head.get("world_size", len(shards))
-    missing = sorted(set(range(world)) - set(ranks))
+    world = head.get("world_size", len(shards))  # at most MAX_WORLD_SIZE (read_shard)
+    bounds = [-1, *(r for r in ranks if r < world), world]  # ranks are sorted: the gaps are the missing
+    missing = [m for a, b in zip(bounds, bounds[1:]) for m in range(a + 1, b)]
     meta = {k: head[k] for k in ("torch_version", "python_version", "backend", "world_size", "impl",
                                  "model", "options", "config", "created", "command", "pinning", "allreduce_probe",
                                  "placement", "gpu", "timebase", "turns", "buffer_bytes", "hook_rates")
