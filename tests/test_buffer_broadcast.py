@@ -168,3 +168,18 @@ def test_a_run_without_buffers_has_no_broadcast_toggle():
 
     assert not has_buffers(load_trace(BUNDLED_DIR / "01_mlp_torch_default.json"))
     assert has_buffers(load_trace(BUNDLED_DIR / "05_convnet_torch_no_sync3.json"))
+
+
+def test_a_gpu_models_batchnorm_buffers_are_torchvisions_and_broadcast_before_each_forward():
+    """--arch resnet50 had no buffers, so --broadcast-buffers changed nothing; its 53 BatchNorm layers' running
+    statistics are the real model's buffers (ddpsim.models' torchvision ResNet-50), broadcast on NCCL's ring."""
+    from ddpsim.sim import synthetic
+    from ddpsim.sim.archs import arch_defaults
+    from ddpsim.sim.network import network_for
+
+    w = synthetic("resnet50", "a100-ib200")
+    assert w.buffer_bytes == _buffer_bytes("ddpsim.models.resnet:resnet50") == 212_904
+    assert synthetic("bert-large", "a100-ib200").buffer_bytes == synthetic("gpt2", "a100-ib200").buffer_bytes == 0
+    t = {on: simulate(w, SimConfig(world_size=64, broadcast_buffers=on, **arch_defaults(w)))[1]["iteration_time_s"]
+         for on in (True, False)}
+    assert t[True] - t[False] == pytest.approx(network_for("a100-ib200", 64).broadcast_s(212_904, 64), rel=1e-3)

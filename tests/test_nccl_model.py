@@ -85,3 +85,14 @@ def test_busbw_is_nccl_tests_formula_and_bad_clusters_are_refused():
     with pytest.raises(ValueError, match="nics_per_node must be an integer >= 1"):
         Cluster(nics_per_node=0)
     assert math.isinf(nccl.time_us(DGX_A100, "nvls", "Simple", 1 << 20, 8))
+
+
+def test_a_broadcast_runs_on_a_ring_at_nccls_cost():
+    """Note [NCCL broadcasts on a ring]: tuning.cc keeps only the ring for Broadcast, at one hop's latency where
+    the channels share the ring, and its bus bandwidth is its algorithm bandwidth (k / nsteps = 1)."""
+    # 4 nodes of 8: LL's base 6.6 + the network's ring LL 2.7 us, at LL's cap across nodes on AMD (19.0 GB/s)
+    assert nccl.broadcast(DGX_A100, 4096, 32) == ("LL", pytest.approx((6.6 + 2.7 + 4096 / 19.0e3) * 1e-6))
+    assert nccl.broadcast(DGX_A100, 4096, 8 * 1024) == nccl.broadcast(DGX_A100, 4096, 32)  # not k hops
+    assert nccl.broadcast(DGX_A100, 4096, 8)[1] == pytest.approx((6.6 + 0.6 + 4096 / 87.7e3) * 1e-6)  # NVLink hop
+    assert nccl.broadcast(DGX_A100, 1 << 30, 16) == ("Simple", pytest.approx((8.4 + 14.0 + (1 << 30) / 180e3) * 1e-6))
+    assert nccl.broadcast(DGX_A100, 4096, 1) == ("none", 0.0)

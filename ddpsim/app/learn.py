@@ -138,7 +138,7 @@ protocol from its tuning table (`src/graph/tuning.cc` in NVIDIA's NCCL) and runs
 for large buckets on few nodes, trees, whose latency grows with the logarithm of the node count, at
 thousands of ranks (`ddpsim/sim/nccl.py`). Beyond one node the node's GPUs share its network cards,
 so leaving one node is a step of its own (ResNet-50 on V100s over 25 GbE, SIMULATED: 124.0 ms per
-iteration at 8 ranks, 130.8 ms at 16). And every allreduce waits for the slowest
+iteration at 8 ranks, 130.9 ms at 16). And every allreduce waits for the slowest
 rank: with ranks that vary by a fraction sigma from step to step, the slowest of `n` is about
 `sigma·sqrt(2 ln n)` behind the typical one, a wait that grows slowly and never stops growing (Note
 [Waiting for the slowest rank] in `ddpsim/sim/stragglers.py`). The What-if page's scaling curve

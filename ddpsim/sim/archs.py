@@ -118,6 +118,16 @@ def gpt2(seq: int = 1024) -> tuple[list[dict], float]:
     return t, head
 
 
+def batchnorm_buffer_bytes(rows: list[dict]) -> int:
+    """Bytes of the BatchNorm buffers, which DDP broadcasts from rank 0 before each forward (``broadcast_buffers``,
+    torch's default True): ``running_mean`` and ``running_var`` (float32, a channel each) and
+    ``num_batches_tracked`` (int64) per layer. ResNet-50: 53 layers, 212,904 bytes, as torchvision's model's
+    ``buffers()`` (``ddpsim.models.resnet``); LayerNorm (BERT, GPT-2) has none."""
+    norms = [r for r in rows if r["name"].endswith(".weight")
+             and (r["name"].split(".")[-2].startswith("bn") or r["name"].endswith("downsample.1.weight"))]
+    return sum(2 * 4 * r["numel"] + 8 for r in norms)
+
+
 def table(arch: str) -> tuple[list[dict], float]:
     """(param rows in definition order, extra backward FLOPs/sample before the first grad)."""
     builders = {"resnet50": resnet50, "bert-large": bert_large, "gpt2": gpt2}
@@ -159,6 +169,7 @@ def synthetic(arch: str, hardware: str = "a100-nvlink", batch: int | None = None
         link=network.network_for(hardware, 8), forward_s=forward, pre_backward_s=50e-6,
         graph_search_s=len(rows) * 2e-6, finalize_s=2 * n_elems * bytes_per_grad / mem + 20e-6,
         step_gap_s=20e-6, optimizer_s=20 * n_elems / mem + len(rows) * overhead, iter_gap_s=0.0,
+        buffer_bytes=batchnorm_buffer_bytes(rows),
         meta={"kind": "synthetic", "arch": arch, "hardware": hardware, "batch": batch,
               "effective_tflops": rate / 1e12, "gpu": gpu["name"],
               "rank_spread": float(gpu.get("rank_spread", 0.0))},  # Note [Waiting for the slowest rank]

@@ -1,9 +1,11 @@
-"""NCCL's allreduce on a cluster of nodes: which algorithm and protocol it runs, and how long it takes.
+"""NCCL's allreduce (and broadcast) on a cluster of nodes: which algorithm and protocol it runs, and how long
+it takes.
 
 Note [NCCL's tuning model]: NCCL estimates the time of every (algorithm, protocol) pair as
 ``latency + bytes / bandwidth`` and runs the fastest (``ncclTopoTuneModel`` and
 ``ncclTopoGetAlgoTime`` in ``src/graph/tuning.cc``, https://github.com/NVIDIA/nccl, master
-5067397, 2026-06-11). This module is that model for allreduce, with NCCL's constants:
+5067397, 2026-06-11). This module is that model for allreduce, with NCCL's constants (a broadcast:
+Note [NCCL broadcasts on a ring]):
 
 - latencies (microseconds): ``baseLatencies`` and ``hwLatencies`` (NVLink, PCI, network) per
   algorithm and protocol; a ring pays ``(nsteps - nInterSteps)·intraLat + nInterSteps·interLat``
@@ -193,6 +195,31 @@ def _fastest(c: Cluster, nbytes: int, k: int, algo: str) -> tuple[float, str, st
 
 def allreduce_s(c: Cluster, nbytes: int, k: int, algo: str = "auto") -> float:
     return choose(c, int(nbytes), int(k), algo)[2]
+
+
+@lru_cache(maxsize=4096)
+def broadcast(c: Cluster, nbytes: int, k: int) -> tuple[str, float]:
+    """(protocol, seconds) of NCCL's broadcast of ``nbytes`` from one rank to ``k``.
+
+    Note [NCCL broadcasts on a ring]: ``ncclTopoTuneModel`` skips every algorithm but the ring for
+    Broadcast (and Reduce), with ``nsteps = k``, so its algorithm bandwidth is the ring's bus bandwidth
+    (ratio ``k / nsteps`` = 1); its latency is the ring's base latency plus one hop (``hwLatencies`` of
+    the network across nodes, else of NVLink or PCI) where every channel takes the same ring
+    (``sameChannels``), the pipelined chain of a broadcast. The protocol is the fastest; NCCL_ALGO does
+    not apply (a ring is the only one). Where the channels differ NCCL's model charges ``nsteps`` hops
+    instead, which is not modelled here. DDP's buffers (BatchNorm statistics) go this way before each
+    forward (``_sync_buffers``, ``broadcast_buffers``)."""
+    if k <= 1:
+        return "none", 0.0
+    nodes, _ = c.shape(k)
+    hw = "net" if nodes > 1 else c.intra_link
+    times = []
+    for i, proto in enumerate(PROTOS):
+        bw = bus_GBps(c, "ring", proto, nodes)
+        if bw > 0:
+            times.append((BASE_LAT["ring"][i] + HW_LAT[hw]["ring"][i] + nbytes / (1000.0 * bw), proto))
+    t, proto = min(times)  # Simple always runs
+    return proto, t * 1e-6
 
 
 def busbw_GBps(nbytes: int, seconds: float, k: int) -> float:

@@ -118,8 +118,11 @@ class Link:
         allgather (ring) or a reduce and a broadcast (tree), two halves of equal cost; a
         broadcast is one half: ring ``(k-1)·alpha + (k-1)/k · S/B``, tree
         ``ceil(log2 k)·alpha + S/B``. DDP broadcasts its buffers (KiB to a few MiB), where
-        the latency term decides.
+        the latency term decides. On GPU nodes NCCL's own model prices it instead (a ring
+        only: Note [NCCL broadcasts on a ring] in nccl.py).
         """
+        if self.cluster is not None and not (world_size == 1 and self.one_rank is not None):
+            return nccl.broadcast(self.cluster, int(nbytes), int(world_size))[1]
         return 0.5 * self.allreduce_s(nbytes, world_size)
 
     def nccl_choice(self, nbytes: int, world_size: int) -> tuple[str, str] | None:
