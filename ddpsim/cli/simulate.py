@@ -32,6 +32,7 @@ FLAGS = {"find_unused_parameters=False": "--no-find-unused-parameters", "static_
 HELP = "simulate DDP (simpy model) from a recorded trace or a synthetic arch/hardware workload"
 
 
+CONCURRENCY_HELP = "collectives in flight at once, each at the link's full rate (gloo 2, nccl 1)"
 BANDWIDTH_HELP = "per-rank link bandwidth, Gbit/s: a flat ring, in place of a --hardware cluster's NCCL model"
 LATENCY_HELP = ("per-step latency alpha, microseconds (alone on a --hardware cluster: the fabric's latency a hop "
                 "between nodes, added to NCCL's; sim/plan.resolve_link)")
@@ -91,7 +92,7 @@ def add_arguments(p, one_size: bool = True) -> None:
     n.add_argument("--algo", choices=["auto", "ring", "tree", "nvls", "nvls_tree"],
                    help="NCCL's allreduce algorithm, as NCCL_ALGO sets it (default auto: NCCL's choice by message size, "
                         "GPUs per node and nodes, on a --hardware cluster; ring on a flat link)")
-    n.add_argument("--concurrency", type=int, help="collectives in flight at once, each at the link's full rate (gloo 2, nccl 1)")
+    n.add_argument("--concurrency", type=int, help=CONCURRENCY_HELP)
     n.add_argument("--interference", type=float, help="compute slowdown while comm runs (0.3 = 30%%)")
     add_network_source_arguments(p)
     add_budget_arguments(p)

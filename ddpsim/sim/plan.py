@@ -60,8 +60,8 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
         shared = False  # an explicit interference picks that contention model (e.g. a GPU network)
     latency_us = cfg.latency_us
     if link.cluster is not None and cfg.bandwidth_gbps is not None:  # an explicit bandwidth: the flat ring formula
-        link = replace(link, cluster=None, algo="ring", name=f"flat ring, {cfg.bandwidth_gbps:g} Gbit/s a rank (given), "
-                                                              f"in place of {link.name}")
+        given = f"flat ring, {cfg.bandwidth_gbps:g} Gbit/s a rank (given), in place of {link.name}"
+        link = replace(link, cluster=None, algo="ring", name=given)
     elif cfg.bandwidth_gbps is not None and link.name != GIVEN_NETWORK:
         link = replace(link, name=f"{link.name}, at {cfg.bandwidth_gbps:g} Gbit/s a rank (given)")
     elif link.cluster is not None and latency_us is not None:  # NCCL's model kept: the fabric's own latency a hop

@@ -19,9 +19,9 @@ Two platforms:
                  profiles, NVLink inside a node and a fabric between nodes,
                  ``network.network_for``), or a CPU core nobody shares; collectives
                  run on the network, at most ``link.concurrency`` at once (NCCL's one stream, gloo's two threads),
-                 each taking ``link.allreduce_s``; more in flight than that (a round-robin hook's
-                 groups) share the link's bandwidth (Note [Process groups share the link]). A gradient started while one of its
-                 own rank's collectives is launched and not done is slowed by
+                 each taking ``link.allreduce_s``; more in flight than that (a round-robin
+                 hook's groups) share the link's bandwidth (Note [Process groups share the link]).
+                 A gradient started while one of its own rank's collectives is launched and not done is slowed by
                  ``1 + link.interference`` (decided at the gradient's start; Note
                  [Communication slows compute from the rank's own launch]). The other
                  direction (NCCL's kernels slowed by the compute kernels they share
@@ -57,8 +57,9 @@ class Devices:
     of 0 bytes: ``2(k-1)·alpha`` on a flat ring, NCCL's latency at 0 bytes on a cluster),
     run in parallel, and its data, which moves on a ``Wire`` shared by every collective in
     flight. Before this, four groups of ResNet-50 on 8-GPU nodes with one 25 GbE NIC each
-    (64 ranks, 5 MiB buckets) simulated a 45.3 ms iteration where the buckets keep the NIC
-    busy 89 ms (one group: 104.4 ms); now 103.8 ms.
+    (64 ranks, 5 MiB buckets) simulated a 45.4 ms iteration where the buckets keep the NIC
+    busy 89 ms; now 103.9 ms (one group: 104.5 ms). ``--concurrency N`` still gives the link
+    N lanes of its full rate, as its help says.
     """
 
     coupled = False  # does a gradient's compute time depend on the communication in flight?
@@ -119,7 +120,8 @@ class Devices:
 
     def _shared(self, work, duration: float):
         """Note [Process groups share the link]: the latency alone, then the data on the shared wire."""
-        latency = min(duration, self.link.allreduce_s(0, self.world_size) * (0.5 if work.kind == "broadcast" else 1))
+        alone = self.link.broadcast_s if work.kind == "broadcast" else self.link.allreduce_s
+        latency = min(duration, alone(0, self.world_size))
         yield self.env.timeout(latency)
         yield self.wire.run(duration - latency)
 
