@@ -175,7 +175,8 @@ def test_the_hook_experiments_noise_is_how_far_resampling_moves_the_ratio():
     odd = times(lambda i, rank: i % 2)
     assert rank_iteration_s(odd) > rank_iteration_s(plain)
     assert noise(odd, plain) == pytest.approx(1 / 6, rel=1e-6)
-    assert noise(times(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-12)
+    # 0 but for the traces' whole nanoseconds (4e-9 with ResNet-50's buffer broadcast opening each step)
+    assert noise(times(lambda i, rank: (i + rank) % 2), plain) == pytest.approx(0, abs=1e-6)
 
 
 def test_the_hook_experiment_pools_its_launches():
