@@ -14,7 +14,7 @@ import math
 import simpy
 
 
-def share(demands: list[float]) -> list[float]:
+def share(demands: list[float], lanes: int = 1) -> list[float]:
     """The rate at which each job on one core progresses, given its CPU demand (0, 1].
 
     Note [Latency-bound jobs on a shared core]: compute needs the whole core
@@ -30,13 +30,15 @@ def share(demands: list[float]) -> list[float]:
         rate_i = 1 / (F + 1 + sum of the other light jobs' demands)
         rate_full = (1 - sum_i demand_i * rate_i) / F
 
-    With every demand 1 this is plain processor sharing (each job at ``1/n``).
+    With every demand 1 this is plain processor sharing (each job at ``1/n``). ``lanes``: how many
+    jobs run at full speed before they share (a link's collectives: Note [Process groups share the
+    link] in platform.py); a CPU core has one.
     """
     light = sum(d for d in demands if d < 1.0)
     full = sum(1 for d in demands if d >= 1.0)
     rates = [1.0 / (full + 1 + light - d) if d < 1.0 else None for d in demands]
     used = sum(d * r for d, r in zip(demands, rates) if r is not None)
-    rest = max(0.0, 1.0 - used) / full if full else 0.0
+    rest = min(1.0, max(0.0, lanes - used) / full) if full else 0.0
     return [rest if r is None else r for r in rates]
 
 
@@ -55,8 +57,9 @@ class Core:
 
     EPS = 1e-12
 
-    def __init__(self, env: simpy.Environment, time_slice_s: float = 0.0):
+    def __init__(self, env: simpy.Environment, time_slice_s: float = 0.0, lanes: int = 1):
         self.env = env
+        self.lanes = lanes  # jobs at full speed before they share (``share``): 1 for a CPU core
         self.jobs: list[list] = []  # [remaining (s alone), event, demand, owner]
         self.rates: list[float] = []
         self.t = env.now
@@ -150,7 +153,7 @@ class Core:
 
     def _reschedule(self, drop_idle: bool = False) -> None:
         self.gen += 1
-        self.rates = share([j[2] for j in self.jobs])
+        self.rates = share([j[2] for j in self.jobs], self.lanes)
         turn_dt = float("inf")
         if self.slice > 0:
             owners = self._turns()

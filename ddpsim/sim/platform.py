@@ -55,8 +55,8 @@ class Devices:
     priced or learnt with: NCCL's one stream, gloo's two threads, a fit that saw them
     together), a collective's time alone is split into its latency (the same collective
     of 0 bytes: ``2(k-1)·alpha`` on a flat ring, NCCL's latency at 0 bytes on a cluster),
-    run in parallel, and its data, which moves on a ``Wire`` shared by every collective in
-    flight. Before this, four groups of ResNet-50 on 8-GPU nodes with one 25 GbE NIC each
+    run in parallel, and its data, which moves on the link (a ``core.Core`` of ``concurrency``
+    lanes) shared by every collective in flight. Before this, four groups of ResNet-50 on 8-GPU nodes with one 25 GbE NIC each
     (64 ranks, 5 MiB buckets) simulated a 45.4 ms iteration where the buckets keep the NIC
     busy 89 ms; now 103.9 ms (one group: 104.5 ms). ``--concurrency N`` still gives the link
     N lanes of its full rate, as its help says.
@@ -67,7 +67,7 @@ class Devices:
     def __init__(self, env: simpy.Environment, link: Link, world_size: int, actors: list):
         self.env, self.link, self.world_size = env, link, world_size
         self.slots = simpy.Resource(env, capacity=link.concurrency)  # a round-robin hook widens it (sim/api.py)
-        self.wire = Wire(env, link.concurrency)  # used once the slots outnumber the link's own concurrency
+        self.wire = Core(env, lanes=link.concurrency)  # used once the slots outnumber the link's concurrency
         self.ends: dict[tuple, float] = {}  # collectives moving data -> when they will be done
         self.own: dict[int, list] = {}  # id(actor) -> its launched collectives not yet done
         self.coupled = bool(link.interference)
@@ -107,16 +107,21 @@ class Devices:
             work.start = self.env.now
             duration = work.seconds if work.seconds is not None else (
                 self.link.broadcast_s if work.kind == "broadcast" else self.link.allreduce_s)(work.nbytes, self.world_size)
-            shared = self.slots.capacity > self.link.concurrency
             # on a shared wire it ends when the others let it: not before its time alone
-            self.ends[work.key] = float("inf") if shared else self.env.now + duration
+            self.ends[work.key] = float("inf") if self.sharing else self.env.now + duration
             yield self._move(work, duration)
             del self.ends[work.key]
 
     def _move(self, work, duration: float) -> simpy.Event:
-        if self.slots.capacity > self.link.concurrency:  # Note [Process groups share the link]
+        if self.sharing:
             return self.env.process(self._shared(work, duration))
         return self.env.timeout(duration)
+
+    @property
+    def sharing(self) -> bool:
+        """More collectives may be in flight than the link's cost was priced with (Note [Process groups
+        share the link])."""
+        return self.slots.capacity > self.link.concurrency
 
     def _shared(self, work, duration: float):
         """Note [Process groups share the link]: the latency alone, then the data on the shared wire."""
@@ -128,51 +133,6 @@ class Devices:
     def elsewhere(self, actor, seconds: float) -> simpy.Event:
         """The rank is busy with work the model does not play; no other rank waits for it."""
         return self.env.timeout(seconds)
-
-
-class Wire:
-    """A link's bandwidth: ``lanes`` collectives' data move at full speed, more share the lanes
-    equally (processor sharing). ``run(s)``: data that takes ``s`` seconds alone; fires when moved."""
-
-    EPS = 1e-12  # seconds: data left below this has moved (float rounding)
-
-    def __init__(self, env: simpy.Environment, lanes: int):
-        self.env, self.lanes = env, lanes
-        self.jobs: list[list] = []  # [seconds left alone, event]
-        self.t = env.now
-        self.gen = 0  # cancels a wake-up that a newer job made stale
-
-    def rate(self) -> float:
-        return min(1.0, self.lanes / len(self.jobs)) if self.jobs else 1.0
-
-    def run(self, seconds: float) -> simpy.Event:
-        self._advance()
-        done = self.env.event()
-        self.jobs.append([max(seconds, 0.0), done])
-        self._reschedule()
-        return done
-
-    def _advance(self) -> None:
-        moved = (self.env.now - self.t) * self.rate()
-        for job in self.jobs:
-            job[0] -= moved
-        self.t = self.env.now
-
-    def _reschedule(self) -> None:
-        self.gen += 1
-        if self.jobs:
-            gen = self.gen
-            wait = max(0.0, min(j[0] for j in self.jobs) / self.rate())
-            self.env.timeout(wait).callbacks.append(lambda _e: self._wake(gen))
-
-    def _wake(self, gen: int) -> None:
-        if gen != self.gen:
-            return
-        self._advance()
-        for job in [j for j in self.jobs if j[0] <= self.EPS]:
-            self.jobs.remove(job)
-            job[1].succeed()
-        self._reschedule()
 
 
 class SharedCores(Devices):
