@@ -427,8 +427,8 @@ communication do not share cores, the steps are larger):
   *really* arrived, and the small first bucket starts communication early.
 - **predicted vs measured**: the prediction learns each launch's cost and each collective's share
   of the CPU core from the torch rung's two large buckets, far from ten small per-parameter
-  collectives (while this notebook was written, its overlap prediction was between 18% and 2.6x too
-  long, depending on the machine's load). A model is only as good as the runs it has seen: that is why
+  collectives: compare the overlap rung's predicted row with its measured one in the table (on this
+  machine how far apart they land depends on its load). A model is only as good as the runs it has seen: that is why
   `validate --grid` checks predictions on runs it was not fitted to."""),
     M("""## Try it yourself
 - Change the cap in section 1 until one parameter is larger than the cap. What happens?
@@ -596,10 +596,9 @@ for name, m, p in zip((f"cap {best['bucket_cap_mb']} MiB", "default cap"), real,
 print(f"best against default: predicted {sim[0] / sim[1] - 1:+.1%}, measured {real[0] / real[1] - 1:+.1%} "
       f"(recorded together; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 print("buckets after the rebuild:", len(runs[0].ranks[0].layouts[-1].buckets))'''),
-    M("""The line before last is the check that matters. In every group of runs we recorded together on a
-quiet machine, one bucket measured faster than two by more than the sweep says (4-10%, where
-the sweep predicted under 1%), and the smallest caps slower (16-18% behind the fastest, under 10%
-predicted): the sweep orders the caps as this machine
+    M("""The line before last is the check that matters: the gap the sweep predicted beside the gap
+measured. On this 2-core CPU, runs recorded together on a quiet machine have measured one bucket
+faster than two by more than the sweep says: the sweep orders the caps as this machine
 does, but understates the gaps. That is what a simulator is
 for, and where it stops: it ranks configurations in seconds, and the one you pick still
 deserves a real run recorded beside the one you had."""),
@@ -1012,9 +1011,10 @@ the steady steps). "noise" is how far the error would move from the sampling of 
 an error within about that much is the machine's, not the model's:"""),
     C('''rows = hook_runs.predict(paths, "mlp", 0.25)
 print(hook_runs.table(rows))'''),
-    M("""Read the table with its "noise" column: on a busy machine (other work on the cores, noise above
-about 10%) the hooked runs can come out far from their allreduce run and from the prediction, and
-the comparison says nothing. On a quiet one, compression gains little: fp16 and bf16 send half the bytes, but gloo's
+    M("""Read the table with its "noise" column and its allreduce run: on a busy machine (other work on
+the cores: noise of several percent, an allreduce run far above the 30 ms a quiet 2-core machine
+gives) the hooked runs can come out far from their allreduce run and from the prediction, and
+the comparison says nothing. On a quiet one (`docs/comm-hooks.md`: noise under 4%), compression gains little: fp16 and bf16 send half the bytes, but gloo's
 16-bit sums and the casts cost about what the bytes saved (bf16 a little less), and `noop` (nothing sent at all)
 is the bound no hook can beat: the compute alone. (`docs/comm-hooks.md` has the same prediction
 for three models, two caps and every hook.) The Timeline draws a hook inside each bucket's span: the cast before
