@@ -8,6 +8,7 @@ import pytest
 
 from apputil import compare_page, with_uploads
 from ddpsim import samples
+from ddpsim.analysis import summarize
 from ddpsim.app import beyond, timeline_notes, waiting, whatif, whatif_words
 from ddpsim.trace import load_trace
 from ddpsim.trace.profile_import import import_profiles
@@ -94,10 +95,14 @@ def test_the_bundled_import_says_its_ranks_shared_one_gpu():
     assert "the two ranks ran on one H100" in said
 
 
-def test_a_recorded_trace_shows_no_import_note_and_keeps_its_overlap():
+def test_a_recorded_one_rank_trace_shows_no_import_note_and_no_overlap():
+    """Note [One rank communicates nothing]: the recorded 1-rank NCCL spans (10-16 us of DDP's own
+    bookkeeping, no kernel) are no communication to overlap, as HTA finds none in the profile."""
     trace = load_trace(samples.BUNDLED_DIR / "11_h200_resnet50_nccl_1rank.json")
     assert timeline_notes.import_notes(trace) is None
-    assert timeline_notes.communicates(trace, 2)  # a recorded 1-rank NCCL allreduce still took time
+    assert 0 < trace.ranks[0].iterations[2].buckets[0].complete_ns - trace.ranks[0].iterations[2].buckets[0].launch_ns
+    assert not timeline_notes.communicates(trace, 2)
+    assert not summarize(trace)["communicates"]
 
 
 def test_the_gpu_clock_note_follows_its_numbers():

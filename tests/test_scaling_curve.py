@@ -151,3 +151,17 @@ def test_the_pages_progress_bar_counts_and_is_gone_after_the_work():
     assert bars[0].proto.value == 42  # percent: 3 of 7
     at.run()
     assert not at.exception and not at.get("progress")
+
+
+def test_the_buffers_broadcast_is_communication_not_compute():
+    """ResNet-50's BatchNorm buffers (212,904 B) are broadcast before every forward: on 25 GbE that is
+    communication nothing overlaps, so it is in the exposed part, and the compute is the same at every
+    size (it grew with the broadcast's cost when the split counted it as compute)."""
+    base, work = gpu_model()
+    rows, _ = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25"}, sizes=[1, 8, 1024])
+    assert [r["world_size"] for r in rows] == [1, 8, 1024]
+    assert rows[1]["compute_s"] == pytest.approx(rows[0]["compute_s"], rel=1e-6)
+    assert rows[2]["compute_s"] == pytest.approx(rows[0]["compute_s"], rel=1e-6)
+    off, _ = scaling.rows(base, None, work, {**UNCHANGED, "network": "eth25", "broadcast_buffers": False},
+                          sizes=[1024])
+    assert rows[2]["exposed_comm_s"] > off[0]["exposed_comm_s"]

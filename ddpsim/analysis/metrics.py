@@ -1,7 +1,6 @@
 """Metrics: functions from a Trace to the headline numbers and tables.
 
-One definition of each metric serves real and simulated traces alike, so that a
-prediction and a measurement are always compared like for like.
+One definition of each metric serves real and simulated traces alike: like for like.
 
 Definitions (all per rank, then combined across ranks as stated):
 - *iteration time*: from the earliest forward start on any rank to the latest iteration end
@@ -11,17 +10,16 @@ Definitions (all per rank, then combined across ranks as stated):
   rank's. A *cycle* of no_sync every n micro-steps is the n micro-steps up to a synced one; the
   iteration time is its time / n, less the time between steps (Note [The time between steps is left out]).
 - *backward compute end*: the time the last gradient became ready.
-- *exposed communication*: time from the backward compute end to the last
-  allreduce completion (buckets and the unused-parameter bitmap), clipped at 0;
-  the maximum over ranks; per cycle, divided by the cycle's micro-steps.
-- *overlap fraction*: HolisticTraceAnalysis's ``get_comm_comp_overlap``: the
-  communication time that overlaps compute, over all communication time, per rank
-  over the steady iterations (each iteration weighted by its communication time),
-  then the mean over ranks (``comm_overlap``). Within an iteration the compute an
-  allreduce can overlap is the backward up to its last gradient (DDP's finalize
-  waits for the allreduces before the optimizer runs), so the overlapped part of an
-  allreduce is its part before the backward compute end (``overlap_fraction``);
-  an imported GPU profile's compute is its kernels' busy time instead (below).
+- *exposed communication*: time from the backward compute end to the last allreduce completion
+  (buckets and the unused-parameter bitmap), clipped at 0; the maximum over ranks; per cycle,
+  divided by the cycle's micro-steps.
+- *overlap fraction*: HolisticTraceAnalysis's ``get_comm_comp_overlap``: the communication time
+  that overlaps compute, over all communication time, per rank over the steady iterations (each
+  iteration weighted by its communication time), then the mean over ranks (``comm_overlap``).
+  Within an iteration the compute an allreduce can overlap is the backward up to its last
+  gradient (DDP's finalize waits for the allreduces before the optimizer runs), so the overlapped
+  part of an allreduce is its part before the backward compute end (``overlap_fraction``); an
+  imported GPU profile's compute is its kernels' busy time instead (below); none at one rank.
 
 Note [Compute is the GPU's busy kernels]: HTA takes compute to be the GPU's computation
 kernels (every GPU op but NCCL's kernels, copies, memsets and syncs), merged. A recording
@@ -33,12 +31,11 @@ communication kernels, and HTA's definition on the allreduce spans ddpsim import
 there are none (gloo, which reduces on the host). On the bundled H100 ResNet-18 profiles
 (two ranks sharing one GPU) the GPU idles between a rank's kernels: 62% through the
 backward, and by its busy kernels far less (docs/accuracy.md).
-- *steady state*: cycles that do not contain iteration 0 and whose layout is the
-  final layout (so the iteration-0 single bucket and the rebuild are excluded); with
-  PowerSGD, also the synced steps before ``start_powerSGD_iter``, its plain-allreduce warm-up,
-  where later ones exist (a what-if's 3 steps starting it at step 2 were summarised as the mean
-  of one allreduce step and one PowerSGD step), and its first compressing step where later ones
-  exist: powerSGD_hook sets itself up there (error-feedback and P/Q memories, Q drawn at random);
+- *steady state*: cycles that do not contain iteration 0 and whose layout is the final layout
+  (so the iteration-0 single bucket and the rebuild are excluded); with PowerSGD, where later
+  ones exist, also the synced steps before ``start_powerSGD_iter`` (its plain-allreduce warm-up)
+  and its first compressing step, where powerSGD_hook sets itself up (error-feedback and P/Q
+  memories, Q drawn at random);
   under Join, only those every rank trained where any is left (Note [The steady state of a Join
   run is every rank training] in analysis/join.py); in a partial trace, only those every rank
   recorded where any is left (``Trace.unfinished_iterations``).
@@ -152,8 +149,11 @@ def enqueue_gap(trace: Trace, iteration: int) -> dict | None:
 
 
 def rank_overlaps(trace: Trace, iterations: set[int]) -> list[float]:
-    """Each rank's overlap fraction (``comm_weighted_overlap``), left out where the rank's
-    collectives took no time (the noop hook): empty when no rank communicated."""
+    """Each rank's overlap fraction (``comm_weighted_overlap``), left out where its collectives took no
+    time (noop); empty when none communicated, and at one rank (Note [One rank communicates nothing]:
+    NCCL runs no kernel, HTA finds nothing to overlap; a recording's 10-16 us spans there read 94%)."""
+    if trace.world_size == 1:
+        return []
     return [f for f in (comm_weighted_overlap(r, iterations) for r in trace.ranks) if f is not None]
 
 
