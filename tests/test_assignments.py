@@ -124,6 +124,35 @@ def test_part1_rebuild_check_draws_exact_limits_from_the_order_the_function_sees
     assert len(same) == 60 and all(same), f"{same.count(False)} of {len(same)} examples drew them elsewhere"
 
 
+def test_part1_sparse_check_reads_expect_sparse_gradient_by_tensor_index(tmp_path):
+    """expect_sparse_gradient is indexed by tensor index (reducer.cpp); a solution that read it by position
+    in `tensors` scored 28/28: 1.9 had one case, without tensor_indices, where the two agree."""
+    text = REFERENCES["part1"].read_text()
+    by_position = tmp_path / "buckets.py"
+    by_position.write_text(text.replace("for tensor, index in zip(tensors, indices):",
+                                        "for pos, (tensor, index) in enumerate(zip(tensors, indices)):")
+                           .replace("expect_sparse_gradient[index]", "expect_sparse_gradient[pos]"))
+    assert "expect_sparse_gradient[pos]" in by_position.read_text()
+    rc, results, stdout = grade("part1", by_position, tmp_path)
+    failed = {t["number"]: t["output"] for t in results["tests"] if t["score"] < t["max_score"]}
+    assert rc == 1 and set(failed) == {"1.9"}, stdout
+    assert "tensor_indices [3, 2, 1, 0], sparse [False, True, False, False]" in failed["1.9"], stdout
+
+
+@pytest.mark.slow
+def test_part2_copying_back_without_waiting_is_told_to_wait(tmp_path):
+    """finalize without `future.wait()` copies the buckets back before their allreduce lands; 2.3 said
+    "gradients not averaged? not divided by world size? copied back to the wrong parameter?", none of which
+    was the mistake."""
+    text = REFERENCES["part2"].read_text()
+    no_wait = tmp_path / "bucketed_ddp.py"
+    no_wait.write_text(text.replace("            bucket.future.wait()\n", ""))
+    assert no_wait.read_text() != text
+    _, results, stdout = grade("part2", no_wait, tmp_path)
+    failed = {t["number"]: t["output"] for t in results["tests"] if t["score"] < t["max_score"]}
+    assert "2.3" in failed and "wait for its future in finalize" in failed["2.3"], stdout
+
+
 @pytest.mark.slow
 def test_part2_keeps_the_students_run_to_open_in_the_app(tmp_path):
     """The handout says a student can look at their own run; the grader deleted it with its scratch folder."""

@@ -235,3 +235,66 @@ def test_a_missing_function_is_named_with_the_students_file(tmp_path):
     with pytest.raises(AttributeError) as e:
         module.compute_bucket_assignment_by_size  # noqa: B018
     assert describe_failure(e.value) == "buckets.py defines no compute_bucket_assignment_by_size"
+
+
+def test_a_part1_solution_that_never_returns_is_stopped_within_minutes():
+    """Part 1's tests each had the default 120 s limit: a `while` loop that never advanced (the whole
+    grading of a correct solution takes under a second) held the grader for 9 x 120 s = 18 minutes."""
+    from ddpsim.grade.core import collect_tests, load_file
+
+    grader = load_file(A / "part1" / "autograder.py", "ddpsim_autograder_part1_limits")
+    limits = [f.grade_timeout for f in collect_tests(grader)]
+    assert sum(limits) <= 180, f"a hung part 1 solution would hold the grader {sum(limits):g} s"
+
+
+LEAVES_CHILDREN = """import multiprocessing, os, subprocess, sys, time
+def _sleep():
+    time.sleep(300)
+if __name__ != "__mp_main__":  # a multiprocessing child that is not a daemon: Python waits for it at exit
+    helper = multiprocessing.Process(target=_sleep)
+    helper.start()
+    shell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    with open(os.environ["LEFT_PIDS"], "w") as f:
+        f.write(f"{helper.pid} {shell.pid}")
+def compute_bucket_assignment_by_size(tensors, limits, sparse=(), indices=()):
+    return [list(range(len(tensors)))], [limits[0]]
+"""
+
+
+@pytest.mark.slow
+def test_processes_a_solution_leaves_running_are_stopped_and_the_grader_exits(tmp_path):
+    """A non-daemon multiprocessing child left running made the grader wait for it at exit after
+    printing its table (forever, for a child that never ends), and a subprocess outlived it."""
+    (student := tmp_path / "buckets.py").write_text(LEAVES_CHILDREN)
+    env = {**os.environ, "LEFT_PIDS": str(pids := tmp_path / "pids")}
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"  # files, not pipes: the children hold them
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "ddpsim.grade", "part1", str(student), "--quiet"],
+                                cwd=ROOT, env=env, stdout=o, stderr=e)
+    try:
+        proc.wait(timeout=90)
+    finally:
+        proc.kill()
+        left = [int(p) for p in pids.read_text().split()] if pids.is_file() else []
+        survived = [pid for pid in left if alive(pid)]
+        for pid in survived:
+            os.kill(pid, 9)
+    out, err = out.read_text(), err.read_text()
+    assert proc.returncode == 1 and out.strip().startswith("part1: "), out + err
+    assert len(left) == 2 and "Traceback" not in err, err
+    assert err.strip() == "ddpsim.grade: stopped 2 processes the graded code left running", err
+    assert not survived, "a process the solution started outlived the grader"
+
+
+def test_a_solution_that_prints_a_lot_keeps_each_tests_output_short(tmp_path):
+    """Every print went into results.json: a part 1 solution printing its arguments on each call wrote
+    a 4.7 MB results.json (hypothesis calls it hundreds of times)."""
+    chatty = tmp_path / "buckets.py"
+    chatty.write_text("def compute_bucket_assignment_by_size(tensors, limits, sparse=(), indices=()):\n"
+                      "    print('debug ' * 500)\n"
+                      "    return [list(range(len(tensors)))], [limits[0]]\n")
+    _, results = grade("part1", chatty, tmp_path)
+    assert validate_results(results) == []
+    for t in results["tests"]:
+        assert len(t["output"]) <= 5000, f"{t['name']}: {len(t['output'])} characters"
+    assert any("more characters cut" in t["output"] for t in results["tests"])

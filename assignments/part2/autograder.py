@@ -96,7 +96,8 @@ def test_matches_single_process(ctx):
     assert close(r0["final"], want), (
         f"after {H.STEPS} steps rank 0's parameters differ from single-process training on the "
         f"full batch by up to {max_diff(r0['final'], want):.3g} (gradients not averaged? "
-        "not divided by world size? copied back to the wrong parameter?)")
+        "not divided by world size? copied back before the bucket's allreduce finished (wait for its "
+        "future in finalize)? copied back to the wrong parameter?)")
 
 
 @points(2, name="ranks are identical after 5 steps")

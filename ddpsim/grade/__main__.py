@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -40,7 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddpsim.grade: error: --rank-timeout must be > 0, got {args.rank_timeout:g}",
               file=sys.stderr)
         return 2
-    result = grade(args.part, path, tests_dir=args.tests, rank_timeout=args.rank_timeout, keep=args.keep)
+    before = descendants()
+    try:
+        result = grade(args.part, path, tests_dir=args.tests, rank_timeout=args.rank_timeout, keep=args.keep)
+    finally:  # processes the graded code left running: the grader would wait for them at exit
+        left = stop_new_processes(before)
+    if left:
+        print(f"ddpsim.grade: stopped {len(left)} process{'es' * (len(left) > 1)} the graded code left running",
+              file=sys.stderr)
     if result.error:
         print(f"ddpsim.grade: error: {result.error}", file=sys.stderr)
     if args.quiet:
@@ -77,6 +86,61 @@ def release_main(argv: list[str]) -> int:
     for rel in r.left_out:
         print(f"  {rel}")
     return 0
+
+
+# -- processes a graded file started and left running ------------------------------------------
+# A student's code may start processes (multiprocessing, subprocess) and not end them. Left alone, a
+# non-daemon multiprocessing child makes the grader wait for it at exit, after it printed its results
+# (forever, for a child that never ends), and any other child outlives the grader. main() notes the
+# processes below it before grading and kills the new ones after (the part 2 ranks are already
+# stopped by ddpsim.ranks). Linux only (/proc); elsewhere nothing is found and nothing is killed.
+def descendants(pid: int | None = None) -> set[int]:
+    """Every living (not zombie) process below ``pid`` (default: this one)."""
+    root = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return set()
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):  # it ended meanwhile
+            continue
+        if state != "Z":
+            children.setdefault(int(ppid), []).append(int(name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _multiprocessing_helpers() -> set[int]:
+    """multiprocessing's own helpers (resource tracker, fork server): they end with this process."""
+    pids = set()
+    try:
+        from multiprocessing import forkserver, resource_tracker
+
+        pids.add(getattr(resource_tracker._resource_tracker, "_pid", None))
+        pids.add(getattr(forkserver._forkserver, "_forkserver_pid", None))
+    except (ImportError, AttributeError):
+        pass
+    return {p for p in pids if isinstance(p, int)}
+
+
+def stop_new_processes(before: set[int]) -> list[int]:
+    """Kill the processes below this one that were not there ``before``; returns their ids."""
+    left = sorted(descendants() - set(before) - _multiprocessing_helpers())
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # it ended meanwhile
+            pass
+    return left
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 PARTS = ("part1", "part2", "part3")
 NOT_IMPLEMENTED = "not implemented"
 IMPORT_TIMEOUT = 60.0  # s: importing the student's file takes longer than this -> every test fails
+MAX_OUTPUT = 4000  # characters of one test's output kept (its message, then what the code printed)
 
 
 def assignments_dir() -> Path:
@@ -179,6 +180,8 @@ def _run_one(fn, ctx: GradeContext, number: str) -> TestResult:
     printed = buf.getvalue().strip()
     if printed:
         output = f"{output}\n{printed}"
+    if len(output) > MAX_OUTPUT:  # a solution that prints a lot: results.json stays small
+        output = f"{output[:MAX_OUTPUT]}\n... ({len(output) - MAX_OUTPUT} more characters cut)"
     return TestResult(name, number, score, weight, output, time.monotonic() - start)
 
 
