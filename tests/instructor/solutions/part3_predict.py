@@ -51,7 +51,7 @@ about what two cost. Over LINK communication runs beside compute and the sweep i
 pays the 3 ms message latency nine times (about 5 percent slower), and one big bucket starts only
 after the whole backward and overlaps nothing (about 47 percent slower). My real run at 2 MiB
 is one launch against the predicted 64 ms, and one launch cannot show more here: each launch of
-ranks draws a speed of its own, a third apart on a quiet machine and up to 2x under other jobs, so
+ranks draws a speed of its own, a third to a half apart on a quiet machine and up to 2x under other jobs, so
 comparing two caps needs them recorded together.
 """
 
