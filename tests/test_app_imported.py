@@ -119,7 +119,7 @@ def test_compare_says_one_rank_may_leave_nothing_to_overlap(one_rank):
     at = compare_page({ONE: one_rank, "resnet18": other})
     rows = at.dataframe[0].value
     assert rows["overlap (%)"].isna().tolist() == [True, False]
-    assert any("no collective took time (the noop hook, or one rank)" in c.value for c in at.caption)
+    assert any("no collective communicated (the noop hook, or one rank)" in c.value for c in at.caption)
 
 
 def test_buckets_page_says_an_import_numbers_parameters_by_arrival(one_rank):
@@ -148,13 +148,13 @@ def test_another_network_says_the_compute_loses_the_recorded_slowdown():
 
 
 def test_the_replay_line_of_a_one_rank_nccl_import_has_no_overlap_figure(one_rank):
-    """The What-if page's metric, the Timeline and Compare say 'none' (no collective took time), and
+    """The What-if page's metric, the Timeline and Compare say 'none' (no collective communicated), and
     `ddpsim import` 'no overlap to measure'; the replay line under them read 'overlap 0% against 0%'."""
     at = with_uploads({ONE: one_rank}, "whatif.py", ONE)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert next(m for m in at.metric if m.label.startswith("Comm. overlapped")).value == "none"
     replay = next(c.value for c in at.caption if c.value.startswith("Replay error"))
-    assert "0% against 0%" not in replay and replay.endswith("and no overlap to measure: no collective took time."), replay
+    assert "0% against 0%" not in replay and replay.endswith("and no overlap to measure: no collective communicated."), replay
 
 
 def test_more_ranks_are_not_faster_than_the_profiled_one(one_rank):

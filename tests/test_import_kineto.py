@@ -168,17 +168,17 @@ def test_cli_import_then_open_and_simulate(tmp_path):
 
 
 def test_cli_one_rank_nccl_import_replayed_says_no_overlap_as_import_does(tmp_path):
-    """`import` of the 1-rank ResNet-50 profile printed "no overlap to measure (no collective took time)" and
+    """`import` of the 1-rank ResNet-50 profile printed "no overlap to measure (no collective communicated)" and
     the What-if page "none", where `simulate --trace` of the same file printed "overlap 0%": nothing was
     overlapped, read as "all the communication was exposed"."""
     run = lambda *a: subprocess.run([sys.executable, "-m", "ddpsim", *a], cwd=ROOT,  # noqa: E731
                                     capture_output=True, text=True, timeout=300)
     out = tmp_path / "r50.json"
     result = run("import", *map(str, profiles("resnet50_nccl_ws1")), "--out", str(out))
-    assert result.returncode == 0 and "no overlap to measure (no collective took time)" in result.stdout, result
+    assert result.returncode == 0 and "no overlap to measure (no collective communicated)" in result.stdout, result
     sim = run("simulate", "--trace", str(out))
     assert sim.returncode == 0, sim.stderr
-    assert "iteration 67.840 ms, exposed comm 0.000 ms, no overlap to measure (no collective took time)\n" in sim.stdout
+    assert "iteration 67.840 ms, exposed comm 0.000 ms, no overlap to measure (no collective communicated)\n" in sim.stdout
     assert "overlap 0%" not in sim.stdout
     more = run("simulate", "--trace", str(out), "--world-size", "8", "--hardware", "h100-nvlink")
     assert more.returncode == 0 and ", overlap 22%\n" in more.stdout, more.stdout  # NVLink: communication again

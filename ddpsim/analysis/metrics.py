@@ -4,7 +4,7 @@ One definition of each metric serves real and simulated traces alike: like for l
 
 Definitions (all per rank, then combined across ranks as stated):
 - *iteration time*: from the earliest forward start on any rank to the latest iteration end
-  (optimizer end, or backward end when no step is taken). Where no collective took time (noop),
+  (optimizer end, or backward end when no step is taken). Where no collective communicated (noop),
   the ranks' ends drift apart: then the slowest rank's own time, from its forward start or, where a
   buffer broadcast opens the cycle (an early rank's wait there is its last step's), the latest
   rank's. A *cycle* of no_sync every n micro-steps is the n micro-steps up to a synced one; the

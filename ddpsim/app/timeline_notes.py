@@ -11,7 +11,7 @@ from ddpsim.analysis.torch_logger import KEYS, against_torch_logger
 from ddpsim.trace import Trace
 
 MATERIAL = 0.01  # a lag under this share of the iteration is a pixel or two on the Timeline: not worth a warning
-NO_OVERLAP = "No collective took time in this iteration (the noop hook, or one rank): there is nothing to overlap."
+NO_OVERLAP = "No collective communicated in this iteration (the noop hook, or one rank): there is nothing to overlap."
 
 
 def import_notes(trace: Trace) -> str | None:

@@ -164,8 +164,8 @@ def metric_row(values: dict, base: dict | None = None, base_name: str = "") -> N
             ("overlap_fraction", "Comm. overlapped with compute", "{:.0%}", 1, "normal"))
     for col, (k, name, fmt, scale, color) in zip(cols, spec):
         if k == "overlap_fraction" and not values.get("communicates", True):
-            col.metric(name, "none", help="No collective took time in the steady iterations (the noop hook "
-                                          "sends nothing): there is no communication to overlap.")
+            col.metric(name, "none", help="No collective communicated in the steady iterations (the noop hook "
+                                          "sends nothing; one rank has no peer): there is nothing to overlap.")
             continue
         v = values[k] * scale
         delta, same = (None, False) if base is None else delta_text(fmt, v - base[k] * scale)

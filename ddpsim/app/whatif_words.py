@@ -36,7 +36,7 @@ def describe_replay(out) -> str | None:
     if "overlap_fraction" not in sim or "overlap_fraction" not in rec:
         overlap = ""
     elif not (sim.get("communicates", True) or rec.get("communicates", True)):  # as the metrics' "none"
-        overlap = ", and no overlap to measure: no collective took time"
+        overlap = ", and no overlap to measure: no collective communicated"
     else:
         overlap = f", overlap {_overlap_pct(sim)} against {_overlap_pct(rec)}"
     drawn = "" if out.replay_summary is not None else waiting.drawn_replay(out.unchanged.meta)
@@ -48,7 +48,7 @@ def describe_replay(out) -> str | None:
 
 
 def _overlap_pct(summary: dict) -> str:
-    """A summary's overlap as the metrics show it: "none" where no collective took time."""
+    """A summary's overlap as the metrics show it: "none" where no collective communicated."""
     return f"{summary['overlap_fraction']:.0%}" if summary.get("communicates", True) else "none"
 
 

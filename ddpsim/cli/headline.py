@@ -31,7 +31,7 @@ def headline_lines(trace: Trace, head: str) -> list[str]:
         return [f"{head}; no synced iteration ({why}), so no iteration time to report"]
     t = summary["iteration_time_s"]
     overlap = (f"overlap {summary['overlap_fraction']:.0%}" if summary.get("communicates", True)
-               else "no overlap to measure (no collective took time)")
+               else "no overlap to measure (no collective communicated)")
     every = (trace.meta.get("options") or {}).get("no_sync_every")
     step = step_name(every if isinstance(every, int) else None)
     lines = [f"{head}; {step} {t * 1e3:.1f} ms, exposed comm {summary['exposed_comm_s'] * 1e3:.1f} ms, {overlap}"]

@@ -14,7 +14,7 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
     """``simulate_fn(work, cfg) -> (trace, summary)`` runs the simulation without rank noise, if any."""
     step = step_name(cfg.no_sync_every)
     overlap = (f"overlap {summary['overlap_fraction']:.0%}" if summary.get("communicates", True)
-               else "no overlap to measure (no collective took time)")  # as import, record and the page say it
+               else "no overlap to measure (no collective communicated)")  # as import, record and the page say it
     lines = [f"{step} {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
              f"{summary['exposed_comm_s'] * 1e3:.3f} ms, {overlap}"]
     if not summary.get("communicates", True):  # the noop hook: nothing sent, nobody waits for anybody

@@ -152,7 +152,7 @@ def compare_rows(runs: list[Run]) -> list[dict]:
     Keys: run, kind, model, world_size, buckets, comm_hook (``comm_hook_name``), sent_bytes
     (``sent_bytes``: what the gradients' collectives sent per synced step), iteration_ms, exposed_comm_ms,
     (medians over steady iterations), overlap_pct (``summarize``'s: HTA's over the steady iterations, the
-    figure every page shows; None where no collective took time, the noop hook), iteration_min_ms, iteration_max_ms,
+    figure every page shows; None where no collective communicated, the noop hook), iteration_min_ms, iteration_max_ms,
     exposed_min_ms, exposed_max_ms, spread_pct (how much single iterations vary, +-%),
     n_iterations, and d_iteration_ms, d_exposed_comm_ms, d_overlap_pts, speedup (first / this).
     """

@@ -41,7 +41,7 @@ if len(runs) == 1:  # the table and figure of one run alone; the ladder needs tw
     st.info(f"Only {pretty(runs[0][0])} to show: pick a second run above to compare it with.")
 
 def _one_place(value):
-    return None if value is None else round(value, 1)  # None: no collective took time (shown empty)
+    return None if value is None else round(value, 1)  # None: no collective communicated (shown empty)
 
 
 def _varies(row) -> str:
@@ -77,7 +77,7 @@ st.dataframe([{"run": name,  # what people compare first, then how each run was 
 st.caption("Medians over each run's steady-state iterations (after the rebuild); Δ is against the first "
            "run. **Comm hook**: what each run registered with `register_comm_hook` (none: DDP's own fp32 "
            "allreduce); **sent per step**: the bytes its gradient collectives sent in a synced step (rank 0); "
-           "an empty **overlap**: no collective took time (the noop hook, or one rank), so there was nothing "
+           "an empty **overlap**: no collective communicated (the noop hook, or one rank), so there was nothing "
            "to overlap. "
            "**Single iterations vary**: " + ", ".join(_varies(r) for r in rows)
            + ". A Δ smaller than the ranges is within run-to-run noise. The figure draws one iteration "
