@@ -88,9 +88,11 @@ assert order[0] > order[-1], "the last-defined parameters are ready first"'''),
 In torch 2.13, with `find_unused_parameters=False` (the default), DDP starts with **all parameters
 in one bucket**: iteration 0 does one allreduce after the whole backward. While iteration 0 runs,
 DDP records the order gradients arrive in; at the next forward it *rebuilds* the buckets in that
-order (`Reducer::rebuild_buckets`): the first bucket gets a small 1 MiB cap, the others 25 MiB,
-a bucket closes once it reaches its cap (it may overshoot by one parameter, a parameter is never
-split), and rank 0's layout is broadcast to every rank."""),
+order (`Reducer::rebuild_buckets`): with `bucket_cap_mb` left at its default (None, as here) the
+first bucket gets a small 1 MiB cap and the others 25 MiB (an explicit `bucket_cap_mb`, even 25,
+caps the first bucket the same as the rest), a bucket closes once it reaches its cap (it may
+overshoot by one parameter, a parameter is never split), and rank 0's layout is broadcast to
+every rank."""),
     C('''rank0 = trace.ranks[0]
 for layout in rank0.layouts:
     print(f"from iteration {layout.from_iteration}: {layout.kind} layout, {len(layout.buckets)} bucket(s)")
@@ -665,10 +667,10 @@ it can take as long as the other rank's extra backward: a collective ends only w
 has joined it, so this span also shows the ranks waiting for each other."""),
     C('''plot_timeline(fu, 2)'''),
     M("""What does the flag cost? The search and the bitmap are small next to a whole iteration here. At
-scale the flag also costs the rebuild: its buckets keep the order of definition instead of the
-order gradients arrived in. For a model whose gradients arrive in about reverse definition order,
-as BERT-large's layers do, that is nearly free; a what-if on 64 A100s (the `shuffled` model of
-notebook 03 is one where the order costs):"""),
+scale the flag also costs the rebuild: its buckets keep the construction layout (reverse definition
+order) instead of the order gradients arrived in. For a model whose gradients arrive in about
+reverse definition order, as BERT-large's layers do, that is nearly free; a what-if on 64 A100s
+(the `shuffled` model of notebook 03 is one where the order costs):"""),
     C('''from ddpsim.sim import SimConfig, simulate, synthetic
 
 bert = synthetic("bert-large", "a100-ib200")
@@ -941,9 +943,12 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 print(inspect.getsource(default_hooks._compress_hook))'''),
     M("""It casts the bucket to 16-bit floats (half the bytes), allreduces that, and casts back in the
 future's callback. PowerSGD goes further: it approximates every gradient matrix M (viewed as
-`shape[0] x rest`) by P Q^T of rank r (torch's default r = 1, as in the cell below; section 2 uses r = 4) and allreduces only P and Q, one after the other, plus the
-1-D tensors uncompressed. The simulator models what each hook sends (`ddpsim/sim/comm_hooks.py`;
-PowerSGD's P and Q sizes are checked against torch's own hook in `tests/test_sim_comm_hooks.py`):"""),
+`shape[0] x rest`) by P Q^T of rank r (torch's default r = 1, as in the cell below; section 2 uses r = 4) and
+allreduces only P and Q, one after the other, after one allreduce of what it leaves uncompressed: the
+1-D tensors and any matrix too small to gain (`min_compression_rate`, default 2). (Before
+`start_powerSGD_iter`, default 1000, it is a plain allreduce; the cell starts it at 0.) The
+simulator models what each hook sends (`ddpsim/sim/comm_hooks.py`; PowerSGD's P and Q sizes are
+checked against torch's own hook in `tests/test_sim_comm_hooks.py`):"""),
     C('''from ddpsim.sim.comm_hooks import CommHook, stages
 
 shapes = [(1024, 1024), (1024,), (10, 1024)]  # a linear layer's weight and bias, a small head

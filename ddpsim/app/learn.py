@@ -31,9 +31,11 @@ TOPICS = {
 input, so the last layer's gradients are ready first and the first layer's last. DDP
 puts a hook on every parameter's gradient accumulator; when it fires, the gradient is
 copied into its bucket ({REDUCER}: `autograd_hook` -> `mark_variable_ready`). That is why
-DDP builds its buckets in *reverse* definition order: bucket 0 holds the last-defined
+DDP's construction layout guesses *reverse* definition order: bucket 0 holds the last-defined
 parameters, whose gradients arrive first, so it can be sent while backward is still
-computing the rest ({NOTE}; {PAPER}, section 3.2.3)."""),
+computing the rest ({NOTE}; {PAPER}, section 3.2.3). In torch 2.13 that guess is kept only with
+`find_unused_parameters=True`; by default the buckets are rebuilt after iteration 0 in the order
+the gradients really arrived (see "Iteration 0 and the rebuild")."""),
     "buckets": Topic("Buckets", f"""
 **Buckets.** Sending every gradient on its own costs a network latency each time;
 sending them all at the end overlaps nothing. DDP groups gradients into buckets of about
@@ -64,8 +66,9 @@ to the iteration time. Overlapping communication with backward is the main speed
 over reducing after backward ({PAPER}, section 3.2.3; {NOTE})."""),
     "find_unused": Topic("find_unused_parameters", f"""
 **find_unused_parameters.** If some parameters get no gradient in an iteration, their buckets
-would never be full and DDP would wait forever. With `find_unused_parameters=True`, DDP walks
-the autograd graph after forward (the dashed box), marks unreached parameters ready at once,
+would never be full and never be reduced. With `find_unused_parameters=True`, DDP walks
+the autograd graph after forward (the dashed box), marks the unreached parameters ready (with
+zeros) when the first gradient hook of the backward fires, so every bucket still launches,
 and allreduces a small "used parameters" bitmap after the last bucket (the dark bar). It costs a
 graph traversal each iteration, and the buckets are never rebuilt ({REDUCER}:
 `search_unused_parameters`, `all_reduce_local_used_map`; {NOTE}). Without it, a model with an
@@ -73,21 +76,23 @@ unused parameter fails at the next forward with "Expected to have finished reduc
 prior iteration"."""),
     "static_graph": Topic("static_graph", f"""
 **static_graph.** With `static_graph=True` you promise that the same parameters take part in
-every iteration. DDP then learns the graph once: its first iteration delays every allreduce to the
-end of the backward (`delay_all_reduce`: no overlap) and allreduces the used-parameter bitmap;
-after that it never walks the graph, skips the bitmap, and rebuilds its buckets one iteration
-later than usual, after the second iteration ({REDUCER}: `delay_all_reduce`,
-`should_rebuild_buckets`). A model whose unused parameters change between iterations must keep
-`find_unused_parameters=True` instead. ddpsim reads these iterations from torch and simulates
-them the same way."""),
+every iteration. DDP then learns the graph once, without ever walking it: its first iteration
+counts which parameters' hooks fire, delays every allreduce to the end of the backward
+(`delay_all_reduce`: no overlap) and allreduces the used-parameter bitmap; after that it skips
+the bitmap, and rebuilds its buckets one iteration later than usual, after the second iteration
+({REDUCER}: `delay_all_reduce`, `should_rebuild_buckets`). A model whose unused parameters
+change between iterations must keep `find_unused_parameters=True` instead. ddpsim reads these
+iterations from torch and simulates them the same way."""),
     "buffers": Topic("Buffers follow rank 0", """
 **Buffers follow rank 0.** Buffers are not gradients: BatchNorm's running statistics are updated
-by each rank's own forward. With `broadcast_buffers=True` (the default) DDP copies rank 0's
+by each rank's own forward. With `forward_sync_buffers=True` (the default; torch 2.13 deprecates
+its old name `broadcast_buffers`, which the What-if page still uses) DDP copies rank 0's
 buffers to every rank at the start of each forward that follows a synced one (`_sync_buffers`,
 the indigo bar), so every rank waits for the others before its forward starts. It moves only the
 buffers' bytes (2.7 KB for the zoo's convnet), but it is a sync point every iteration; turn it
-off with `broadcast_buffers=False` where ranks may keep their own statistics (or use
-SyncBatchNorm, which does something else: it averages statistics inside the forward)."""),
+off with `forward_sync_buffers=False` where ranks may keep their own statistics (the deprecated
+`broadcast_buffers=False` also skips the broadcast at construction), or use
+SyncBatchNorm, which does something else: it averages statistics inside the forward."""),
     "join": Topic("Uneven inputs and Join", """
 **Uneven inputs and Join.** Every DDP iteration ends in collectives that complete only when every
 rank joins them. When one rank's data runs out first it leaves its loop, and the others wait for
@@ -120,9 +125,10 @@ is ddpsim's simulator on the same pieces. It leaves out CUDA streams' real overl
 copies (device 0 copies one device after another here), the GIL's switch interval, and device
 0's extra memory (`docs/dataparallel.md`)."""),
     "no_sync": Topic("no_sync", f"""
-**no_sync.** Inside `with ddp.no_sync():` DDP skips the allreduce: gradients accumulate
-locally, and the next synced backward reduces the sum. Syncing every *n*-th micro-step divides
-the communication per sample by about *n* ({PAPER}, section 3.2.4, "gradient accumulation")."""),
+**no_sync.** Inside `with ddp.no_sync():` (the forward must run inside too) DDP skips the
+allreduce: gradients accumulate locally, and the next synced backward reduces the sum. Syncing
+every *n*-th micro-step divides the communication per sample by about *n* ({PAPER}, section
+3.2.4, "gradient accumulation")."""),
     "bucket_size": Topic("Choosing a bucket size", f"""
 **Choosing a bucket size.** Small buckets start communicating early but pay a latency per
 allreduce; large buckets pay fewer latencies but start late and leave the last one exposed.
