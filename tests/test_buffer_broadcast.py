@@ -153,7 +153,7 @@ def test_the_whatif_page_turns_the_broadcast_off_on_a_run_with_buffers():
     at.selectbox(key="ddpsim_source").set_value("05_convnet_torch_no_sync3").run()
     at.switch_page("ddpsim/app/pages/whatif.py").run()
     assert not at.exception and not at.error
-    toggle = next(t for t in at.toggle if t.label == "broadcast_buffers")
+    toggle = next(t for t in at.toggle if t.label == "forward_sync_buffers")
     assert toggle.value is True  # as recorded
     before = {m.label: m.value for m in at.metric}
     toggle.set_value(False).run()

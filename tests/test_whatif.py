@@ -516,7 +516,7 @@ def test_page_sweep_keeps_the_buffer_choice(monkeypatch):
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.selectbox(key="ddpsim_source").set_value("05_convnet_torch_no_sync3").run()
     at.switch_page("ddpsim/app/pages/whatif.py").run()
-    run_waiting(next(t for t in at.toggle if t.label == "broadcast_buffers").set_value(False).run())
+    run_waiting(next(t for t in at.toggle if t.label == "forward_sync_buffers").set_value(False).run())
     assert not at.exception and not at.error
     verdict = next(x.value for x in at.success if "Best simulated" in x.value)
     best, chosen = (float(v) for v in re.search(r": ([\d.]+) ms/iteration.*your choice above: ([\d.]+) ms", verdict).groups())

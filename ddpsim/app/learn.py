@@ -86,7 +86,7 @@ iterations from torch and simulates them the same way."""),
     "buffers": Topic("Buffers follow rank 0", """
 **Buffers follow rank 0.** Buffers are not gradients: BatchNorm's running statistics are updated
 by each rank's own forward. With `forward_sync_buffers=True` (the default; torch 2.13 deprecates
-its old name `broadcast_buffers`, which the What-if page still uses) DDP copies rank 0's
+its old name `broadcast_buffers`) DDP copies rank 0's
 buffers to every rank at the start of each forward that follows a synced one (`_sync_buffers`,
 the indigo bar), so every rank waits for the others before its forward starts. It moves only the
 buffers' bytes (2.7 KB for the zoo's convnet), but it is a sync point every iteration; turn it

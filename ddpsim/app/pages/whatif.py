@@ -74,9 +74,10 @@ hook = c2.selectbox("Communication hook", hooks, index=hooks.index(widgets.recor
                          "its ranks (a GPU model: its profile's rates); noop runs the compute alone.")
 hook = widgets.chosen_hook(hook)  # None: DDP's own allreduce
 fu = c3.toggle("find_unused_parameters", value=now["find_unused_parameters"], key=k + "fu")
-bufs = c3.toggle("broadcast_buffers", value=now["broadcast_buffers"], key=k + "bufs",
+bufs = c3.toggle("forward_sync_buffers", value=now["broadcast_buffers"], key=k + "bufs",
                  help="DDP broadcasts rank 0's buffers (BatchNorm statistics) before each forward: every "
-                      "rank waits for it.") if base.kind == "trace" and has_buffers(trace) else None
+                      "rank waits for it (broadcast_buffers before torch 2.13, which deprecates that name)."
+                 ) if base.kind == "trace" and has_buffers(trace) else None
 small = c3.checkbox("Small bucket last", value=now["last_bucket_small"], key=k + "small",
                     help=widgets.LAST_BUCKET_SMALL_HELP)
 c1, c2, c3 = st.columns(3)
