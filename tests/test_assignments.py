@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,6 +30,7 @@ WRONG_PART2 = {
     "part2_ready_order.py": "launch order",  # (c) launched as buckets fill, not in bucket order
     "part2_wrong_boundaries.py": "one allreduce per bucket",  # (d) its own, wrong, buckets
     "part2_not_averaged.py": "single-process training",  # (e) summed, not averaged
+    "part2_no_unused_check.py": "gets no gradient",  # (g) finalize never raises for an unused parameter
 }
 # wrong part 1 and part 3 solutions -> the checks that must fail ("*": every check)
 WRONG_OTHER = {
@@ -190,6 +192,76 @@ def test_a_layout_mistake_costs_its_checks_not_the_run(tmp_path):
     assert "tied counted once" in stdout and "must name DDP's parameters, 0..12" in failed["2.6"], stdout
 
 
+UNUSED_CHECK = "2.10"  # a parameter that gets no gradient: finalize raises a RuntimeError naming it
+
+
+def unused_check(results: dict) -> dict:
+    return next(t for t in results["tests"] if t["number"] == UNUSED_CHECK)
+
+
+@pytest.mark.slow
+def test_part2_unused_parameter_check_passes_the_reference_and_fails_the_starter_and_a_silent_finalize(tmp_path):
+    """TODO 4 asks finalize to raise a RuntimeError naming the parameters that got no gradient; nothing
+    graded it (GradeNet uses every parameter), so a finalize without the check scored 30/30."""
+    _, results, stdout = grade("part2", REFERENCES["part2"], tmp_path)
+    check = unused_check(results)
+    assert check["score"] == check["max_score"] == 2 and "gets no gradient" in check["name"], stdout
+    assert check["output"].startswith("passed: RuntimeError: ") and "[4]" in check["output"], stdout
+
+    _, results, stdout = grade("part2", ROOT / "assignments" / "part2" / "bucketed_ddp.py", tmp_path)
+    assert unused_check(results)["output"].startswith("not implemented: TODO 1: "), stdout
+
+    _, results, stdout = grade("part2", WRONG / "part2_no_unused_check.py", tmp_path)
+    check = unused_check(results)
+    failed = [t["number"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert failed == [UNUSED_CHECK] and results["score"] == results["max_score"] - 2, stdout
+    assert check["output"] == ("a parameter that got no gradient (unused.weight, index 4): backward() ended "
+                               "without an error on rank 0; finalize() must raise a RuntimeError naming it"), stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,expected", [
+    ("raise ValueError(f'missing {missing}')", "backward() raised ValueError: missing [4] (at bucketed_ddp.py:"),
+    ("raise RuntimeError('a bucket never launched on rank 0 of 2')",
+     "rank 0's RuntimeError names neither index 4 nor unused.weight: 'a bucket never launched on rank 0 of 2'"),
+    ("raise RuntimeError(str([n for n, p in self.module.named_parameters() "
+     "if any(p is self.params[i] for i in missing)]))", "passed: RuntimeError: ['unused.weight']"),
+])
+def test_part2_unused_parameter_check_wants_a_runtime_error_that_names_it(variant, expected, tmp_path):
+    """By index in self.params or by name, as the handout says; another exception or a message that names
+    neither fails, in one line that says which."""
+    text = REFERENCES["part2"].read_text()
+    old = next(line for line in text.splitlines() if "raise RuntimeError(" in line)
+    end = text.index("\n", text.index("got no gradient: not used in the forward?"))
+    student = tmp_path / "bucketed_ddp.py"
+    student.write_text(text[:text.index(old)] + " " * (len(old) - len(old.lstrip())) + variant + text[end:])
+    _, results, stdout = grade("part2", student, tmp_path)
+    check = unused_check(results)
+    assert expected in check["output"] and len(check["output"].splitlines()) == 1, stdout
+    assert [t["number"] for t in results["tests"] if t["score"] < t["max_score"]] == (
+        [] if expected.startswith("passed") else [UNUSED_CHECK]), stdout
+
+
+@pytest.mark.slow
+def test_part2_a_finalize_that_hangs_on_an_unused_parameter_is_stopped_at_the_rank_timeout(tmp_path):
+    """A finalize that waits for a bucket that never fills hangs only in the unused-parameter run."""
+    text = REFERENCES["part2"].read_text()
+    hang = tmp_path / "bucketed_ddp.py"
+    hang.write_text(text.replace("        if missing:  #", "        while missing:\n            import time\n"
+                                 "            time.sleep(1)\n        if missing:  #"))
+    assert "time.sleep(1)" in hang.read_text()
+    out = tmp_path / "hang.json"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part2", str(hang), "--json", str(out),
+                           "--rank-timeout", "8"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert time.monotonic() - start < 60 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout
+    results = json.loads(out.read_text())
+    assert [t["number"] for t in results["tests"] if t["score"] < t["max_score"]] == [UNUSED_CHECK], proc.stdout
+    assert unused_check(results)["output"] == (
+        "a parameter that got no gradient (unused.weight, index 4): the 2-rank run of UnusedNet failed: "
+        "timed out after 8 s (a rank hangs: waiting for a bucket that never launches?)"), proc.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("part,name", sorted(WRONG_OTHER))
 def test_wrong_part1_part3_solution_fails_its_check(part, name, tmp_path):
@@ -212,7 +284,8 @@ def test_autograder_table(tmp_path):
     for label, path in rows:
         _, results, _ = grade("part2", path, tmp_path)
         failed = [t for t in results["tests"] if t["score"] < t["max_score"]]
-        overlap = re.search(r"(\d+) of the (\d+) allreduces", results["tests"][-1]["output"])
+        overlap_check = next(t for t in results["tests"] if t["name"].startswith("overlap:"))
+        overlap = re.search(r"(\d+) of the (\d+) allreduces", overlap_check["output"])
         lines.append(f"{label:<28} {results['score']:>3g}/{results['max_score']:<3g}  "
                      f"{'/'.join(overlap.groups()) if overlap else '?':>8}  "
                      + ("; ".join(f"{t['number']} {t['name']}" for t in failed) or "-"))

@@ -5,6 +5,8 @@ correctness against single-process training, rank agreement, frozen/tied paramet
 trace the student's code reported and, from the harness's own measurements (its own gradient
 hooks and its own wrapper around torch.distributed.all_reduce, ddpsim/grade/probe.py; nothing
 the student's code reports), the buckets allreduced, their launch order and the overlap.
+A second, short 2-rank run (UnusedNet: a layer never called in the forward) checks that finalize
+raises a RuntimeError naming the parameter that got no gradient.
 
 Run: python -m ddpsim.grade part2 path/to/bucketed_ddp.py [--json results.json]
 """
@@ -33,22 +35,27 @@ def real_run(ctx):
         from ddpsim.trace import TraceFormatError
 
         template = str(ctx.tmp / "run.json.rank{rank}.jsonl")
-        try:
-            # spawn: each rank its own interpreter and string hashing, as under torchrun, so that
-            # ranks cannot agree by accident (Note [Ranks forked from a server that imported torch])
-            outs = run_ranks(H.rank_main, 2, (str(ctx.path), template), timeout=ctx.rank_timeout,
-                             start_method="spawn")
-        except RankFailure as e:
-            if e.not_implemented:
-                raise NotImplementedError(e.not_implemented) from None
-            who = f"rank {e.rank}: " if e.rank >= 0 else ""
-            raise AssertionError(f"the 2-rank run failed: {who}{e.summary}{_where(e.error, ctx.path)}") from None
+        outs = two_ranks(ctx, H.rank_main, template)
         try:
             trace = merge_files([template.format(rank=r) for r in range(2)], ctx.tmp / "run.json")
         except TraceFormatError as e:  # only the trace check reads it: the others grade the run
             trace = e
         return outs, trace
     return ctx.shared("run", compute)
+
+
+def two_ranks(ctx, rank_main, template: str, failed: str = "the 2-rank run failed") -> list:
+    """``rank_main`` on 2 gloo ranks, stopped after ``ctx.rank_timeout``; a rank's failure as one line."""
+    try:
+        # spawn: each rank its own interpreter and string hashing, as under torchrun, so that
+        # ranks cannot agree by accident (Note [Ranks forked from a server that imported torch])
+        return run_ranks(rank_main, 2, (str(ctx.path), template), timeout=ctx.rank_timeout,
+                         start_method="spawn")
+    except RankFailure as e:
+        if e.not_implemented:
+            raise NotImplementedError(e.not_implemented) from None
+        who = f"rank {e.rank}: " if e.rank >= 0 else ""
+        raise AssertionError(f"{failed}: {who}{e.summary}{_where(e.error, ctx.path)}") from None
 
 
 def _where(traceback_text: str, student) -> str:
@@ -201,3 +208,22 @@ def test_overlap(ctx):
                                  else "they started out of bucket order (check 2.8), which can cause this"))
     assert overlapped >= need, f"{detail}: {hint}"
     return "passed: " + detail
+
+
+@points(2, name="a parameter that gets no gradient: finalize raises a RuntimeError naming it")
+def test_unused_parameter_named(ctx):
+    name, index = H.unused_param()
+    what = f"a parameter that got no gradient ({name}, index {index})"
+    outs = two_ranks(ctx, H.unused_rank_main, str(ctx.tmp / "unused.rank{rank}.jsonl"),
+                     f"{what}: the 2-rank run of {H.UnusedNet.__name__} failed")
+    for rank, out in enumerate(outs):
+        message = out.get("message", "")
+        first = " ".join(message.split())[:200]
+        assert out["raised"] is not None, \
+            f"{what}: backward() ended without an error on rank {rank}; finalize() must raise a RuntimeError naming it"
+        assert out["runtime_error"], (f"{what}: backward() raised {out['raised']}: {first}"
+                                      f"{_where(out['traceback'], ctx.path)} on rank {rank}, not a RuntimeError naming it")
+        named = name in message or re.search(rf"(?<![\w.]){index}(?!\w|\.\d)", message)
+        assert named, (f"{what}: rank {rank}'s RuntimeError names neither index {index} nor {name}: "
+                       f"{first!r}")
+    return f"passed: RuntimeError: {first}"

@@ -142,8 +142,11 @@ class BucketedDDP(nn.Module):
     def finalize(self) -> None:
         """Runs once backward is over (queued in on_grad_ready).
 
-        If a bucket was never launched (self.next_bucket != number of buckets), raise a
-        RuntimeError naming the parameters that got no gradient. Otherwise wait for each
+        If a parameter got no gradient in this backward (not used in the forward: its bucket
+        never filled, so self.next_bucket != number of buckets), raise a RuntimeError whose
+        message names every parameter that got no gradient, each by its index in self.params
+        (or by its name, as self.module.named_parameters() gives it): note in on_grad_ready
+        which indices came (e.g. a set, emptied on the first hook). Otherwise wait for each
         bucket's future and copy every view back into its parameter's .grad
         (self.params[i].grad.copy_(view)): the averaged gradient. Reset finalize_queued.
         """

@@ -12,11 +12,17 @@ so the harness tells buckets apart by the size of the tensor allreduced.
 Each rank starts from a *different* random init (seed 100 + rank), so only the
 constructor's broadcast can make them equal. Batches are fixed: rank r trains on
 half r of the full batch, so DDP must match single-process training on the full batch.
+
+A second, short run (``unused_rank_main``) trains ``UnusedNet`` for one backward: its ``unused``
+layer is never called in the forward, so that parameter gets no gradient, its bucket never fills
+and never launches (this DDP, like DDP with ``find_unused_parameters=False``, does not look for
+unused parameters), and the student's finalize must raise a RuntimeError naming it.
 """
 from __future__ import annotations
 
 import importlib.util
 import sys
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -149,3 +155,52 @@ def rank0_frozen_weight() -> torch.Tensor:
     """Rank 0's frozen weight (what every rank has after the broadcast)."""
     torch.manual_seed(100)
     return GradeNet().frozen.weight.detach()
+
+
+# -- a parameter that gets no gradient (the autograder's last check) --------------------------
+UNUSED_CAP_MB = 0.004  # ~4 KiB: UnusedNet's buckets [5, 6], [3, 4], [1, 2], [0]; [3, 4] never fills
+
+
+class UnusedNet(nn.Module):
+    """``unused`` (no bias: one parameter, DDP's index 4) is defined but never called in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 32)  # parameters 0, 1
+        self.fc2 = nn.Linear(32, 32)  # 2, 3
+        self.unused = nn.Linear(32, 32, bias=False)  # 4: no gradient, ever
+        self.head = nn.Linear(32, 10)  # 5, 6
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def unused_param() -> tuple[str, int]:
+    """The unused parameter's name and its index in DDP's parameter list."""
+    model = UnusedNet()
+    return "unused.weight", next(i for i, p in enumerate(expected_params(model)) if p is model.unused.weight)
+
+
+def unused_rank_main(rank: int, world: int, student_path: str, shard_template: str) -> dict:
+    """One forward and backward of UnusedNet through the student's BucketedDDP (recording, as in
+    the graded run); what backward raised. A TODO left (NotImplementedError) is raised on."""
+    from ddpsim.events import RankRecorder
+
+    torch.manual_seed(200 + rank)
+    model = UnusedNet()
+    student = load_student(student_path)
+    rec = RankRecorder(shard_template.format(rank=rank), rank,
+                       {"world_size": world, "backend": "gloo", "impl": "student", "model": "UnusedNet"})
+    ddp = student.BucketedDDP(model, bucket_cap_mb=UNUSED_CAP_MB, recorder=rec)
+    half = FULL_BATCH // world
+    x, y = batch(0)
+    rec.begin_iteration(0, True)
+    loss = F.cross_entropy(ddp(x[rank * half:(rank + 1) * half]), y[rank * half:(rank + 1) * half])
+    try:
+        loss.backward()
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - what the student raised is the result
+        return {"raised": type(e).__name__, "runtime_error": isinstance(e, RuntimeError),
+                "message": str(e), "traceback": traceback.format_exc()}
+    return {"raised": None}

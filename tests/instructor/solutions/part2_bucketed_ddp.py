@@ -103,7 +103,9 @@ class BucketedDDP(nn.Module):
             self.recorder.grad_ready(index, now_ns())
         if not self.finalize_queued:  # runs once the whole backward is over
             self.finalize_queued = True
+            self.got_grad = set()  # the parameters whose gradient came in this backward
             queue_callback(self.finalize)
+        self.got_grad.add(index)
         bucket, k = self.locator[index]
         torch.mul(self.params[index].grad, 1.0 / self.world_size, out=bucket.views[k])
         bucket.pending -= 1
@@ -127,9 +129,10 @@ class BucketedDDP(nn.Module):
 
     # -- TODO 4: finalize -----------------------------------------------------------
     def finalize(self) -> None:
-        if self.next_bucket != len(self.buckets):
-            missing = [i for b in self.buckets if b.pending for i in b.param_indices]
-            raise RuntimeError(f"backward ended but parameters {missing} got no gradient")
+        missing = [i for i in range(len(self.params)) if i not in self.got_grad]
+        if missing:  # their buckets, and every bucket after the first of them, never launched
+            raise RuntimeError(f"backward ended but parameters {missing} (indices in self.params) "
+                               f"got no gradient: not used in the forward?")
         for bucket in self.buckets:
             bucket.future.wait()
             for i, view in zip(bucket.param_indices, bucket.views):
