@@ -89,6 +89,8 @@ def test_grade_command_usage_errors(tmp_path):
     (tmp_path / "afile").write_text("x")
     proc = run_cli("part1", str(STARTERS["part1"]), "--keep", str(tmp_path / "afile"))
     assert proc.returncode == 2 and proc.stderr.strip().endswith("afile is a file, not a folder"), proc.stderr
+    proc = run_cli("part1", str(STARTERS["part1"]), "--keep", str(tmp_path / "kept"))  # part 1 has no trace
+    assert "part 1 runs no processes" in proc.stdout + proc.stderr and not (tmp_path / "kept").exists()
 
 
 def test_a_file_that_does_not_import_fails_every_test_with_one_line(tmp_path):

@@ -246,9 +246,10 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
     finally:
         result.seconds = time.monotonic() - start
         try:
-            if keep is not None:
+            found = sorted(tmp.glob("*.json")) if keep is not None else []
+            if found:  # part 1 runs no processes: no folder made for nothing
                 Path(keep).mkdir(parents=True, exist_ok=True)
-                result.kept = [shutil.copy2(f, Path(keep) / f.name) for f in sorted(tmp.glob("*.json"))]
+                result.kept = [shutil.copy2(f, Path(keep) / f.name) for f in found]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return result
