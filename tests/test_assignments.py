@@ -302,3 +302,13 @@ def test_instructor_files_stay_out_of_the_student_tree():
     assert not (ROOT / "assignments" / "solutions").exists()
     for part, solution in REFERENCES.items():
         assert "NotImplementedError" not in solution.read_text()
+
+
+@pytest.mark.slow
+def test_part2_hooks_that_share_one_index_are_told_about_the_loop_variable(tmp_path):
+    """Hooks made as lambdas in a loop without ``i=i`` all read the last index: torch's TypeError pointed
+    at the line, but nothing said why a .grad was None there."""
+    rc, results, stdout = grade("part2", WRONG / "part2_late_binding.py", tmp_path)
+    assert validate_results(results) == [] and rc == 1
+    failed = [t["output"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert failed and all("part2_late_binding.py:18" in o and "lambda p, i=i" in o for o in failed), stdout

@@ -55,7 +55,16 @@ def two_ranks(ctx, rank_main, template: str, failed: str = "the 2-rank run faile
         if e.not_implemented:
             raise NotImplementedError(e.not_implemented) from None
         who = f"rank {e.rank}: " if e.rank >= 0 else ""
-        raise AssertionError(f"{failed}: {who}{e.summary}{_where(e.error, ctx.path)}") from None
+        raise AssertionError(f"{failed}: {who}{e.summary}{_where(e.error, ctx.path)}{_hint(e.summary)}") from None
+
+
+def _hint(summary: str) -> str:
+    """What a known failure usually means, as a question: a gradient missing when a hook used it is
+    most often every hook reading one index (a lambda made in a loop keeps the loop's variable)."""
+    if "NoneType" in summary and "Tensor" in summary:
+        return ("; a .grad was None when your code used it: does each hook pass its own parameter's index "
+                "(a lambda made in a loop needs it as a default: lambda p, i=i: ...)?")
+    return ""
 
 
 def _where(traceback_text: str, student) -> str:
