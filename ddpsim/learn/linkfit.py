@@ -169,10 +169,11 @@ ONE_RANK_NAME = "none (one rank: the recorded collectives' own cost)"
 # Note [One rank still pays for its collectives]: at one rank DDP still runs its comm hook on
 # every bucket: it divides the bucket and calls the backend's allreduce, which moves nothing over a
 # network (NCCL runs no kernel) but takes time before its future completes: gloo on a 2-core CPU
-# 0.3-0.6 ms exposed per iteration of 17-38 ms (mlp 0.6 ms, overlap 33%; transformer 0.3 ms, 66%),
-# NCCL on an H200 2-20 us per bucket. A replay at one rank costs each collective the line through
-# the recorded ones (``Link.one_rank``), so its exposed communication and overlap are the
-# recording's; every other world size still needs a network (Note [No network from one rank]).
+# 0.3-0.6 ms exposed per iteration of 17-38 ms (mlp 0.6 ms; transformer 0.3 ms), NCCL on an H200
+# 2-20 us per bucket. A replay at one rank costs each collective the line through the recorded ones
+# (``Link.one_rank``), so its exposed time is the recording's (its overlap is none, as the
+# recording's: Note [One rank communicates nothing] in analysis/metrics.py); every other world size
+# still needs a network (Note [No network from one rank]).
 
 
 def no_network(k: int, points: list[tuple[int, float]], concurrency: int, **kw) -> tuple[Link, dict]:
