@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from childenv import child_env  # noqa: E402
+from ddpsim.proctree import alive, descendants, stat  # noqa: E402
 
 
 # Note [Fault tests run unpinned]: `record` used to pin local rank r to CPU r % cpus in every recording,
@@ -58,23 +59,8 @@ class Result:
 
 
 def parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below ``root``: a forked rank is the child of the launcher's server."""
-    parent = {int(entry): parent_of(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
-    found, todo = [], [root]
-    while todo:
-        above = todo.pop()
-        kids = [pid for pid, ppid in parent.items() if ppid == above]
-        found += kids
-        todo += kids
-    return found
+    s = stat(pid)
+    return None if s is None else s[1]
 
 
 def rank_of(pid: int) -> int | None:
@@ -100,14 +86,6 @@ def rank_processes(root: int) -> dict[int, int]:
         if (r := rank_of(pid)) is not None:
             found.setdefault(r, pid)
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def alive_after(pids, seconds: float) -> list[int]:

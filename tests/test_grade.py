@@ -15,6 +15,7 @@ import pytest
 
 from ddpsim.grade import validate_results
 from ddpsim.grade.probe import analyse
+from ddpsim.proctree import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 A = ROOT / "assignments"
@@ -120,14 +121,6 @@ class BucketedDDP(nn.Module):
             time.sleep(3600)  # rank 1 hangs; rank 0 waits for it in the barrier below
         dist.barrier()
 '''
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in state
 
 
 @pytest.mark.slow

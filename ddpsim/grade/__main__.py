@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ddpsim.grade.core import PARTS, grade, results_json
+from ddpsim.proctree import descendants
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddpsim.grade: error: --rank-timeout must be > 0, got {args.rank_timeout:g}",
               file=sys.stderr)
         return 2
-    before = descendants()
+    before = set(descendants(living=True))
     try:
         result = grade(args.part, path, tests_dir=args.tests, rank_timeout=args.rank_timeout, keep=args.keep)
     finally:  # processes the graded code left running: the grader would wait for them at exit
@@ -94,31 +95,6 @@ def release_main(argv: list[str]) -> int:
 # (forever, for a child that never ends), and any other child outlives the grader. main() notes the
 # processes below it before grading and kills the new ones after (the part 2 ranks are already
 # stopped by ddpsim.ranks). Linux only (/proc); elsewhere nothing is found and nothing is killed.
-def descendants(pid: int | None = None) -> set[int]:
-    """Every living (not zombie) process below ``pid`` (default: this one)."""
-    root = os.getpid() if pid is None else pid
-    children: dict[int, list[int]] = {}
-    try:
-        names = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return set()
-    for name in names:
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
-        except (OSError, ValueError):  # it ended meanwhile
-            continue
-        if state != "Z":
-            children.setdefault(int(ppid), []).append(int(name))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 def _multiprocessing_helpers() -> set[int]:
     """multiprocessing's own helpers (resource tracker, fork server): they end with this process."""
     pids = set()
@@ -134,7 +110,7 @@ def _multiprocessing_helpers() -> set[int]:
 
 def stop_new_processes(before: set[int]) -> list[int]:
     """Kill the processes below this one that were not there ``before``; returns their ids."""
-    left = sorted(descendants() - set(before) - _multiprocessing_helpers())
+    left = sorted(set(descendants(living=True)) - before - _multiprocessing_helpers())
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ddpsim.errors import CLIError
-from ddpsim import heartbeat
+from ddpsim import heartbeat, proctree
 from ddpsim.ranks import loopback_interface, private_folder
 from ddpsim.record import cpus
 from ddpsim.record.config import RecordConfig
@@ -87,11 +87,8 @@ def _start(cfgs: list[RecordConfig], rank: int, port: int, shards: list[Path], l
 
 def is_stopped(pid: int) -> bool:
     """True if the kernel reports the process stopped (SIGSTOP, SIGTSTP, a debugger)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
+    s = proctree.stat(pid)
+    return s is not None and s[0] in ("T", "t")
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:
