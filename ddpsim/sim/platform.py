@@ -56,10 +56,10 @@ class Devices:
     together), a collective's time alone is split into its latency (the same collective
     of 0 bytes: ``2(k-1)·alpha`` on a flat ring, NCCL's latency at 0 bytes on a cluster),
     run in parallel, and its data, which moves on the link (a ``core.Core`` of ``concurrency``
-    lanes) shared by every collective in flight. Before this, four groups of ResNet-50 on 8-GPU nodes with one 25 GbE NIC each
-    (64 ranks, 5 MiB buckets) simulated a 45.4 ms iteration where the buckets keep the NIC
-    busy 89 ms; now 103.9 ms (one group: 104.5 ms). ``--concurrency N`` still gives the link
-    N lanes of its full rate, as its help says.
+    lanes) shared by every collective in flight. Four groups of ResNet-50 on 8-GPU nodes with
+    one 25 GbE NIC each (64 ranks, 5 MiB buckets) simulated a 45.4 ms iteration without it, where
+    the buckets keep the NIC busy 89 ms; with it 103.9 ms (one group: 104.5 ms).
+    ``--concurrency N`` still gives the link N lanes of its full rate, as its help says.
     """
 
     coupled = False  # does a gradient's compute time depend on the communication in flight?
@@ -105,8 +105,7 @@ class Devices:
         with self.slots.request() as slot:
             yield slot
             work.start = self.env.now
-            duration = work.seconds if work.seconds is not None else (
-                self.link.broadcast_s if work.kind == "broadcast" else self.link.allreduce_s)(work.nbytes, self.world_size)
+            duration = work.seconds if work.seconds is not None else self._priced(work, work.nbytes)
             # on a shared wire it ends when the others let it: not before its time alone
             self.ends[work.key] = float("inf") if self.sharing else self.env.now + duration
             yield self._move(work, duration)
@@ -123,10 +122,13 @@ class Devices:
         share the link])."""
         return self.slots.capacity > self.link.concurrency
 
+    def _priced(self, work, nbytes: int) -> float:
+        """Seconds ``work``'s collective (a broadcast or an allreduce) of ``nbytes`` takes alone on the link."""
+        return (self.link.broadcast_s if work.kind == "broadcast" else self.link.allreduce_s)(nbytes, self.world_size)
+
     def _shared(self, work, duration: float):
         """Note [Process groups share the link]: the latency alone, then the data on the shared wire."""
-        alone = self.link.broadcast_s if work.kind == "broadcast" else self.link.allreduce_s
-        latency = min(duration, alone(0, self.world_size))
+        latency = min(duration, self._priced(work, 0))
         yield self.env.timeout(latency)
         yield self.wire.run(duration - latency)
 
