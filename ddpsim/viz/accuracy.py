@@ -4,7 +4,8 @@ Each check writes its results as JSON (``validate --grid/--extrapolate --out X``
 ``gpucheck --json F``, ``published --json F`` with one section per kind of source);
 ``accuracy_points`` reads any of them as one (measured, predicted) pair per run in the check's own
 unit: milliseconds per iteration (the GPU check: per backward, which is what it measures), or a
-published throughput or bus bandwidth as published; ``plot_accuracy`` draws them on log axes
+published figure in its published unit (seconds per iteration as ms, a throughput, a bus bandwidth),
+so that a check's median |error| is the one its command prints; ``plot_accuracy`` draws them on log axes
 against the diagonal, with the +-10% band, one colour and marker per check. ``docs/accuracy_figure.py`` draws
 docs/accuracy.png from the results kept in docs/data/.
 """
@@ -38,25 +39,16 @@ def accuracy_points(result: dict, section: str | None = None) -> list[tuple[floa
             pair = (r["measured_ms"], r["predicted_ms"])
         elif "backward_simulated_ms" in r:  # gpucheck
             pair = (r["backward_measured_ms"], r["backward_simulated_ms"])
-        elif "published" in r:  # published: a prediction, as time per iteration where it can be
+        elif "published" in r:  # published: a prediction, in the unit it was published in
             if r.get("role") != "prediction":
                 continue
-            pair = tuple(_as_published(r, r[k]) for k in ("published", "predicted"))
+            scale = 1e3 if r.get("unit") == "s" else 1.0  # seconds per iteration drawn as ms
+            pair = (scale * r["published"], scale * r["predicted"])
         else:
             raise ValueError(f"a result row of no known check: {sorted(r)[:6]}")
         if all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in pair):
             out.append(pair)
     return out
-
-
-def _as_published(row: dict, value: float) -> float:
-    """A published value in ms per iteration where the row says how (seconds per iteration, or images
-    per second over every GPU with the batch and world size), else as published (a throughput, GB/s)."""
-    if row.get("unit") == "s":
-        return 1e3 * value
-    if "batch" in row and "world_size" in row:
-        return 1e3 * row["batch"] * row["world_size"] / value
-    return value
 
 
 def error_summary(points: list[tuple[float, float]]) -> tuple[float, float]:
