@@ -12,6 +12,10 @@ def describe_change(out) -> str:
         same = f"Iteration time {units.duration(out.summary['iteration_time_s'])}, the same as the configuration unchanged, both simulated"
         if (out.sim.meta.get("config") or {}) == (out.unchanged.meta.get("config") or {}):
             return same + ": move a control above to see what it changes."
+        exposed = out.summary["exposed_comm_s"], out.unchanged_summary["exposed_comm_s"]
+        if exposed[0] != exposed[1]:  # the buckets move the communication, not the iteration's end
+            return same + (f": the choices above change how much communication is exposed "
+                           f"({units.duration(exposed[1])} → {units.duration(exposed[0])}), not when the iteration ends.")
         return same + ": the choices above differ from the run as recorded, but change nothing in its simulation here."
     text = (f"Iteration time {units.change(ch / 100)} against the same configuration unchanged, both simulated "
             f"({units.duration(out.unchanged_summary['iteration_time_s'])} → {units.duration(out.summary['iteration_time_s'])})."
