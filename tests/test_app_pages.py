@@ -125,8 +125,8 @@ def test_whatif_on_real_trace_changes_with_bucket_cap():
     at = run_waiting(page("whatif.py"))
     assert len(at.image) == 3  # timeline (real vs simulated), the sweep and the scaling curve (1 and 2 ranks)
     assert any("Best simulated" in s.value for s in at.success)
-    assert any(c.value.startswith("Not in the curve: 4 to 100,000 ranks: nothing is known about the recording's "
-                                  "network there") for c in at.caption)
+    assert any(c.value.startswith("Not in the curve: 4 to 100,000 ranks: nothing was measured about the "
+                                  "recording's network there") for c in at.caption)
     before = {m.label: m.value for m in at.metric}
     cap = at.select_slider[0]
     assert cap.label == "Bucket cap (MiB)"

@@ -13,7 +13,7 @@ PAGE = ROOT / "ddpsim" / "app" / "pages" / "learn.py"
 
 
 def all_text() -> str:
-    return "\n".join(t.text for t in learn.TOPICS.values()) + learn.CPU_NOTE + PAGE.read_text()
+    return "\n".join(t.text for t in learn.TOPICS.values()) + learn.CPU_NOTE + learn.WHATIF_CPU_NOTE + PAGE.read_text()
 
 
 def test_every_repository_reference_exists():
@@ -26,6 +26,16 @@ def test_every_repository_reference_exists():
             continue
         for s in (sample,) if isinstance(sample, str) else sample:
             assert (samples.BUNDLED_DIR / f"{s}.json").is_file(), s
+
+
+def test_the_what_if_cpu_note_quotes_the_bundled_mlp_runs():
+    """The What-if page's caption on a CPU recording quotes two real runs: they are the bundled samples' medians."""
+    from ddpsim.analysis import steady_summary
+    from ddpsim.trace import load_trace
+
+    ms = [steady_summary(load_trace(samples.sample_path(s)))["iteration_time_s"] * 1e3
+          for s in ("01_mlp_torch_default", "02_mlp_torch_cap0.25")]
+    assert f"{ms[0]:.1f} ms at torch's default cap, {ms[1]:.1f} ms at 0.25 MiB" in learn.WHATIF_CPU_NOTE
 
 
 @pytest.mark.parametrize("name", sorted(learn.FIGURES))

@@ -17,6 +17,12 @@ CPU_NOTE = ("Real recordings here ran on a 2-core CPU with gloo: gloo's allreduc
             "with backward for the same two cores, so bucket size and find_unused_parameters barely "
             "change the iteration time in them. That is a lesson too: overlap only helps when "
             "communication has its own hardware. The simulated GPU runs show the large differences.")
+# the What-if page on such a recording, where a prediction may move more than the real runs did
+WHATIF_CPU_NOTE = ("Real runs on this 2-core CPU move little with the bucket size (the bundled mlp: 39.4 ms at "
+                   "torch's default cap, 39.0 ms at 0.25 MiB): gloo's threads compete with backward for the "
+                   "cores. Where this what-if predicts a larger change, treat it as the CPU model's guess and "
+                   "record the change to check it: ddpsim's CPU model is a test bench (docs/accuracy.md). On GPUs, "
+                   "where communication has its own hardware, the bucket size matters more.")
 
 
 @dataclass(frozen=True)

@@ -91,10 +91,18 @@ def rows(base: whatif.Base, trace, work, choices: dict, simulate_fn=whatif.run,
         notes.insert(0, f"{choices['algo']} does not run at {_sizes(dropped, sizes)} on {base.gpu}: "
                         "NCCL's choice there")
     if unknown:
-        how = ", or move World size there to measure it on this machine" if measurable else ""
-        notes.insert(0, f"{_sizes(unknown, sizes)}: nothing is known about the recording's network there "
-                        f"(pick a network above{how})")
+        notes.insert(0, f"{_sizes(unknown, sizes)}: {_unknown_why(trace, measurable)}")
     return with_efficiency(out), notes
+
+
+def _unknown_why(trace, measurable: bool) -> str:
+    """Why the curve leaves out the sizes whose network the recording does not know, and what would add them."""
+    if not measurable:
+        return "nothing is known about the recording's network there (pick a network above)"
+    return (f"nothing was measured about the recording's network there; a what-if at one of them prices its "
+            f"allreduce with the ring model fitted at the recorded {trace.world_size} ranks, a guess it labels, which "
+            "the curve does not draw (pick a network above, or move World size to one of them and press its "
+            "Measure button)")
 
 
 def _sizes(sizes: list[int], among: list[int]) -> str:

@@ -12,6 +12,8 @@ spread costs, waiting for the slowest rank (Note [Waiting for the slowest rank] 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ddpsim.learn.noise import quiet_config
 from ddpsim.sim.api import largest_nccl_choice
 
@@ -23,7 +25,12 @@ WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 100_000
 def split(world_size: int, simulate_fn, work, cfg) -> dict:
     """One row: ``work`` simulated under ``cfg`` (at ``world_size`` ranks) by ``simulate_fn(work, cfg) ->
     (trace, summary)``, and again without its spread. Its keys: world_size, iteration_time_s = compute_s +
-    exposed_comm_s + waiting_s, and nccl (the largest bucket's algorithm/protocol, "" where NCCL runs none)."""
+    exposed_comm_s + waiting_s, and nccl (the largest bucket's algorithm/protocol, "" where NCCL runs none).
+    Every rank runs at the median speed, at a recording's own world size too (its ranks' lasting speeds,
+    ``backward_scale``, are dropped): a curve has no step where the recorded ranks come back, and at the
+    recorded size its row is the What-if's unchanged run (Note [The unchanged run is simulated as the what-if
+    is] in app/whatif.py), where keeping them counted a lastingly slow rank as compute, not as waiting."""
+    cfg = replace(cfg, backward_scale={})
     trace, s = simulate_fn(work, cfg)
     quiet = quiet_config(cfg, s)
     qtrace, q = simulate_fn(work, quiet) if quiet is not None else (trace, s)

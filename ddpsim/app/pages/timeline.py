@@ -72,10 +72,12 @@ if ranks:
                    f"timeline_{label}_it{iteration}", alt=f"Timeline of iteration {iteration} for ranks {ranks}")
 else:
     st.info("Pick at least one rank.")
-st.caption("Grey bars are compute; coloured ticks mark gradients becoming ready, in their bucket's "
-           "colour; triangles mark a full bucket; coloured bars are allreduces, from launch to "
-           "completion. Hatching is exposed communication: the time after the last gradient is "
-           "ready that backward still waits for allreduces."
+st.caption("Grey bars are forward and backward as each rank timed them; coloured ticks mark gradients "
+           "becoming ready, in their bucket's colour; triangles mark a full bucket; coloured bars are "
+           "allreduces, from launch to completion. Hatching is exposed communication: the time after the last "
+           "gradient is ready that backward still waits for allreduces. It lies inside the grey backward bar: "
+           "DDP's finalize_backward waits for every bucket's allreduce before the backward ends, so that "
+           "stretch is waiting, not compute."
            + (" The band inside an imported profile's compute bars is its GPU's compute kernels, dark where "
               "they ran and light where the GPU sat idle: the overlap counts only the dark part."
               if any(it.compute_busy is not None for r in trace.ranks for it in r.iterations) else ""))

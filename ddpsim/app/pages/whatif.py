@@ -159,7 +159,7 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it beside the open trace
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
-    st.caption(ui.learn.CPU_NOTE)
+    st.caption(ui.learn.WHATIF_CPU_NOTE)
 with st.expander("The same on the command line", key=k + "cli"):  # a key: it stays open as boxes come and go above
     st.code(command.simulate_command(base, ui.trace_file(label) if label else None, cap, order, fu, n_sync, world,
                                      network, sim_hook, bufs, algo, trace, small), language="bash")
