@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 from ddpsim import load_trace
 from ddpsim.trace.export import COMM_STREAM, COMPUTE_STREAM, HOST_PID, to_chrome, to_kineto
@@ -135,3 +137,56 @@ def test_an_export_of_an_imported_profile_reads_back_too(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "carries" in result.stdout and "--model is not needed" in result.stdout
     assert load_trace(tmp_path / "y.json").to_dict() == load_trace(src).to_dict()
+
+
+def _cli_capped(limit: int, *args):
+    """``_cli`` under a file-size limit of ``limit`` bytes, a write past it failing with EFBIG (as
+    ``(trap '' XFSZ; ulimit -f N; ddpsim ...)``)."""
+    def cap():
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return subprocess.run([sys.executable, "-m", "ddpsim", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, preexec_fn=cap)
+
+
+@pytest.mark.parametrize("per_rank", [False, True], ids=["one-file", "per-rank"])
+def test_a_write_that_fails_names_the_file_and_leaves_no_part_of_one(tmp_path, per_rank):
+    out = tmp_path / ("ranks" if per_rank else "chrome.json")
+    if not per_rank:
+        out.write_text("the previous export")  # kept whole, not cut
+    result = _cli_capped(4096, "export", "--chrome", FIXTURE, str(out), *(["--per-rank"] if per_rank else []))
+    named = out / "rank0.json" if per_rank else out
+    said = " (no rank's file written; 2 of 2 not written)" if per_rank else ""
+    assert result.returncode == 2 and result.stderr == f"ddpsim export: error: cannot use {named}: File too large{said}\n"
+    if per_rank:
+        assert list(out.iterdir()) == []
+    else:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["chrome.json"]
+        assert out.read_text() == "the previous export"
+    result = _cli("export", "--chrome", FIXTURE, "/proc/version")  # a folder that takes no new file
+    assert result.returncode == 2 and result.stderr.startswith("ddpsim export: error: cannot use /proc/version: ")
+    assert result.stderr.count("\n") == 1 and "its folder /proc takes no new file" in result.stderr
+
+
+def test_a_per_rank_export_that_fails_says_which_files_it_wrote_whole(tmp_path):
+    ranks = tmp_path / "ranks"
+    (ranks / "rank1.json").mkdir(parents=True)  # rank 1's file cannot be written
+    result = _cli("export", "--chrome", FIXTURE, str(ranks), "--per-rank")
+    assert result.returncode == 2 and result.stderr == (
+        f"ddpsim export: error: cannot use {ranks / 'rank1.json'}: Is a directory (rank0.json written whole before "
+        "it; 1 of 2 not written)\n")
+    assert load_trace(ranks / "rank0.json").to_dict() == load_trace(ROOT / FIXTURE).to_dict()
+
+
+@pytest.mark.parametrize("per_rank", [[], ["--per-rank"]], ids=["one-file", "per-rank"])
+def test_an_empty_output_path_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch, per_rank):
+    from ddpsim.cli import main as cli
+
+    monkeypatch.chdir(tmp_path)  # where '' would have put the files
+    assert cli(["export", "--chrome", str(ROOT / FIXTURE), "", *per_rank]) == 2
+    what = "a folder name" if per_rank else "a file name"
+    assert capsys.readouterr().err == f"ddpsim export: error: OUT wants {what}, not an empty one\n"
+    assert list(tmp_path.iterdir()) == []

@@ -65,6 +65,23 @@ def test_many_gzip_members_are_refused_in_one_line_not_read_in_quadratic_time(tm
         read_profile(bad)
 
 
+def test_what_ddpsim_writes_under_a_gz_name_is_gzip_and_reads_back(tmp_path, capsys):
+    """A .gz output name is written gzipped (it was plain JSON under the name) by every writer of a trace, and
+    what was written reads back: export, import of that export, simulate."""
+    from ddpsim.cli import main as cli
+
+    trace = load_trace(TINY)
+    exported, imported, simulated = tmp_path / "e.json.gz", tmp_path / "i.json.gz", tmp_path / "s.json.gz"
+    assert cli(["export", "--chrome", str(TINY), str(exported)]) == 0
+    assert cli(["import", str(exported), "--out", str(imported)]) == 0
+    assert cli(["simulate", "--trace", str(TINY), "--iters", "3", "--no-calibrate", "--out", str(simulated)]) == 0
+    for path in (exported, imported, simulated):
+        assert path.read_bytes()[:2] == b"\x1f\x8b", path
+    assert load_trace(exported).to_dict() == trace.to_dict() == load_trace(imported).to_dict()
+    assert load_trace(simulated).source == "simulated"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.json.gz", "i.json.gz", "s.json.gz"]  # no temporary left
+
+
 @pytest.fixture
 def app(monkeypatch):
     monkeypatch.setenv(samples.ENV_VAR, str(FIXTURES))

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from ddpsim.cli import main as cli
+from ddpsim.samples import H100_DIR
 from ddpsim.trace import kineto
 from ddpsim.trace.checks import MAX_WORLD_SIZE
 from ddpsim.trace.kineto import Op, pair_gloo_runs
@@ -54,6 +55,41 @@ def refused(capsys, tmp_path, *paths) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and not out.exists(), err
     return err[0]
+
+
+@pytest.fixture(scope="module")
+def one_step():
+    """The bundled ResNet-50 profile (one rank, NCCL on an H100) cut to its first step: its CPU events, the
+    GPU work they launched and the metadata; 9,000 of its 26,000 events, a 180 KB .json.gz."""
+    data = json.loads(gzip.decompress((H100_DIR / "resnet50_nccl_ws1_rank0.kineto.json.gz").read_bytes()))
+    events = data["traceEvents"]
+    step = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") not in kineto.GPU_CATS
+           and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+    calls = {e["args"]["correlation"] for e in cpu if "correlation" in e.get("args", {})}
+    gpu = [e for e in events if e.get("cat") in kineto.GPU_CATS and e["args"].get("correlation") in calls]
+    data["traceEvents"] = [e for e in events if e.get("ph") == "M"] + cpu + gpu
+    return data
+
+
+def bundled(tmp_path, data, name, change=None):
+    """``data`` (``one_step``) with ``change`` made to a copy, written gzipped as ``name``."""
+    data = copy.deepcopy(data)
+    if change is not None:
+        change(data)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return path
+
+
+def first(name):
+    """A change to the first event of that name (a ``ProfilerStep#`` prefix: the CPU's step span)."""
+    def change(data, **fields):
+        event = next(e for e in data["traceEvents"] if e.get("cat") not in ("gpu_user_annotation",)
+                     and e.get("name", "").startswith(name))
+        (event["args"] if "args" in fields else event).update(fields.get("args", fields))
+        return event
+    return change
 
 
 def test_the_tiny_profile_imports(tmp_path, capsys):
@@ -176,3 +212,55 @@ def test_gloo_runs_pair_as_the_quadratic_scan_paired_them():
         want = _old_pairing(launches, runs)
         got = pair_gloo_runs(launches, runs)
         assert [id(r) for r in got] == [id(r) for r in want], (launches, runs)
+
+
+def test_the_bundled_profiles_first_step_imports(tmp_path, capsys, one_step):
+    assert cli(["import", str(bundled(tmp_path, one_step, "step.json.gz")), "--out", str(tmp_path / "o.json")]) == 0
+    assert "1 rank(s), 1 iterations per rank, 161 parameters" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("digits", ["9" * 5000, "9" * 19])
+def test_a_step_number_past_int64_names_the_file_and_the_step(tmp_path, capsys, one_step, digits):
+    """5,000 digits were Python's int() limit traced back without the file; 19 nines a field of the
+    imported trace, again without the file."""
+    bad = bundled(tmp_path, one_step, "step.json.gz", lambda d: first("ProfilerStep#")(d, name="ProfilerStep#" + digits))
+    line = refused(capsys, tmp_path, bad)
+    assert f'step.json.gz: event "ProfilerStep#{digits[:20]}' in line
+    assert "at ts 4561201725882.825: its step number is out of range (at most 9223372036854775807" in line
+
+
+@pytest.mark.parametrize("name, dims", [("c10d::allreduce_", [[[10**18, 10**18]]]),
+                                        ("torch::autograd::AccumulateGrad", [[10**18, 10**18]])])
+def test_a_tensor_no_trace_holds_names_the_file_and_the_event(tmp_path, capsys, one_step, name, dims):
+    def change(data):  # without NCCL's sizes (gloo's profiles have none), an allreduce is sized by its shape
+        for e in data["traceEvents"]:
+            e.get("args", {}).pop("In msg nelems", None)
+        first(name)(data, args={"Input Dims": dims})
+    line = refused(capsys, tmp_path, bundled(tmp_path, one_step, "dims.json.gz", change))
+    assert f'dims.json.gz: event "{name}" at ts ' in line
+    assert 'its args."Input Dims" gives more than 1125899906842624 bytes; a trace holds sizes from 0' in line
+
+
+def test_an_nccl_size_below_zero_names_the_file_and_the_event(tmp_path, capsys, one_step):
+    bad = bundled(tmp_path, one_step, "nelems.json.gz",
+                  lambda d: first("record_param_comms")(d, args={"In msg nelems": -1}))
+    assert 'nelems.json.gz: event "record_param_comms" at ts ' in (line := refused(capsys, tmp_path, bad))
+    assert 'its args."In msg nelems" gives -4 bytes' in line
+
+
+@pytest.mark.parametrize("name, dur", [("DistributedDataParallel.forward", -1000), ("ProfilerStep#", -5)])
+def test_a_negative_duration_names_the_file_and_the_event(tmp_path, capsys, one_step, name, dur):
+    """Once accepted: a forward ending before it starts imported without a note, a step ending before it
+    starts was 'no DDP forward or no backward'."""
+    event = {}
+    bad = bundled(tmp_path, one_step, "neg.json.gz", lambda d: event.update(first(name)(d, dur=dur)))
+    line = refused(capsys, tmp_path, bad)
+    assert "neg.json.gz: traceEvents[" in line
+    assert f'event "{event["name"]}" at ts {json.dumps(event["ts"])}, has a negative duration (dur {dur} us)' in line
+
+
+def test_an_empty_out_is_refused_before_the_profiles_are_read(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli(["import", str(profile(tmp_path)), "--out", ""]) == 2
+    assert capsys.readouterr().err == "ddpsim import: error: --out wants a file name, not an empty one\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0.json"]

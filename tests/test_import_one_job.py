@@ -152,7 +152,8 @@ def test_gloo_runs_are_paired_with_their_launches_by_shape():
     """gloo runs collectives on two threads: under load the used-parameter map's run (4 ints) started
     before the bucket's (544 floats) launched just ahead of it, and pairing by position made the bucket
     the bitmap and the bitmap a 16-byte bucket (rank 0: buckets of [2176, 16] bytes, rank 1: [2176])."""
-    from ddpsim.trace.kineto import Op, is_bitmap, pair_gloo_runs
+    from ddpsim.trace.kineto import Op, pair_gloo_runs
+    from ddpsim.trace.profile_sizes import is_bitmap
 
     def launch(n, t):
         return Op("c10d::allreduce_", "cpu_op", 1, 1, t, t + 1, {"Input Dims": [[[n]], [], []],

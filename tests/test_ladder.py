@@ -11,9 +11,17 @@ def test_spread_is_median_and_quartiles():
     assert (s["median"], s["p25"], s["p75"]) == (3.0, 2.0, 4.0)
 
 
-def test_too_few_iterations_is_one_line_error(capsys):
-    assert main(["ladder", "--iters", "2"]) == 2
-    assert "--iters must be >= 3" in capsys.readouterr().err
+@pytest.mark.parametrize("args, says", [
+    (["--iters", "2"], "--iters must be >= 3"),
+    (["--sim-iters", "0"], "--sim-iters must be between 1 and 1,000,000 synced steps, not 0"),  # after 4 rungs
+    (["--out-dir", ""], "--out-dir wants a folder name, not an empty one"),
+])
+def test_a_bad_flag_is_one_line_before_anything_is_recorded(capsys, tmp_path, monkeypatch, args, says):
+    monkeypatch.chdir(tmp_path)  # where ./ladder/ would be recorded
+    assert main(["ladder", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ddpsim ladder: error: ") and says in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -169,3 +169,16 @@ def test_a_file_not_text_or_too_large_is_refused(tmp_path, capsys, monkeypatch):
     refused(tmp_path, capsys, b"\xff\xfe\x00" * 100, "is not UTF-8 text, so not a ddpsim shard")
     monkeypatch.setattr(merge_module, "MAX_TRACE_BYTES", 3000)  # rank 0 is under it
     refused(tmp_path, capsys, shard_lines(1) * 3, "MiB; a shard holds at most")
+
+
+def test_a_folder_for_a_shard_and_an_empty_out_are_named(tmp_path, capsys):
+    shard = tmp_path / "run.json.rank0.jsonl"
+    shard.write_text("\n".join(shard_lines(0, world=1)) + "\n")
+    (tmp_path / "adir.json").mkdir()
+    for args, said in ([[str(tmp_path / "adir.json"), "--out", str(tmp_path / "m.json")],
+                        f"shard {tmp_path / 'adir.json'} is a folder, not a shard file"],
+                       [[str(shard), "--out", ""], "--out wants a file name, not an empty one"]):
+        assert cli(["merge", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ddpsim merge: error: {said}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir.json", "run.json.rank0.jsonl"]

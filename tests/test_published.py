@@ -31,6 +31,14 @@ def test_reproductions_are_computed_and_cited(capsys, tmp_path):
         max(abs(r["rel_error"]) for r in rows if r["role"] == "prediction"))
 
 
+def test_an_empty_json_path_is_refused_before_the_work(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli(["published", "--json", ""]) == 2  # it wrote nothing and said nothing
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == "ddpsim published: error: --json wants a file name, not an empty one\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_baseline_no_rate_can_give_is_one_line_error():
     src = dict(published.SOURCES[0], baseline=(1, 1e-9, "impossible"))
     with pytest.raises(ValueError, match="no GPU rate gives"):

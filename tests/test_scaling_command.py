@@ -109,7 +109,8 @@ def test_an_nccl_recording_goes_to_its_gpus_nodes_and_says_so_once():
 
 @pytest.mark.parametrize("sizes, says", [("1,x", "wants integers separated by commas"),
                                          ("0,4", "wants world sizes between 1 and 10,000,000 ranks"),
-                                         ("", "wants world sizes between")])  # not the default list
+                                         ("2,,4", "--world-sizes wants integers separated by commas"),  # not 2,4
+                                         ("", "--world-sizes wants integers")])  # not the default list
 def test_a_bad_list_of_sizes_is_one_line(sizes, says):
     done = command("--arch", "resnet50", "--world-sizes", sizes)
     assert done.returncode == 2 and done.stdout == ""

@@ -28,6 +28,10 @@ SIMULATE_ERRORS = [
     (["--straggler", "1:1e9"], "straggler 1 factor must be at most 1000"),
     (["--straggler", "0:2", "--straggler", "0:3"], "--straggler names rank 0 twice (2 and 3): give it once"),
     (["--out", ""], "--out wants a file name, not an empty one"),
+    (["--comm-hook", ""], "--comm-hook wants a value, not an empty one"),  # it ran with no hook
+    (["--hardware", ""], "--hardware wants a value, not an empty one"),
+    (["--calibration", ""], "--calibration wants a value, not an empty one"),
+    (["--order", "3,,2"], "--order: '3,,2' is neither an order name nor a list of indices"),
     (["--max-events", "0"], "--max-events must be between 1 and"),
     (["--time-limit", "inf"], "--time-limit must be between 0.001 and 86400 seconds"),
     (["--iters", "100000"], "this simulation needs about 4,000,000 events"),
@@ -75,6 +79,8 @@ def test_huge_world_goes_through_rank_groups(capsys):
     (["--latency-us", "1,1e300"], "--latency-us must be between"),
     (["--concurrency", "1,-1"], "--concurrency must be between 1 and 64"),
     (["--iters", "1000000000"], "--iters must be between"),
+    (["--bucket-cap-mb", "1,,25"], "--bucket-cap-mb has an empty value in '1,,25'"),  # read as 1,25
+    (["--out", ""], "--out wants a file name, not an empty one"),
 ])
 def test_sweep_options_are_checked(capsys, args, message):
     rc, _, err = run_cli(capsys, "sweep", "--trace", TRACE, *args)
@@ -89,6 +95,7 @@ def test_sweep_options_are_checked(capsys, args, message):
     (["--timeout", "0"], "--timeout must be more than 0"),
     (["--master-port", "99999"], "--master-port must be a TCP port, 1 to 65535"),
     (["--lr", "nan"], "--lr must be a finite number"),
+    (["--out", ""], "--out wants a file name, not an empty one"),
 ])
 def test_record_option_out_of_range_starts_nothing(capsys, tmp_path, args, message):
     rc, _, err = run_cli(capsys, "record", "--out", str(tmp_path / "run.json"), *args)

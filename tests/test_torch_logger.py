@@ -1,11 +1,15 @@
 """The recording against torch's own DDP logger (ddpsim/analysis/torch_logger.py, Note [Torch's logger as a
 second clock]): on the bundled torch recordings the two clocks agree on the iteration torch timed."""
+import json
+
 import pytest
 
 from ddpsim.analysis.torch_logger import KEYS, against_torch_logger, logged_iteration, logger_line
+from ddpsim.cli import main as cli
 from ddpsim.cli.headline import headline_lines
 from ddpsim.samples import BUNDLED_DIR
-from ddpsim.trace import load_trace
+from ddpsim.trace import CARRIED, load_trace
+from ddpsim.trace.checks import LOGGED_INTS
 
 TORCH_RUNS = ["01_mlp_torch_default", "02_mlp_torch_cap0.25", "03_shuffled_torch_default",
               "04_branchy_torch_find_unused", "05_convnet_torch_no_sync3", "06_transformer_torch_default",
@@ -77,3 +81,34 @@ def test_no_line_without_torchs_timings(name):
     trace = sample(name)
     assert against_torch_logger(trace) == [] and logger_line(trace) is None
     assert not any(line.startswith("torch's own DDP logger") for line in headline_lines(trace, "wrote run.json"))
+
+
+def test_the_reader_checks_every_key_the_comparison_reads():
+    assert set(KEYS) <= set(LOGGED_INTS)
+
+
+@pytest.mark.parametrize("key, value", [("backward_compute_comm_overlap_time", None), ("forward_compute_time", "7 ms"),
+                                        ("iteration", 2.5), ("static_graph", "yes")])
+def test_logging_data_of_the_wrong_type_is_refused_by_import_before_anything_is_written(tmp_path, capsys, key, value):
+    """A torch recording exported to Chrome (carrying its trace) with one logging-data value broken: ``import``
+    refuses it in one line naming the file and the field, and writes nothing; it never traces back after
+    writing its output, as it did multiplying a null duration."""
+    chrome, out = tmp_path / "chrome.json", tmp_path / "imported.json"
+    assert cli(["export", "--chrome", str(BUNDLED_DIR / "01_mlp_torch_default.json"), str(chrome)]) == 0
+    data = json.loads(chrome.read_text())
+    data[CARRIED]["ranks"][1]["ddp_logging_data"][key] = value
+    chrome.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert cli(["import", str(chrome), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not out.exists(), err
+    assert f"chrome.json: field ranks[1].ddp_logging_data.{key}: should be an integer" in err[0]
+
+
+def test_a_trace_built_in_memory_with_a_null_duration_is_left_out_not_a_crash():
+    """The reader refuses such a trace; one built in memory (an analysis of a recorder's own) is not read,
+    so the comparison leaves that rank out rather than multiplying None."""
+    trace = sample("01_mlp_torch_default")
+    trace.ranks[0].ddp_logging_data = {**trace.ranks[0].ddp_logging_data, "backward_compute_comm_overlap_time": None}
+    assert [r["rank"] for r in against_torch_logger(trace)] == [1]
+    assert "(the largest difference over 1 rank: " in logger_line(trace)

@@ -53,6 +53,16 @@ def test_simulate_and_validate_give_the_same_number(capsys):
     assert simulated == predicted
 
 
+def test_validate_refuses_what_it_cannot_compare_before_any_calibration(capsys):
+    """A simulated --against at another world size was calibrated for 13 s, then refused."""
+    sim = samples.BUNDLED_DIR / "20_sim_resnet50_v100-eth25_w64_default.json"
+    for args, said in ((["--against", str(sim)], f"{sim} is a simulated trace: validate compares against a "
+                                                 "recorded (source real) one"),
+                       (["--out", ""], "--out wants a file name, not an empty one")):
+        assert cli(["validate", "--trace", str(MLP), *args]) == 2
+        assert capsys.readouterr().err == f"ddpsim validate: error: {said}\n"  # one line: nothing measured
+
+
 def copy_of(path, tmp_path, **meta):
     """A bundled recording with its meta changed (e.g. recorded on this host), saved and loaded."""
     d = json.loads(path.read_text())

@@ -44,8 +44,8 @@ def logged_iteration(trace: Trace, rank: RankTrace) -> Iteration | None:
     forwards before the last logged one, which reported the synced iteration before it. None where
     there is nothing to compare (the Note's last paragraph)."""
     data = rank.ddp_logging_data or {}
-    n = data.get("iteration")
-    if not isinstance(n, int) or n < 1 or any(k not in data for k in KEYS) or data.get("has_error"):
+    n = data.get("iteration")  # the reader checks these keys' types; a trace built in memory is not read
+    if not _count(n) or n < 1 or not all(_count(data.get(k)) for k in KEYS) or data.get("has_error"):
         return None
     host_timed = (trace.meta.get("timebase") or {}).get("backward") != "gpu"
     if host_timed and (trace.meta.get("placement") or {}).get("device") == "cuda":
@@ -55,6 +55,11 @@ def logged_iteration(trace: Trace, rank: RankTrace) -> Iteration | None:
     if it is None or not it.buckets or any(b.launch_ns is None for b in it.buckets):
         return None
     return None if host_timed and any(b.launch_end_ns is None for b in it.buckets) else it
+
+
+def _count(v) -> bool:
+    """``v`` is a duration or count torch's logger writes: an int64 integer (not a bool, never null)."""
+    return type(v) is int and -2**63 <= v < 2**63
 
 
 def recorded_as_torch(it: Iteration, delayed: bool = False) -> dict[str, float]:

@@ -29,8 +29,8 @@ def world_sizes(value: str) -> list[int]:
     """--world-sizes' value: "1,8,64" as [1, 8, 64], sorted, each once."""
     from ddpsim.sim.budget import LIMITS, _num
 
-    try:
-        sizes = sorted({int(v) for v in value.replace(" ", "").split(",") if v})
+    try:  # "2,,4" is refused, not read as 2,4
+        sizes = sorted({int(v) for v in value.replace(" ", "").split(",")})
     except ValueError:
         raise ValueError(f"--world-sizes wants integers separated by commas (e.g. 1,8,64), not {value!r}") from None
     lo, hi, _ = LIMITS["world_size"]
@@ -86,9 +86,10 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
     from ddpsim.sim.budget import SimulationTooLarge
     from ddpsim.trace import load_trace
 
+    simulate_cli.check_not_empty(args)  # the flags first: nothing read yet
+    sizes = world_sizes(args.world_sizes) if args.world_sizes is not None else list(WORLD_SIZES)
     trace = load_trace(args.trace) if args.trace else None
     recording = trace if trace is not None and gpu_model.of_trace(trace) is None else None  # learnt from
-    sizes = world_sizes(args.world_sizes) if args.world_sizes is not None else list(WORLD_SIZES)
     if recording is not None and args.world_sizes is None:
         sizes = sorted({*sizes, recording.world_size})  # a recording's own size, as the page's slider has it
     kept, notes = known_sizes(recording, args, sizes)

@@ -51,7 +51,18 @@ def add_budget_arguments(p) -> None:
                    help="stop a simulation that runs longer than this many seconds (default: none)")
 
 
-ARCH_LIMITS = {"batch": (1, 1_000_000), "tflops": (1e-6, 1e6)}  # samples per rank; TFLOP/s
+# the text options an empty value would turn off or leave to a default unsaid (--comm-hook '' ran with no hook)
+TEXT_FLAGS = ("trace", "arch", "hardware", "comm_hook", "order", "calibration")
+
+
+def check_not_empty(args) -> None:
+    """One line for a text option given empty, before anything is read: it would silently mean 'not given'."""
+    from ddpsim.trace.writer import refuse_empty
+
+    refuse_empty(getattr(args, "out", None), "--out")
+    for name in TEXT_FLAGS:
+        if getattr(args, name, None) == "":
+            raise ValueError(f"--{name.replace('_', '-')} wants a value, not an empty one (leave it out for the default)")
 
 
 def check_args(args, world_sizes: list) -> None:
@@ -60,6 +71,7 @@ def check_args(args, world_sizes: list) -> None:
     import math
 
     from ddpsim.sim.budget import LIMITS, _num
+    from ddpsim.sim.config import ARCH_LIMITS  # --batch, --tflops: a simulated trace's meta.workload takes them too
 
     for name, (lo, hi) in [*ARCH_LIMITS.items(), ("concurrency", LIMITS["concurrency"][:2])]:
         v = getattr(args, name, None)

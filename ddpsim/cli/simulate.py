@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ddpsim.cli.sim_args import (DEFAULT_CAP, DEFAULT_HARDWARE, add_budget_arguments, add_input_arguments,
                                   add_network_source_arguments, cap_mb, check_args, check_gpu_model_args,
-                                  check_recording_args)
+                                  check_not_empty, check_recording_args)
 from ddpsim.errors import CLIError
 
 # the option a recording cannot run with (ddpsim.analysis.unused.refusal) as its command-line flag
@@ -111,10 +111,9 @@ def load_source(args, world_sizes: list[int] | None = None, trace=None):
     from ddpsim.sim.archs import synthetic
     from ddpsim.trace import load_trace
 
+    check_not_empty(args)  # before the work: --out '' wrote nothing, --comm-hook '' ran with no hook
     if bool(args.trace) == bool(args.arch):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
-    if getattr(args, "out", None) == "":  # before the work: it wrote nothing, and said nothing
-        raise ValueError("--out wants a file name, not an empty one")
     if world_sizes is None:
         world_sizes = [args.world_size] if getattr(args, "world_size", None) is not None else []
     trace = trace if trace is not None else load_trace(args.trace) if args.trace else None
@@ -173,7 +172,7 @@ def parse_order(value):
         return None
     if any(c.isdigit() for c in value):
         try:
-            return [int(x) for x in value.replace(" ", "").split(",") if x]
+            return [int(x) for x in value.replace(" ", "").split(",")]  # "3,,2": refused, not read as 3,2
         except ValueError:
             raise ValueError(f"--order: {value!r} is neither an order name nor a list of indices") from None
     return value

@@ -30,6 +30,7 @@ from ddpsim.cli.simulate import FLAGS, load_source, parse_stragglers
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.sweep import to_csv
 from ddpsim.errors import CLIError
+from ddpsim.trace.writer import write_text
 
 HELP = "simulate a grid of DDP configurations (bucket cap, order, world size, network...) and mark the best"
 EPILOG = ("Without --bucket-cap-mb, --first-bucket-cap-mb, --order or --last-bucket-small it runs the What-if page's "
@@ -112,8 +113,11 @@ def parse_grid(args) -> dict:
         raw = getattr(args, name, None)
         if raw is None:
             continue
+        if any(not v.strip() for v in str(raw).split(",")):  # "1,,5": refused, not read as 1,5
+            raise ValueError(f"--{name.replace('_', '-')} has an empty value in {raw!r}: give values separated by "
+                             "single commas")
         try:
-            grid[name] = [conv(v.strip()) for v in str(raw).split(",") if v.strip()]
+            grid[name] = [conv(v.strip()) for v in str(raw).split(",")]
         except ValueError:
             raise ValueError(f"--{name.replace('_', '-')}: cannot read {raw!r} as a list of "
                              f"{KIND.get(conv, conv.__name__)} values") from None
@@ -151,7 +155,8 @@ def main(args) -> int:
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(rows, indent=1) if out.suffix == ".json" else to_csv(rows))
+        json_out = out.name.removesuffix(".gz").endswith(".json")
+        write_text(json.dumps(rows, indent=1) if json_out else to_csv(rows), out)  # whole; .gz: gzipped
     print_table(rows)
     best = layout_sweep.recommend(rows)
     print(layout_sweep.describe_best(best, rows, args.metric))

@@ -181,11 +181,23 @@ def add_arguments(p) -> None:
                         "rung from its own recording; both (default)")
 
 
-def main(args) -> int:
+def check_flags(args) -> None:
+    """The ladder's own flags checked before the first rung is recorded, one line naming the flag: the
+    simulator's range for --sim-iters would otherwise stop the command after the recording."""
     from ddpsim.errors import CLIError
+    from ddpsim.sim.budget import LIMITS, _num
+    from ddpsim.trace.writer import refuse_empty
 
     if args.iters < 3:
         raise CLIError(f"--iters must be >= 3 (warm-up, rebuild, steady), not {args.iters}")
+    lo, hi, unit = LIMITS["iters"]
+    if not lo <= args.sim_iters <= hi:
+        raise CLIError(f"--sim-iters must be between {_num(lo)} and {_num(hi)} {unit}, not {args.sim_iters}")
+    refuse_empty(args.out_dir, "--out-dir", "a folder name")  # the recorder checks its own flags before a rank starts
+
+
+def main(args) -> int:
+    check_flags(args)  # all of them before anything is recorded
     print(f"recording {len(RUNGS)} rungs of {args.model} on {args.world_size} ranks, interleaved, "
           f"{args.iters} iterations each ...", file=sys.stderr, flush=True)
     measured = record_ladder(args.model, args.world_size, args.iters, Path(args.out_dir), args.bucket_cap_mb)

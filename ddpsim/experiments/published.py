@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from ddpsim.experiments.gpu_rate import as_published, citation, fit_tflops, noise, step_time
+from ddpsim.trace.writer import refuse_empty, write_text
 
 HELP = "reproduce published GPU DDP measurements (PyTorch DDP benchmark, NVIDIA DeepLearningExamples)"
 
@@ -119,6 +120,7 @@ def _sections(only: str | None) -> dict:
 
 
 def main(args) -> int:
+    refuse_empty(getattr(args, "json", None), "--json")  # before the work: it wrote nothing, and said nothing
     if getattr(args, "json", None):  # its folder made before the work, as record and simulate do
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     sections = _sections(getattr(args, "only", None))
@@ -134,8 +136,8 @@ def main(args) -> int:
                 s: statistics.median(abs(r["rel_error"]) for r in rows if r["source"] == s and r["role"] == "prediction")
                 for s in dict.fromkeys(r["source"] for r in rows)}
     if getattr(args, "json", None):
-        with open(args.json, "w") as f:
-            json.dump({k: {"rows": v[0], "sources": v[2]} for k, v in sections.items()}, f, indent=1)
+        write_text(json.dumps({k: {"rows": v[0], "sources": v[2]} for k, v in sections.items()}, indent=1),
+                   args.json)  # whole or not at all
     first = summary.get("ddp") or next(iter(summary.values()))
     print(json.dumps({**first, **{k: v for k, v in summary.items()}}, separators=(",", ":")))
     return 0

@@ -38,6 +38,7 @@ from ddpsim.experiments.compare import METRICS, parse_jitter
 from ddpsim.learn.extract import DRAWN_ITERS, STEADY_ITERS
 from ddpsim.learn.jitter import pick_jitter
 from ddpsim.trace import save_trace
+from ddpsim.trace.writer import refuse_empty
 
 HELP = "compare simulated and measured iteration time (one trace pair, or a recorded --grid of configurations)"
 
@@ -131,6 +132,7 @@ def main(args) -> int:
     for flag, value in (("--iters", args.iters), ("--record-iters", args.record_iters)):
         if value is not None and value < 1:  # given: checked, never replaced by a default
             raise ValueError(f"{flag} must be at least 1, not {value}")
+    refuse_empty(args.out, "--out")  # --grid's OUT.csv would be a hidden .csv here
     if args.extrapolate:
         from ddpsim.experiments.extrapolate import RECORD_ITERS, main_extrapolate
         args.record_iters = RECORD_ITERS if args.record_iters is None else args.record_iters
@@ -146,6 +148,9 @@ def main(args) -> int:
         from ddpsim.experiments.calibrate import load_calibration
         source.meta["calibration"] = load_calibration(args.calibration)
     target = load_trace(args.against) if args.against else source
+    if target.source != "real":  # before any calibration: validate() refuses it anyway
+        raise ValueError(f"{args.against or args.trace} is a {target.source} trace: validate compares against a "
+                         "recorded (source real) one")
     if target.world_size != source.world_size and not args.calibration:
         from ddpsim.experiments import worldsize  # Note [Another world size on the user's path]
         worldsize.prepare(source, target.world_size, calibrate=not args.no_calibrate,

@@ -22,6 +22,8 @@ from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
 
 from ddpsim.sim import SimConfig, network, synthetic
+from ddpsim.kinds import kind_of, kind_text, kinds, shown
+from ddpsim.sim.config import ARCH_LIMITS
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.replay import replay_caps
 
@@ -34,6 +36,9 @@ DERIVED = ("jitter", "jitter_mode", "hook_rates")
 BY_RANK = ("stragglers", "backward_scale", "synced_backward_scale", "recorded_ranks")  # rank -> value; JSON wrote the ranks as strings
 DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in dataclass_fields(SimConfig)}
 OPTIONS = tuple(k for k in DEFAULTS if k not in RUN_CONTROLS)  # every option a simulated trace carries
+THE_TRACE = "the simulated trace's meta"  # a refusal of one of its fields: "THE_TRACE.config.comm_hook must be..."
+# meta.workload's keys -> GpuModel's fields (their declared kinds; --batch's and --tflops's ranges)
+WORKLOAD = {"arch": "arch", "hardware": "hardware", "batch": "batch", "effective_tflops": "tflops"}
 NO_FLAG_HERE = "this command has no flag for it"  # what ``checked`` says of a carried option the caller cannot set
 
 
@@ -118,16 +123,6 @@ def _passes(make, fields: dict) -> bool:
     return True
 
 
-def _kind_fits(value, default) -> bool:
-    """A trace's option where SimConfig's default is a bool or a number: a bool for a bool, a number (not a
-    bool) for a number; any other option as it is (an order is a name or a list, a hook a name...)."""
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, (int, float)):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return True
-
-
 def same_gpu(a: str, b: str) -> bool:
     return a.lower().partition("-")[0] == b.lower().partition("-")[0]
 
@@ -135,31 +130,53 @@ def same_gpu(a: str, b: str) -> bool:
 def of_trace(trace) -> GpuModel | None:
     """The GPU model a SIMULATED trace was made from (``meta.workload`` kind "synthetic"), with the
     options of its ``meta.config`` (``OPTIONS``); None for a recording, an import, or a simulation of a
-    workload learnt from a recording (those are learnt from: ``ddpsim.learn.learn``)."""
+    workload learnt from a recording (those are learnt from: ``ddpsim.learn.learn``). A field of either of
+    another kind than GpuModel's or SimConfig's, or out of the range its flag takes: a ValueError naming it."""
     if trace is None or trace.source != "simulated":
         return None
     w = trace.meta.get("workload") or {}
     if w.get("kind") != "synthetic" or "-" not in str(w.get("hardware", "")):
         return None
-    gpu, _ = network.parse_hardware(str(w["hardware"]))
-    rate = w.get("effective_tflops")
-    tflops = float(rate) if isinstance(rate, (int, float)) and rate != gpu["effective_tflops"] else None
-    model = GpuModel(str(w.get("arch", "resnet50")), str(w["hardware"]), w.get("batch"), {}, tflops)
+    said = {name: w[key] for key, name in WORKLOAD.items() if w.get(key) is not None}  # null: synthetic's default
+    for key, name in WORKLOAD.items():
+        if name in said:
+            check_field(f"workload.{key}", said[name], kinds(GpuModel)[name], ARCH_LIMITS.get(name), f"--{name}")
+    try:
+        gpu, _ = network.parse_hardware(said["hardware"])
+    except ValueError as e:
+        raise ValueError(f"{THE_TRACE}.workload.hardware: {e}") from None
+    rate = said.get("tflops")
+    tflops = float(rate) if rate is not None and rate != gpu["effective_tflops"] else None
+    model = GpuModel(said.get("arch", "resnet50"), said["hardware"], said.get("batch"), {}, tflops)
+    try:
+        model.workload()  # an arch synthetic knows (options builds it again)
+    except ValueError as e:
+        raise ValueError(f"{THE_TRACE}.workload: {e}") from None
     return GpuModel(model.arch, model.hardware, model.batch, options(trace.meta.get("config") or {}, model), tflops)
+
+
+def check_field(name: str, value, kind, bounds: tuple | None = None, flag: str = "") -> None:
+    """A field ``name`` of a simulated trace's meta of the declared ``kind`` (``kind_of``: a real bool, a
+    finite number, a non-empty name...), within ``bounds`` (lowest, highest: ``flag``'s) where given; else a
+    ValueError naming it. (SimConfig's ranges: ``SimConfig.validate``, a refusal naming its flag: ``checked``.)"""
+    if not kind_of(value, kind):
+        raise ValueError(f"{THE_TRACE}.{name} must be {kind_text(kind)}, not {shown(value)}")
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{THE_TRACE}.{name} must be between {bounds[0]:g} and {bounds[1]:g} (as {flag} takes), "
+                         f"not {shown(value)}")
 
 
 def options(cfg: dict, model: GpuModel) -> dict:
     """The options of a simulated trace's ``meta.config``: every one but the run controls, those the GPU
     model derives only where they differ from its own (``DERIVED``), its hardware only where another
-    than the workload's (``simulate --arch --hardware`` sets both)."""
-    for k in BY_RANK:
-        if cfg.get(k) and not isinstance(cfg[k], dict):  # None or empty: none
-            raise ValueError(f"meta.config.{k} must map ranks to factors, not {cfg[k]!r}")
+    than the workload's (``simulate --arch --hardware`` sets both). Each of the kind SimConfig declares
+    (``check_field``); null: SimConfig's default."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{THE_TRACE}.config must be an object of SimConfig's fields, not {shown(cfg)}")
     said = [k for k in OPTIONS if k in cfg and (cfg[k] is not None or DEFAULTS[k] is None)]  # null: SimConfig's default
     for k in said:
-        if not _kind_fits(cfg[k], DEFAULTS[k]):
-            raise ValueError(f"meta.config.{k} is {cfg[k]!r}, not a {type(DEFAULTS[k]).__name__} like SimConfig's")
-    kept = {k: ({int(r): v for r, v in (cfg[k] or {}).items()} if k in BY_RANK else cfg[k]) for k in said}
+        check_field(f"config.{k}", cfg[k], kinds(SimConfig)[k])
+    kept = {k: ({int(r): v for r, v in cfg[k].items()} if k in BY_RANK else cfg[k]) for k in said}
     own = {**{k: DEFAULTS[k] for k in DERIVED}, "hardware": model.hardware,
            **arch_defaults(model.workload(), kept.get("comm_hook"), kept.get("powersgd_rank"))}
     return {k: v for k, v in kept.items() if k not in own or v != own[k]}

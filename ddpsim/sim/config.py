@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from ddpsim.errors import STATIC_GRAPH_NO_SYNC
+from ddpsim.kinds import kind_of, kind_text, kinds, shown
 from ddpsim.sim import network, stragglers
 from ddpsim.sim.budget import DEFAULT_MAX_EVENTS, STRAGGLER_MAX, check_ranges
 from ddpsim.sim.comm_hooks import RATES, CommHook
@@ -20,7 +21,7 @@ class SimConfig:
     bucket_cap_mb: float | None = None  # None: torch's default 25 MiB with a 1 MiB first bucket
     # MiB per bucket, the first reduced first, the last repeated (torch 2.13's DDP(bucket_cap_mb_list));
     # replaces bucket_cap_mb; None: not given (torch's default None)
-    bucket_cap_mb_list: list | None = None
+    bucket_cap_mb_list: list[float] | None = None
     first_bucket_cap_mb: float | None = None  # override the first bucket's cap
     find_unused_parameters: bool = False
     static_graph: bool = False
@@ -29,7 +30,7 @@ class SimConfig:
     # torch's DDP_SET_LAST_BUCKET_CAP=1: the rebuild gives its first cap to the bucket reduced last
     # (Note [The small bucket last] in ddpsim/buckets.py); torch default off (the variable unset)
     last_bucket_small: bool = False
-    order: str | list = "torch"  # torch | reverse | definition | ready | random | [indices]
+    order: str | list[int] = "torch"  # torch | reverse | definition | ready | random | [indices]
     no_sync_every: int = 1
     uneven: int = 0  # rank r has uneven * r fewer micro-steps of data (record --uneven; not in torch)
     join: bool = False  # train inside model.join() (torch's Join; sim/join.py); torch default: no Join
@@ -40,21 +41,21 @@ class SimConfig:
     powersgd_start_iter: int = 1_000
     # what a hook's pieces cost (comm_hooks.RATES: casts s/byte, matmuls s/flop, 2-byte allreduces,
     # latency; a recording's meta.hook_rates); {}: its compute free, 2-byte allreduces half (not in torch)
-    hook_rates: dict = field(default_factory=dict)
+    hook_rates: dict[str, float] = field(default_factory=dict)
     naive: bool = False  # per-parameter allreduce after backward (no buckets, no overlap)
     overlap: bool = False  # per-parameter allreduce from each gradient's hook (no buckets; OverlapDDP)
     seed: int = 0
     jitter: float = 0.0  # coefficient of variation of per-micro-step compute time
     jitter_mode: str = "sampled"  # sampled: a draw per rank | expected: the slowest rank's mean (sim/stragglers.py)
-    stragglers: dict = field(default_factory=dict)  # rank -> compute slowdown factor
-    backward_scale: dict = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
+    stragglers: dict[int, float] = field(default_factory=dict)  # rank -> compute slowdown factor
+    backward_scale: dict[int, float] = field(default_factory=dict)  # rank -> multiplier on its backward only (measured)
     # rank -> multiplier on its synced micro-steps' backward only: a noop what-if's compute alone
     # (learn/alone.py); a no_sync micro-step keeps its own compute; {}: none (not in torch)
-    synced_backward_scale: dict = field(default_factory=dict)
+    synced_backward_scale: dict[int, float] = field(default_factory=dict)
     # rank -> {"forward": [...], "backward": [...], "gap_s": [...]}: its compute multipliers and the seconds
     # before each micro-step, as recorded (learn/noise.py; cycled past the end; empty: none). Not in torch:
     # a replay plays the recorded ranks iteration by iteration (Note [Replay the recorded ranks' speeds]).
-    recorded_ranks: dict = field(default_factory=dict)
+    recorded_ranks: dict[int, dict] = field(default_factory=dict)
     bandwidth_gbps: float | None = None
     latency_us: float | None = None
     algo: str | None = None
@@ -81,6 +82,9 @@ class SimConfig:
         integer(self.uneven, "uneven", 0)
         integer(self.powersgd_rank, "powersgd_rank", 1)
         integer(self.powersgd_start_iter, "powersgd_start_iter", 0)
+        for name, kind in kinds(SimConfig).items():  # the rest of a value's kind; its range below
+            if not kind_of(getattr(self, name), kind, finite=False):
+                raise ValueError(f"{name} must be {kind_text(kind)}, not {shown(getattr(self, name))}")
         self.hook()
         for key, rate in self.hook_rates.items():
             if key not in RATES or not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate >= 0):
@@ -140,6 +144,9 @@ class SimConfig:
             return None
         return CommHook.parse(self.comm_hook, powersgd_rank=self.powersgd_rank,
                               powersgd_start_iter=self.powersgd_start_iter)
+
+
+ARCH_LIMITS = {"batch": (1, 1_000_000), "tflops": (1e-6, 1e6)}  # --batch (samples per rank), --tflops (TFLOP/s)
 
 
 RECORDED_KEYS = ("forward", "backward", "gap_s")

@@ -46,6 +46,13 @@ NESTED_FIELDS = {  # meta.<first>.<second>: what the simulator and analyses read
 }
 
 
+# ``ddp_logging_data`` is torch's ``_get_ddp_logging_data()`` verbatim, free but for the keys analyses read
+# (ddpsim.analysis.torch_logger): torch's durations (ns) and the iteration count, int64 integers, and its flags
+LOGGED_INTS = ("forward_compute_time", "backward_compute_time", "backward_comm_time",
+               "backward_compute_comm_overlap_time", "iteration")
+LOGGED_FLAGS = ("has_error", "static_graph")  # torch writes 0/1; a bool reads alike
+
+
 NESTED_MAX = {"bucket_cap_mb": MAX_CAP_MB, "no_sync_every": 1_000_000, "concurrency": 64,  # as the simulator allows
               "world_size": MAX_WORLD_SIZE, "batch": 1_000_000}
 
@@ -66,6 +73,17 @@ def check_meta(r, meta: dict) -> None:
                 r.fail(f"meta.{outer}.bucket_cap_mb_list", str(e))
     if isinstance(meta.get("options"), dict):
         check_runnable(r, meta["options"])
+
+
+def check_logging_data(r, data: dict | None, path: str) -> dict | None:
+    """``data`` (a rank's ``ddp_logging_data``, or None), its keys that analyses read checked: present, each
+    is an int64 integer (a flag may be true/false), never null. ``path`` names the field."""
+    for key in (LOGGED_INTS + LOGGED_FLAGS) if data is not None else ():
+        v = data.get(key, 0)
+        if not (type(v) is int and -2**63 <= v < 2**63 or key in LOGGED_FLAGS and type(v) is bool):
+            what = "an integer" + (" or true/false" if key in LOGGED_FLAGS else " within int64")
+            r.fail(f"{path}.{key}", f"should be {what}, not {v!r:.40}")
+    return data
 
 
 def check_runnable(r, opts: dict) -> None:

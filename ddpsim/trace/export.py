@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ddpsim.analysis import steady_cycles
 from ddpsim.trace import CARRIED, Trace, load_trace
+from ddpsim.trace.writer import refuse_empty, write_text
 
 HELP = "export a trace in the PyTorch profiler's Chrome-trace shape (Perfetto, HTA)"
 COMPUTE_STREAM, COMM_STREAM = 7, 20  # device tids (Kineto: stream ids)
@@ -229,13 +230,23 @@ def to_kineto(trace: Trace, rank: int, iterations: set[int] | None = None, carry
 
 
 def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | None = None) -> list[Path]:
+    """``OUT_DIR/rank<R>.json`` for each rank, each written whole (``write_text``); an OSError names the
+    file that failed and says which of this export's files were written before it."""
+    if str(out_dir) == "":  # Path("") is the current folder
+        raise ValueError("no folder to export into: the path is empty")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths: list[Path] = []
     lowest = min(r.rank for r in trace.ranks)  # its file carries the trace
     for r in trace.ranks:
         path = out_dir / f"rank{r.rank}.json"
-        path.write_text(json.dumps(to_kineto(trace, r.rank, iterations, carry=r.rank == lowest)))  # ": " (HTA)
+        try:  # json.dumps' ": " separators (HTA)
+            write_text(json.dumps(to_kineto(trace, r.rank, iterations, carry=r.rank == lowest)), path)
+        except OSError as e:
+            done = (f"{', '.join(p.name for p in paths)} written whole before it" if paths
+                    else "no rank's file written")
+            raise OSError(e.errno, f"{e.strerror} ({done}; {len(trace.ranks) - len(paths)} of "
+                                   f"{len(trace.ranks)} not written)", e.filename) from None
         paths.append(path)
     return paths
 
@@ -244,7 +255,8 @@ def add_arguments(p) -> None:
     p.add_argument("--chrome", action="store_true", required=True,
                    help="write the PyTorch profiler's Chrome-trace (Kineto) shape")
     p.add_argument("trace", help="ddpsim trace (JSON)")
-    p.add_argument("out", help="file to write; with --per-rank, a folder for rank<R>.json files")
+    p.add_argument("out", help="file to write (a name ending in .gz: gzipped); with --per-rank, a folder for "
+                              "rank<R>.json files")
     p.add_argument("--per-rank", action="store_true",
                    help="one Kineto file per rank in the folder OUT (what HolisticTraceAnalysis reads)")
     which = p.add_mutually_exclusive_group()
@@ -256,6 +268,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
+    refuse_empty(args.out, "OUT", "a folder name" if args.per_rank else "a file name")
     trace = load_trace(args.trace)
     steady = args.steady or (args.per_rank and not args.all_iterations)
     keep = (steady_iterations(trace) or None) if steady else None
@@ -268,6 +281,6 @@ def main(args) -> int:
               "HolisticTraceAnalysis")
         return 0
     chrome = to_chrome(trace, keep)
-    Path(args.out).write_text(json.dumps(chrome))
+    write_text(json.dumps(chrome), args.out)  # whole or not at all; .gz: gzipped
     print(f"wrote {args.out}: {len(chrome['traceEvents'])} events; open it in https://ui.perfetto.dev")
     return 0

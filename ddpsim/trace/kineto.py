@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ddpsim.trace import MAX_TRACE_BYTES, TraceFormatError
 from ddpsim.trace.jsontext import GZIP_MAGIC, PROFILE_HINT, gunzip_limited, loads_limited
-from ddpsim.trace.profile_job import header, shown
+from ddpsim.trace.profile_job import event, header, shown
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # what HTA 0.5.0 does not count as computation (hta/utils/utils.py, get_kernel_type: its communication,
@@ -86,7 +86,8 @@ class Op:
 
 def _op(e: dict, i: int, name: str) -> Op:
     """``traceEvents[i]``, a complete event, as an Op; a field read of the wrong type (times, thread, args,
-    a GPU link's correlation) is a TraceFormatError naming the file and the field."""
+    a GPU link's correlation) is a TraceFormatError naming the file and the field, a negative duration one
+    naming the file and the event."""
     def bad(key: str, what: str, value) -> TraceFormatError:
         return TraceFormatError(f"{name}: traceEvents[{i}].{key} should be {what}, not {shown(value)}")
     args, cat, ts, dur = {} if e.get("args") is None else e["args"], str(e.get("cat", "")), e["ts"], e.get("dur", 0)
@@ -98,6 +99,9 @@ def _op(e: dict, i: int, name: str) -> Op:
     for key, t in (("ts", ts), ("dur", dur)):
         if type(t) not in (int, float) or not abs(t) <= MAX_US:
             raise bad(key, f"a number of microseconds within +-{MAX_US:.3g}", t)
+    if dur < 0:  # an event ending before it starts: no profiler writes one, and no span can be built on it
+        raise TraceFormatError(f"{name}: traceEvents[{i}], {event(e.get('name'), ts)}, has a negative duration "
+                               f"(dur {shown(dur)} us)")
     link = args.get("correlation")
     if cat in GPU_CATS + RUNTIME_CATS and link is not None and type(link) is not int:
         raise bad("args.correlation", "an integer", link)
@@ -285,15 +289,3 @@ class _Free:
     def take(self, index: int) -> None:
         q = bisect.bisect_left(self.indices, index)
         self.next[q] = q + 1
-
-
-def is_bitmap(op: Op, profile: Profile | None = None, gloo_run: Op | None = None) -> bool:
-    """find_unused_parameters' used-parameter map: an int32 allreduce (reducer.cpp local_used_map_),
-    by its input type (record_shapes: the collective's own, or gloo's run of it where the collective
-    names only a ``TensorList``, as torch 2.13's profiler does) or NCCL's metadata dtype."""
-    for o in (op, gloo_run):
-        types = o.args.get("Input type") if o is not None else None
-        if isinstance(types, list) and types and str(types[0]) != "TensorList":
-            return "int" in str(types[0]).lower()
-    meta = profile.named("record_param_comms", within=op) if profile is not None else []
-    return any("int" in str(m.args.get("dtype", "")).lower() for m in meta[:1])

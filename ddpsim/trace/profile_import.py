@@ -26,12 +26,13 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from ddpsim.trace.kineto import Op, Profile, is_bitmap, pair_gloo_runs, read_profile
+from ddpsim.trace.kineto import Op, Profile, pair_gloo_runs, read_profile
 from ddpsim.trace import CARRIED, Trace, TraceFormatError, from_dict
-from ddpsim.trace.profile_job import missing_ranks, one_per_rank, same_buckets, same_model
+from ddpsim.trace.profile_job import event, missing_ranks, one_per_rank, profile_files, same_buckets, same_model
 from ddpsim.trace.profile_meta import align, trace_dict
 from ddpsim.trace.clock_align import END
-from ddpsim.trace.profile_sizes import (UNKNOWN, bucket_members, bucket_sizes, collective_bytes, match_model,
+from ddpsim.trace.reader import MAX_INT
+from ddpsim.trace.profile_sizes import (UNKNOWN, bucket_members, bucket_sizes, collective_bytes, is_bitmap, match_model,
                                         params_from_ready_shapes, size_meta, tensor_shape)
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -39,21 +40,6 @@ BACKWARD_OP = "autograd::engine::evaluate_function: "
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 ALLREDUCE = "c10d::allreduce_"
 FINALIZE = "torch.distributed.ddp.reducer::copy_bucket_to_grad"  # reducer.cpp finalize_backward's copy-back
-
-
-def profile_files(paths: list[str | Path]) -> list[Path]:
-    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
-    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
-            out += found
-        else:
-            out.append(p)
-    return out
 
 
 def _ns(us: float) -> int:
@@ -66,8 +52,8 @@ class RankImport:
     def __init__(self, profile: Profile):
         self.p = profile
         self.gpu = profile.has_gpu
-        self.steps = sorted(((int(STEP.match(o.name).group(1)), o) for o in profile.cpu
-                             if o.cat == "user_annotation" and STEP.match(o.name)), key=lambda s: s[1].start)
+        with reading(profile.name):
+            self.steps = _steps(profile)
         if not self.steps:
             raise TraceFormatError(f"{profile.name} has no ProfilerStep#N spans: profile with a "
                                    "schedule and call prof.step() every iteration")
@@ -100,7 +86,7 @@ class RankImport:
         b0 = self._t(self._forward_end(step, fwd[0], bwd_start))
         grads = p.starting(ACCUMULATE, bwd_start, bwd_end)
         ready = [self._t(o.end) for o in grads]
-        shapes = [tensor_shape(o) for o in grads]
+        shapes = [tensor_shape(o, p.name) for o in grads]
         if not self.ready_shapes:
             self.ready_shapes = shapes
         elif [s for s, _ in shapes] != [s for s, _ in self.ready_shapes]:
@@ -221,7 +207,8 @@ def _import(profiles: list[Profile], paths: list[Path], model) -> Trace:
     sizes = size_meta(params_source, sources)
     raw = trace_dict(rank_dicts, params, [imp for _, imp in ranks], infos, sorted(notes), clock, paths,
                      sizes, model.spec if model is not None else None)
-    return from_dict(raw, name="imported profile")
+    more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""  # the net: the reader's checks name the files
+    return from_dict(raw, name=f"the trace imported from {paths[0]}{more}")
 
 
 @contextmanager
@@ -234,6 +221,19 @@ def reading(name):
         raise
     except Exception as e:  # noqa: BLE001 - the file named, in one line
         raise TraceFormatError(f"{name} could not be read: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from e
+
+
+def _steps(profile: Profile) -> list[tuple[int, Op]]:
+    """The profile's ``ProfilerStep#N`` spans as (N, span), in time order; an N past a trace's int64
+    iteration numbers is refused, naming the file and the span (its digits are not converted)."""
+    out = []
+    for o in profile.cpu:  # in start order
+        if o.cat == "user_annotation" and (m := STEP.match(o.name)):
+            if len(m.group(1)) > 19 or int(m.group(1)) > MAX_INT:
+                raise TraceFormatError(f"{profile.name}: {event(o.name, o.start)}: its step number is out of range "
+                                       f"(at most {MAX_INT}, a trace's int64 iteration numbers)")
+            out.append((int(m.group(1)), o))
+    return out
 
 
 def _iterations(imp: RankImport) -> list[dict]:

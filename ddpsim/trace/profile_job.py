@@ -21,14 +21,30 @@ reader's ``MAX_WORLD_SIZE``, is one TraceFormatError naming the file and the fie
 """
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
+from ddpsim import kinds
 from ddpsim.trace import TraceFormatError
 from ddpsim.trace.checks import MAX_WORLD_SIZE
 from ddpsim.trace.profile_meta import CAUTION
 from ddpsim.trace.same_run import ranks_text
 
 ONE_RUN = "import one run's profiles together (one file per rank)"
+
+
+def profile_files(paths: list[str | Path]) -> list[Path]:
+    """The profiles named, a folder standing for its ``*.json`` / ``*.json.gz`` files (as
+    ``tensorboard_trace_handler`` writes one per rank into a log folder)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise TraceFormatError(f"folder {p} holds no .json or .json.gz profiler traces")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 def one_per_rank(claims: list[tuple[int, str]]) -> None:
@@ -80,8 +96,12 @@ def same_buckets(rank_dicts: list[dict], names: list[str]) -> None:
 
 def shown(value) -> str:
     """A JSON value as a message shows it: its JSON text, cut at 40 characters."""
-    text = json.dumps(value, default=repr)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return kinds.shown(value, 40)
+
+
+def event(name, ts) -> str:
+    """A profile's event as a message names it: its name and its start (``ts``, us), as JSON text."""
+    return f"event {shown(name)} at ts {shown(ts)}"
 
 
 def _whole(value, lo: int, hi: int) -> bool:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace import TraceFormatError
+from ddpsim.trace.profile_job import event
+from ddpsim.trace.reader import MAX_BYTES
 
 UNKNOWN = "unknown"
 DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
@@ -39,33 +41,57 @@ def _dims(shape) -> bool:
     return isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
 
 
+def _numel(dims: list[int]) -> int:
+    """The elements of a tensor of these dimensions, no more than just past ``MAX_BYTES`` (one multiplication
+    per dimension, of numbers that stay small, however many dimensions a hostile profile gives)."""
+    if 0 in dims:
+        return 0
+    numel = 1
+    for d in dims:
+        numel *= d
+        if numel > MAX_BYTES:
+            return MAX_BYTES + 1
+    return numel
+
+
+def _bounded(nbytes: int, op, name: str, what: str) -> int:
+    """``nbytes``, or one TraceFormatError naming the profile and the event when no trace could hold it."""
+    if not 0 <= nbytes <= MAX_BYTES:
+        raise TraceFormatError(f"{name}: {event(op.name, op.start)}: its {what} gives "
+                               f"{'more than ' if nbytes > MAX_BYTES else ''}{min(nbytes, MAX_BYTES)} bytes; a trace "
+                               f"holds sizes from 0 to {MAX_BYTES} (1 PiB)")
+    return nbytes
+
+
 def collective_bytes(op, profile) -> tuple[int | None, str]:
     """(bytes, where they came from) of a ``c10d::allreduce_`` (a kineto ``Op`` of a ``Profile``):
     NCCL's ``record_param_comms`` (``In msg nelems`` x the dtype's size) inside it, present without
-    ``record_shapes``; else its ``Input Dims`` (record_shapes) as float32; else (None, "unknown")."""
+    ``record_shapes``; else its ``Input Dims`` (record_shapes) as float32; else (None, "unknown").
+    A size no trace holds (negative, past ``MAX_BYTES``) is a TraceFormatError naming the file and event."""
     for inner in profile.named("record_param_comms", within=op):
         n = inner.args.get("In msg nelems")
         if isinstance(n, int) and not isinstance(n, bool):
-            return n * DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4), "nccl metadata"
+            size = DTYPE_BYTES.get(str(inner.args.get("dtype", "float")).lower(), 4)
+            return _bounded(n * size, inner, profile.name, "args.\"In msg nelems\""), "nccl metadata"
     dims = op.args.get("Input Dims")
     if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and _dims(dims[0][0]):
-        numel = 1
-        for d in dims[0][0]:
-            numel *= d
-        return numel * 4, "profile shapes"
+        return _bounded(_numel(dims[0][0]) * 4, op, profile.name, "args.\"Input Dims\""), "profile shapes"
     return None, UNKNOWN
 
 
-def tensor_shape(op) -> tuple[list[int] | None, str]:
-    """(shape, dtype) of an op's first input, from record_shapes' ``Input Dims`` / ``Input type``."""
+def tensor_shape(op, name: str = "profile") -> tuple[list[int] | None, str]:
+    """(shape, dtype) of an op's first input, from record_shapes' ``Input Dims`` / ``Input type``; no shape
+    where the dimensions are not integers >= 0. A tensor no trace holds is a TraceFormatError naming
+    ``name`` (the profile) and the event."""
     dims, types = op.args.get("Input Dims"), op.args.get("Input type")
-    shape = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
-    if shape is not None and not all(isinstance(d, int) for d in shape):
-        shape = None
+    shape = dims[0] if isinstance(dims, list) and dims and _dims(dims[0]) else None
     dtype = str(types[0]) if isinstance(types, list) and types else "float"
     dtype = {"float": "float32", "half": "float16", "double": "float64",
              "c10::bfloat16": "bfloat16", "c10::half": "float16"}.get(dtype.lower(), dtype.lower())
-    return shape, dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
+    dtype = dtype if dtype in SCALAR_TYPES else "float32"  # a type the profile names oddly
+    if shape is not None:
+        _bounded(_numel(shape) * DTYPE_BYTES.get(dtype, 4), op, name, "args.\"Input Dims\"")
+    return shape, dtype
 
 
 def params_from_ready_shapes(shapes: list[tuple]) -> list[dict]:
@@ -172,3 +198,15 @@ def unknown_sizes(trace) -> str | None:
     name = trace.meta.get("model") or "this trace"
     return (f"{name}: the {' and '.join(missing)} sizes are unknown (a profile taken without "
             f"record_shapes), and a simulation needs them: {HOW_TO_KNOW}")
+
+
+def is_bitmap(op, profile=None, gloo_run=None) -> bool:
+    """find_unused_parameters' used-parameter map (``op`` a kineto ``Op`` of a ``Profile``): an int32 allreduce (reducer.cpp local_used_map_),
+    by its input type (record_shapes: the collective's own, or gloo's run of it where the collective
+    names only a ``TensorList``, as torch 2.13's profiler does) or NCCL's metadata dtype."""
+    for o in (op, gloo_run):
+        types = o.args.get("Input type") if o is not None else None
+        if isinstance(types, list) and types and str(types[0]) != "TensorList":
+            return "int" in str(types[0]).lower()
+    meta = profile.named("record_param_comms", within=op) if profile is not None else []
+    return any("int" in str(m.args.get("dtype", "")).lower() for m in meta[:1])

@@ -11,7 +11,7 @@ from typing import Any
 
 from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace.jsontext import GZIP_MAGIC, MAX_DEPTH, PROFILE_HINT, gunzip_limited, json_depth, loads_limited
-from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_meta
+from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_logging_data, check_meta
 from ddpsim.trace.hookfields import hook_fields
 from ddpsim.trace.types import (CARRIED, FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
@@ -242,7 +242,8 @@ class _Reader:
             layouts=[self.layout(x, f"{path}.layouts[{i}]") for i, x in enumerate(g("layouts", list))],
             iterations=[self.iteration(x, f"{path}.iterations[{i}]")
                         for i, x in enumerate(g("iterations", list))],
-            ddp_logging_data=g("ddp_logging_data", dict, True), join=self.join(d, path),
+            ddp_logging_data=check_logging_data(self, g("ddp_logging_data", dict, True), f"{path}.ddp_logging_data"),
+            join=self.join(d, path),
         )
 
     def join(self, d, path):

@@ -1,13 +1,54 @@
-"""Writing a trace: only what the reader accepts (whatever ddpsim writes, it reads back)."""
+"""Writing a trace: only what the reader accepts (whatever ddpsim writes, it reads back), and any file
+ddpsim writes whole or not at all (``write_text``)."""
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 from pathlib import Path
 
 from ddpsim.trace.reader import parse_trace
 from ddpsim.trace.types import Trace, TraceFormatError
+
+
+def refuse_empty(path, flag: str, what: str = "a file name") -> None:
+    """One line for an empty output path, before any work: it names no file (``Path("")`` is the
+    current folder, where a folder's files would land)."""
+    if path is not None and str(path) == "":
+        raise ValueError(f"{flag} wants {what}, not an empty one")
+
+
+def write_text(text: str, path: str | Path) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all: a temporary file beside it, then
+    ``os.replace``; a full disk, a file-size limit or a kill mid-write leaves the old file (or none),
+    never part of one. A name ending in ``.gz`` is written gzipped (the reader inflates it). An
+    OSError names ``path`` as given, not the temporary file."""
+    given = str(path)
+    if not given:
+        raise ValueError("no file to write: the path is empty")
+    path = Path(os.path.realpath(path))  # through a symlink to its file, as a shell's > writes: not over the link
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", given)
+    if path.exists() and not path.is_file():  # a FIFO or a device: replacing it would remove it
+        raise OSError(errno.EINVAL, "not a regular file (ddpsim writes a file whole)", given)
+    data = text.encode("utf-8")
+    if given.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)  # mtime 0: the same input gives the same bytes
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        why = e.strerror
+        if e.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS) and path.parent.is_dir():
+            why += f" (its folder {path.parent} takes no new file, which ddpsim writes first to replace it whole)"
+        raise OSError(e.errno, why, given) from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # where it could not be made (a read-only folder): the first error is the one to say
+            pass
 
 
 def write_trace_dict(raw: dict, path: str | Path) -> Trace:
@@ -19,20 +60,7 @@ def write_trace_dict(raw: dict, path: str | Path) -> Trace:
         trace = parse_trace(text, name=str(path))
     except TraceFormatError as e:
         raise TraceFormatError(f"not writing {path}: it would not load back ({e})") from None
-    given = str(path)
-    path = Path(os.path.realpath(path))  # through a symlink to its file, as a shell's > writes: not over the link
-    if path.is_dir():  # named as the user gave it, not as the temporary file beside it
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", given)
-    if path.exists() and not path.is_file():  # a FIFO or a device: replacing it would remove it
-        raise OSError(errno.EINVAL, "not a regular file (a trace is written whole, to a file)", given)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all: a kill mid-write
-    try:  # leaves the old file (or none), never half a trace
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as e:  # named as the user gave it, not as the temporary file beside it
-        raise OSError(e.errno, e.strerror, given) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text(text, path)
     return trace
 
 
