@@ -97,6 +97,16 @@ def test_the_tiny_profile_imports(tmp_path, capsys):
     assert "1 rank(s), 1 iterations per rank" in capsys.readouterr().out
 
 
+def test_a_profile_that_repeats_a_key_imports_as_json_reads_it(tmp_path, capsys):
+    """Note [One key, one value]: a ddpsim trace refuses a repeated key; a profile, another program's output,
+    keeps the last value, as json does (and its import's own trace, written once per key, loads back)."""
+    path = profile(tmp_path)
+    path.write_text(path.read_text().replace('"pid": 1,', '"pid": 5, "pid": 1,', 1))
+    assert '"pid": 5, "pid": 1,' in path.read_text()
+    assert cli(["import", str(path), "--out", str(tmp_path / "out.json")]) == 0
+    assert "1 rank(s), 1 iterations per rank" in capsys.readouterr().out
+
+
 def test_a_world_size_past_the_readers_cap_is_refused(tmp_path, capsys):
     line = refused(capsys, tmp_path, profile(tmp_path, world_size=10**9))
     assert "rank0.json: distributedInfo.world_size should be an integer from 1 to 10,000,000, not 1000000000" in line

@@ -66,6 +66,9 @@ def test_the_backwards_cpu_time_round_trips_and_is_written_only_where_measured(t
     (lambda s: s.replace('"source":"real"', '"source":"guess"').replace('"source": "real"', '"source": "guess"'),
      "source must be"),
     (lambda s: s.replace('"bucket":1,', '"bucket":7,', 1), "bucket 7 is not in the layout in force (3 buckets)"),
+    # Note [One key, one value]: a second "meta" was simulated silently at its world size
+    (lambda s: s[:-1] + ',"meta":{"world_size":64}}', 'names the key "meta" twice in one object'),
+    (lambda s: s.replace('"bucket":1,', '"bucket":1,"bucket":2,', 1), 'names the key "bucket" twice'),
 ])
 def test_bad_files_raise_one_line_trace_format_error(tmp_path, mangle, expected):
     text = open(FIXTURE).read()

@@ -51,7 +51,7 @@ def read_profile(path: str | Path) -> dict:
             raise TraceFormatError(f"{path} is {size / 2**20:.0f} MiB; the limit is {MAX_TRACE_BYTES / 2**20:.0f} MiB")
         raw = path.read_bytes()
         data = loads_limited((gunzip_limited(raw, MAX_TRACE_BYTES, name) if raw[:2] == GZIP_MAGIC else raw)
-                             .decode("utf-8"), name)
+                             .decode("utf-8"), name, unique_keys=False)  # Note [One key, one value]
     except OSError as e:
         raise TraceFormatError(f"cannot read profile {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
