@@ -200,6 +200,10 @@ def check_launch(world_sizes: list[int], timeout_s: float, save: str | None) -> 
 
 def main(args) -> int:
     from ddpsim.trace import load_trace
+    from ddpsim.trace.writer import refuse_empty
+
+    refuse_empty(args.out, "--out")  # an empty --out read as "not given" overwrote --trace
+    refuse_empty(args.save, "--save")
 
     try:
         sizes = [int(float(s) * 1024) for s in args.sizes_kb.split(",") if s.strip()]

@@ -146,6 +146,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main(args) -> int:
+    from ddpsim.trace.writer import refuse_empty
+
+    refuse_empty(getattr(args, "json", None), "--json")
     rows = run(args.dir, [m for m in args.models.split(",") if m], args.iters)
     print(table(rows))
     if getattr(args, "json", None):

@@ -156,6 +156,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ddpsim.experiments.profile_variants", description=__doc__.split("\n")[0])
     p.add_argument("--out", help="folder for the derived profiles (default: a temporary one)")
     args = p.parse_args(argv)
+    if args.out == "":
+        p.error("--out wants a folder name, not an empty one")
     if args.out:
         print(table(run(Path(args.out))))
     else:

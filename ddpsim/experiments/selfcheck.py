@@ -209,6 +209,9 @@ def line(row: dict) -> str:
 
 
 def main(args) -> int:
+    from ddpsim.trace.writer import refuse_empty
+
+    refuse_empty(args.out, "--out", "a folder name")
     if not 2 <= args.iters <= 1000:
         raise CLIError(f"--iters must be between 2 and 1000, not {args.iters}")
     env = environment(args.gpu)

@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  "recorder calls) to open in the app")
     p.add_argument("--quiet", action="store_true", help="print only the total")
     args = p.parse_args(argv)
+    if "" in (args.json, args.keep):  # an empty path names no file: Path("") is the current folder
+        print(f"ddpsim.grade: error: --{'json' if args.json == '' else 'keep'} wants a path, not an empty one",
+              file=sys.stderr)
+        return 2
     path = Path(args.student_file)
     if not path.is_file():
         print(f"ddpsim.grade: error: {path} does not exist", file=sys.stderr)
