@@ -33,6 +33,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _main_module_kept():
+    """streamlit's AppTest runs its script as ``__main__`` and leaves it in ``sys.modules``; a rank started
+    later in the same worker (multiprocessing's forkserver or spawn re-runs the parent's ``__main__`` from its
+    file) then ran AppTest.from_function's temporary script and died: "NameError: name '__args' is not
+    defined". Every test ends with the worker's own ``__main__``."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
+
+
+@pytest.fixture(autouse=True)
 def _own_runs_folder(tmp_path, monkeypatch):
     """The app's recordings folder (ddpsim.app.jobs.runs_dir) is the test's own: the trace chooser
     lists what it holds, and a shared /tmp/ddpsim-runs would carry recordings from one test to another."""
