@@ -32,6 +32,7 @@ Python comm hook on the GPU: torch's timer there records CUDA events).
 from __future__ import annotations
 
 from ddpsim.trace import Iteration, RankTrace, Trace
+from ddpsim.trace.checks import is_int64
 
 NS = 1e-9  # seconds per nanosecond
 # logging-data key -> what the line calls it, in the order a step runs
@@ -45,7 +46,7 @@ def logged_iteration(trace: Trace, rank: RankTrace) -> Iteration | None:
     there is nothing to compare (the Note's last paragraph)."""
     data = rank.ddp_logging_data or {}
     n = data.get("iteration")  # the reader checks these keys' types; a trace built in memory is not read
-    if not _count(n) or n < 1 or not all(_count(data.get(k)) for k in KEYS) or data.get("has_error"):
+    if not is_int64(n) or n < 1 or not all(is_int64(data.get(k)) for k in KEYS) or data.get("has_error"):
         return None
     host_timed = (trace.meta.get("timebase") or {}).get("backward") != "gpu"
     if host_timed and (trace.meta.get("placement") or {}).get("device") == "cuda":
@@ -55,11 +56,6 @@ def logged_iteration(trace: Trace, rank: RankTrace) -> Iteration | None:
     if it is None or not it.buckets or any(b.launch_ns is None for b in it.buckets):
         return None
     return None if host_timed and any(b.launch_end_ns is None for b in it.buckets) else it
-
-
-def _count(v) -> bool:
-    """``v`` is a duration or count torch's logger writes: an int64 integer (not a bool, never null)."""
-    return type(v) is int and -2**63 <= v < 2**63
 
 
 def recorded_as_torch(it: Iteration, delayed: bool = False) -> dict[str, float]:

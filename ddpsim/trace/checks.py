@@ -75,12 +75,17 @@ def check_meta(r, meta: dict) -> None:
         check_runnable(r, meta["options"])
 
 
+def is_int64(v) -> bool:
+    """An integer a trace can hold: int64, as every integer field (not a bool)."""
+    return type(v) is int and -2**63 <= v < 2**63
+
+
 def check_logging_data(r, data: dict | None, path: str) -> dict | None:
     """``data`` (a rank's ``ddp_logging_data``, or None), its keys that analyses read checked: present, each
     is an int64 integer (a flag may be true/false), never null. ``path`` names the field."""
     for key in (LOGGED_INTS + LOGGED_FLAGS) if data is not None else ():
         v = data.get(key, 0)
-        if not (type(v) is int and -2**63 <= v < 2**63 or key in LOGGED_FLAGS and type(v) is bool):
+        if not (is_int64(v) or key in LOGGED_FLAGS and type(v) is bool):
             what = "an integer" + (" or true/false" if key in LOGGED_FLAGS else " within int64")
             r.fail(f"{path}.{key}", f"should be {what}, not {v!r:.40}")
     return data

@@ -11,7 +11,7 @@ from typing import Any
 
 from ddpsim.buckets import SCALAR_TYPES
 from ddpsim.trace.jsontext import GZIP_MAGIC, MAX_DEPTH, PROFILE_HINT, gunzip_limited, json_depth, loads_limited
-from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_logging_data, check_meta
+from ddpsim.trace.checks import MAX_WORLD_SIZE, check_consistency, check_logging_data, check_meta, is_int64
 from ddpsim.trace.hookfields import hook_fields
 from ddpsim.trace.types import (CARRIED, FORMAT, SOURCES, VERSION, Bucket, BucketEvent, Collective, GradReady, Iteration,
                                 JoinRecord, Layout, Param, RankTrace, ShadowStep, Span, Trace, TraceFormatError)
@@ -126,7 +126,7 @@ class _Reader:
         if typ is float:
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         elif typ is int:
-            ok = type(v) is int and -MAX_INT - 1 <= v <= MAX_INT
+            ok = is_int64(v)
         else:
             ok = isinstance(v, typ) and (typ is bool or not isinstance(v, bool))
         if not ok:
