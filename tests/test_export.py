@@ -190,3 +190,22 @@ def test_an_empty_output_path_is_refused_and_nothing_is_written(tmp_path, capsys
     what = "a folder name" if per_rank else "a file name"
     assert capsys.readouterr().err == f"ddpsim export: error: OUT wants {what}, not an empty one\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_per_rank_export_refuses_a_folder_holding_other_ranks_files(tmp_path):
+    """HTA reads every rank file of the folder as one run: rank2.json and rank3.json left by an earlier
+    4-rank export would join this 2-rank trace's, so the export refuses the folder and changes nothing in it;
+    the same ranks again are simply written over."""
+    ranks = tmp_path / "ranks"
+    assert _cli("export", "--chrome", FIXTURE, str(ranks), "--per-rank").returncode == 0
+    for r in (2, 3):
+        (ranks / f"rank{r}.json").write_text(f"an earlier export's rank {r}")
+    before = {p.name: p.read_bytes() for p in ranks.iterdir()}
+    result = _cli("export", "--chrome", FIXTURE, str(ranks), "--per-rank", "--all-iterations")
+    assert result.returncode == 2 and result.stderr == (
+        f"ddpsim export: error: {ranks} already holds rank2.json, rank3.json, which this 2-rank trace would not "
+        "overwrite (HTA would read them as ranks of this run): export into an empty folder or remove them\n")
+    assert {p.name: p.read_bytes() for p in ranks.iterdir()} == before
+    for r in (2, 3):
+        (ranks / f"rank{r}.json").unlink()
+    assert _cli("export", "--chrome", FIXTURE, str(ranks), "--per-rank", "--all-iterations").returncode == 0

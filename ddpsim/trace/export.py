@@ -38,6 +38,7 @@ they do not know. ``load_trace``, the app and ``ddpsim import`` read such a file
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ddpsim.analysis import steady_cycles
@@ -235,6 +236,7 @@ def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | Non
     if str(out_dir) == "":  # Path("") is the current folder
         raise ValueError("no folder to export into: the path is empty")
     out_dir = Path(out_dir)
+    _refuse_other_ranks(out_dir, {r.rank for r in trace.ranks})
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     lowest = min(r.rank for r in trace.ranks)  # its file carries the trace
@@ -249,6 +251,16 @@ def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | Non
                                    f"{len(trace.ranks)} not written)", e.filename) from None
         paths.append(path)
     return paths
+
+
+def _refuse_other_ranks(out_dir: Path, ranks: set[int]) -> None:
+    """Refuse, before writing, a folder holding ``rank<R>.json`` for a rank this trace lacks (an earlier export of
+    a larger run): HTA would read it as part of this run, and removing the user's files is not ours to do."""
+    found = (re.fullmatch(r"rank(\d+)\.json", p.name) for p in (out_dir.iterdir() if out_dir.is_dir() else ()))
+    if others := sorted(int(m.group(1)) for m in found if m and int(m.group(1)) not in ranks):
+        names = ", ".join(f"rank{r}.json" for r in others[:3]) + (f" and {len(others) - 3} more" if others[3:] else "")
+        raise ValueError(f"{out_dir} already holds {names}, which this {len(ranks)}-rank trace would not overwrite "
+                         "(HTA would read them as ranks of this run): export into an empty folder or remove them")
 
 
 def add_arguments(p) -> None:
