@@ -114,6 +114,7 @@ def test_table_keeps_a_dotted_name(tmp_path):
     (["--grid", "--iters", "0"], "--iters must be at least 1, not 0"),
     (["--extrapolate", "--iters", "0"], "--iters must be at least 1, not 0"),
     (["--grid", "--record-iters", "0"], "--record-iters must be at least 1, not 0"),
+    (["--grid", "--iters", "2000000"], "--iters must be at most 1,000,000 synced steps, not 2000000"),
     (["--trace", "ddpsim/samples/01_mlp_torch_default.json", "--iters", "0"], "--iters must be at least 1"),
     (["--grid", "--world-sizes", ""], "--grid needs at least one world size"),
     (["--extrapolate", "--world-sizes", ""], "--world-sizes needs world sizes >= 2"),

@@ -37,6 +37,7 @@ import sys
 from ddpsim.experiments.compare import METRICS, parse_jitter
 from ddpsim.learn.extract import DRAWN_ITERS, STEADY_ITERS
 from ddpsim.learn.jitter import pick_jitter
+from ddpsim.sim.budget import LIMITS
 from ddpsim.trace import save_trace
 from ddpsim.trace.writer import refuse_empty
 
@@ -132,6 +133,8 @@ def main(args) -> int:
     for flag, value in (("--iters", args.iters), ("--record-iters", args.record_iters)):
         if value is not None and value < 1:  # given: checked, never replaced by a default
             raise ValueError(f"{flag} must be at least 1, not {value}")
+    if args.iters is not None and args.iters > LIMITS["iters"][1]:  # checked before --grid records anything
+        raise ValueError(f"--iters must be at most {LIMITS['iters'][1]:,} {LIMITS['iters'][2]}, not {args.iters}")
     refuse_empty(args.out, "--out")  # --grid's OUT.csv would be a hidden .csv here
     if args.extrapolate:
         from ddpsim.experiments.extrapolate import RECORD_ITERS, main_extrapolate
