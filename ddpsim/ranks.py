@@ -47,6 +47,8 @@ import time
 import traceback
 from pathlib import Path
 
+from ddpsim.mainscript import script_hidden
+
 
 class RankFailure(RuntimeError):
     """A rank raised, died or timed out; ``.rank`` and ``.error`` say which and why."""
@@ -127,7 +129,8 @@ def run_ranks(fn, world_size: int = 2, args: tuple = (), timeout: float = 120.0,
             for r in range(world_size):
                 p = ctx.Process(target=_entry, args=(payload, r, world_size, os.path.join(folder, "store"),
                                                      results, environ), daemon=True)
-                p.start()
+                with script_hidden(needed=b"__main__" in payload):  # Note [A rank runs none of the caller's script]
+                    p.start()
                 procs.append(p)  # started: _stop can join it
         while len(outs) < world_size:
             try:
@@ -182,9 +185,7 @@ def process_context(start_method: str):
     or spawn: asked for, or where there is no forkserver."""
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', not {start_method!r}")
-    if start_method == "spawn":
-        return mp.get_context("spawn")
-    return forkserver_context() or mp.get_context("spawn")
+    return (start_method == "forkserver" and forkserver_context()) or mp.get_context("spawn")
 
 
 def forkserver_context():
@@ -217,7 +218,6 @@ def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent dies, so no rank is orphaned."""
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

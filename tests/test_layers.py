@@ -16,7 +16,8 @@ PACKAGE = ROOT / "ddpsim"
 # bottom to top: layer name -> its components, each a list of module prefixes
 LAYERS: list[tuple[str, dict[str, list[str]]]] = [
     ("torch's private APIs", {"torchcompat": ["ddpsim.torchcompat"]}),
-    ("shared ideas", {"errors": ["ddpsim.errors", "ddpsim.kinds"], "buckets": ["ddpsim.buckets", "ddpsim.bucket_hashmap"], "ranks": ["ddpsim.ranks", "ddpsim.forkserver_exit", "ddpsim.proctree"],
+    ("shared ideas", {"errors": ["ddpsim.errors", "ddpsim.kinds"], "buckets": ["ddpsim.buckets", "ddpsim.bucket_hashmap"],
+                      "ranks": ["ddpsim.ranks", "ddpsim.forkserver_exit", "ddpsim.proctree", "ddpsim.mainscript"],
                       "events": ["ddpsim.events", "ddpsim.heartbeat"], "models": ["ddpsim.models"]}),
     # ddpsim/trace/ is the trace family; its export (Chrome/HTA out) reads analyses, so it sits above them
     ("trace format", {"trace": ["ddpsim", "ddpsim.trace"], "samples": ["ddpsim.samples"]}),

@@ -124,3 +124,31 @@ def test_ranks_and_their_server_die_with_a_killed_caller(tmp_path, monkeypatch):
         assert list(tmp_path.glob("ddpsim-ranks-*")) == [], "the next caller removed it, and its own"
     finally:
         end_group(proc, grace_s=0)
+
+
+@pytest.mark.slow  # real gloo ranks
+def test_a_rank_runs_none_of_a_host_script_unless_its_function_lives_there(tmp_path, monkeypatch):
+    """Note [A rank runs none of the caller's script] (ddpsim/mainscript.py): Streamlit puts the app's script in
+    sys.modules as ``__main__``, and each rank of a measurement started from a page ran the whole app again.
+    A function the caller's own script defines still reaches the ranks (they need that script)."""
+    import operator
+    import subprocess
+    import sys
+    import types
+
+    from childenv import child_env
+
+    app = tmp_path / "app_like.py"
+    app.write_text("open(__file__ + '.ran', 'a').write('ran\\n')\n")
+    host_main = types.ModuleType("__main__")
+    host_main.__file__ = str(app)
+    monkeypatch.setitem(sys.modules, "__main__", host_main)  # what streamlit's script runner does
+    assert run_ranks(operator.add, 2, timeout=120) == [2, 3]  # fn(rank, world_size)
+    assert sys.modules["__main__"] is host_main and not (tmp_path / "app_like.py.ran").exists()
+    script = tmp_path / "own.py"
+    script.write_text("from ddpsim.ranks import run_ranks\n"
+                      "def square(rank, world_size):\n    return rank * rank\n"
+                      "if __name__ == '__main__':\n    print(run_ranks(square, 2, timeout=120))\n")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=180, env=child_env())
+    assert result.returncode == 0 and result.stdout == "[0, 1]\n", result.stderr[-2000:]

@@ -22,14 +22,8 @@ ddpsim.record.worker``. Forking is safe there in principle (the server imported 
 initialised CUDA, and CUDA_VISIBLE_DEVICES is read when CUDA starts), but forked ranks have not
 run on a GPU machine, and there a rank's start-up is small beside its work.
 
-Note [A rank runs none of the caller's script]: multiprocessing runs the parent's main script
-again in each child it starts (as ``__mp_main__``), so that functions defined there can be
-unpickled. A rank needs nothing from it (its target is ``_rank_main`` here), and a user's script
-that calls ``record`` without an ``if __name__ == "__main__":`` guard would start ranks from
-every rank, which multiprocessing stops with an error. While a rank is started, the launcher's
-``__main__`` is replaced by an empty module, which multiprocessing does not re-import (one start at
-a time: ``record_in_turns`` records from several threads). Other threads see the empty module
-meanwhile: milliseconds, or on the first start, while the server imports torch, seconds.
+Note [A rank runs none of the caller's script] (``ddpsim/mainscript.py``): while a rank is started, the
+launcher's ``__main__`` is an empty module, which multiprocessing does not run again in the rank.
 
 What else a forked rank has that a started one would not: the launcher's ``sys.argv`` (so
 ``meta.command`` is the command that called ``record``) and interpreter flags; the hash seed of
@@ -46,13 +40,11 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
-import threading
-import types
 import weakref
 
 from ddpsim import ranks
+from ddpsim.mainscript import script_hidden
 
-_STARTING = threading.Lock()  # one start at a time: the __main__ swap is the whole process's
 _LIVE: "weakref.WeakSet[ForkedRank]" = weakref.WeakSet()  # killed at exit if the launcher left any
 _WATCHING = 0  # the pid of the process whose exit kills its ranks left running (_watch_exit)
 
@@ -62,13 +54,8 @@ class ForkedRank:
 
     def __init__(self, ctx, argv: list[str], env: dict[str, str], log: str):
         self._proc = ctx.Process(target=_rank_main, args=(argv, env, log), name=f"ddpsim rank {env['RANK']}")
-        with _STARTING:
-            main = sys.modules["__main__"]
-            sys.modules["__main__"] = types.ModuleType("__main__")  # Note [A rank runs none of the caller's script]
-            try:
-                self._proc.start()
-            finally:
-                sys.modules["__main__"] = main
+        with script_hidden():  # Note [A rank runs none of the caller's script]
+            self._proc.start()
         self.pid = self._proc.pid
         self.args, self.started_by = argv, os.getpid()
         _watch_exit()
