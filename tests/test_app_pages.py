@@ -62,6 +62,7 @@ def test_timeline_shows_torchs_own_timing_of_the_iteration_it_logged():
     """The bundled MLP's logging data times iteration 3 (Note [Torch's logger as a second clock]): there the
     page shows torch's figures beside the recording's; at iteration 2 it says nothing of them."""
     from ddpsim.analysis.torch_logger import against_torch_logger
+    from ddpsim.app import timeline_notes as notes
     from ddpsim.trace import load_trace
 
     at = page("timeline.py")
@@ -74,6 +75,7 @@ def test_timeline_shows_torchs_own_timing_of_the_iteration_it_logged():
     row = against_torch_logger(load_trace(samples.sample_path("01_mlp_torch_default")))[0]
     assert f"communication {row['torch']['backward_comm_time'] * 1e3:.1f} ms" in said[0]
     assert f"communication {row['recorded']['backward_comm_time'] * 1e3:.1f} ms" in said[0]
+    assert said[0].endswith(notes.LOGGER_OVERLAP)  # two figures called overlap, told apart
     next(s for s in at.select_slider if s.key.startswith("ddpsim_iteration:")).set_value(2).run()
     ok(at)
     assert not any(c.value.startswith("torch's own DDP logger") for c in at.caption)

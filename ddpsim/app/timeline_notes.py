@@ -156,7 +156,12 @@ def torch_logger(trace: Trace, iteration: int) -> str | None:
     row = rows[0]
     return (f"torch's own DDP logger (`_get_ddp_logging_data`) timed this iteration on rank {row['rank']}: "
             f"{_durations(row['torch'])}. This recording, measured as torch measures (its backward compute "
-            f"ends after the last bucket's launch): {_durations(row['recorded'])}.")
+            f"ends after the last bucket's launch): {_durations(row['recorded'])}. {LOGGER_OVERLAP}")
+
+
+LOGGER_OVERLAP = ("torch's \"overlap\" is a duration, from the first bucket's launch to the end of the backward "
+                  "compute; \"Comm. overlapped with compute\" above is HTA's: the share of the communication's time "
+                  "that ran under compute.")
 
 
 def _durations(seconds: dict) -> str:
