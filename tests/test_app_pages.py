@@ -185,7 +185,7 @@ def test_whatif_gpu_model_sweep_and_keep_for_compare():
     at.button(key="ddpsim_wi:synthetic:v100-eth25:resnet50:keep").click().run()
     ok(at)
     kept = [k for k in at.session_state["ddpsim_uploads"] if k.startswith("simulated: ")]
-    assert len(kept) == 1
+    assert len(kept) == 2 and kept[1] == "simulated: resnet50 on v100 unchanged", kept  # its reference beside it
     at.switch_page(PAGES + "compare.py").run()
     assert kept[0] in at.selectbox(key="ddpsim_source").options
     at.multiselect(key="ddpsim_compare_runs").set_value([SIM, kept[0]]).run()

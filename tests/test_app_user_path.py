@@ -296,3 +296,21 @@ def test_a_gpu_recording_moves_to_another_world_size_on_its_own_node():
     assert "--hardware" not in next(c.value for c in at.code if c.value.startswith("python -m ddpsim simulate"))
     widget(at, "selectbox", ":net").set_value("nvlink").run()
     assert {m.label: (m.value, m.delta) for m in at.metric} == default
+
+
+def test_a_kept_what_if_is_compared_against_the_what_if_pages_own_reference():
+    """A 0.25 MiB cap kept on the mlp sample read "Δ exposed -2.7 ms" on the What-if page and -4.5 ms on Compare,
+    whose reference was the recording: the replay's own error came along. The unchanged configuration, simulated,
+    is kept beside it and opens first, so Compare's Δ is the page's; the recording follows (its Δ: the replay's)."""
+    at = on_page(MLP, "whatif.py")
+    widget(at, "select_slider", ":cap").set_value(0.25).run()
+    shown = {m.label: m for m in at.metric}["Iteration time"]
+    next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
+    kept = at.session_state["ddpsim_last_kept"]
+    at.switch_page("ddpsim/app/pages/compare.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    chosen = at.multiselect(key="ddpsim_compare_runs").value
+    assert len(chosen) == 3 and chosen[1] == kept and chosen[2] == MLP, chosen
+    assert chosen[0].endswith("unchanged") and "cap=" not in chosen[0], chosen
+    table = at.dataframe[0].value
+    assert float(table["Δ iteration (ms)"][1]) == pytest.approx(float(shown.delta.split()[0]), abs=0.15), shown.delta

@@ -12,6 +12,8 @@ Session keys (all prefixed ``ddpsim_``):
                    (``jobs.kept_recordings``, partial ones too): they stay in the chooser after a reload
   ddpsim_own_runs  the files of the recordings this session made (among ddpsim_uploads)
   ddpsim_wi_networks  {trace_key: calibration}: the allreduces the What-if page measured for a trace
+  ddpsim_last_kept  the run the What-if page kept last; ddpsim_last_kept_with: (its unchanged configuration kept
+                   beside it, the trace it came from or None): the Compare page opens with them
   ddpsim_wi...     the What-if page's widgets, kept while another page is shown (``keep_widgets``)
 """
 from __future__ import annotations
@@ -58,10 +60,13 @@ def add_trace(label: str, trace: Trace, select: bool = True) -> str:
 
 def keep_trace(label: str, trace: Trace, key: str) -> str:
     """Keep a simulated run under ``label`` without opening it. ``key`` says what was simulated (the
-    source, its measured network, the configuration): the same again keeps its name; another run already
-    kept under that name (the same choices before a network was measured) stays, and this one gets
-    ``label (2)``."""
+    source, its measured network, the configuration): a run already kept keeps its name (a what-if left
+    unchanged is its reference, kept beside an earlier what-if); another run already kept under that name
+    (the same choices before a network was measured) stays, and this one gets ``label (2)``."""
     keys = st.session_state.setdefault("ddpsim_kept_keys", {})
+    same = next((name for name, k in keys.items() if k == key), None)
+    if same in st.session_state.get("ddpsim_uploads", {}):
+        return same
     if label in st.session_state.get("ddpsim_uploads", {}) and keys.get(label) != key:
         label = next((name for name, k in keys.items() if k == key), None) or free_label(label)
     keys[label] = key

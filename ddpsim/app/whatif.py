@@ -212,6 +212,7 @@ class Outcome:
     rank_spread: float = 0.0  # the what-if's rank-to-rank spread: drawn, or its replayed ranks' as measured
     spread_source: str = ""
     replay_summary: dict | None = None  # the run replayed, where ``unchanged`` draws its ranks as the what-if does
+    unchanged_cfg: SimConfig | None = None  # what ``unchanged`` simulated (the Compare page keeps it by it)
 
     @property
     def replayed(self) -> dict:
@@ -274,7 +275,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(replayed or unchanged_summary, recorded) if recorded else None, noise, n,
                    cautions(base, trace, cfg, work) + hook_cautions.powersgd_gloo_caution(trace, cfg, summary), waits,
-                   cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed)
+                   cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed, unchanged_cfg)
 
 
 # Note [The unchanged run is simulated as the what-if is]

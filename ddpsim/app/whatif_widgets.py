@@ -83,6 +83,12 @@ def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, netw
                      f"{network}", *filter(None, extra)])
 
 
+def unchanged_name(who: str, at_median_speed: bool) -> str:
+    """The name of the unchanged configuration kept beside a what-if: the What-if page's own reference, which the
+    Compare page puts first so that its Δ is the page's (the recording's Δ against it is the replay's error)."""
+    return f"{SIMULATED_PREFIX}{who} unchanged" + (", every rank at the median speed" if at_median_speed else "")
+
+
 def nccl_algos(base: Base, world: int) -> list[str]:
     """The NCCL algorithms a GPU model can run at ``world`` ranks ("auto": NCCL's choice, always offered):
     NVLS only inside one node with NVLink SHARP, NVLS-tree only across such nodes (``nccl.runs``)."""

@@ -15,8 +15,11 @@ if len(options) < 2:
 current = st.session_state.get("ddpsim_source")
 default = [current] if current in options else []
 kept = st.session_state.get("ddpsim_last_kept")  # the run just kept on the What-if page, if any
+twin, source = st.session_state.get("ddpsim_last_kept_with", (None, None))  # its unchanged configuration, its trace
+if kept in options and twin in options and twin != kept:  # Δ against the What-if page's reference; the recording
+    default = list(dict.fromkeys([twin, kept] + ([source] if source in options else [])))
 default += [kept] if kept in options and kept not in default else []
-default += [o for o in options if o not in default][: 2 - len(default)]
+default += [o for o in options if o not in default][: max(0, 2 - len(default))]
 chosen = st.multiselect("Runs (the first is the reference)", options, default=default, format_func=pretty,
                         key="ddpsim_compare_runs", help="Any mix of real and simulated runs.")
 traces = [(label, t) for label in chosen if (t := get_trace(label)) is not None]

@@ -156,7 +156,11 @@ if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
     name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo, small)
     name = keep_trace(name, out.sim, f"{source_key}:{cache.config_key(cfg)}")
-    st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it beside the open trace
+    twin = name if cache.config_key(cfg) == cache.config_key(out.unchanged_cfg) else keep_trace(
+        widgets.unchanged_name(who, out.replay_summary is not None), out.unchanged,
+        f"{source_key}:{cache.config_key(out.unchanged_cfg)}")
+    st.session_state["ddpsim_last_kept"] = name  # the Compare page opens with it, its unchanged twin first,
+    st.session_state["ddpsim_last_kept_with"] = (twin, label if base.kind == "trace" else None)  # and the trace
     st.toast(f"Kept as '{name}'. Open the Compare page to see it beside other runs.")
 if base.kind == "trace" and ui.ran_on_cpu(trace):
     st.caption(ui.learn.WHATIF_CPU_NOTE)
