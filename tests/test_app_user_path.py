@@ -83,7 +83,8 @@ def test_a_finished_recording_shows_the_figures_record_prints():
 
 
 def test_minutes_per_iteration_read_in_seconds():
-    """A CPU recording at 100,000 ranks: the page had said "547347.5 ms" and "+1924114.2%" (in ms whatever the size)."""
+    """A CPU recording at 100,000 ranks: the page had said "547347.5 ms" and "+1924114.2%" (in ms whatever the size),
+    and its waiting line and sweep verdict "350676.9 ms" and "175367.8 ms/iteration" beside a metric of "350.7 s"."""
     at = on_page(MLP, "whatif.py")
     widget(at, "select_slider", ":world").set_value(100_000).run()
     assert not at.exception, [e.message for e in at.exception]
@@ -92,6 +93,9 @@ def test_minutes_per_iteration_read_in_seconds():
     change = next(x.value for x in [*at.markdown, *at.caption, *at.success, *at.info]
                   if "against the same configuration" in x.value)
     assert re.search(r"\+\d{1,3}(,\d{3})+% against", change) and re.search(r"\(\d+\.\d ms → \d+\.\d s\)", change), change
+    said = " ".join(x.value for x in [*at.markdown, *at.caption, *at.success, *at.info])
+    assert not re.search(r"\d{5,}(\.\d+)? ms", said), re.findall(r".{60}\d{5,}(?:\.\d+)? ms", said)  # "350676.9 ms"
+    assert re.search(r"of the what-if's [\d,]+\.\d s per iteration", said) and "ms/iteration" not in said, said[:600]
 
 
 def test_the_record_page_records_as_many_iterations_as_the_command_line():

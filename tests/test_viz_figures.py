@@ -82,6 +82,17 @@ def test_sweep_best_marked_and_series():
         figure_bytes(fig, "gif")
 
 
+def test_a_sweep_of_minutes_per_iteration_is_drawn_in_seconds():
+    """A CPU run at 100,000 ranks: its axis in ms read "1e6" above it, beside a page that says seconds."""
+    rows = [{"bucket_cap_mb": c, "order": "torch", "find_unused_parameters": False,
+             "iteration_time_s": 175.0 * c ** 0.5, "exposed_comm_s": 170.0 * c ** 0.5} for c in (1, 4, 16)]
+    fig = plot_sweep(rows)
+    ax_t, ax_e = fig.axes
+    assert ax_t.get_ylabel() == "iteration time (s)" and ax_e.get_ylabel() == "exposed communication (s)"
+    assert list(gids(fig, "best")[0].get_ydata()) == [175.0] and ax_t.get_ylim()[1] < 1000
+    assert "175.0 s/iteration" in " ".join(t.get_text() for t in ax_t.texts)
+
+
 def test_a_best_default_cap_with_find_unused_sits_on_its_level():
     """ResNet-50 on 64 V100s: the best was find_unused at the default cap, and its star floated off every
     line (only find_unused off had its default-cap level drawn)."""

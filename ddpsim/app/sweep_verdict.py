@@ -6,6 +6,7 @@ the small bucket last (``last_bucket_small``: torch's DDP_SET_LAST_BUCKET_CAP=1)
 from __future__ import annotations
 
 from ddpsim.app import beyond
+from ddpsim.app.units import duration, duration_range
 from ddpsim.learn.layout_sweep import (NOT_DDP, NOT_DDP_ORDERS, SMALL_LAST_ENV, cap_text, no_winner,
                                        powersgd_on_gloo, recommend, torch_best)
 
@@ -30,18 +31,18 @@ def describe_sweep(rows: list[dict], chosen: dict, world_size: int, noise: float
         what = ("Bucket size, ordering, find_unused_parameters and the small bucket last" if _small(rows)
                 else "Bucket size, ordering and find_unused_parameters")
         return (f"{what} make no difference here: all {len(rows)} "
-                f"combinations simulate at {best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)}.")
+                f"combinations simulate at {duration(best['iteration_time_s'])}/iteration at {beyond.ranks(world_size)}.")
     cap = cap_text(best["bucket_cap_mb"])
     explicit = " (given explicitly, 25 MiB has no 1 MiB first bucket)" if best["bucket_cap_mb"] == 25 else ""
-    times, tie = [r["iteration_time_s"] * 1e3 for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
+    times, tie = [r["iteration_time_s"] for r in default_rows], chosen["iteration_time_s"] < best["iteration_time_s"] + 5e-5
     return (f"Best simulated: **bucket_cap_mb={cap}**{explicit}, ordering **{best['order']}**, "
             f"find_unused_parameters **{best['find_unused_parameters']}**"
             f"{FU_KEEPS * (best['find_unused_parameters'] and best['order'] == 'torch')}"
             f"{SMALL_LAST * bool(best.get('last_bucket_small'))}: "
-            f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration at {beyond.ranks(world_size)} "
-            f"(your choice above: {chosen['iteration_time_s'] * 1e3:.1f} ms{TIE * tie}). "
+            f"{duration(best['iteration_time_s'])}/iteration at {beyond.ranks(world_size)} "
+            f"(your choice above: {duration(chosen['iteration_time_s'])}{TIE * tie}). "
             f"Across bucket sizes with torch's ordering the iteration time ranges "
-            f"{min(times):.1f}–{max(times):.1f} ms." + _small_instead(best, rows) + _torch_instead(best, rows)
+            f"{duration_range(min(times), max(times))}." + _small_instead(best, rows) + _torch_instead(best, rows)
             + ("" if tie else _within(1 - best["iteration_time_s"] / chosen["iteration_time_s"], noise))
             + ((" " + caution) if (caution := powersgd_on_gloo(best, rows, backend, hook)) else ""))
 
@@ -56,7 +57,7 @@ def _small_instead(best: dict, rows: list[dict]) -> str:
         return ""
     r = min(small, key=lambda r: r["iteration_time_s"])
     return (f" Without find_unused_parameters (it searches the autograd graph every iteration), "
-            f"{SMALL_LAST_ENV} at {_cap_words(r)} simulates at {r['iteration_time_s'] * 1e3:.1f} ms.")
+            f"{SMALL_LAST_ENV} at {_cap_words(r)} simulates at {duration(r['iteration_time_s'])}.")
 
 
 def _torch_instead(best: dict, rows: list[dict]) -> str:
@@ -66,7 +67,7 @@ def _torch_instead(best: dict, rows: list[dict]) -> str:
     how = (f"find_unused_parameters={r['find_unused_parameters']}"
            + (f" and {SMALL_LAST_ENV}" if r.get("last_bucket_small") else ""))
     return (f" Ordering {best['order']} {NOT_DDP}. With torch's ordering the best is {_cap_words(r)}, {how}: "
-            f"{r['iteration_time_s'] * 1e3:.1f} ms.")
+            f"{duration(r['iteration_time_s'])}.")
 
 
 def _cap_words(row: dict) -> str:

@@ -6,11 +6,19 @@ from __future__ import annotations
 SECONDS_FROM = 10.0  # s: at and above this, a duration is written in seconds
 
 
-def duration(seconds: float, ms_digits: int = 1) -> str:
-    """``seconds`` as "28.5 ms" or, from ten seconds on, "547.3 s"."""
+def duration(seconds: float, ms_digits: int = 1, sign: str = "") -> str:
+    """``seconds`` as "28.5 ms" or, from ten seconds on, "547.3 s"; ``sign="+"``: "+28.5 ms", "-547.3 s"."""
     if abs(seconds) >= SECONDS_FROM:
-        return f"{seconds:,.1f} s"
-    return f"{seconds * 1e3:.{ms_digits}f} ms"
+        return f"{seconds:{sign},.1f} s"
+    return f"{seconds * 1e3:{sign}.{ms_digits}f} ms"
+
+
+def duration_range(lo: float, hi: float) -> str:
+    """Two durations in one unit, "126.6–190.2 ms", or "175,367.8–701,295.0 s" where the longer is ten
+    seconds or more."""
+    if max(abs(lo), abs(hi)) >= SECONDS_FROM:
+        return f"{lo:,.1f}–{hi:,.1f} s"
+    return f"{lo * 1e3:.1f}–{hi * 1e3:.1f} ms"
 
 
 def change(fraction: float) -> str:

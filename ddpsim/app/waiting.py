@@ -11,6 +11,7 @@ levelled to their mean, ``learn.noise.level``).
 """
 from __future__ import annotations
 
+from ddpsim.app.units import duration
 from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.learn.hardware import profile_spread
 from ddpsim.sim.network import gpus
@@ -57,13 +58,13 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
     t, t0 = s["iteration_time_s"], s0["iteration_time_s"]
     if n == 1 or not s.get("communicates", True):  # nobody to wait for (no spread is simulated at one rank)
         why = "one rank waits for nobody" if n == 1 else "no collective makes a rank wait for another (the noop hook)"
-        text = f"Waiting for stragglers: none, {why}; unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}."
+        text = f"Waiting for stragglers: none, {why}; unchanged: {duration(w0, 2)} at {n0} rank{'s' * (n0 != 1)}."
     else:  # the slowest rank's lag grows with n; what it costs can shrink where communication sets the pace
         lag = slowest_factor(spread, n, micro_steps) - 1  # as the simulator plays it (sim/plan.py)
         hidden = _why_less(n, cpus) if w < lag * t / 2 and source != OWN else ""
         text = (f"Waiting for stragglers: {_slowest(n, spread, lag, micro_steps, source)}, which costs "
-                f"{w * 1e3:.2f} ms of the what-if's {t * 1e3:.1f} ms per iteration ({_share(w, t)}){hidden}; "
-                f"unchanged: {w0 * 1e3:.2f} ms at {n0} rank{'s' * (n0 != 1)}.")
+                f"{duration(w, 2)} of the what-if's {duration(t)} per iteration ({_share(w, t)}){hidden}; "
+                f"unchanged: {duration(w0, 2)} at {n0} rank{'s' * (n0 != 1)}.")
     if t != t0 and (w or w0):
         text += " " + _part_of_change(w - w0, t - t0)
     return text
@@ -84,11 +85,11 @@ def _part_of_change(dw: float, dt: float) -> str:
     a change of -291 ms; so did waiting that "saves" time where more ranks make communication, not compute,
     set the pace, and "+2.21 ms (6837%)" of a change of +0.03 ms, where the rest got faster)."""
     if abs(dw) < 5e-6:  # under 0.005 ms: "-0.00 ms (-0%)" said nothing
-        return f"Of the predicted change ({dt * 1e3:+.2f} ms), none is waiting for stragglers."
+        return f"Of the predicted change ({duration(dt, 2, '+')}), none is waiting for stragglers."
     if (dw > 0) == (dt > 0) and abs(dw) <= abs(dt):
-        return f"Of the predicted change ({dt * 1e3:+.2f} ms), {dw * 1e3:+.2f} ms ({_share(dw, dt)}) is waiting for stragglers."
-    return (f"Waiting for stragglers takes {abs(dw) * 1e3:.2f} ms {'more' if dw > 0 else 'less'} than unchanged, against "
-            f"the predicted change of {dt * 1e3:+.2f} ms: without it the change would be {(dt - dw) * 1e3:+.2f} ms.")
+        return f"Of the predicted change ({duration(dt, 2, '+')}), {duration(dw, 2, '+')} ({_share(dw, dt)}) is waiting for stragglers."
+    return (f"Waiting for stragglers takes {duration(abs(dw), 2)} {'more' if dw > 0 else 'less'} than unchanged, against "
+            f"the predicted change of {duration(dt, 2, '+')}: without it the change would be {duration(dt - dw, 2, '+')}.")
 
 
 def _slowest(n: int, spread: float, lag: float, micro_steps: int, source: str) -> str:

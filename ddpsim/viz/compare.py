@@ -16,6 +16,7 @@ from ddpsim.analysis import comm_end_ns, cycle_metrics, spread, steady_cycles, s
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_run
+from ddpsim.viz.sweep import time_unit
 from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles
 
 Run = tuple[str, Trace]  # (label, trace)
@@ -109,9 +110,10 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         bottom = rows["comm"] + n_lanes
         ax.axhspan(y - GAP / 2, bottom + GAP / 2, color="#F6F6F6" if k % 2 else "white", zorder=0, lw=0)
         kind = "SIMULATED" if trace.source == "simulated" else "real"
-        t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"] * 1e3
+        t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"]
         median = ", the most typical" if iteration is None else ""
-        suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it:.1f} ms]"
+        scale, unit = time_unit(t_it)
+        suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it * scale:,.1f} {unit}]"
         head, size = _header(label, suffix)
         ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=size, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False).set_in_layout(False)  # a long header never squeezes the drawing

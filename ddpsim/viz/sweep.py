@@ -41,6 +41,12 @@ def _x(row: dict) -> float:
     return DEFAULT_CAP_MB if row["bucket_cap_mb"] is None else row["bucket_cap_mb"]
 
 
+def time_unit(longest_s: float) -> tuple[float, str]:
+    """(scale from seconds, unit) of a figure's times: ms, or s where the longest is ten seconds or more (a CPU
+    run at 100,000 ranks: an axis in ms read "1e6" above it)."""
+    return (1.0, "s") if longest_s >= 10.0 else (1e3, "ms")
+
+
 def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -> Figure:
     """Two panels sharing the bucket-size axis (log scale); see the module docstring.
 
@@ -48,6 +54,7 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     """
     if not rows:
         raise ValueError("no sweep rows to plot")
+    scale, unit = time_unit(max(r["iteration_time_s"] for r in rows))
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     ax_t, ax_e = fig.subplots(1, 2, sharex=True)
     panels = ((ax_t, "iteration_time_s"), (ax_e, "exposed_comm_s"))
@@ -57,33 +64,33 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
         for fu in fus:
             _draw_series(panels, [r for r in rows if _series(r) == order
                                   and bool(r.get("find_unused_parameters", False)) == fu], k, order, fu,
-                         level=not fu or fus == [True])  # find_unused kept on: its default cap is the level
+                         level=not fu or fus == [True], scale=scale)  # find_unused kept on: its default cap: the level
     best = best_row(rows)
     if best["bucket_cap_mb"] is None and best.get("find_unused_parameters") and False in fus:  # or the star floats
         color = SERIES[orders.index(_series(best)) % len(SERIES)]
         for ax, key in panels:
-            ax.axhline(best[key] * 1e3, color=color, ls=":", lw=1.3, gid="default:best")
+            ax.axhline(best[key] * scale, color=color, ls=":", lw=1.3, gid="default:best")
     for ax, key in panels:
-        ax.plot(_x(best), best[key] * 1e3, marker="*", ms=18, color="#F0E442",
+        ax.plot(_x(best), best[key] * scale, marker="*", ms=18, color="#F0E442",
                 mec=pal.TEXT, mew=1.2, ls="none", zorder=5, gid="best")
         if current and current.get("bucket_cap_mb") is not None:
-            ax.plot(current["bucket_cap_mb"], current[key] * 1e3, marker="o", ms=13, mfc="none",
+            ax.plot(current["bucket_cap_mb"], current[key] * scale, marker="o", ms=13, mfc="none",
                     mec=pal.TEXT, mew=2, ls="none", zorder=6, gid="current")
         ax.set_xscale("log")
         ax.set_xlabel("bucket cap (MiB, log scale)")
         ax.grid(color=pal.GRID, which="both")
         ax.set_axisbelow(True)
-        top = max([*(r[key] for r in rows), *([current[key]] if current else [])]) * 1e3  # best is a row
+        top = max([*(r[key] for r in rows), *([current[key]] if current else [])]) * scale  # best is a row
         ax.set_ylim(0, top * 1.08 or 1.0)  # headroom: the highest markers are not cut by the frame
-    ax_t.set_ylabel("iteration time (ms)")
-    ax_e.set_ylabel("exposed communication (ms)")
+    ax_t.set_ylabel(f"iteration time ({unit})")
+    ax_e.set_ylabel(f"exposed communication ({unit})")
     cap = "torch default (25 MiB, 1 MiB first)" if best["bucket_cap_mb"] is None else f"{best['bucket_cap_mb']:g} MiB"
     side = _label_side(best, rows)
     ax_t.annotate(f"best: {cap}, {best.get('order', 'torch')}"
                   f"{', find_unused' if best.get('find_unused_parameters') else ''}"
                   f"{', small bucket last' if best.get('last_bucket_small') else ''}\n"
-                  f"{best['iteration_time_s'] * 1e3:.1f} ms/iteration",
-                  (_x(best), best["iteration_time_s"] * 1e3), xytext=(side[1], -34),
+                  f"{best['iteration_time_s'] * scale:,.1f} {unit}/iteration",
+                  (_x(best), best["iteration_time_s"] * scale), xytext=(side[1], -34),
                   textcoords="offset points", ha=side[0], fontsize=8.5, color=pal.TEXT,
                   bbox={"boxstyle": "round", "fc": "white", "ec": pal.GRID})
     fig.suptitle(title or "what bucket size is best?", x=0.01, ha="left", fontsize=11.5)
@@ -104,7 +111,7 @@ def _label_side(best: dict, rows: list[dict]) -> tuple[str, float]:
     return "center", 0
 
 
-def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool, level: bool) -> None:
+def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool, level: bool, scale: float = 1e3) -> None:
     """One (ordering, find_unused) line in both panels, and (``level``) its default-cap row as a dotted level."""
     pts = sorted(((r["bucket_cap_mb"], r) for r in mine if r["bucket_cap_mb"] is not None),
                  key=lambda p: p[0])
@@ -112,7 +119,7 @@ def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool, level: 
     color = SERIES[k % len(SERIES)]
     for ax, key in panels:
         if pts:
-            ax.plot([x for x, _ in pts], [r[key] * 1e3 for _, r in pts], color=color,
+            ax.plot([x for x, _ in pts], [r[key] * scale for _, r in pts], color=color,
                     marker=MARKERS[k % len(MARKERS)], ms=6 if order == "torch" else 5,
                     ls="--" if fu else "-", lw=2.4 if order == "torch" else 1.4,
                     zorder=4.5 if order == SMALL_LAST else 4 if order == "torch" else 3 - k * 0.1,  # torch's line on
@@ -120,7 +127,7 @@ def _draw_series(panels, mine: list[dict], k: int, order: str, fu: bool, level: 
                     alpha=1 if order == "torch" else 0.85,
                     gid=f"series:{_gid(order)}:{'fu' if fu else 'nofu'}")
         if default is not None and level:
-            ax.axhline(default[key] * 1e3, color=color, ls=":", lw=1.3, gid=f"default:{_gid(order)}")
+            ax.axhline(default[key] * scale, color=color, ls=":", lw=1.3, gid=f"default:{_gid(order)}")
 
 
 def _legend_handles(rows: list[dict], orders: list[str], fus: list[bool], current) -> list:
