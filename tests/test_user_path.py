@@ -80,7 +80,7 @@ def test_what_another_world_size_does(tmp_path):
     assert worldsize.plan(here, 1).action == "alone"  # one rank: no allreduce to measure
     if os.cpu_count() < 128:  # measured, 128 ranks would share the cores, and the simulator refuses that
         beyond = worldsize.plan(here, 128)
-        assert beyond.action == "uncalibrated" and "simulated one by one, at most 64" in beyond.message
+        assert beyond.action == "uncalibrated" and "ranks that share cores are simulated only up to 64; so each rank is given a core" in beyond.message
     _, elsewhere = copy_of(MLP, tmp_path, hosts=["another-host"])
     refusal = worldsize.plan(elsewhere, 4)
     assert refusal.action == "refuse" and "another host (another-host)" in refusal.message and "--hardware" in refusal.message

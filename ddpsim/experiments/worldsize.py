@@ -97,10 +97,11 @@ def plan(trace: Trace, world_size: int, calibrate: bool = True) -> Plan:
                                   f"(measured at {', '.join(map(str, sorted(measured)))} ranks)")
     if local:
         if shared_beyond_play(world_size):  # a measurement would put them on these cores: refused
-            return Plan("uncalibrated", f"nothing is measured for {world_size} ranks: on this machine's "
-                                        f"{os.cpu_count()} cores they would be simulated one by one, at most "
-                                        f"{SimConfig.max_explicit_ranks}, so each rank has a core of its own and the "
-                                        f"allreduce is the ring model fitted at {k} ranks")
+            return Plan("uncalibrated", f"nothing is measured for {world_size} ranks: measured on this machine's "
+                                        f"{os.cpu_count()} cores, they would share them, and ranks that share cores "
+                                        f"are simulated only up to {SimConfig.max_explicit_ranks}; so each rank is "
+                                        "given a core of its own and the allreduce is the ring model fitted at "
+                                        f"{k} ranks")
         if calibrate:
             top = measurable(world_size)
             beyond = "" if top == world_size else f", and {world_size} from the fit through them"
