@@ -108,6 +108,11 @@ def test_the_figure_has_a_bar_per_size_and_outlines_the_chosen_one():
     assert "100%" in [t.get_text() for t in ax.texts]
     with pytest.raises(ValueError, match="no world sizes"):
         plot_scaling([])
+    fig = plot_scaling(rows, chosen=64, title="by world size")  # the legend sat over the title
+    fig.canvas.draw()
+    title, legend = fig._suptitle.get_window_extent(), fig.legends[0].get_window_extent()
+    assert fig._suptitle.get_text() == "by world size" and not title.overlaps(legend)
+    assert legend.y1 < fig.axes[0].get_window_extent().y0  # under the axis
 
 
 def test_the_sizes_an_algorithm_does_not_run_at_make_one_note():

@@ -3,7 +3,7 @@ ten seconds, seconds beyond (a CPU run simulated at 100,000 ranks takes minutes)
 with thousands separators where it is large."""
 from __future__ import annotations
 
-SECONDS_FROM = 10.0  # s: at and above this, a duration is written in seconds
+from ddpsim.viz.scaling import SECONDS_FROM  # s: at and above this, a duration is written in seconds
 
 
 def duration(seconds: float, ms_digits: int = 1, sign: str = "") -> str:

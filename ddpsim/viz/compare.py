@@ -16,7 +16,7 @@ from ddpsim.analysis import comm_end_ns, cycle_metrics, spread, steady_cycles, s
 from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_run
-from ddpsim.viz.sweep import time_unit
+from ddpsim.viz.scaling import time_unit
 from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles
 
 Run = tuple[str, Trace]  # (label, trace)

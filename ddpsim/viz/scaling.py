@@ -18,10 +18,16 @@ from ddpsim.viz import palette as pal
 
 WAITING = "#E69F00"  # Okabe-Ito orange: waiting for stragglers
 MIN_SLOTS = 8  # bar slots the axis holds at the least
-SECONDS_FROM = 10.0  # s: an iteration this long or longer puts the axis in seconds (as the app's units.py)
+SECONDS_FROM = 10.0  # s: an iteration this long or longer is written in seconds (figures and the app's words)
 PARTS = (("compute_s", "compute (communication hidden under it)", {"color": pal.BACKWARD}),
          ("exposed_comm_s", "exposed communication", {"color": "white", "hatch": "////", "edgecolor": pal.EXPOSED}),
          ("waiting_s", "waiting for stragglers", {"color": WAITING}))
+
+
+def time_unit(longest_s: float) -> tuple[float, str]:
+    """(scale from seconds, unit) of a figure's times: ms, or s where the longest is ``SECONDS_FROM`` or more (a
+    CPU run at 100,000 ranks: an axis in ms read "1e6" above it)."""
+    return (1.0, "s") if longest_s >= SECONDS_FROM else (1e3, "ms")
 
 
 def size_label(n: int) -> str:
@@ -37,7 +43,7 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
     ax = fig.subplots()
     xs = range(len(rows))
     bottom = [0.0] * len(rows)
-    unit, scale = ("s", 1.0) if max(r["iteration_time_s"] for r in rows) >= SECONDS_FROM else ("ms", 1e3)
+    scale, unit = time_unit(max(r["iteration_time_s"] for r in rows))
     for key, label, style in PARTS:
         ms = [r[key] * scale for r in rows]
         ax.bar(xs, ms, bottom=bottom, width=0.7, label=label, linewidth=0.6, zorder=2, gid=f"scaling_{key}",
@@ -66,9 +72,9 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
     handles = [Patch(facecolor=s.get("color"), hatch=s.get("hatch"), edgecolor=s.get("edgecolor", pal.TEXT), label=label)
                for _, label, s in PARTS]
     handles.append(Patch(facecolor="none", edgecolor=pal.TEXT, linewidth=2.0, label="the what-if's world size"))
-    fig.legend(handles=handles, loc="outside upper right", fontsize=8.5, frameon=False, ncols=4)  # above the bars
-    if title:
-        ax.set_title(title, fontsize=11, loc="left")
+    fig.legend(handles=handles, loc="outside lower center", fontsize=8.5, frameon=False, ncols=4)  # under the axis
+    if title:  # the figure's, so that it sits above the legend (an axes title sat under it)
+        fig.suptitle(title, x=0.01, ha="left", fontsize=11)
     return fig
 
 

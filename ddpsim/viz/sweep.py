@@ -18,6 +18,7 @@ from matplotlib.lines import Line2D
 
 from ddpsim.learn.layout_sweep import best_row  # the sweep's own rule: the star is its best
 from ddpsim.viz import palette as pal
+from ddpsim.viz.scaling import time_unit
 
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # Series colours: Okabe-Ito too, but starting at blue so they differ from bucket 0's orange.
@@ -39,12 +40,6 @@ def _gid(series: str) -> str:
 
 def _x(row: dict) -> float:
     return DEFAULT_CAP_MB if row["bucket_cap_mb"] is None else row["bucket_cap_mb"]
-
-
-def time_unit(longest_s: float) -> tuple[float, str]:
-    """(scale from seconds, unit) of a figure's times: ms, or s where the longest is ten seconds or more (a CPU
-    run at 100,000 ranks: an axis in ms read "1e6" above it)."""
-    return (1.0, "s") if longest_s >= 10.0 else (1e3, "ms")
 
 
 def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -> Figure:
