@@ -119,11 +119,11 @@ def mib_bytes(value, name: str) -> int:
         raise ValueError(f"{name} must be a number of MiB, not {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number of MiB, not {value!r}")
-    nbytes = int(value * MIB)
+    nbytes = value * MIB  # a float, finite: beyond 2^1024 / MiB (1e308 MiB) it is inf, which int() refuses
     if not -MAXSIZE - 1 <= nbytes <= MAXSIZE:
         raise ValueError(f"{name} must be between {-MAXSIZE / MIB:.4g} and {MAXSIZE / MIB:.4g} MiB "
                          f"(torch's Reducer takes the bytes as int64), not {value!r}")
-    return nbytes
+    return int(nbytes)
 
 
 @dataclass(frozen=True)
