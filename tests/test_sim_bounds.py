@@ -25,7 +25,7 @@ SIMULATE_ERRORS = [
     (["--interference", "1e9"], "--interference must be between 0 and 100"),
     (["--bucket-cap-mb", "1e300"], "bucket_cap_mb must be between -8.796e+12 and 8.796e+12 MiB"),
     (["--bucket-cap-mb", "1e308"], "bucket_cap_mb must be between -8.796e+12"),  # its bytes overflow a float
-    (["--bucket-cap-mb-list", "1", "-1e308"], "bucket_cap_mb_list entry must be between -8.796e+12"),
+    (["--bucket-cap-mb-list", "1", "1e308"], "bucket_cap_mb_list entry must be between -8.796e+12"),
     (["--first-bucket-cap-mb", "1e300"], "--first-bucket-cap-mb must be between"),
     (["--straggler", "1:1e9"], "straggler 1 factor must be at most 1000"),
     (["--straggler", "0:2", "--straggler", "0:3"], "--straggler names rank 0 twice (2 and 3): give it once"),
