@@ -18,6 +18,28 @@ def test_fixture_loads_into_typed_objects():
     assert rank.layout_at(0).buckets, "iteration 0 has a layout"
 
 
+def test_a_rank_finds_its_iterations_by_number_as_the_list_changes(tmp_path):
+    """RankTrace.iteration answers from an index (a search per call made reading a trace quadratic in its
+    length): the first iteration so numbered, None for one not recorded, and right again after the list
+    grows or is replaced; the index is no field, so it is never written or compared."""
+    import copy
+
+    trace = load_trace(FIXTURE)
+    rank = trace.ranks[0]
+    first = rank.iterations[0]
+    assert rank.iteration(first.iteration) is first and rank.iteration(10**6) is None
+    extra = copy.deepcopy(rank.iterations[-1])
+    extra.iteration = 10**6
+    rank.iterations.append(extra)  # grown
+    assert rank.iteration(10**6) is extra
+    rank.iterations.append(copy.deepcopy(extra))  # a second under that number: the first still answers
+    assert rank.iteration(10**6) is extra
+    rank.iterations = rank.iterations[1:-1]  # replaced
+    assert rank.iteration(first.iteration) is None and rank.iteration(10**6) is extra
+    save_trace(trace, tmp_path / "t.json")
+    assert "_by_number" not in (tmp_path / "t.json").read_text() and copy.deepcopy(trace) == trace
+
+
 def test_round_trip_is_lossless(tmp_path):
     trace = load_trace(FIXTURE)
     save_trace(trace, tmp_path / "copy.json")

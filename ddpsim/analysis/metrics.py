@@ -74,7 +74,8 @@ def steady_cycles(trace: Trace, shadowed: bool = False) -> list[list[int]]:
     compressed = [c for k, c in steady if start is not None and k >= start]
     settled = [c for k, c in steady if start is not None and k > start]  # past PowerSGD's set-up step
     chosen = settled or compressed or [c for _, c in steady] or all_cycles[1:] or all_cycles
-    chosen = [c for c in chosen if not trace.unfinished_iterations.intersection(c)] or chosen
+    unfinished = trace.unfinished_iterations  # once: a property over every iteration of every rank
+    chosen = [c for c in chosen if not unfinished.intersection(c)] or chosen
     out = set() if shadowed else trace.shadowed_iterations
     return [c for c in chosen if not out.intersection(c)] or chosen
 
@@ -130,12 +131,10 @@ def comm_weighted_overlap(rank: RankTrace, iterations: set[int] | None = None) -
     """One rank's overlap fraction over several iterations, weighted by communication time
     (the hidden allreduce time over all in-flight time), as HTA's ``get_comm_comp_overlap``
     reports it for the rank."""
-    hidden = union = 0
-    for it in rank.iterations:
-        if iterations is None or it.iteration in iterations:
-            h, u = hidden_comm_ns(it)
-            hidden, union = hidden + h, union + u
-    return hidden / union if union else None
+    picked = rank.iterations if iterations is None else (rank.iteration(i) for i in iterations)  # not a scan per call
+    both = [hidden_comm_ns(it) for it in picked if it is not None]
+    union = sum(u for _, u in both)
+    return sum(h for h, _ in both) / union if union else None
 
 
 def enqueue_gap(trace: Trace, iteration: int) -> dict | None:

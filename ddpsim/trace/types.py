@@ -212,16 +212,16 @@ class RankTrace:
     join: JoinRecord | None = None  # recorded under ``model.join()`` (uneven inputs)
 
     def layout_at(self, iteration: int) -> Layout | None:
-        """The bucket layout in effect at ``iteration``."""
-        current = None
-        for layout in self.layouts:
-            if layout.from_iteration <= iteration:
-                current = layout
-        return current
+        """The bucket layout in effect at ``iteration``: the last listed from it or before."""
+        return next((layout for layout in reversed(self.layouts) if layout.from_iteration <= iteration), None)
 
     def iteration(self, iteration: int) -> Iteration | None:
-        """This rank's iteration number ``iteration`` (None if it did not record it)."""
-        return next((it for it in self.iterations if it.iteration == iteration), None)
+        """This rank's iteration number ``iteration`` (the first so numbered; None if it did not record it), from
+        an index of the list, rebuilt as it grows (a search per call made reading a trace quadratic)."""
+        its, index = self.iterations, self.__dict__.get("_by_number")
+        if index is None or index[0] is not its or index[1] != len(its):  # not a field: never written or compared
+            index = self.__dict__["_by_number"] = (its, len(its), {it.iteration: it for it in reversed(its)})
+        return index[2].get(iteration)
 
 
 @dataclass
