@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ddpsim.cli.headline import headline_lines
 from ddpsim.trace import save_trace
-from ddpsim.trace.writer import refuse_empty
+from ddpsim.trace.writer import refuse_empty, refuse_input
 from ddpsim.trace.profile_import import import_or_carried
 from ddpsim.trace.clock_align import CLOCK
 from ddpsim.trace.profile_meta import CAUTION
@@ -27,6 +27,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     refuse_empty(args.out, "--out")
+    refuse_input(args.out, args.profiles)  # a profile replaced by its import
     model = None
     if args.model:
         from ddpsim.models.shapes import model_params

@@ -57,9 +57,10 @@ TEXT_FLAGS = ("trace", "arch", "hardware", "comm_hook", "order", "calibration")
 
 def check_not_empty(args) -> None:
     """One line for a text option given empty, before anything is read: it would silently mean 'not given'."""
-    from ddpsim.trace.writer import refuse_empty
+    from ddpsim.trace.writer import refuse_empty, refuse_input
 
     refuse_empty(getattr(args, "out", None), "--out")
+    refuse_input(getattr(args, "out", None), [getattr(args, "trace", None), getattr(args, "calibration", None)])
     for name in TEXT_FLAGS:
         if getattr(args, name, None) == "":
             raise ValueError(f"--{name.replace('_', '-')} wants a value, not an empty one (leave it out for the default)")

@@ -20,7 +20,7 @@ from ddpsim.trace.jsontext import loads_limited
 from ddpsim.trace.reader import MAX_TRACE_BYTES, _Reader
 from ddpsim.trace.same_run import apart, ranks_text
 from ddpsim.trace.types import TraceFormatError
-from ddpsim.trace.writer import refuse_empty, write_trace_dict
+from ddpsim.trace.writer import refuse_empty, refuse_input, write_trace_dict
 
 HELP = "join per-rank shards (from torchrun) into one trace"
 RUN_KEYS = ("world_size", "model", "impl", "backend", "options")  # what every rank of one run records alike
@@ -241,6 +241,7 @@ def _difference(a: dict, b: dict) -> tuple[str, object, object] | None:
 
 def main(args) -> int:
     refuse_empty(args.out, "--out")
+    refuse_input(args.out, args.shards)  # a shard replaced by the merge
     for path in args.shards:
         if Path(path).is_dir():
             raise CLIError(f"shard {path} is a folder, not a shard file (run.json.rank<R>.jsonl)")

@@ -19,6 +19,19 @@ def refuse_empty(path, flag: str, what: str = "a file name") -> None:
         raise ValueError(f"{flag} wants {what}, not an empty one")
 
 
+def refuse_input(out, inputs, flag: str = "--out") -> None:
+    """One line, before any work, where the output path is one of the command's input files: writing it
+    would replace what the command read (a recording replaced by its simulation, a profile by its import)."""
+    for given in (i for i in inputs if out is not None and i is not None and str(i)):
+        try:
+            same = os.path.samefile(out, given)
+        except OSError:  # one of them does not exist (yet): nothing would be replaced
+            same = False
+        if same:
+            raise ValueError(f"{flag} {out} is the input {given}: writing it would replace what this command "
+                             "reads; give another file")
+
+
 def write_text(text: str, path: str | Path) -> None:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all: a temporary file beside it, then
     ``os.replace``; a full disk, a file-size limit or a kill mid-write leaves the old file (or none),

@@ -1,0 +1,54 @@
+"""An output path that is one of the command's inputs is refused in one line before any work, and the input
+is left as it was: ``simulate --trace run.json --out run.json`` replaced a recording by its simulation (which
+then could not be taken to another world size), ``sweep --out`` a recording by a table, ``import --out`` a
+torch profile by its import, and ``merge --out`` a shard by the merged trace."""
+import shutil
+
+import pytest
+from test_merge_roundtrip import PARAMS, _write
+
+from ddpsim.cli import main as cli
+from ddpsim.samples import BUNDLED_DIR, sample_path
+
+STEP = [1000] * (6 + PARAMS)  # ns between a shard's instants, as tests/test_merge_one_run.py writes them
+
+
+def _refused(capsys, argv, out, given) -> None:
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"error: --out {out} is the input {given}: writing it would replace what this command "
+                        "reads; give another file\n") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("command", [["simulate"], ["sweep", "--bucket-cap-mb", "1,5"]])
+def test_a_simulation_refuses_to_write_over_its_trace(command, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run.json"
+    shutil.copy(sample_path("01_mlp_torch_default"), run)
+    before = run.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, [*command, "--trace", "run.json", "--out", "./run.json"], "./run.json", "run.json")  # respelt
+    assert run.read_bytes() == before
+    cal = tmp_path / "cal.json"
+    cal.write_text("{}")  # refused before it is read
+    _refused(capsys, [*command, "--trace", "run.json", "--calibration", "cal.json", "--out", "cal.json"],
+             "cal.json", "cal.json")
+    assert run.read_bytes() == before and cal.read_text() == "{}"
+
+
+def test_an_import_refuses_to_write_over_a_profile(tmp_path, capsys):
+    profiles = [tmp_path / f"resnet18_gloo_ws2_rank{r}.kineto.json.gz" for r in (0, 1)]
+    for p in profiles:
+        shutil.copy(BUNDLED_DIR / "h100" / p.name, p)
+    before = profiles[0].read_bytes()
+    _refused(capsys, ["import", *map(str, profiles), "--out", str(profiles[0])], profiles[0], profiles[0])
+    assert profiles[0].read_bytes() == before
+
+
+def test_a_merge_refuses_to_write_over_a_shard(tmp_path, capsys):
+    shards = [tmp_path / f"run.json.rank{r}.jsonl" for r in (0, 1)]
+    for r, path in enumerate(shards):
+        _write(path, r, 2, (0, 10**9 + 3000 * r, [STEP, STEP], 64))
+    before = shards[0].read_bytes()
+    _refused(capsys, ["merge", *map(str, shards), "--out", str(shards[0])], shards[0], shards[0])
+    assert shards[0].read_bytes() == before
+    assert cli(["merge", *map(str, shards), "--out", str(tmp_path / "run.json")]) == 0  # another file: merged
