@@ -200,10 +200,13 @@ def check_launch(world_sizes: list[int], timeout_s: float, save: str | None) -> 
 
 def main(args) -> int:
     from ddpsim.trace import load_trace
-    from ddpsim.trace.writer import refuse_empty
+    from ddpsim.trace.writer import refuse_empty, refuse_unwritable
 
     refuse_empty(args.out, "--out")  # an empty --out read as "not given" overwrote --trace
     refuse_empty(args.save, "--save")
+    for flag, path in (("--out", args.out), ("--save", args.save)):  # before the measurement, not after it
+        if path and not Path(path).is_dir():  # a folder: --save says what to name instead (check_flags)
+            refuse_unwritable(path, flag)
 
     try:
         sizes = [int(float(s) * 1024) for s in args.sizes_kb.split(",") if s.strip()]

@@ -74,6 +74,7 @@ def run_extrapolate(models, source_ws: int, targets: list[int], configs, record_
     rows, singles, calibrations, networks, measured = [], [], [], {}, {}
     if reuse:
         rec.check_reuse([(m, ws, k) for m in models for ws in sizes for k in range(1, launches + 1)])
+    done = False
     try:
         recorded = record_launches(rec, models, sizes, launches)
         for model in models:
@@ -94,8 +95,9 @@ def run_extrapolate(models, source_ws: int, targets: list[int], configs, record_
                 per_launch.append(launch_rows)
             singles += [row for launch_rows in per_launch for row in launch_rows]
             rows += pool_launches(per_launch)
+        done = True
     finally:
-        rec.close()
+        rec.close(done)  # a failed or interrupted run keeps its temporary folder: the error names traces in it
     return rec.result(rows, calibrations, networks=networks, from_world_size=source_ws, launches=launches,
                       single_launch_stats=stats(singles))
 
@@ -151,8 +153,6 @@ def main_extrapolate(args) -> int:
     from ddpsim.experiments.calibrate import load_calibration
     from ddpsim.experiments.grid import parse_grid, wait_if_asked
 
-    if args.grid or args.trace or args.against:
-        raise ValueError("--extrapolate records its own runs: drop --grid, --trace and --against")
     if args.from_world_size < 2:
         raise ValueError(f"--from-world-size must be >= 2 (a network is learnt from its allreduces), "
                          f"not {args.from_world_size}")

@@ -146,13 +146,14 @@ def table(rows: list[dict]) -> str:
 
 
 def main(args) -> int:
-    from ddpsim.trace.writer import refuse_empty
+    from ddpsim.trace.writer import refuse_empty, refuse_unwritable, write_text
 
     refuse_empty(getattr(args, "json", None), "--json")
+    if getattr(args, "json", None):  # before the work: it printed its table, then failed
+        refuse_unwritable(args.json, "--json")
     rows = run(args.dir, [m for m in args.models.split(",") if m], args.iters)
     print(table(rows))
     if getattr(args, "json", None):
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows}, f, indent=1)
+        write_text(json.dumps({"rows": rows}, indent=1), args.json)  # whole or not at all
     print(json.dumps([{k: v for k, v in r.items() if k != "ready"} for r in rows], separators=(",", ":")))
     return 0

@@ -127,6 +127,9 @@ def run_grid(models, world_sizes, configs, record_iters=RECORD_ITERS, sim_iters=
     rec = Recorder(workdir, configs, record_iters, reuse, calibration_cap_mb, log)
     rows, calibrations, measured = [], [], {}
     groups = [(m, ws) for m in models for ws in world_sizes]
+    if reuse:  # before the first recording: an empty --workdir has nothing to reuse
+        rec.check_reuse([(m, ws, 1) for m, ws in groups], every=False)
+    done = False
     try:
         for g, (model, ws) in enumerate(groups, 1):
             rec.log(f"[{g}/{len(groups)}] {model} ws{ws}: calibration run + {len(configs)} grid runs, interleaved")
@@ -134,8 +137,9 @@ def run_grid(models, world_sizes, configs, record_iters=RECORD_ITERS, sim_iters=
             w, jit, entry = learn(traces[0], rec.paths(model, ws)[0], ws, measured, sim_iters, jitter, rec.log)
             calibrations.append(entry)
             rows += predict_runs(w, jit, specs[1:], traces[1:], sim_iters, rec.log)
+        done = True
     finally:
-        rec.close()
+        rec.close(done)  # a failed or interrupted grid keeps its temporary folder: the error names traces in it
     return rec.result(rows, calibrations)
 
 

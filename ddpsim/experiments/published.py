@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from ddpsim.experiments.gpu_rate import as_published, citation, fit_tflops, noise, step_time
-from ddpsim.trace.writer import refuse_empty, write_text
+from ddpsim.trace.writer import refuse_empty, refuse_unwritable, write_text
 
 HELP = "reproduce published GPU DDP measurements (PyTorch DDP benchmark, NVIDIA DeepLearningExamples)"
 
@@ -122,6 +122,7 @@ def _sections(only: str | None) -> dict:
 def main(args) -> int:
     refuse_empty(getattr(args, "json", None), "--json")  # before the work: it wrote nothing, and said nothing
     if getattr(args, "json", None):  # its folder made before the work, as record and simulate do
+        refuse_unwritable(args.json, "--json")
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     sections = _sections(getattr(args, "only", None))
     summary = {}

@@ -7,6 +7,7 @@ already in the workdir are loaded instead.
 from __future__ import annotations
 
 import math
+import shutil
 import statistics
 import sys
 import tempfile
@@ -24,8 +25,12 @@ class Recorder:
 
     def __init__(self, workdir, configs, record_iters, reuse, calibration_cap_mb, log=None):
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ddpsim-validate-")
-        self.work = Path(workdir or self.tmp.name)
+        if reuse and not (workdir and Path(workdir).is_dir()):  # not made here: an empty one has nothing to reuse
+            raise ValueError(f"--reuse: --workdir {workdir} is not a folder (it names where the recorded traces are)")
+        # Not a TemporaryDirectory: that removes itself at exit, and a run that fails or is
+        # interrupted says its partial traces are kept in it (close)
+        self.tmp = None if workdir else tempfile.mkdtemp(prefix="ddpsim-validate-")
+        self.work = Path(workdir or self.tmp)
         self.work.mkdir(parents=True, exist_ok=True)
         self.configs, self.iters, self.reuse, self.cap = configs, record_iters, reuse, calibration_cap_mb
         self.loads, self.t0 = [], time.monotonic()
@@ -74,17 +79,31 @@ class Recorder:
         traces = record_in_turns(groups) if len(groups) > 1 else [record_many(*groups[0])]
         return {ws: (specs[ws], t) for ws, t in zip(world_sizes, traces)}
 
-    def check_reuse(self, groups) -> None:
-        """Raise unless every (model, world size, launch) of ``groups`` is in the workdir."""
-        for model, ws, launch in groups:
-            missing = [p.name for p in self.paths(model, ws, launch) if not p.exists()]
-            if missing:
-                raise ValueError(f"--reuse: {self.work} has no recording of {model} at world size {ws} "
-                                 f"(missing {missing[0]})")
+    def check_reuse(self, groups, every: bool = True) -> None:
+        """Raise unless every (model, world size, launch) of ``groups`` is in the workdir; with
+        ``every`` off, unless one is (``--grid`` records the others: an interrupted grid resumed)."""
+        absent = [(model, ws, missing) for model, ws, launch in groups
+                  if (missing := [p.name for p in self.paths(model, ws, launch) if not p.exists()])]
+        if absent and every:
+            model, ws, missing = absent[0]
+            raise ValueError(f"--reuse: {self.work} has no recording of {model} at world size {ws} "
+                             f"(missing {missing[0]})")
+        if absent and len(absent) == len(groups):
+            raise ValueError(f"--reuse: {self.work} holds none of the recordings to reuse (expected "
+                             f"{absent[0][2][0]} and the other runs of each group); drop --reuse to record them")
+        for model, ws, missing in absent:
+            self.log(f"--reuse: {self.work} has no recording of {model} at world size {ws} (missing "
+                     f"{missing[0]}): it is recorded")
 
-    def close(self) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
+    def close(self, ok: bool = True) -> None:
+        """Remove the temporary work folder after a run that ended well (``ok``); after a failure or
+        an interrupt it is kept, with what was recorded (the error names those partial traces)."""
+        if self.tmp is None:
+            return
+        if ok or not any(self.work.iterdir()):
+            shutil.rmtree(self.work, ignore_errors=True)
+        else:
+            self.log(f"kept the recordings so far in {self.work} (remove it when done)")
 
     def result(self, rows, calibrations, **extra) -> dict:
         loads = self.loads or [math.nan]

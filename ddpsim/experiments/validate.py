@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from ddpsim.experiments.compare import METRICS, parse_jitter
 from ddpsim.learn.extract import DRAWN_ITERS, STEADY_ITERS
 from ddpsim.learn.jitter import pick_jitter
 from ddpsim.sim.budget import LIMITS
 from ddpsim.trace import save_trace
-from ddpsim.trace.writer import refuse_empty
+from ddpsim.trace.writer import refuse_empty, refuse_unwritable
 
 HELP = "compare simulated and measured iteration time (one trace pair, or a recorded --grid of configurations)"
 
@@ -75,7 +76,8 @@ def add_arguments(p) -> None:
                         f"{extrapolate.RECORD_ITERS} in each launch)")
     g.add_argument("--workdir", help="keep the recorded traces here (default: a temporary folder)")
     g.add_argument("--reuse", action="store_true",
-                   help="predict from the traces already in --workdir instead of recording them again")
+                   help="predict from the traces already in --workdir instead of recording them again "
+                        "(--grid records the groups missing there; --extrapolate needs them all)")
     g.add_argument("--wait-load", type=float, default=None, metavar="L",
                    help="before recording, wait until the 1-minute load average is below L")
     g.add_argument("--wait-max-s", type=float, default=1200.0, help="give up waiting after this long")
@@ -126,6 +128,30 @@ def validate(source, target=None, iters: int | None = None, seed: int = 0, jitte
             "workload": w.meta, "trace": trace, "spread": spread(target)["iteration_time_s"]}
 
 
+def check_modes(args) -> None:
+    """One line for flags that --grid or --extrapolate would ignore, before the first recording:
+    each records its own runs and learns the network from them (--extrapolate: or --calibration)."""
+    mode = "--extrapolate" if args.extrapolate else "--grid"
+    for flag, given in (("--grid", args.grid and args.extrapolate), ("--trace", args.trace),
+                        ("--against", args.against), ("--no-calibrate", args.no_calibrate)):
+        if given:
+            raise ValueError(f"{mode} and {flag} conflict: {mode} records its own runs and predicts them "
+                             f"(drop {flag})")
+    if args.calibration and not args.extrapolate:
+        raise ValueError("--grid and --calibration conflict: --grid learns the network from each group's own "
+                         "calibration run (--calibration serves --trace/--against and --extrapolate)")
+
+
+def check_out(out: str, table: bool) -> None:
+    """One line for an --out that cannot be written, before any work (a grid records for minutes, then
+    wrote nowhere). ``table``: --out is OUT.csv and OUT.json (``table.write_table``)."""
+    base = Path(out)
+    if table:
+        base = base.with_suffix("") if base.suffix in (".csv", ".json") else base
+    for path in [base.with_name(base.name + ext) for ext in (".csv", ".json")] if table else [base]:
+        refuse_unwritable(path, "--out", out)
+
+
 def main(args) -> int:
     from ddpsim.experiments import grid
     from ddpsim.trace import load_trace
@@ -136,6 +162,10 @@ def main(args) -> int:
     if args.iters is not None and args.iters > LIMITS["iters"][1]:  # checked before --grid records anything
         raise ValueError(f"--iters must be at most {LIMITS['iters'][1]:,} {LIMITS['iters'][2]}, not {args.iters}")
     refuse_empty(args.out, "--out")  # --grid's OUT.csv would be a hidden .csv here
+    if args.grid or args.extrapolate:
+        check_modes(args)
+    if args.out:
+        check_out(args.out, table=args.grid or args.extrapolate)
     if args.extrapolate:
         from ddpsim.experiments.extrapolate import RECORD_ITERS, main_extrapolate
         args.record_iters = RECORD_ITERS if args.record_iters is None else args.record_iters

@@ -6,6 +6,7 @@ import errno
 import gzip
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from ddpsim.trace.reader import parse_trace
@@ -30,6 +31,27 @@ def refuse_input(out, inputs, flag: str = "--out") -> None:
         if same:
             raise ValueError(f"{flag} {out} is the input {given}: writing it would replace what this command "
                              "reads; give another file")
+
+
+def refuse_unwritable(path, flag: str, given=None) -> None:
+    """One line, before any work, for an output path that cannot be written: a folder by its name, a file
+    without write permission, or a folder that takes no new file (found by making a temporary file in it; a
+    folder not made yet is judged by the nearest one that exists). ``given``: the path as the user wrote it,
+    where ``path`` is one derived from it (a table's OUT.csv)."""
+    path, said = Path(path), f"{flag} {path if given is None else given}"
+    if path.is_dir():
+        raise ValueError(f"{said}: {path} is a folder, not a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{said}: {path} cannot be written (no permission)")
+    folder = Path(os.path.realpath(path)).parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(f"{said}: {folder} is not a folder")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ValueError(f"{said}: {folder} takes no new file ({e.strerror})") from None
 
 
 def write_text(text: str, path: str | Path) -> None:

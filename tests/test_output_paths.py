@@ -1,7 +1,9 @@
-"""An output path that is one of the command's inputs is refused in one line before any work, and the input
-is left as it was: ``simulate --trace run.json --out run.json`` replaced a recording by its simulation (which
-then could not be taken to another world size), ``sweep --out`` a recording by a table, ``import --out`` a
-torch profile by its import, and ``merge --out`` a shard by the merged trace."""
+"""Output paths are checked before any work, in one line. One that is the command's input is refused and
+the input left as it was: ``simulate --trace run.json --out run.json`` replaced a recording by its simulation
+(which then could not be taken to another world size), ``sweep --out`` a recording by a table, ``import
+--out`` a torch profile by its import, and ``merge --out`` a shard by the merged trace. One that cannot be
+written is refused before the measurement or the table (``calibrate --save /proc/x`` measured for 5 s, then
+failed; ``gpucheck`` and ``published`` printed their results, then failed); validate's: test_validate_flags."""
 import shutil
 
 import pytest
@@ -52,3 +54,16 @@ def test_a_merge_refuses_to_write_over_a_shard(tmp_path, capsys):
     _refused(capsys, ["merge", *map(str, shards), "--out", str(shards[0])], shards[0], shards[0])
     assert shards[0].read_bytes() == before
     assert cli(["merge", *map(str, shards), "--out", str(tmp_path / "run.json")]) == 0  # another file: merged
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["calibrate", "--save", "/proc/x", "--reps", "2"], "--save"),
+    (["calibrate", "--trace", str(sample_path("01_mlp_torch_default")), "--out", "/proc/x"], "--out"),
+    (["gpucheck", "--json", "/proc/x"], "--json"),
+    (["published", "--only", "ddp", "--json", "/proc/x"], "--json"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(argv, flag, capsys):
+    assert cli(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"ddpsim {argv[0]}: error: {flag} /proc/x: /proc takes no new file (")
+    assert err.count("\n") == 1, err
