@@ -15,6 +15,11 @@ def test_spread_is_median_and_quartiles():
     (["--iters", "2"], "--iters must be >= 3"),
     (["--sim-iters", "0"], "--sim-iters must be between 1 and 1,000,000 synced steps, not 0"),  # after 4 rungs
     (["--out-dir", ""], "--out-dir wants a folder name, not an empty one"),
+    (["--out-dir", "/proc/x"], "--out-dir /proc/x: /proc takes no new file"),  # it named ladder_naive.json.logs
+    (["--world-size", "0"], "--world-size must be >= 1, not 0"),  # after the "recording 4 rungs" line
+    (["--model", "nosuch"], "unknown model 'nosuch'"),
+    (["--bucket-cap-mb", "-1"], "torch's bucket assignment refuses it (without it, or with static_graph, torch takes "
+                                "it as no cap) (the bucketed rung)"),  # a rung's own find_unused, not the user's
 ])
 def test_a_bad_flag_is_one_line_before_anything_is_recorded(capsys, tmp_path, monkeypatch, args, says):
     monkeypatch.chdir(tmp_path)  # where ./ladder/ would be recorded

@@ -61,6 +61,7 @@ def test_a_merge_refuses_to_write_over_a_shard(tmp_path, capsys):
     (["calibrate", "--trace", str(sample_path("01_mlp_torch_default")), "--out", "/proc/x"], "--out"),
     (["gpucheck", "--json", "/proc/x"], "--json"),
     (["published", "--only", "ddp", "--json", "/proc/x"], "--json"),
+    (["record", "--iters", "2", "--out", "/proc/x"], "--out"),  # it named the run's /proc/x.logs folder
 ])
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(argv, flag, capsys):
     assert cli(argv) == 2

@@ -17,7 +17,7 @@ from ddpsim.errors import CLIError
 from ddpsim.record import config as record_config
 from ddpsim.record.launcher import record, shard_paths
 from ddpsim.record.merge import merge_files
-from ddpsim.trace.writer import refuse_empty
+from ddpsim.trace.writer import refuse_empty, refuse_unwritable
 
 HELP = "record real DDP on N local processes (or under torchrun) into a trace"
 
@@ -38,6 +38,8 @@ def main(args) -> int:
     from ddpsim import torchcompat  # imports torch: here, so that the other commands start without it
 
     refuse_empty(args.out, "--out")
+    if not Path(args.out).is_dir():  # a folder: the launcher says what to name instead
+        refuse_unwritable(args.out, "--out")  # before a rank starts (it named the run's .logs folder, after)
     cfg = record_config.from_args(args)  # a backend this node cannot run stops here, one line
     if args.master_port is not None and not 1 <= args.master_port <= 65535:
         raise CLIError(f"--master-port must be a TCP port, 1 to 65535, not {args.master_port}")

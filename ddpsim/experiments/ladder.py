@@ -156,16 +156,21 @@ def format_table(rows: list[dict]) -> str:
 def record_ladder(model: str, world_size: int, iters: int, out_dir: Path, bucket_cap_mb=None,
                   progress=None) -> dict[str, Trace]:
     """Record the four rungs interleaved in the same ranks; one trace per rung in ``out_dir``."""
-    from ddpsim.record.config import RecordConfig
     from ddpsim.record.launcher import record_many
 
-    from ddpsim.experiments.recorder import CAL_SIZES
-
-    cfgs = [RecordConfig(model=model, world_size=world_size, iters=iters, bucket_cap_mb=bucket_cap_mb,
-                         profile_internals=False, **r.record,
-                         probe_allreduce_bytes=CAL_SIZES if r.name == "torch" else None) for r in RUNGS]
+    cfgs = rung_configs(model, world_size, iters, bucket_cap_mb)
     traces = record_many(cfgs, [Path(out_dir) / f"ladder_{r.name}.json" for r in RUNGS], progress=progress)
     return {r.name: t for r, t in zip(RUNGS, traces)}
+
+
+def rung_configs(model: str, world_size: int, iters: int, bucket_cap_mb=None) -> list:
+    """The four rungs' RecordConfigs, in ``RUNGS`` order."""
+    from ddpsim.experiments.recorder import CAL_SIZES
+    from ddpsim.record.config import RecordConfig
+
+    return [RecordConfig(model=model, world_size=world_size, iters=iters, bucket_cap_mb=bucket_cap_mb,
+                         profile_internals=False, **r.record,
+                         probe_allreduce_bytes=CAL_SIZES if r.name == "torch" else None) for r in RUNGS]
 
 
 def add_arguments(p) -> None:
@@ -186,14 +191,21 @@ def check_flags(args) -> None:
     simulator's range for --sim-iters would otherwise stop the command after the recording."""
     from ddpsim.errors import CLIError
     from ddpsim.sim.budget import LIMITS, _num
-    from ddpsim.trace.writer import refuse_empty
+    from ddpsim.trace.writer import refuse_empty, refuse_unwritable
 
     if args.iters < 3:
         raise CLIError(f"--iters must be >= 3 (warm-up, rebuild, steady), not {args.iters}")
     lo, hi, unit = LIMITS["iters"]
     if not lo <= args.sim_iters <= hi:
         raise CLIError(f"--sim-iters must be between {_num(lo)} and {_num(hi)} {unit}, not {args.sim_iters}")
-    refuse_empty(args.out_dir, "--out-dir", "a folder name")  # the recorder checks its own flags before a rank starts
+    refuse_empty(args.out_dir, "--out-dir", "a folder name")
+    refuse_unwritable(Path(args.out_dir) / f"ladder_{RUNGS[0].name}.json", "--out-dir", args.out_dir)
+    rungs = zip(RUNGS, rung_configs(args.model, args.world_size, args.iters, args.bucket_cap_mb))
+    for rung, cfg in sorted(rungs, key=lambda rc: rc[0].name != "torch"):  # torch's first: the flags as given
+        try:  # what the recorder would refuse, before the line that says the recording starts
+            cfg.validate()
+        except ValueError as e:
+            raise CLIError(f"{e}{'' if rung.name == 'torch' else f' (the {rung.name} rung)'}") from None
 
 
 def main(args) -> int:
