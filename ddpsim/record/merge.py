@@ -253,8 +253,9 @@ def main(args) -> int:
     one_run(shards, raw["ranks"])
     trace = write_trace_dict(raw, args.out)
     missing = trace.meta.get("missing_ranks") or []
-    state = "complete" if trace.complete and not missing else "INCOMPLETE"
-    if missing:
-        state += f": no shard of rank(s) {ranks_text(missing)} of world size {trace.meta['world_size']}"
+    why = [f"rank {r.rank} {(r.error or 'did not finish').splitlines()[0][:100]}"
+           for r in trace.ranks if not r.complete]
+    why += [f"no shard of rank(s) {ranks_text(missing)} of world size {trace.meta['world_size']}"] if missing else []
+    state = "complete" if trace.complete and not why else "INCOMPLETE" + ": " * bool(why) + "; ".join(why)
     print(f"merged {len(trace.ranks)} shard(s) into {args.out} ({state})")
     return 0
