@@ -78,12 +78,16 @@ def test_calibrate_measures_each_world_size(capsys, tmp_path):
     assert json.loads(text.strip().splitlines()[-1])["world_sizes"].keys() == {"2", "3"}
     assert "--world-sizes needs world sizes >= 2" in _error(capsys, ["calibrate", "--world-sizes", "1"])
     assert "--rounds must be >= 1, not 0" in _error(capsys, ["calibrate", "--rounds", "0"])
+    assert "--sizes-kb needs sizes above 0 and at most 1,048,576 KiB (1 GiB), not 1e12" in _error(
+        capsys, ["calibrate", "--sizes-kb", "1e12"])  # it tried to allocate 1 PB in the ranks
+    assert "--sizes-kb needs two sizes or more" in _error(capsys, ["calibrate", "--sizes-kb", "4,4"])  # no fit
+    assert "--out names where the --trace calibrated is written" in _error(capsys, ["calibrate", "--out", "x.json"])
 
 
 def test_a_calibration_out_of_time_is_one_line_and_leaves_no_rank(capsys):
     import multiprocessing as mp
 
-    err = _error(capsys, ["calibrate", "--sizes-kb", "4", "--reps", "1000000", "--rounds", "1", "--timeout", "2"])
+    err = _error(capsys, ["calibrate", "--sizes-kb", "4,8", "--reps", "1000000", "--rounds", "1", "--timeout", "2"])
     assert err == "ddpsim calibrate: error: the allreduce measurement at 2 ranks did not finish in 2 s"
     assert not mp.active_children()  # the ranks were stopped and joined
 

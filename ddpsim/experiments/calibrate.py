@@ -174,6 +174,9 @@ def load_calibration(path: str) -> dict:
     return cal
 
 
+MAX_SIZE_KB = 1 << 20  # KiB: the largest allreduce measured (1 GiB); not in torch
+
+
 def parse_world_sizes(text: str, flag: str = "--world-sizes") -> list[int]:
     try:
         out = sorted({int(x) for x in text.split(",") if x.strip()})
@@ -212,8 +215,13 @@ def main(args) -> int:
         sizes = [int(float(s) * 1024) for s in args.sizes_kb.split(",") if s.strip()]
     except ValueError:
         raise ValueError(f"--sizes-kb must be numbers separated by commas, not {args.sizes_kb!r}") from None
-    if not sizes or min(sizes) <= 0:
-        raise ValueError("--sizes-kb needs positive sizes")
+    if not sizes or min(sizes) <= 0 or max(sizes) > MAX_SIZE_KB * 1024:
+        raise ValueError(f"--sizes-kb needs sizes above 0 and at most {MAX_SIZE_KB:,} KiB (1 GiB), not {args.sizes_kb}")
+    if len(set(sizes)) < 2:  # the fit is a line: a latency and a bandwidth
+        raise ValueError(f"--sizes-kb needs two sizes or more to fit a latency and a bandwidth, not {args.sizes_kb}")
+    if args.out and not args.trace:
+        raise ValueError("--out names where the --trace calibrated is written: give --trace FILE, or --save FILE "
+                         "for the calibration alone")
     if args.reps < 1:
         raise ValueError("--reps must be >= 1")
     world_sizes = parse_world_sizes(args.world_sizes)
