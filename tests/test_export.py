@@ -209,3 +209,6 @@ def test_a_per_rank_export_refuses_a_folder_holding_other_ranks_files(tmp_path):
     for r in (2, 3):
         (ranks / f"rank{r}.json").unlink()
     assert _cli("export", "--chrome", FIXTURE, str(ranks), "--per-rank", "--all-iterations").returncode == 0
+    named = _cli("export", "--chrome", FIXTURE, str(tmp_path / "pr.json.gz"), "--per-rank")  # a folder so named
+    assert named.returncode == 2 and named.stderr.endswith("OUT " + str(tmp_path / "pr.json.gz") + " names a file\n")
+    assert not (tmp_path / "pr.json.gz").exists()

@@ -281,6 +281,8 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     refuse_empty(args.out, "OUT", "a folder name" if args.per_rank else "a file name")
+    if args.per_rank and args.out.endswith((".json", ".gz")) and not Path(args.out).is_dir():
+        raise ValueError(f"--per-rank writes a folder of rank<R>.json files: OUT {args.out} names a file")
     trace = load_trace(args.trace)
     steady = args.steady or (args.per_rank and not args.all_iterations)
     keep = (steady_iterations(trace) or None) if steady else None
