@@ -126,6 +126,12 @@ def test_brackets_nested_too_deep_are_refused(tmp_path, capsys):
     assert "deep.json nests JSON 100000 levels deep" in refused(capsys, tmp_path, tmp_path / "deep.json")
 
 
+def test_an_empty_profile_is_called_empty(tmp_path, capsys):
+    """As the trace reader says it: import called it "not valid JSON: Expecting value at line 1, column 1"."""
+    (tmp_path / "empty.json").write_text("\n")
+    assert refused(capsys, tmp_path, tmp_path / "empty.json").endswith(f"{tmp_path / 'empty.json'} is empty")
+
+
 @pytest.mark.parametrize("key", ["ts", "dur"])
 def test_times_too_large_are_refused(tmp_path, capsys, key):
     big = profile(tmp_path, lambda d: d["traceEvents"][7].update({key: "BIG"}), name="big.json")

@@ -33,6 +33,7 @@ SIMULATE_ERRORS = [
     (["--comm-hook", ""], "--comm-hook wants a value, not an empty one"),  # it ran with no hook
     (["--hardware", ""], "--hardware wants a value, not an empty one"),
     (["--calibration", ""], "--calibration wants a value, not an empty one"),
+    (["--calibration", "/dev/null"], "--calibration /dev/null is empty"),  # it said "cannot read it as JSON"
     (["--order", "3,,2"], "--order: '3,,2' is neither an order name nor a list of indices"),
     (["--max-events", "0"], "--max-events must be between 1 and"),
     (["--time-limit", "inf"], "--time-limit must be between 0.001 and 86400 seconds"),

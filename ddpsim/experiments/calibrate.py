@@ -165,9 +165,12 @@ def median_rows(rounds: list[list[tuple[int, float, float]]]) -> list[tuple[int,
 def load_calibration(path: str) -> dict:
     """A calibration from ``calibrate --save FILE`` (JSON), or a trace's ``meta.calibration``."""
     try:
-        raw = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        raw = json.loads(text) if text.strip() else ""  # an empty file: said below
     except (OSError, ValueError) as e:
         raise ValueError(f"--calibration {path}: cannot read it as JSON ({type(e).__name__})") from None
+    if raw == "" and not text.strip():
+        raise ValueError(f"--calibration {path} is empty")
     cal = raw.get("meta", {}).get("calibration") if isinstance(raw, dict) and "meta" in raw else raw
     if not isinstance(cal, dict) or not (cal.get("world_sizes") or "intercept_s" in cal):
         raise ValueError(f"--calibration {path} holds no calibration (write one with `ddpsim calibrate --save`)")

@@ -50,8 +50,10 @@ def read_profile(path: str | Path) -> dict:
         if (size := path.stat().st_size) > MAX_TRACE_BYTES:
             raise TraceFormatError(f"{path} is {size / 2**20:.0f} MiB; the limit is {MAX_TRACE_BYTES / 2**20:.0f} MiB")
         raw = path.read_bytes()
-        data = loads_limited((gunzip_limited(raw, MAX_TRACE_BYTES, name) if raw[:2] == GZIP_MAGIC else raw)
-                             .decode("utf-8"), name, unique_keys=False)  # Note [One key, one value]
+        text = (gunzip_limited(raw, MAX_TRACE_BYTES, name) if raw[:2] == GZIP_MAGIC else raw).decode("utf-8")
+        if not text.strip():  # as the trace reader says it
+            raise TraceFormatError(f"{name} is empty")
+        data = loads_limited(text, name, unique_keys=False)  # Note [One key, one value]
     except OSError as e:
         raise TraceFormatError(f"cannot read profile {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
