@@ -169,3 +169,18 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     cmd = f"{sys.executable} -m ddpsim simulate --trace {TRACE} --no-calibrate | head -c 1"
     p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert p.stdout == "s" and re.fullmatch(r"(simulated in [0-9.]+ s\n)?", p.stderr), (p.stdout, p.stderr)
+
+
+def test_a_rank_speed_learnt_out_of_range_names_the_trace_fields(capsys, tmp_path):
+    """A trace whose rank 0 used 5,000x the CPU time in its backward: the error named an internal setting
+    ("synced_backward_scale 0 factor must be at most 1000") and nothing of the trace."""
+    import json
+
+    d = json.loads(open(TRACE).read())
+    for it in d["ranks"][0]["iterations"]:
+        it["backward_cpu_ns"] *= 5000
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    rc, out, err = run_cli(capsys, "simulate", "--trace", str(tmp_path / "bad.json"))
+    assert rc == 2 and err.count("\n") == 1 and err.rstrip().endswith(
+        "(rank 0's backward against the other ranks', learnt from the trace: check its backward and "
+        "backward_cpu_ns times)"), err

@@ -121,7 +121,10 @@ class SimConfig:
                     raise ValueError(f"{what} rank {r!r} is not in 0..{self.world_size - 1}")
                 network.check_positive(fct, f"{what} {r} factor")
                 if fct > STRAGGLER_MAX:
-                    raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}")
+                    learnt = "" if what == "straggler" else (  # learnt from a trace's backward times, not given
+                        f" (rank {r}'s backward against the other ranks', learnt from the trace: check its "
+                        "backward and backward_cpu_ns times)")
+                    raise ValueError(f"{what} {r} factor must be at most {STRAGGLER_MAX:g}, not {fct!r}{learnt}")
         check_ranges(self)
         self.bucket_capacity().compute_bucket_size_limits(self.static_graph, self.find_unused_parameters)
 
