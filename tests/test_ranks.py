@@ -137,6 +137,7 @@ def test_a_rank_runs_none_of_a_host_script_unless_its_function_lives_there(tmp_p
     import types
 
     from childenv import child_env
+    from ddpsim.record.timeslice import time_slice
 
     app = tmp_path / "app_like.py"
     app.write_text("open(__file__ + '.ran', 'a').write('ran\\n')\n")
@@ -144,6 +145,7 @@ def test_a_rank_runs_none_of_a_host_script_unless_its_function_lives_there(tmp_p
     host_main.__file__ = str(app)
     monkeypatch.setitem(sys.modules, "__main__", host_main)  # what streamlit's script runner does
     assert run_ranks(operator.add, 2, timeout=120) == [2, 3]  # fn(rank, world_size)
+    time_slice(0.2)  # the measurement's other children: two processes spinning on one core
     assert sys.modules["__main__"] is host_main and not (tmp_path / "app_like.py.ran").exists()
     script = tmp_path / "own.py"
     script.write_text("from ddpsim.ranks import run_ranks\n"

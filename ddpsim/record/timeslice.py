@@ -37,6 +37,7 @@ def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
     (3.95 ms, quartiles 3.93-3.97, measured here 2026-11-21), not both at half speed.
     """
     from ddpsim import ranks
+    from ddpsim.mainscript import script_hidden
 
     if not hasattr(os, "sched_setaffinity"):
         return 0.0
@@ -45,7 +46,8 @@ def time_slice(seconds: float = 1.0, cpu: int = 0) -> float:
     procs = [ctx.Process(target=_spin, args=(cpu, seconds, queue), daemon=True) for _ in range(2)]
     try:
         for p in procs:
-            p.start()
+            with script_hidden():  # Note [A rank runs none of the caller's script]
+                p.start()
         turns = [t for _ in procs for t in queue.get(timeout=seconds + 30)]
     finally:
         for p in procs:
