@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from apputil import with_uploads
+from apputil import run_waiting, with_uploads
 from ddpsim import samples
 from ddpsim.app import whatif
 from ddpsim.cli import main as cli
@@ -121,7 +121,7 @@ def test_the_page_offers_a_gpu_recording_the_networks_between_gpus():
     net = next(s for s in at.selectbox if s.label == "Network")
     assert "cpugloo" not in net.options and any(o.startswith("nvlink: NVLink inside a node, ib400") for o in net.options)
     next(s for s in at.select_slider if s.label.startswith("World size")).set_value(8).run()
-    next(s for s in at.selectbox if s.label == "Network").set_value("ib100").run()
+    run_waiting(next(s for s in at.selectbox if s.label == "Network").set_value("ib100").run())  # the sweep's caption
     assert not at.exception and not at.error, [e.value for e in at.error]
     said = " ".join(w.value for w in at.warning)
     assert "NCCL on H100-SXM5 nodes: NVLink x8" in said and "ran 2.31x as long" in said

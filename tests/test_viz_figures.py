@@ -93,6 +93,23 @@ def test_a_sweep_of_minutes_per_iteration_is_drawn_in_seconds():
     assert "175.0 s/iteration" in " ".join(t.get_text() for t in ax_t.texts)
 
 
+def test_runs_of_minutes_per_iteration_are_compared_in_seconds():
+    """A CPU run at 100,000 ranks on the What-if page: the time axis ran to 200,000 ms and the hatch read
+    "exposed 197575.5 ms" beside headers in seconds."""
+    from ddpsim.learn import learn
+    from ddpsim.samples import sample_path
+    from ddpsim.sim import SimConfig, simulate
+
+    w = learn(load_trace(sample_path("01_mlp_torch_default")))
+    slow, _ = simulate(w, SimConfig(world_size=2, iters=3, bandwidth_gbps=0.001))  # a crawl of a network
+    fig = plot_compare([("slow", slow)])
+    ax = fig.axes[0]
+    assert ax.get_xlabel().endswith("(s)") and ax.get_xlim()[1] < 1000
+    labels = [t.get_text() for t in ax.texts if t.get_text().startswith("exposed ")]
+    assert labels and all(re.fullmatch(r"exposed [\d,]+\.\d s", t) for t in labels), labels
+    assert plot_compare([("slow", slow)], window=(0.0, 50.0)).axes[0].get_xlabel().endswith("(ms)")  # a zoom: ms
+
+
 def test_a_best_default_cap_with_find_unused_sits_on_its_level():
     """ResNet-50 on 64 V100s: the best was find_unused at the default cap, and its star floated off every
     line (only find_unused off had its default-cap level drawn)."""

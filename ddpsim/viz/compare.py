@@ -17,7 +17,7 @@ from ddpsim.trace import Trace
 from ddpsim.viz import palette as pal
 from ddpsim.viz.describe import describe_run
 from ddpsim.viz.scaling import time_unit
-from ddpsim.viz.timeline import GAP, HEADER, MS, _draw_rank, _lanes, _legend_handles
+from ddpsim.viz.timeline import GAP, HEADER, _draw_rank, _lanes, _legend_handles
 
 Run = tuple[str, Trace]  # (label, trace)
 
@@ -94,7 +94,10 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
     picked = [(label, trace, *_pick(trace, iteration, rank)) for label, trace in runs]
     lanes = [_lanes(it) for *_, it in picked]
     n_lanes_of = [max(1, max(v.values(), default=0) + 1) for v in lanes]  # each run its own lanes
-    t_max = max(max(it.end_ns, comm_end_ns(it) or 0) - it.forward.start_ns for *_, it in picked) * MS
+    t_max_ns = max(max(it.end_ns, comm_end_ns(it) or 0) - it.forward.start_ns for *_, it in picked)
+    per_s, unit = (1e3, "ms") if window else time_unit(t_max_ns * 1e-9)  # a window is in ms (the pages' zoom)
+    per_ns = per_s * 1e-9
+    t_max = t_max_ns * per_ns
     xlim = window or (-0.02 * t_max, 1.02 * t_max)
     height = sum(HEADER + 2 + n + GAP for n in n_lanes_of)
     fig = Figure(figsize=(10, 1.9 + 0.34 * height), layout="constrained")
@@ -112,8 +115,8 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         kind = "SIMULATED" if trace.source == "simulated" else "real"
         t_it = cycle_metrics(trace, [it.iteration])["iteration_time_s"]
         median = ", the most typical" if iteration is None else ""
-        scale, unit = time_unit(t_it)
-        suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it * scale:,.1f} {unit}]"
+        it_scale, it_unit = time_unit(t_it)
+        suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it * it_scale:,.1f} {it_unit}]"
         head, size = _header(label, suffix)
         ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=size, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False).set_in_layout(False)  # a long header never squeezes the drawing
@@ -121,9 +124,10 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
             yticks.append(rows[name] + 0.5)
             ylabels.append(text)
         t0 = it.forward.start_ns
-        _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * MS, minlabel, len(head))
+        _draw_rank(ax, trace, r, it, rows, lane, n_lanes, lambda t, t0=t0: (t - t0) * per_ns, minlabel, len(head),
+                   unit)
         y = bottom + GAP
-    pal.finish_track_axes(ax, y, yticks, ylabels, "time since each run's iteration start (ms)", 9)
+    pal.finish_track_axes(ax, y, yticks, ylabels, f"time since each run's iteration start ({unit})", 9)
     ax.set_title(f"{len(picked)} runs on one time axis (rank {rank})", loc="left", fontsize=11.5)
     handles = _legend_handles(picked[0][1], None, [it for *_, it in picked])
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)),

@@ -126,8 +126,9 @@ def _draw_ranks(ax, trace, chosen, its, iteration, lanes, n_lanes, ms, minlabel,
 
 
 def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, ms, minlabel,
-               head_chars: int = 14):
-    """Draw one rank's rows; ``head_chars``: length of the name at the left of its header row."""
+               head_chars: int = 14, unit: str = "ms"):
+    """Draw one rank's rows; ``head_chars``: length of the name at the left of its header row; ``unit``: what
+    ``ms`` maps nanoseconds to (ms, or s for an iteration of minutes)."""
     yc, yr, ym = rows["compute"], rows["ready"], rows["comm"]
     pad = (1 - BAR) / 2
     for span, color, label in ((it.forward, pal.FORWARD, "forward"),
@@ -158,7 +159,7 @@ def _draw_rank(ax, trace, rank: RankTrace, it: Iteration, rows, lanes, n_lanes, 
                 "no_sync: no bucket is reduced; gradients stay local until the next synced step",
                 va="center", fontsize=8.5, style="italic", color=pal.TEXT)
     _draw_collectives(ax, rank, it, yr, ym, lanes, ms, minlabel)
-    _draw_exposed(ax, rank, it, rows, n_lanes, ms, minlabel, head_chars)
+    _draw_exposed(ax, rank, it, rows, n_lanes, ms, minlabel, head_chars, unit)
 
 
 def _draw_shadow(ax, rank: RankTrace, shadow, rows, ms, minlabel):
@@ -203,19 +204,18 @@ def _draw_collectives(ax, rank: RankTrace, it: Iteration, yr, ym, lanes, ms, min
              minlabel, gid=f"buffer_broadcast:r{rank.rank}", text_y=ym + lane + 0.5)
 
 
-def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabel, head_chars: int):
-    """Hatch the exposed communication and label it in the rank's header row."""
+def _draw_exposed(ax, rank: RankTrace, it: Iteration, rows, n_lanes, ms, minlabel, head_chars: int, unit="ms"):
+    """Hatch the exposed communication and label it, in ``unit``, in the rank's header row."""
     yc, yr, ym = rows["compute"], rows["ready"], rows["comm"]
     exposed = exposed_comm_ns(it)
     if exposed > 0:
-        start = ms(it.backward_compute_end_ns)
-        ax.add_patch(Rectangle((start, yr), exposed * MS, 1 + n_lanes, facecolor="none",
+        start, end = ms(it.backward_compute_end_ns), ms(it.backward_compute_end_ns + exposed)
+        ax.add_patch(Rectangle((start, yr), end - start, 1 + n_lanes, facecolor="none",
                                edgecolor=pal.EXPOSED, hatch="////", lw=0, alpha=0.55, zorder=2.5,
                                gid=f"exposed:r{rank.rank}"))
         ax.vlines(start, yc, ym + n_lanes, colors=pal.EXPOSED, lw=1, ls=":", zorder=5)
-        label = f"exposed {exposed * MS:.{2 if exposed * MS < 1 else 1}f} ms"  # 0.01 ms read "0.0 ms"
-        end = start + exposed * MS
-        ha, x, which = place_label(ax.get_xlim(), start, end, minlabel * len(label) * 1.1,  # bold 9.5 pt, in ms
+        label = f"exposed {end - start:,.{2 if end - start < 1 else 1}f} {unit}"  # 0.01 ms read "0.0 ms"
+        ha, x, which = place_label(ax.get_xlim(), start, end, minlabel * len(label) * 1.1,  # bold 9.5 pt, x units
                                    minlabel, head_chars, [ms(b.ready_ns) for b in it.buckets])
         y = rows["head"] + 0.45 if which == "head" else rows["ready"] + 0.5
         ax.text(x, y, label, ha=ha, va="center", fontsize=9.5, color=pal.EXPOSED, fontweight="bold",
