@@ -68,6 +68,10 @@ def test_replay_error_and_noise_come_from_the_recorded_run():
     rec = summarize(trace)
     assert "Replay error" in said and f"against {rec['exposed_comm_s'] * 1e3:.2f} ms, overlap " in said, said
     assert f"against {rec['overlap_fraction']:.0%}." in said, said
+    assert whatif_words.replay_far(out) is None  # within 20%: the caption alone
+    from dataclasses import replace  # a network measured beside a test run: +99% (an E2E review saw it)
+    far = whatif_words.replay_far(replace(out, replay_error={**out.replay_error, "iteration_time_s": 0.991}))
+    assert far.startswith("The replay misses the recorded run by +99%, beyond 20%") and "measure it again" in far
     # a simulated sample has no measured spread and no replay error to show
     trace, base, work = setup(GPU)
     gpu = whatif.evaluate(work, base, trace, config(base, work, world_size=128))

@@ -51,6 +51,20 @@ def describe_replay(out) -> str | None:
             + drawn)
 
 
+REPLAY_FAR = 0.2  # fraction: a replay error beyond this is a warning, not a caption (not in torch)
+
+
+def replay_far(out) -> str | None:
+    """Where the model misses the recorded run by more than ``REPLAY_FAR``: what that means for the
+    predictions, to show as a warning beside the replay line; else None."""
+    if out.replay_error is None or abs(out.replay_error["iteration_time_s"]) <= REPLAY_FAR:
+        return None
+    return (f"The replay misses the recorded run by {out.replay_error['iteration_time_s']:+.0%}, beyond "
+            f"{REPLAY_FAR:.0%}: the predictions on this page carry an error of that size. A network measured here "
+            "beside other work (another test run, a recording) is a common cause: measure it again on an idle "
+            "machine, or pick a network above.")
+
+
 def _overlap_pct(summary: dict) -> str:
     """A summary's overlap as the metrics show it: "none" where no collective communicated."""
     return f"{summary['overlap_fraction']:.0%}" if summary.get("communicates", True) else "none"

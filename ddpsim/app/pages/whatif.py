@@ -143,6 +143,8 @@ ui.metric_row(out.summary, out.unchanged_summary, base_name="unchanged (simulate
 st.markdown(whatif_words.describe_change(out))
 if (waits := whatif_words.describe_stragglers(out)):
     st.markdown(waits)
+if (far := whatif_words.replay_far(out)):
+    st.warning(far, icon=":material/warning:")
 if (replay := whatif_words.describe_replay(out)):
     st.caption(replay)
 ui.show_figure(f"wi:{source_key}:{cache.config_key(cfg)}",
