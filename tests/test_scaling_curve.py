@@ -113,6 +113,9 @@ def test_the_figure_has_a_bar_per_size_and_outlines_the_chosen_one():
     title, legend = fig._suptitle.get_window_extent(), fig.legends[0].get_window_extent()
     assert fig._suptitle.get_text() == "by world size" and not title.overlaps(legend)
     assert legend.y1 < fig.axes[0].get_window_extent().y0  # under the axis
+    names = lambda f: [t.get_text() for t in f.legends[0].get_texts()]  # noqa: E731
+    assert "the what-if's world size" in names(fig) and "the what-if's world size" not in names(
+        plot_scaling(rows, chosen=3))  # no bar of 3 ranks to outline: none in the legend either
 
 
 def test_the_sizes_an_algorithm_does_not_run_at_make_one_note():

@@ -71,7 +71,8 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
         ax.spines[side].set_visible(False)
     handles = [Patch(facecolor=s.get("color"), hatch=s.get("hatch"), edgecolor=s.get("edgecolor", pal.TEXT), label=label)
                for _, label, s in PARTS]
-    handles.append(Patch(facecolor="none", edgecolor=pal.TEXT, linewidth=2.0, label="the what-if's world size"))
+    if any(r["world_size"] == chosen for r in rows):  # outlined only where it is one of the bars
+        handles.append(Patch(facecolor="none", edgecolor=pal.TEXT, linewidth=2.0, label="the what-if's world size"))
     fig.legend(handles=handles, loc="outside lower center", fontsize=8.5, frameon=False, ncols=4)  # under the axis
     if title:  # the figure's, so that it sits above the legend (an axes title sat under it)
         fig.suptitle(title, x=0.01, ha="left", fontsize=11)
