@@ -68,3 +68,12 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(argv, flag,
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"ddpsim {argv[0]}: error: {flag} /proc/x: /proc takes no new file (")
     assert err.count("\n") == 1, err
+
+
+def test_a_folder_not_there_yet_is_made_by_every_writer(tmp_path, capsys):
+    """simulate, sweep and record made a missing folder of --out; export, import and gpucheck refused it."""
+    run = str(sample_path("01_mlp_torch_default"))
+    assert cli(["export", "--chrome", run, str(tmp_path / "a" / "x.json")]) == 0
+    assert cli(["import", str(tmp_path / "a" / "x.json"), "--out", str(tmp_path / "b" / "c" / "y.json")]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "b" / "c" / "y.json").is_file()

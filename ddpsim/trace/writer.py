@@ -57,8 +57,8 @@ def refuse_unwritable(path, flag: str, given=None) -> None:
 def write_text(text: str, path: str | Path) -> None:
     """Write ``text`` (UTF-8) to ``path`` whole or not at all: a temporary file beside it, then
     ``os.replace``; a full disk, a file-size limit or a kill mid-write leaves the old file (or none),
-    never part of one. A name ending in ``.gz`` is written gzipped (the reader inflates it). An
-    OSError names ``path`` as given, not the temporary file."""
+    never part of one. A name ending in ``.gz`` is written gzipped (the reader inflates it); a folder of the
+    path not there yet is made. An OSError names ``path`` as given, not the temporary file."""
     given = str(path)
     if not given:
         raise ValueError("no file to write: the path is empty")
@@ -72,6 +72,7 @@ def write_text(text: str, path: str | Path) -> None:
         data = gzip.compress(data, mtime=0)  # mtime 0: the same input gives the same bytes
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # a folder not there yet is made, as every command makes it
         tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as e:
