@@ -311,6 +311,7 @@ def test_a_kept_what_if_is_compared_against_the_what_if_pages_own_reference():
     shown = {m.label: m for m in at.metric}["Iteration time"]
     next(b for b in at.button if b.label.startswith("Keep this simulated run")).click().run()
     kept = at.session_state["ddpsim_last_kept"]
+    assert kept == f"simulated: {MLP}, bucket_cap_mb=0.25"  # what changed, not every choice ("fu=0 n=1 w=2 ...")
     at.switch_page("ddpsim/app/pages/compare.py").run()
     assert not at.exception, [e.message for e in at.exception]
     chosen = at.multiselect(key="ddpsim_compare_runs").value

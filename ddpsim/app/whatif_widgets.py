@@ -74,13 +74,20 @@ def simulated_hook(hook: str | None, base: Base) -> str | None:
     return None if hook == recorded_hook(base) else (hook or "allreduce")
 
 
-def kept_name(who: str, cap, order: str, fu: bool, n_sync: int, world: int, network: str, hook, bufs, algo,
-              small: bool = False) -> str:
-    """A kept what-if's name with every choice in it: two different runs never share a name."""
-    extra = [f"hook={hook}" if hook else "", "" if bufs is None else f"bufs={int(bufs)}", f"algo={algo}" if algo else "",
-             "small-last" if small else ""]
-    return " ".join([f"{SIMULATED_PREFIX}{who} cap={'default' if cap is None else f'{cap:g}'} {order} fu={int(fu)} n={n_sync} w={world} "
-                     f"{network}", *filter(None, extra)])
+def kept_name(who: str, now: dict, recorded_hook, cap, order: str, fu: bool, n_sync: int, world: int, network: str,
+              hook, bufs, algo, small: bool = False) -> str:
+    """A kept what-if's name: the source and what the what-if changes from ``now`` (``whatif.choices``), in
+    the words of the page's controls; nothing changed: ``unchanged_name``. ("cap=0.25 torch fu=0 n=1 w=2 as
+    recorded" listed every choice, and Compare's table cut it to "…fu=0 n=1 w=2 as recorded".)"""
+    changes = ((cap, now["bucket_cap_mb"], f"bucket_cap_mb={'default' if cap is None else f'{cap:g}'}"),
+               (order, now["order"], f"order={order}"),
+               (fu, now["find_unused_parameters"], f"find_unused_parameters={fu}"),
+               (n_sync, now["no_sync_every"], f"sync every {n_sync}"), (world, now["world_size"], f"world size {world}"),
+               (network, now["network"], f"network {network}"), (hook, recorded_hook, f"hook={hook}"),
+               (bufs, now["broadcast_buffers"] if bufs is not None else None, f"forward_sync_buffers={bufs}"),
+               (algo, now["algo"], f"NCCL_ALGO={algo}"), (small, now["last_bucket_small"], "small bucket last"))
+    changed = [words for value, before, words in changes if value != before]
+    return f"{SIMULATED_PREFIX}{who}, {', '.join(changed)}" if changed else unchanged_name(who, False)
 
 
 def unchanged_name(who: str, at_median_speed: bool) -> str:

@@ -156,7 +156,8 @@ st.caption("The figure draws rank 0's most typical iteration of each run (closes
            "typical iteration, against the rank that waits most.")
 if st.button("Keep this simulated run for the Compare page", key=k + "keep"):
     who = f"{base.arch} on {base.gpu}" if base.kind == "synthetic" else pretty(label or "")
-    name = widgets.kept_name(who, cap, order, fu, n_sync, world, network, hook, bufs, algo, small)
+    name = widgets.kept_name(who, now, widgets.recorded_hook(base), cap, order, fu, n_sync, world, network,
+                             hook, bufs, algo, small)
     name = keep_trace(name, out.sim, f"{source_key}:{cache.config_key(cfg)}")
     twin = name if cache.config_key(cfg) == cache.config_key(out.unchanged_cfg) else keep_trace(
         widgets.unchanged_name(who, out.replay_summary is not None), out.unchanged,
