@@ -77,3 +77,10 @@ def test_a_folder_not_there_yet_is_made_by_every_writer(tmp_path, capsys):
     assert cli(["import", str(tmp_path / "a" / "x.json"), "--out", str(tmp_path / "b" / "c" / "y.json")]) == 0
     capsys.readouterr()
     assert (tmp_path / "b" / "c" / "y.json").is_file()
+
+
+def test_calibrate_refuses_a_folder_as_its_out_before_measuring(tmp_path, capsys):
+    """It measured for 7 s, printed the fit, then said "cannot use adir: Is a directory"."""
+    assert cli(["calibrate", "--trace", str(sample_path("01_mlp_torch_default")), "--out", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"ddpsim calibrate: error: --out {tmp_path}: {tmp_path} is a folder, not a file\n"

@@ -39,7 +39,8 @@ HELP = ("measure gloo allreduce time vs size on local processes (each --world-si
 
 def add_arguments(p) -> None:
     p.add_argument("--sizes-kb", default="4,64,512,2048,8192",
-                   help="message sizes in KiB, comma-separated (default 4,64,512,2048,8192)")
+                   help="message sizes in KiB, comma-separated: two or more, each above 0 and at most 1 GiB "
+                        "(default 4,64,512,2048,8192)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per size (default 15)")
     p.add_argument("--rounds", type=int, default=CAL_ROUNDS, help="measure the world sizes in turn this many "
                    f"times; each size's median over them (default {CAL_ROUNDS}, Note [Calibrate world sizes in turns])")
@@ -47,7 +48,7 @@ def add_arguments(p) -> None:
     p.add_argument("--world-sizes", default="2", help="ranks to measure at, comma-separated (default 2); "
                    "other world sizes use the fit through them (ddpsim.sim.netmodel)")
     p.add_argument("--trace", help="a trace to store the calibration in (meta.calibration)")
-    p.add_argument("--out", help="where to write that trace (default: overwrite --trace)")
+    p.add_argument("--out", help="where to write that trace (needs --trace; default: overwrite --trace)")
     p.add_argument("--save", metavar="FILE", help="also write the calibration to FILE (JSON; "
                    "validate/--extrapolate --calibration FILE)")
 
@@ -211,7 +212,7 @@ def main(args) -> int:
     refuse_empty(args.out, "--out")  # an empty --out read as "not given" overwrote --trace
     refuse_empty(args.save, "--save")
     for flag, path in (("--out", args.out), ("--save", args.save)):  # before the measurement, not after it
-        if path and not Path(path).is_dir():  # a folder: --save says what to name instead (check_flags)
+        if path and not (flag == "--save" and Path(path).is_dir()):  # --save's folder: check_launch says more
             refuse_unwritable(path, flag)
 
     try:

@@ -57,7 +57,8 @@ def add_arguments(p) -> None:
     p.add_argument("--jitter", help="rank noise: a number, 'fit' (fitted so the learnt-from run predicts "
                    "itself, see fit_jitter) or, by default, the variation of compute measured in the run "
                    "learnt from (--grid: each calibration run)")
-    p.add_argument("--out", help="write the simulated trace here (--grid: the table to OUT.csv and OUT.json)")
+    p.add_argument("--out", help="write the simulated trace here (--grid, --extrapolate: the table to OUT.csv and "
+                                 "OUT.json)")
     g = p.add_argument_group("--grid: record a grid of real runs and predict each")
     g.add_argument("--grid", action="store_true", help="record and predict a grid of configurations")
     g.add_argument("--models", default="mlp,transformer,shuffled", help="zoo models, comma-separated")
@@ -76,8 +77,9 @@ def add_arguments(p) -> None:
                         f"{extrapolate.RECORD_ITERS} in each launch)")
     g.add_argument("--workdir", help="keep the recorded traces here (default: a temporary folder)")
     g.add_argument("--reuse", action="store_true",
-                   help="predict from the traces already in --workdir instead of recording them again "
-                        "(--grid records the groups missing there; --extrapolate needs them all)")
+                   help="predict from the traces already in --workdir (required) instead of recording them "
+                        "again (--grid records the groups missing there, but refuses a folder holding none of them; "
+                        "--extrapolate needs them all)")
     g.add_argument("--wait-load", type=float, default=None, metavar="L",
                    help="before recording, wait until the 1-minute load average is below L")
     g.add_argument("--wait-max-s", type=float, default=1200.0, help="give up waiting after this long")
