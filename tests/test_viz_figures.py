@@ -245,6 +245,7 @@ def test_a_long_run_name_keeps_the_drawing_and_its_time(trace):
     assert "cap=100.0 torch fu=0 n=1 w=8 as recorded hook=fp16  [" in heads[1] and heads[1] != heads[2]  # settings kept
     bracket = re.search(r"  \[SIMULATED, rank 0, iteration \d+, the most typical: [\d.]+ ms\]$", heads[3])
     assert "…" in heads[3] and bracket and heads[3][:bracket.start()].endswith("hook=fp16")  # cut, settings kept
+    assert heads[1].startswith("recorded: mlp_torch_w2 cap=100.0")  # "simulated: " left to the bracket's SIMULATED
 
 
 def test_layout_panels_share_a_scale_unless_it_would_hide_buckets(trace):

@@ -117,7 +117,8 @@ def plot_compare(runs: list[Run], iteration: int | None = None, rank: int = 0,
         median = ", the most typical" if iteration is None else ""
         it_scale, it_unit = time_unit(t_it)
         suffix = f"  [{kind}, rank {r.rank}, iteration {it.iteration}{median}: {t_it * it_scale:,.1f} {it_unit}]"
-        head, size = _header(label, suffix)
+        shown = label.removeprefix("simulated: ") if kind == "SIMULATED" else label  # the suffix says so
+        head, size = _header(shown, suffix)
         ax.text(0.002, rows["head"] + 0.45, head, transform=label_x, fontsize=size, fontweight="bold", va="center",
                 color=pal.TEXT, clip_on=False).set_in_layout(False)  # a long header never squeezes the drawing
         for name, text in (("compute", "compute"), ("ready", "buckets ready"), ("comm", "allreduce")):
