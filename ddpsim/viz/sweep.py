@@ -85,7 +85,7 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
                   f"{', find_unused' if best.get('find_unused_parameters') else ''}"
                   f"{', small bucket last' if best.get('last_bucket_small') else ''}\n"
                   f"{best['iteration_time_s'] * scale:,.1f} {unit}/iteration",
-                  (_x(best), best["iteration_time_s"] * scale), xytext=(side[1], -34),
+                  (_x(best), best["iteration_time_s"] * scale), xytext=(side[1], _label_dy(ax_t, best, scale)),
                   textcoords="offset points", ha=side[0], fontsize=8.5, color=pal.TEXT,
                   bbox={"boxstyle": "round", "fc": "white", "ec": pal.GRID})
     fig.suptitle(title or "what bucket size is best?", x=0.01, ha="left", fontsize=11.5)
@@ -93,6 +93,12 @@ def plot_sweep(rows: list[dict], current: dict | None = None, title: str = "") -
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=9,
                frameon=False)
     return fig
+
+
+def _label_dy(ax, best: dict, scale: float) -> float:
+    """The best label's offset in points: under the star, or over it where the star sits in the lowest third of
+    the panel (under it, the label ran onto the axis's tick labels)."""
+    return -34 if best["iteration_time_s"] * scale > ax.get_ylim()[1] * 0.35 else 14
 
 
 def _label_side(best: dict, rows: list[dict]) -> tuple[str, float]:
