@@ -289,10 +289,10 @@ def main(args) -> int:
     if args.per_rank:
         paths = write_per_rank(trace, args.out, keep)
         which = f"steady iterations {min(keep)}-{max(keep)}" if keep else "every iteration"
-        print(f"wrote {len(paths)} per-rank Kineto traces to {args.out}/ (rank<R>.json; {which}, so HTA's "
-              f"comm/compute overlap is ddpsim's, with HTA_DISABLE_NS_ROUNDING=1: by default HTA rounds each "
-              "event inward to whole microseconds): open one in https://ui.perfetto.dev or the folder with "
-              "HolisticTraceAnalysis")
+        print(f"wrote {len(paths)} per-rank Kineto trace{'s' * (len(paths) != 1)} to {args.out}/ (rank<R>.json; "
+              f"{which}, so HTA's comm/compute overlap is ddpsim's, with HTA_DISABLE_NS_ROUNDING=1: by default HTA "
+              "rounds each event inward to whole microseconds): open one in https://ui.perfetto.dev or the folder "
+              "with HolisticTraceAnalysis")
         return 0
     chrome = to_chrome(trace, keep)
     write_text(json.dumps(chrome), args.out)  # whole or not at all; .gz: gzipped
