@@ -243,6 +243,29 @@ def test_a_part1_solution_that_never_returns_is_stopped_within_minutes():
     assert sum(limits) <= 180, f"a hung part 1 solution would hold the grader {sum(limits):g} s"
 
 
+@pytest.mark.slow
+def test_a_part1_loop_that_never_ends_is_stopped_in_every_generated_test(tmp_path):
+    """The time limit raised an Exception, which hypothesis took for a failure and ran the example again, with no
+    limit left: an endless loop held the grader forever in the generated tests (1.6 to 1.9)."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    text = (A / "part1" / "autograder.py").read_text()
+    assert "TIMEOUT = 15.0" in text
+    (tests / "autograder.py").write_text(text.replace("TIMEOUT = 15.0", "TIMEOUT = 2.0"))  # 9 tests x 2 s
+    solution = (ROOT / "tests" / "instructor" / "solutions" / "part1_buckets.py").read_text()
+    head = "                                      tensor_indices=()):\n"
+    assert head in solution
+    hang = tmp_path / "buckets.py"
+    hang.write_text(solution.replace(head, head + "    while True:\n        pass\n", 1))
+    start = time.monotonic()
+    proc, results = grade("part1", hang, tmp_path, "--tests", str(tests))
+    assert time.monotonic() - start < 150, "the grader was held past its limits"
+    timed_out = [t for t in results["tests"] if t["output"].startswith("timed out after 2 s (an infinite loop")]
+    generated = [t for t in results["tests"] if "generated" in t["name"] or "dtypes" in t["name"]]
+    assert generated and all(t in timed_out for t in generated), [t["output"][:80] for t in results["tests"]]
+    assert proc.returncode == 1 and results["score"] < results["max_score"]
+
+
 LEAVES_CHILDREN = """import multiprocessing, os, subprocess, sys, time
 def _sleep():
     time.sleep(300)

@@ -45,6 +45,7 @@ class Tripwire:
     was reached (an import, ``getattr`` on a built string, ...): the answer must be computed."""
 
     DDPSIM = str(Path(ddpsim.__file__).resolve().parent)
+    GRADER = str(Path(ddpsim.__file__).resolve().parent / "grade")  # its own time limit's alarm runs in the call
 
     def __init__(self):
         self.hit = None
@@ -54,16 +55,18 @@ class Tripwire:
             return
         if event == "c_call" and getattr(arg, "__name__", "") == "_compute_bucket_assignment_by_size":
             self.hit = "torch's _compute_bucket_assignment_by_size"
-        elif event == "call" and frame.f_code.co_filename.startswith(self.DDPSIM):
+        elif (event == "call" and frame.f_code.co_filename.startswith(self.DDPSIM)
+              and not frame.f_code.co_filename.startswith(self.GRADER)):
             self.hit = f"ddpsim's {frame.f_code.co_name} ({Path(frame.f_code.co_filename).name})"
 
     def __enter__(self):
         sys.setprofile(self._watch)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         sys.setprofile(None)
-        assert not self.hit, f"the solution must be your own: it called {self.hit}"
+        if exc_type is None:  # what the call raised (a time limit, the student's error) is the result
+            assert not self.hit, f"the solution must be your own: it called {self.hit}"
 
 
 def student_call(student, *args):

@@ -112,8 +112,9 @@ class GradeContext:
 STUDENT = "ddpsim_student_"  # the student's file is imported as this module name and the part's
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """A test past its time limit. Not an Exception: hypothesis takes an Exception for a failure and runs the
+    example again to report it, past the limit (an endless loop then held the grader forever)."""
 
 
 def load_file(path: Path, name: str):
@@ -196,7 +197,7 @@ def time_limit(seconds: float, why: str = ""):
         raise _Timeout(f"timed out after {seconds:g} s {why}".strip())
 
     old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # then every second: code that swallows one is stopped
     try:
         yield
     finally:
