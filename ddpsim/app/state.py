@@ -68,7 +68,7 @@ def keep_trace(label: str, trace: Trace, key: str) -> str:
     if same in st.session_state.get("ddpsim_uploads", {}):
         return same
     if label in st.session_state.get("ddpsim_uploads", {}) and keys.get(label) != key:
-        label = next((name for name, k in keys.items() if k == key), None) or free_label(label)
+        label = same or free_label(label)
     keys[label] = key
     return add_trace(label, trace, select=False)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ddpsim.cli.sim_args import (DEFAULT_CAP, DEFAULT_HARDWARE, add_budget_arguments, add_input_arguments,
                                   add_network_source_arguments, cap_mb, check_args, check_gpu_model_args,
@@ -257,8 +256,7 @@ def main(args) -> int:
         print(f"note: PowerSGD starts at synced step {cfg.powersgd_start_iter} (start_powerSGD_iter; torch's default "
               f"1000) and the {cfg.iters} simulated steps are all before it, so they are plain allreduces: give "
               "--powersgd-start-iter 2 and more --iters than that to see PowerSGD itself", file=sys.stderr)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    if args.out:  # save_trace makes a folder not there yet (trace/writer.write_text)
         from ddpsim.trace import save_trace
 
         save_trace(trace, args.out)

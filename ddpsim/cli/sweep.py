@@ -154,7 +154,6 @@ def main(args) -> int:
         print(f"not in the sweep: {note}", file=sys.stderr)
     if args.out:
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
         json_out = out.name.removesuffix(".gz").endswith(".json")
         write_text(json.dumps(rows, indent=1) if json_out else to_csv(rows), out)  # whole; .gz: gzipped
     print_table(rows)

@@ -167,10 +167,10 @@ def load_calibration(path: str) -> dict:
     """A calibration from ``calibrate --save FILE`` (JSON), or a trace's ``meta.calibration``."""
     try:
         text = Path(path).read_text()
-        raw = json.loads(text) if text.strip() else ""  # an empty file: said below
+        raw = json.loads(text) if text.strip() else None
     except (OSError, ValueError) as e:
         raise ValueError(f"--calibration {path}: cannot read it as JSON ({type(e).__name__})") from None
-    if raw == "" and not text.strip():
+    if not text.strip():
         raise ValueError(f"--calibration {path} is empty")
     cal = raw.get("meta", {}).get("calibration") if isinstance(raw, dict) and "meta" in raw else raw
     if not isinstance(cal, dict) or not (cal.get("world_sizes") or "intercept_s" in cal):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 from ddpsim.experiments.gpu_rate import as_published, citation, fit_tflops, noise, step_time
 from ddpsim.trace.writer import refuse_empty, refuse_unwritable, write_text
@@ -121,9 +120,8 @@ def _sections(only: str | None) -> dict:
 
 def main(args) -> int:
     refuse_empty(getattr(args, "json", None), "--json")  # before the work: it wrote nothing, and said nothing
-    if getattr(args, "json", None):  # its folder made before the work, as record and simulate do
+    if getattr(args, "json", None):  # before the work (write_text makes its folder after it)
         refuse_unwritable(args.json, "--json")
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     sections = _sections(getattr(args, "only", None))
     summary = {}
     for name, (rows, text, cites) in sections.items():

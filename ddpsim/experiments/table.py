@@ -32,12 +32,17 @@ def format_row(r: dict) -> str:
             f"bucket start {r['bucket_start_error_pct']:5.1f}%" + (f"  ({r['error']})" if r.get("error") else ""))
 
 
-def write_table(result: dict, out: str) -> list[Path]:
+def table_paths(out: str) -> tuple[Path, Path]:
+    """(OUT.csv, OUT.json) of ``--out OUT``: OUT without a .csv or .json it ends in, "run.v2" kept whole."""
     base = Path(out)
     if base.suffix in (".csv", ".json"):
         base = base.with_suffix("")
-    csv_path, json_path = (base.with_name(base.name + ext) for ext in (".csv", ".json"))  # keeps "run.v2"
-    base.parent.mkdir(parents=True, exist_ok=True)
+    return base.with_name(base.name + ".csv"), base.with_name(base.name + ".json")
+
+
+def write_table(result: dict, out: str) -> list[Path]:
+    csv_path, json_path = table_paths(out)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["exposed_comm_pred_ms", "exposed_comm_meas_ms"],
                            extrasaction="ignore")

@@ -146,11 +146,10 @@ def check_modes(args) -> None:
 
 def check_out(out: str, table: bool) -> None:
     """One line for an --out that cannot be written, before any work (a grid records for minutes, then
-    wrote nowhere). ``table``: --out is OUT.csv and OUT.json (``table.write_table``)."""
-    base = Path(out)
-    if table:
-        base = base.with_suffix("") if base.suffix in (".csv", ".json") else base
-    for path in [base.with_name(base.name + ext) for ext in (".csv", ".json")] if table else [base]:
+    wrote nowhere). ``table``: --out is OUT.csv and OUT.json (``table.table_paths``)."""
+    from ddpsim.experiments.table import table_paths
+
+    for path in table_paths(out) if table else [Path(out)]:
         refuse_unwritable(path, "--out", out)
 
 
