@@ -195,6 +195,20 @@ def test_record_then_simulate_with_a_list(record, tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_simulate_says_a_cap_given_beside_a_list_is_not_used(capsys):
+    """Both flags ran in silence with the list alone, as torch's DDP takes both arguments."""
+    from ddpsim.__main__ import main
+    from ddpsim.samples import BUNDLED_DIR
+
+    mlp = str(BUNDLED_DIR / "01_mlp_torch_default.json")
+    assert main(["simulate", "--trace", mlp, "--bucket-cap-mb", "5", "--bucket-cap-mb-list", "1", "2"]) == 0
+    both = capsys.readouterr()
+    assert "note: --bucket-cap-mb 5 is not used: --bucket-cap-mb-list replaces it" in both.err, both.err
+    assert main(["simulate", "--trace", mlp, "--bucket-cap-mb-list", "1", "2"]) == 0
+    alone = capsys.readouterr()
+    assert "note:" not in alone.err and alone.out.splitlines()[-1] == both.out.splitlines()[-1]  # the list's run
+
+
 def test_a_run_without_a_list_writes_what_it_wrote_before():
     from ddpsim.record.config import RecordConfig
     from ddpsim.record.meta import rank_header

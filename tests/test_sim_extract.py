@@ -170,6 +170,27 @@ def test_cli_says_one_recorded_rank_adds_no_waiting(capsys):
     assert rc == 0 and "waiting for stragglers: " in out and "not included" not in out, out
 
 
+def test_cli_says_what_it_plays_and_adds_up_as_scaling_does(capsys):
+    """At another world size `simulate` drew each rank's speed without saying it was not the replay (the
+    What-if page and `scaling` say so); its "exposed comm" counted the wait for the slowest rank that
+    `scaling` splits off (3.2 ms against scaling's 0.2 ms exposed + 1.7 ms waiting, unexplained); and
+    --hardware over a gloo recording switched to NCCL's collectives without a word."""
+    from ddpsim.samples import BUNDLED_DIR
+
+    mlp = str(BUNDLED_DIR / "01_mlp_torch_default.json")
+    at = ["simulate", "--trace", mlp, "--world-size", "8", "--hardware", "v100-eth25"]
+    rc, out, _ = run_cli(at, capsys)
+    assert rc == 0 and "Not the recorded iterations replayed: the recording ran 2 ranks, so at 8" in out, out
+    assert "network: NCCL on V100-SXM2 nodes" in out and "in place of the recording's gloo" in out
+    rc, table, _ = run_cli(["scaling", *at[1:3], "--world-sizes", "8", "--hardware", "v100-eth25"], capsys)
+    row = json.loads(table.splitlines()[-1])["rows"][0]
+    assert rc == 0 and f"of the {row['iteration_time_s'] * 1e3:.3f} ms" in out
+    assert f"waiting for stragglers: {row['waiting_s'] * 1e3:.3f} ms" in out
+    assert f"without the spread, exposed comm is {row['exposed_comm_s'] * 1e3:.3f} ms" in out, out
+    rc, out, _ = run_cli(["simulate", "--trace", mlp], capsys)  # the recorded ranks replayed: nothing to say
+    assert rc == 0 and "Not the recorded" not in out and "network:" not in out
+
+
 def test_cli_subprocess_end_to_end(recorded, tmp_path):
     path, _, _ = recorded
     p = subprocess.run([sys.executable, "-m", "ddpsim", "simulate", "--trace", str(path),

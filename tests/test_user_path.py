@@ -144,3 +144,22 @@ def test_another_world_size_is_measured_here(tmp_path, capsys):
     assert "calibration" not in load_trace(path).meta  # as it says: the file is left as it was
     sim = load_trace(tmp_path / "sim.json")
     assert "measured at k=3" in sim.meta["link"]["name"]
+
+
+@pytest.mark.parametrize("command", [["simulate", "--world-size", "4"], ["scaling", "--world-sizes", "4"],
+                                     ["sweep", "--world-size", "4"]], ids=lambda c: c[0])
+@pytest.mark.parametrize("flags, says", [
+    (["--jitter=-1"], "jitter must be"),
+    (["--straggler", "9:2"], "straggler rank 9 is not in 0..3"),
+    (["--order", "1,1"], "order"),
+    (["--powersgd-rank", "2"], "need --comm-hook powersgd"),
+])
+def test_a_flag_refused_is_said_before_measuring(tmp_path, capsys, command, flags, says):
+    """Every such flag was refused after the 6-40 s measurement of the allreduce at the new world size."""
+    if command[0] == "sweep" and flags[0] == "--powersgd-rank":
+        pytest.skip("sweep has no --powersgd-rank")
+    path, _ = copy_of(MLP, tmp_path, hosts=[socket.gethostname()])
+    assert worldsize.plan(load_trace(path), 4).action == "measure"  # what the flag's check now comes before
+    assert cli([command[0], "--trace", str(path), *command[1:], *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "measur" not in err[0], err

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ddpsim.app.units import duration
 from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.learn.hardware import profile_spread
+from ddpsim.learn.replay_words import not_replayed
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
 
@@ -139,29 +140,7 @@ def drawn_replay(meta: dict) -> str:
     instead, read from what ``replay_config`` put in its config (``meta``: its trace's): no ``recorded_ranks``
     (Note [Replay the recorded ranks' speeds] in learn/noise.py), the recorded ranks' median backward times
     (``backward_scale``) and the drawn rank noise (``jitter``, none where no spread was measured); "" where
-    it replays them."""
-    config, link = meta.get("config") or {}, meta.get("link") or {}
-    if config.get("recorded_ranks"):
-        return ""
-    n, cpus = int(meta.get("world_size") or 1), link.get("cpus")
-    why = (f"its {n} ranks shared {cpus} CPU core{'s' * (cpus != 1)}, so the simulator shares the cores itself"
-           if cpus else "the workload learnt from the recording holds no per-step speeds of its ranks")
-    return (f" Not the recorded iterations replayed: {why}. It plays {config.get('iters')} steps in which "
-            f"{_speeds(config.get('backward_scale') or {})}, and {_noise(float(config.get('jitter') or 0.0), n)}.")
-
-
-def _speeds(scale: dict) -> str:
-    """The ranks' backward times a drawn simulation keeps: the recorded ranks' medians over the typical rank's
-    (``backward_scale``, ``learn.gradients.rank_factors``) where it has them, else the typical one for all."""
-    if not scale:
-        return "every rank computes in the typical recorded time"
-    each = ", ".join(f"rank {r} {float(f):.2f}x" for r, f in sorted(scale.items(), key=lambda kv: int(kv[0])))
-    return f"each rank's backward takes its recorded rank's median time ({each} the typical rank's)"
-
-
-def _noise(jitter: float, n: int) -> str:
-    """The rank noise a drawn simulation adds to those speeds in each step (``SimConfig.jitter``)."""
-    if jitter > 0:
-        return f"each rank draws noise of the spread measured between the recorded ranks ({jitter * 100:.1f}%)"
-    why = "one rank waits for nobody" if n == 1 else "none was measured between the recorded ranks"
-    return f"no rank noise is drawn ({why})"
+    it replays them (``learn.replay_words``)."""
+    link = meta.get("link") or {}
+    said = not_replayed(meta.get("config") or {}, int(meta.get("world_size") or 1), link.get("cpus"))
+    return f" {said}" if said else ""

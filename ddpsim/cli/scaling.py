@@ -78,6 +78,24 @@ def known_sizes(recording, args, sizes: list[int]) -> tuple[list[int], list[str]
             [f"{ranks(refused)} left out: {why} (give --hardware GPU-NETWORK or --bandwidth-gbps G)"])
 
 
+def prechecked(args, values: dict, sizes: list[int]):
+    """``load_source``'s precheck (before a measurement: simulate_cli.learn_trace): the flags refused at every
+    size are said then, in the line they end the command with after it."""
+    def precheck(workload, recording) -> None:
+        why = {}
+        for ws in sizes:
+            try:
+                simulate_cli.config_for(workload, recording, {**values, "world_size": ws}, None, args.trace,
+                                        noise="drawn")
+                return
+            except CLIError:
+                raise
+            except ValueError as e:
+                why[ws] = str(e)
+        raise ValueError(f"no world size could be simulated ({grouped(why)[0]})")
+    return precheck
+
+
 def rows_for(args) -> tuple[str, list[dict], list[str]]:
     """(the workload's name, one row per size simulated, the notes on sizes left out)."""
     from ddpsim.learn import gpu_model
@@ -95,8 +113,8 @@ def rows_for(args) -> tuple[str, list[dict], list[str]]:
     kept, notes = known_sizes(recording, args, sizes)
     if not kept:
         raise ValueError(notes[0])
-    workload, recorded, model = simulate_cli.load_source(args, kept, trace)
     values, rows, refused, auto = simulate_cli.overrides_from_args(args), [], {}, []
+    workload, recorded, model = simulate_cli.load_source(args, kept, trace, prechecked(args, values, kept))
 
     def row(ws: int, fields: dict) -> dict:
         cfg = simulate_cli.config_for(workload, recorded, {**values, **fields, "world_size": ws}, model, args.trace,

@@ -99,18 +99,23 @@ def add_arguments(p, one_size: bool = True) -> None:
         p.add_argument("--out", help="write the simulated trace here (JSON)")
 
 
-def load_source(args, world_sizes: list[int] | None = None, trace=None):
+def load_source(args, world_sizes: list[int] | None = None, trace=None, precheck=None):
     """(workload, the recorded trace or None, the GPU model of a SIMULATED trace or None) from --trace or --arch;
     ``world_sizes``: those the trace will be asked for (default: ``--world-size``). A SIMULATED trace of a GPU
     model is that model (``ddpsim.learn.gpu_model``): its arch, batch and rate on its hardware or on
     ``--hardware``'s, with every option it ran with. A recording asked for another world size with no network
     named first goes through ``experiments.worldsize.prepare`` (Note [Another world size on the user's path]).
-    ``trace``: --trace already loaded."""
+    ``trace``: --trace already loaded; ``precheck(workload, trace)``: the flags checked before a measurement
+    (``learn_trace``)."""
     from ddpsim.learn import gpu_model
     from ddpsim.sim.archs import synthetic
     from ddpsim.trace import load_trace
 
     check_not_empty(args)  # before the work: --out '' wrote nothing, --comm-hook '' ran with no hook
+    if getattr(args, "bucket_cap_mb", None) is not None and getattr(args, "bucket_cap_mb_list", None):
+        cap = args.bucket_cap_mb
+        print(f"note: --bucket-cap-mb {cap if cap is DEFAULT_CAP else f'{cap:g}'} is not used: --bucket-cap-mb-list replaces it, as torch's "
+              "bucket_cap_mb_list replaces bucket_cap_mb (Note [Caps torch takes] in ddpsim/buckets.py)", file=sys.stderr)
     if bool(args.trace) == bool(args.arch):
         raise ValueError("give exactly one of --trace FILE or --arch NAME")
     if world_sizes is None:
@@ -120,7 +125,7 @@ def load_source(args, world_sizes: list[int] | None = None, trace=None):
     if trace is not None and model is None:
         check_recording_args(args)  # before the ranges: a recording takes no --batch at all
         check_args(args, world_sizes)
-        return learn_trace(trace, args, world_sizes), trace, None
+        return learn_trace(trace, args, world_sizes, precheck), trace, None
     check_gpu_model_args(args)
     check_args(args, world_sizes)
     if model is not None:
@@ -140,8 +145,10 @@ def use_calibration(trace, args) -> None:
         trace.meta["calibration"] = load_calibration(args.calibration)
 
 
-def learn_trace(trace, args, world_sizes: list[int]):
-    """The workload ``ddpsim.learn.learn`` learns from ``trace``, the network for ``world_sizes`` ready."""
+def learn_trace(trace, args, world_sizes: list[int], precheck=None):
+    """The workload ``ddpsim.learn.learn`` learns from ``trace``, the network for ``world_sizes`` ready.
+    Where that network is measured here first (seconds), ``precheck(workload, trace)`` sees the workload
+    learnt without it: a flag the configuration refuses is said before the measurement, not after."""
     from ddpsim.experiments import worldsize
     from ddpsim.learn import learn
     from ddpsim.sim import network
@@ -153,6 +160,9 @@ def learn_trace(trace, args, world_sizes: list[int]):
     if args.hardware:
         network.parse_hardware(args.hardware)  # a ValueError naming the choices
     elif getattr(args, "bandwidth_gbps", None) is None:
+        calibrate = not getattr(args, "no_calibrate", False)
+        if precheck is not None and any(worldsize.plan(trace, ws, calibrate).action == "measure" for ws in world_sizes):
+            precheck(learn(trace, _concurrency(args)), trace)
         said: list[str] = []  # a line said for several sizes is said once
 
         def say(msg: str) -> None:
@@ -161,9 +171,13 @@ def learn_trace(trace, args, world_sizes: list[int]):
                 print(msg, file=sys.stderr, flush=True)
 
         for ws in world_sizes:
-            worldsize.prepare(trace, ws, calibrate=not getattr(args, "no_calibrate", False), log=say)
+            worldsize.prepare(trace, ws, calibrate=calibrate, log=say)
+    return learn(trace, _concurrency(args))  # --hardware: SimConfig.hardware (learn/hardware.py)
+
+
+def _concurrency(args) -> int | None:
     conc = getattr(args, "concurrency", None)
-    return learn(trace, conc if isinstance(conc, int) else None)  # --hardware: SimConfig.hardware (learn/hardware.py)
+    return conc if isinstance(conc, int) else None
 
 
 def parse_order(value):
@@ -220,19 +234,38 @@ def overrides_from_args(args) -> dict:
 def config_for(workload, trace, values: dict, model=None, source: str | None = None, noise: str = "recorded"):
     """The SimConfig of ``values`` over the trace's replay (``learn.replay_config``, with its ``noise``), a
     SIMULATED trace's GPU ``model`` (``GpuModel.sim_config``: its options under them; ``source``, the trace's
-    file) or --arch's defaults."""
+    file) or --arch's defaults; checked as ``check_config`` checks it."""
     from ddpsim.analysis.unused import refusal
     from ddpsim.learn import gpu_model, replay_config
 
     if model is not None:
-        return model.sim_config(workload, values, source)
-    if trace is None:
-        return gpu_model.make_config(workload, values)
-    cfg = replay_config(workload, trace, noise=noise, **values)
-    if (refused := refusal(trace, cfg.find_unused_parameters, cfg.static_graph)):
-        raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")
-    cfg.validate()
+        cfg = model.sim_config(workload, values, source)
+    elif trace is None:
+        cfg = gpu_model.make_config(workload, values)
+    else:
+        cfg = replay_config(workload, trace, noise=noise, **values)
+        if (refused := refusal(trace, cfg.find_unused_parameters, cfg.static_graph)):
+            raise CLIError(f"{FLAGS[refused[0]]}: {refused[1]}")
+        cfg.validate()
+    check_config(workload, cfg, values)
     return cfg
+
+
+def check_config(workload, cfg, values: dict) -> None:
+    """What SimConfig.validate leaves to the simulation, checked before it (and before a measurement:
+    ``learn_trace``): --order's indices against the workload's parameters, the PowerSGD flags given
+    (``values``) against the hook."""
+    from ddpsim.sim.workload import param_order
+
+    if isinstance(cfg.order, (list, tuple)):
+        param_order(workload, cfg.order)
+    start = values.get("powersgd_start_iter")
+    if cfg.comm_hook != "powersgd" and (values.get("powersgd_rank") is not None or start is not None):
+        raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
+                       f"(this simulation's hook is {cfg.comm_hook or 'none'})")
+    if start is not None and start < 2:  # as record refuses it
+        raise CLIError(f"--powersgd-start-iter must be at least 2, not {start}: torch's PowerSGDState refuses "
+                       "start_powerSGD_iter <= 1 with error feedback or warm start (its defaults)")
 
 
 def main(args) -> int:
@@ -241,16 +274,11 @@ def main(args) -> int:
     from ddpsim.sim.api import simulate
     from ddpsim.trace.same_run import quiet_ranks
 
-    workload, recorded, model = load_source(args)
+    values = overrides_from_args(args)
+    workload, recorded, model = load_source(args, precheck=lambda w, t: config_for(w, t, values, None, args.trace))
     if recorded is not None and (quiet := quiet_ranks(recorded)):
         print(f"note: {quiet[0].lower()}{quiet[1:]}", file=sys.stderr)
-    cfg = config_for(workload, recorded, overrides_from_args(args), model, args.trace)
-    if cfg.comm_hook != "powersgd" and (args.powersgd_rank is not None or args.powersgd_start_iter is not None):
-        raise CLIError("--powersgd-rank and --powersgd-start-iter need --comm-hook powersgd "
-                       f"(this simulation's hook is {cfg.comm_hook or 'none'})")
-    if args.powersgd_start_iter is not None and args.powersgd_start_iter < 2:  # as record refuses it
-        raise CLIError(f"--powersgd-start-iter must be at least 2, not {args.powersgd_start_iter}: torch's "
-                       "PowerSGDState refuses start_powerSGD_iter <= 1 with error feedback or warm start (its defaults)")
+    cfg = config_for(workload, recorded, values, model, args.trace)
     trace, summary = simulate(workload, cfg)
     if cfg.comm_hook == "powersgd" and cfg.powersgd_start_iter >= cfg.iters:  # else the same numbers as no hook
         print(f"note: PowerSGD starts at synced step {cfg.powersgd_start_iter} (start_powerSGD_iter; torch's default "

@@ -1,12 +1,14 @@
 """The lines `ddpsim simulate` prints about one simulation, before its JSON summary: the time per
-iteration (per micro-step under no_sync), what waiting for the slowest rank costs (as the What-if page
-measures it: ``learn.noise.wait_s``), and the NCCL algorithm and protocol each bucket's allreduce ran."""
+iteration (per micro-step under no_sync), whether it replays the recorded iterations
+(``learn.replay_words``), what waiting for the slowest rank costs (as the page measures
+it: ``learn.noise.wait_s``), and the NCCL algorithm and protocol each bucket's allreduce ran."""
 from __future__ import annotations
 
 from collections import Counter
 
 from ddpsim.cli.headline import step_name
-from ddpsim.learn.noise import wait_s
+from ddpsim.learn.noise import wait_and_quiet
+from ddpsim.learn.replay_words import not_replayed
 from ddpsim.sim import SimConfig
 
 
@@ -17,17 +19,29 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
                else "no overlap to measure (no collective communicated)")  # as import, record and the page say it
     lines = [f"{step} {summary['iteration_time_s'] * 1e3:.3f} ms, exposed comm "
              f"{summary['exposed_comm_s'] * 1e3:.3f} ms, {overlap}"]
+    if (recorded := int(work.meta.get("recorded_world_size") or 0)) and work.meta.get("kind") == "trace":
+        played = {"recorded_ranks": cfg.recorded_ranks, "iters": cfg.iters, "backward_scale": cfg.backward_scale,
+                  "jitter": cfg.jitter}  # as the page reads them from a simulated trace's meta.config
+        if (said := not_replayed(played, cfg.world_size, (summary.get("link") or {}).get("cpus"), recorded)):
+            lines.append(said)
     if not summary.get("communicates", True):  # the noop hook: nothing sent, nobody waits for anybody
         return lines
     if cfg.world_size > 1 and (cfg.jitter or cfg.recorded_ranks or cfg.stragglers):
-        w, t = wait_s(simulate_fn, work, cfg, summary), summary["iteration_time_s"]
+        (w, quiet), t = wait_and_quiet(simulate_fn, work, cfg, summary), summary["iteration_time_s"]
+        exposed, alone = summary["exposed_comm_s"] * 1e3, quiet["exposed_comm_s"] * 1e3
         lines.append(f"waiting for stragglers: {w * 1e3:.3f} ms of the {t * 1e3:.3f} ms "
-                     f"({w / t:.1%}; every rank waits for the slowest of {cfg.world_size})")
+                     f"({w / t:.1%}; every rank waits for the slowest of {cfg.world_size})"
+                     + (f"; without the spread, exposed comm is {alone:.3f} ms: the {exposed:.3f} ms above includes "
+                        "the time faster ranks wait in the allreduces for the slowest" if f"{exposed:.3f}" != f"{alone:.3f}"
+                        and exposed > alone else ""))
     elif cfg.world_size > 1 and int(work.meta.get("recorded_world_size") or 0) == 1:
         lines.append("waiting for stragglers: not included (one recorded rank shows no rank-to-rank spread; "
                      "--jitter F sets one)")
     if cfg.bandwidth_gbps is not None:  # the flat link given, which replaces a --hardware cluster's NCCL model
         lines.append(f"network: {summary['link']['name']}")
+    elif cfg.hardware and work.meta.get("kind") == "trace" and work.meta.get("backend") != "nccl":
+        lines.append(f"network: {summary['link']['name']}, in place of the recording's "
+                     f"{work.meta.get('backend') or 'network'}: NCCL's collectives and launches")
     algos = Counter(f"{n['algo']}/{n['proto']}" for n in summary.get("nccl") or [] if n.get("algo") != "none")
     hook = cfg.hook()
     if algos and (hook is None or hook.name in ("allreduce", "round-robin")):  # DDP's own fp32 allreduce,

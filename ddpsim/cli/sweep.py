@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ddpsim.cli.progress import progress_bar
 from ddpsim.cli.sim_args import add_budget_arguments, add_input_arguments, add_network_source_arguments
-from ddpsim.cli.simulate import FLAGS, load_source, parse_stragglers
+from ddpsim.cli.simulate import FLAGS, config_for, load_source, parse_stragglers
 from ddpsim.sim.archs import arch_defaults
 from ddpsim.sim.sweep import to_csv
 from ddpsim.errors import CLIError
@@ -132,7 +132,7 @@ def main(args) -> int:
 
     grid = parse_grid(args)
     base = fixed_options(args)
-    workload, trace, model = load_source(args, grid.get("world_size", []))  # model: a simulated trace's
+    workload, trace, model = load_source(args, grid.get("world_size", []), precheck=prechecked(args, grid, base))
     needs_fu = None  # why find_unused_parameters must stay on (ddpsim/analysis/unused.py)
     if (refused := refusal(trace, False, bool(base.get("static_graph")))):
         option, why = refused
@@ -171,6 +171,18 @@ def main(args) -> int:
                 print(far)
     print(json.dumps(best, separators=(",", ":")))
     return 0
+
+
+def prechecked(args, grid: dict, base: dict):
+    """``load_source``'s precheck (before a measurement at a new world size: simulate.learn_trace): each value
+    of each grid flag over ``base`` and the grid's first values, as the sweep builds them; a refusal there
+    ends the sweep after the measurement anyway."""
+    def precheck(workload, recording) -> None:
+        first = {k: v[0] for k, v in grid.items()}
+        for key, values in grid.items():
+            for v in values:
+                config_for(workload, recording, {**base, **first, key: v}, None, args.trace)
+    return precheck
 
 
 def arch_config(workload, grid: dict, base: dict, carried: list[str] = (), source: str | None = None):

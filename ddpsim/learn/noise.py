@@ -135,10 +135,16 @@ def quiet_config(cfg: SimConfig, summary: dict) -> SimConfig | None:
 def wait_s(simulate_fn, work, cfg: SimConfig, summary: dict) -> float:
     """Seconds per iteration of ``summary`` (simulated under ``cfg``) spent waiting for the slowest rank:
     against the same simulation without its spread (``quiet_config``)."""
+    return wait_and_quiet(simulate_fn, work, cfg, summary)[0]
+
+
+def wait_and_quiet(simulate_fn, work, cfg: SimConfig, summary: dict) -> tuple[float, dict]:
+    """(``wait_s``, the summary of the simulation without the spread: ``summary`` itself where it has none)."""
     quiet = quiet_config(cfg, summary)
     if quiet is None:
-        return 0.0
-    return max(0.0, summary["iteration_time_s"] - simulate_fn(work, quiet)[1]["iteration_time_s"])
+        return 0.0, summary
+    q = simulate_fn(work, quiet)[1]
+    return max(0.0, summary["iteration_time_s"] - q["iteration_time_s"]), q
 
 
 def steps_repeat(w, cfg: dict, steps: int) -> bool:
