@@ -212,3 +212,71 @@ def test_a_per_rank_export_refuses_a_folder_holding_other_ranks_files(tmp_path):
     named = _cli("export", "--chrome", FIXTURE, str(tmp_path / "pr.json.gz"), "--per-rank")  # a folder so named
     assert named.returncode == 2 and named.stderr.endswith("OUT " + str(tmp_path / "pr.json.gz") + " names a file\n")
     assert not (tmp_path / "pr.json.gz").exists()
+
+
+STREAMED = [FIXTURE, "ddpsim/samples/04_branchy_torch_find_unused.json",  # the bitmap's allreduce
+            "ddpsim/samples/05_convnet_torch_no_sync3.json", "ddpsim/samples/10_h100_resnet18_gloo_2ranks.json"]
+
+
+@pytest.mark.parametrize("name", STREAMED, ids=lambda n: n.rsplit("/", 1)[-1].removesuffix(".json"))
+def test_the_streamed_export_is_the_whole_exports_json_byte_for_byte(tmp_path, capsys, name):
+    """``export`` writes its file as it makes it (Note [An export carries its trace]'s trace included): the
+    bytes are ``json.dumps`` of the export made whole (``to_chrome``, ``to_kineto``), gzipped as
+    ``gzip.compress(mtime=0)`` under a .gz name, and what it carries is the trace's ``to_dict()``."""
+    import gzip
+
+    from ddpsim.cli import main as cli
+    from ddpsim.trace.export import steady_iterations
+
+    trace = load_trace(ROOT / name)
+    keep = steady_iterations(trace) or None
+    whole = to_chrome(trace)
+    assert whole["ddpsimTrace"] == trace.to_dict()
+    text = json.dumps(whole).encode()
+    assert cli(["export", "--chrome", str(ROOT / name), str(tmp_path / "x.json")]) == 0
+    assert cli(["export", "--chrome", str(ROOT / name), str(tmp_path / "x.json.gz")]) == 0
+    assert (tmp_path / "x.json").read_bytes() == text
+    assert (tmp_path / "x.json.gz").read_bytes() == gzip.compress(text, mtime=0)
+    assert f": {len(whole['traceEvents'])} events;" in capsys.readouterr().out
+    assert cli(["export", "--chrome", str(ROOT / name), str(tmp_path / "ranks"), "--per-rank"]) == 0
+    lowest = min(r.rank for r in trace.ranks)
+    for r in trace.ranks:
+        want = json.dumps(to_kineto(trace, r.rank, keep, carry=r.rank == lowest)).encode()
+        assert (tmp_path / "ranks" / f"rank{r.rank}.json").read_bytes() == want
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ranks", "x.json", "x.json.gz"]  # no temporary file
+
+
+def test_chunks_write_what_json_dumps_writes():
+    """A hand-made object, its arrays made as written: empty ones, empty batches, nesting, keys json converts
+    (numbers, booleans, None), text json escapes, floats."""
+    from ddpsim.trace.export_write import Array, chunks, whole
+
+    def make():
+        return {"a": Array(iter([[1, 2.5], [], [{"x": "é\n", 3: None}]])), "empty": Array(iter([[], []])),
+                "none": Array(iter([])), 1: [Array(iter([["s"]])), {"deep": Array(iter([[[1, [2]]]]))}],
+                False: (1, 2), None: float("inf"), "plain": {"k": [1.0, -0.0, 1e300]}}
+
+    assert "".join(chunks(make())) == json.dumps(whole(make())) == json.dumps(
+        {"a": [1, 2.5, {"x": "é\n", 3: None}], "empty": [], "none": [], 1: [["s"], {"deep": [[1, [2]]]}],
+         False: [1, 2], None: float("inf"), "plain": {"k": [1.0, -0.0, 1e300]}})
+    counted = make()
+    "".join(chunks(counted))
+    assert (counted["a"].count, counted["empty"].count, counted["none"].count) == (3, 0, 0)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_a_stream_that_fails_midway_leaves_the_old_file_and_no_part_of_one(tmp_path, gz):
+    """The text is written to a temporary file as it is made; an exception while making it (after a first
+    buffer reached the disk) removes the temporary file and keeps the old one whole."""
+    from ddpsim.trace.writer import BUFFER, write_chunks
+
+    out = tmp_path / ("out.json.gz" if gz else "out.json")
+    out.write_text("the previous export")
+
+    def pieces():
+        yield "x" * (2 * BUFFER)
+        raise RuntimeError("the trace ran out")
+
+    with pytest.raises(RuntimeError, match="ran out"):
+        write_chunks(pieces(), out)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name] and out.read_text() == "the previous export"

@@ -8,6 +8,9 @@ Perfetto, chrome://tracing and HolisticTraceAnalysis (HTA) read it. Two forms:
   each with its own ``distributedInfo`` (``{"backend", "rank", "world_size"}``), as
   ``tensorboard_trace_handler`` writes them; HTA's ``TraceAnalysis(trace_dir=OUTDIR)`` reads it.
 
+Each file is written as it is made (``ddpsim.trace.export_write``), an iteration's events at a time: a long
+recording's export needs about the memory its trace takes, not that of all its events.
+
 Shape, per rank (Note [Kineto shape]):
 - host process: ``ProfilerStep#N`` (user_annotation) around each iteration, the
   ``DistributedDataParallel.forward`` / ``Optimizer.step`` annotations, and one ``cudaLaunchKernel``
@@ -37,13 +40,13 @@ they do not know. ``load_trace``, the app and ``ddpsim import`` read such a file
 """
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
+from typing import Iterator
 
 from ddpsim.analysis import steady_cycles
 from ddpsim.trace import CARRIED, Trace, load_trace
-from ddpsim.trace.writer import refuse_empty, write_text
+from ddpsim.trace.export_write import Array, carried, chunks, whole, write_chunks, write_rank_files
+from ddpsim.trace.writer import refuse_empty
 
 HELP = "export a trace in the PyTorch profiler's Chrome-trace shape (Perfetto, HTA)"
 COMPUTE_STREAM, COMM_STREAM = 7, 20  # device tids (Kineto: stream ids)
@@ -121,28 +124,34 @@ class _RankWriter:
         self.events.append({"ph": "f", "bp": "e", "id": f, "pid": self.gpu, "tid": to_tid, "ts": _us(t_to),
                             "cat": "ddp_grad_to_bucket", "name": "gradient -> bucket", "args": args})
 
-    def build(self) -> list[dict]:
+    def batches(self) -> Iterator[list[dict]]:
+        """This rank's events a batch at a time (Note [Kineto shape]): its metadata, which names the lanes its
+        collectives take (found first, from their times alone), each iteration's, then its collectives'."""
         iters = [it for it in self.rank.iterations if self.keep is None or it.iteration in self.keep]
-        comm = []
+        comm = sorted(((c.launch_ns, c.complete_ns, k, c) for k, it in enumerate(iters)  # stable: as made
+                       for c in it.buckets + ([it.bitmap_allreduce] if it.bitmap_allreduce else [])
+                       if c.complete_ns > c.launch_ns), key=lambda c: c[0])  # no GPU work (NCCL on one rank): none
+        lanes = _lanes([(c[0], c[1]) for c in comm])
+        yield self._metadata({COMM_STREAM + lane for lane in lanes} | {COMM_STREAM})
         for k, it in enumerate(iters):
             step_end = iters[k + 1].forward.start_ns if k + 1 < len(iters) else it.end_ns
             self.annotation(f"ProfilerStep#{it.iteration}", it.forward.start_ns, max(step_end, it.end_ns), {})
-            comm += self._iteration(it)
+            self._iteration(it)
+            yield self._taken()
         if iters:  # HTA drops the last ProfilerStep; an empty closing one keeps every iteration in
             end = max(it.end_ns for it in iters)
             self.annotation(f"ProfilerStep#{iters[-1].iteration + 1}", end, end, {"ddpsim": "closing marker"})
-        comm.sort(key=lambda c: c[2])
-        tids = set()
-        comm = [c for c in comm if c[3] > c[2]]  # no GPU work (NCCL on one rank): no kernel
-        for (name, cat, start, end, args, arrows), lane in zip(comm, _lanes([(c[2], c[3]) for c in comm])):
-            tid = COMM_STREAM + lane
-            tids.add(tid)
-            self.kernel(name, cat, tid, start, end, args)
-            for t_ready, a in arrows:
-                self.arrow(t_ready, start, tid, a)
-        return self._metadata(tids | {COMM_STREAM}) + self.events
+        for n, ((start, end, k, c), lane) in enumerate(zip(comm, lanes)):
+            self._collective(iters[k], c, COMM_STREAM + lane, start, end)
+            if n % 256 == 255:
+                yield self._taken()
+        yield self._taken()
 
-    def _iteration(self, it) -> list[tuple]:
+    def _taken(self) -> list[dict]:
+        events, self.events = self.events, []
+        return events
+
+    def _iteration(self, it) -> None:
         n, trace = it.iteration, self.trace
         layout = self.rank.layout_at(n)
         bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
@@ -170,18 +179,25 @@ class _RankWriter:
         if it.graph_search:
             self.annotation("torch.distributed.ddp.reducer::search_unused_parameters",
                             it.graph_search.start_ns, it.graph_search.end_ns, base)
-        comm = []
         for b in it.buckets:
             args = {**base, "bucket": b.bucket, "bytes": b.bytes, "backend": self.backend}
             self.instant(f"bucket {b.bucket} ready", "bucket_ready", b.ready_ns, args)
-            members = [g for g in ready if bucket_of.get(g.param) == b.bucket]
-            arrows = [(min(g.t_ns, b.launch_ns), {**base, "param": g.param, "bucket": b.bucket}) for g in members]
-            comm.append((f"{NCCL_NAME} (bucket {b.bucket})", "allreduce", b.launch_ns, b.complete_ns, args, arrows))
-        if it.bitmap_allreduce:
-            c = it.bitmap_allreduce
-            comm.append(("ncclDevKernel_AllReduce_Sum_i32_RING_LL (used-parameter bitmap)", "bitmap_allreduce",
-                         c.launch_ns, c.complete_ns, {**base, "bytes": c.bytes, "backend": self.backend}, []))
-        return comm
+
+    def _collective(self, it, c, tid: int, start: int, end: int) -> None:
+        """The kernel of ``it``'s collective ``c`` (a bucket's or the used-parameter bitmap's) on ``tid``; a
+        bucket's with an arrow from each of its gradients."""
+        base, bitmap = {"iteration": it.iteration, "sync": it.sync}, c is it.bitmap_allreduce
+        args = {**base, **({} if bitmap else {"bucket": c.bucket}), "bytes": c.bytes, "backend": self.backend}
+        if bitmap:
+            self.kernel("ncclDevKernel_AllReduce_Sum_i32_RING_LL (used-parameter bitmap)", "bitmap_allreduce",
+                        tid, start, end, args)
+            return
+        self.kernel(f"{NCCL_NAME} (bucket {c.bucket})", "allreduce", tid, start, end, args)
+        layout = self.rank.layout_at(it.iteration)
+        bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
+        for g in sorted(it.grad_ready, key=lambda g: g.t_ns):
+            if bucket_of.get(g.param) == c.bucket:
+                self.arrow(min(g.t_ns, c.launch_ns), start, tid, {**base, "param": g.param, "bucket": c.bucket})
 
     def _metadata(self, comm_tids: set[int]) -> list[dict]:
         r = self.rank.rank
@@ -212,55 +228,33 @@ def steady_iterations(trace: Trace) -> set[int]:
     return {i for c in steady_cycles(trace) for i in c}
 
 
-def to_chrome(trace: Trace, iterations: set[int] | None = None) -> dict:
-    """Every rank in one file (the multi-rank form): device pid r, host pid HOST_PID + r."""
-    events = []
-    for rank in trace.ranks:
-        events += _RankWriter(trace, rank, rank.rank, HOST_PID + rank.rank, iterations).build()
-    return {**_header(trace, trace.ranks[0].rank), "traceEvents": events, CARRIED: trace.to_dict()}
+def to_chrome(trace: Trace, iterations: set[int] | None = None, lazy: bool = False) -> dict:
+    """Every rank in one file (the multi-rank form): device pid r, host pid HOST_PID + r. ``lazy``: its events
+    and the trace it carries are ``export_write.Array``s, made as ``export_write.chunks`` writes them."""
+    writers = [_RankWriter(trace, rank, rank.rank, HOST_PID + rank.rank, iterations) for rank in trace.ranks]
+    out = {**_header(trace, trace.ranks[0].rank), "traceEvents": Array(b for w in writers for b in w.batches()),
+           CARRIED: carried(trace)}
+    return out if lazy else whole(out)
 
 
-def to_kineto(trace: Trace, rank: int, iterations: set[int] | None = None, carry: bool = False) -> dict:
+def to_kineto(trace: Trace, rank: int, iterations: set[int] | None = None, carry: bool = False,
+              lazy: bool = False) -> dict:
     """One rank's file, as the PyTorch profiler writes it (device pid 0, host pid 1); ``carry``
-    adds the whole trace (Note [An export carries its trace])."""
+    adds the whole trace (Note [An export carries its trace]); ``lazy`` as ``to_chrome``'s."""
     r = next((x for x in trace.ranks if x.rank == rank), None)
     if r is None:
         raise ValueError(f"the trace has no rank {rank}")
-    out = {**_header(trace, rank), "traceEvents": _RankWriter(trace, r, 0, 1, iterations).build()}
-    return {**out, CARRIED: trace.to_dict()} if carry else out
+    out = {**_header(trace, rank), "traceEvents": Array(_RankWriter(trace, r, 0, 1, iterations).batches()),
+           **({CARRIED: carried(trace)} if carry else {})}
+    return out if lazy else whole(out)
 
 
 def write_per_rank(trace: Trace, out_dir: str | Path, iterations: set[int] | None = None) -> list[Path]:
-    """``OUT_DIR/rank<R>.json`` for each rank, each written whole (``write_text``); an OSError names the
-    file that failed and says which of this export's files were written before it."""
-    if str(out_dir) == "":  # Path("") is the current folder
-        raise ValueError("no folder to export into: the path is empty")
-    out_dir = Path(out_dir)
-    _refuse_other_ranks(out_dir, {r.rank for r in trace.ranks})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    lowest = min(r.rank for r in trace.ranks)  # its file carries the trace
-    for r in trace.ranks:
-        path = out_dir / f"rank{r.rank}.json"
-        try:  # json.dumps' ": " separators (HTA)
-            write_text(json.dumps(to_kineto(trace, r.rank, iterations, carry=r.rank == lowest)), path)
-        except OSError as e:
-            done = (f"{', '.join(p.name for p in paths)} written whole before it" if paths
-                    else "no rank's file written")
-            raise OSError(e.errno, f"{e.strerror} ({done}; {len(trace.ranks) - len(paths)} of "
-                                   f"{len(trace.ranks)} not written)", e.filename) from None
-        paths.append(path)
-    return paths
-
-
-def _refuse_other_ranks(out_dir: Path, ranks: set[int]) -> None:
-    """Refuse, before writing, a folder holding ``rank<R>.json`` for a rank this trace lacks (an earlier export of
-    a larger run): HTA would read it as part of this run, and removing the user's files is not ours to do."""
-    found = (re.fullmatch(r"rank(\d+)\.json", p.name) for p in (out_dir.iterdir() if out_dir.is_dir() else ()))
-    if others := sorted(int(m.group(1)) for m in found if m and int(m.group(1)) not in ranks):
-        names = ", ".join(f"rank{r}.json" for r in others[:3]) + (f" and {len(others) - 3} more" if others[3:] else "")
-        raise ValueError(f"{out_dir} already holds {names}, which this {len(ranks)}-rank trace would not overwrite "
-                         "(HTA would read them as ranks of this run): export into an empty folder or remove them")
+    """``OUT_DIR/rank<R>.json`` for each rank, ``to_kineto``'s, the lowest rank's carrying the trace, each written
+    whole (``export_write.write_rank_files``: an OSError says which of them were written before it)."""
+    lowest = min((r.rank for r in trace.ranks), default=None)
+    return write_rank_files(out_dir, [r.rank for r in trace.ranks],  # json.dumps' ": " separators (HTA)
+                            lambda r: chunks(to_kineto(trace, r, iterations, carry=r == lowest, lazy=True)))
 
 
 def add_arguments(p) -> None:
@@ -294,7 +288,7 @@ def main(args) -> int:
               "rounds each event inward to whole microseconds): open one in https://ui.perfetto.dev or the folder "
               "with HolisticTraceAnalysis")
         return 0
-    chrome = to_chrome(trace, keep)
-    write_text(json.dumps(chrome), args.out)  # whole or not at all; .gz: gzipped
-    print(f"wrote {args.out}: {len(chrome['traceEvents'])} events; open it in https://ui.perfetto.dev")
+    chrome = to_chrome(trace, keep, lazy=True)
+    write_chunks(chunks(chrome), args.out)  # whole or not at all; .gz: gzipped
+    print(f"wrote {args.out}: {chrome['traceEvents'].count} events; open it in https://ui.perfetto.dev")
     return 0

@@ -3,14 +3,17 @@ ddpsim writes whole or not at all (``write_text``)."""
 from __future__ import annotations
 
 import errno
-import gzip
 import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
+from typing import Iterable
 
 from ddpsim.trace.reader import parse_trace
 from ddpsim.trace.types import Trace, TraceFormatError
+
+BUFFER = 1 << 20  # bytes gathered before each write (a write per event would be a million system calls)
 
 
 def refuse_empty(path, flag: str, what: str = "a file name") -> None:
@@ -55,10 +58,17 @@ def refuse_unwritable(path, flag: str, given=None) -> None:
 
 
 def write_text(text: str, path: str | Path) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all: a temporary file beside it, then
-    ``os.replace``; a full disk, a file-size limit or a kill mid-write leaves the old file (or none),
-    never part of one. A name ending in ``.gz`` is written gzipped (the reader inflates it); a folder of the
-    path not there yet is made. An OSError names ``path`` as given, not the temporary file."""
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all (``write_chunks`` of the one piece)."""
+    write_chunks([text], path)
+
+
+def write_chunks(pieces: Iterable[str], path: str | Path) -> None:
+    """Write the text ``pieces`` make (UTF-8) to ``path`` whole or not at all: a temporary file beside it, then
+    ``os.replace``; a failure while the pieces are made or written (a full disk, a file-size limit, a kill, an
+    exception) leaves the old file, or none, never part of one. A name ending in ``.gz`` is written gzipped as
+    ``gzip.compress(data, mtime=0)`` writes it (the reader inflates it); a folder of the path not there yet is
+    made. An OSError names ``path`` as given, not the temporary file. The pieces are written as they come, a
+    buffer at a time (an export of a long recording: ``export_write.chunks``)."""
     given = str(path)
     if not given:
         raise ValueError("no file to write: the path is empty")
@@ -67,13 +77,11 @@ def write_text(text: str, path: str | Path) -> None:
         raise IsADirectoryError(errno.EISDIR, "Is a directory", given)
     if path.exists() and not path.is_file():  # a FIFO or a device: replacing it would remove it
         raise OSError(errno.EINVAL, "not a regular file (ddpsim writes a file whole)", given)
-    data = text.encode("utf-8")
-    if given.endswith(".gz"):
-        data = gzip.compress(data, mtime=0)  # mtime 0: the same input gives the same bytes
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)  # a folder not there yet is made, as every command makes it
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as f:
+            _write(pieces, f, zlib.compressobj(9, wbits=31) if given.endswith(".gz") else None)
         os.replace(tmp, path)
     except OSError as e:
         why = e.strerror
@@ -85,6 +93,21 @@ def write_text(text: str, path: str | Path) -> None:
             tmp.unlink(missing_ok=True)
         except OSError:  # where it could not be made (a read-only folder): the first error is the one to say
             pass
+
+
+def _write(pieces: Iterable[str], f, gz) -> None:
+    """``pieces`` encoded into ``f`` a buffer at a time, through ``gz`` (a zlib gzip stream: level 9, the
+    header zlib writes with mtime 0, as ``gzip.compress(data, mtime=0)``) where there is one."""
+    buf: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        buf.append(piece.encode("utf-8"))
+        size += len(buf[-1])
+        if size >= BUFFER:
+            data, buf, size = b"".join(buf), [], 0
+            f.write(gz.compress(data) if gz else data)
+    data = b"".join(buf)
+    f.write(gz.compress(data) + gz.flush() if gz else data)
 
 
 def write_trace_dict(raw: dict, path: str | Path) -> Trace:
