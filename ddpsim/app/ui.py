@@ -139,7 +139,9 @@ METRIC_HELP = {"iteration_time_s": "The median time of a steady iteration. " + I
                                     "micro-steps is left out too).",
                "exposed_comm_s": "The communication backward waits for: from the last gradient becoming ready "
                                  "to the last allreduce's end (buckets, and find_unused_parameters' bitmap), "
-                                 "on the rank that waits most; the median over the steady iterations. Under "
+                                 "on the rank that waits most, so it includes the time a faster rank waits "
+                                 "in the allreduces for the slowest (the scaling figure's \"waiting\", apart "
+                                 "from its \"exposed\"); the median over the steady iterations. Under "
                                  "no_sync, the synced step's wait over its n micro-steps.",
                "overlap_fraction": "HolisticTraceAnalysis's get_comm_comp_overlap: the communication time "
                                     "that overlaps compute, over all communication time, in the steady "

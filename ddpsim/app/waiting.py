@@ -14,6 +14,7 @@ from __future__ import annotations
 from ddpsim.app.units import duration
 from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.learn.hardware import profile_spread
+from ddpsim.learn.noise import wait_and_quiet
 from ddpsim.learn.replay_words import not_replayed
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
@@ -47,11 +48,20 @@ def _drawn_from(work, spread: float) -> str:
     return ("not measured" if spread > 0 else "none measured") + ": " + ONE_RANK
 
 
+def waits_of(simulate_fn, work, what_if: tuple, unchanged: tuple) -> tuple[tuple[float, float], float]:
+    """((seconds per iteration waiting for the slowest rank: what-if, unchanged), the what-if's exposed
+    comm without its rank spread), each of ``what_if`` and ``unchanged`` a (SimConfig, its summary)."""
+    w, quiet = wait_and_quiet(simulate_fn, work, *what_if)
+    return (w, wait_and_quiet(simulate_fn, work, *unchanged)[0]), quiet["exposed_comm_s"]
+
+
 def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: tuple[int, int],
-             spread: float, source: str, micro_steps: int = 1, cpus: int | None = None) -> str | None:
+             spread: float, source: str, micro_steps: int = 1, cpus: int | None = None,
+             quiet_exposed: float | None = None) -> str | None:
     """One sentence on the waiting, what-if first; None when neither run has rank noise nor waits (a
     one-rank recording at more ranks says why none is included). ``cpus``: the CPU cores the what-if's
-    ranks share, where they share them."""
+    ranks share, where they share them; ``quiet_exposed``: the what-if's exposed comm without the spread,
+    said where the metric's, which counts the faster ranks' wait for the slowest, differs from it."""
     (w, w0), (s, s0), (n, n0) = waits, summaries, worlds
     if spread <= 0 and not (w or w0):
         return (f"Waiting for stragglers: not included at {n} ranks ({source}, so there is no rank-to-rank spread "
@@ -66,6 +76,11 @@ def describe(waits: tuple[float, float], summaries: tuple[dict, dict], worlds: t
         text = (f"Waiting for stragglers: {_slowest(n, spread, lag, micro_steps, source)}, which costs "
                 f"{duration(w, 2)} of the what-if's {duration(t)} per iteration ({_share(w, t)}){hidden}; "
                 f"unchanged: {duration(w0, 2)} at {n0} rank{'s' * (n0 != 1)}.")
+        exposed = s.get("exposed_comm_s", 0.0)
+        if quiet_exposed is not None and duration(quiet_exposed, 2) != duration(exposed, 2) and exposed > quiet_exposed:
+            text += (f" The exposed communication above ({duration(exposed, 2)}) includes the time faster ranks wait "
+                     f"in the allreduces for the slowest: without the spread it is {duration(quiet_exposed, 2)} (the "
+                     "scaling figure's \"exposed\", beside its \"waiting\").")
     if t != t0 and (w or w0):
         text += " " + _part_of_change(w - w0, t - t0)
     return text

@@ -20,7 +20,6 @@ from ddpsim.analysis.unused import needs_find_unused, refusal
 from ddpsim.app import beyond, hook_cautions, waiting
 from ddpsim.learn import gpu_model, hardware, hookrates, layout_sweep, learn, replay_config, simulate
 from ddpsim.learn.extract import config_from_trace
-from ddpsim.learn.noise import wait_s
 from ddpsim.learn.scaling import WORLD_SIZES
 from ddpsim.sim import SimConfig, synthetic
 from ddpsim.sim.network import networks
@@ -213,6 +212,7 @@ class Outcome:
     spread_source: str = ""
     replay_summary: dict | None = None  # the run replayed, where ``unchanged`` draws its ranks as the what-if does
     unchanged_cfg: SimConfig | None = None  # what ``unchanged`` simulated (the Compare page keeps it by it)
+    quiet_exposed: float | None = None  # the what-if's exposed comm without its rank spread, in seconds
 
     @property
     def replayed(self) -> dict:
@@ -269,13 +269,13 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
     if recorded is not None:
         s = spread(trace)["iteration_time_s"]
         noise, n = (s["rel"], s["n"]) if s["n"] >= 2 else (None, s["n"])  # one iteration has no spread
-    waits = (wait_s(sim_fn, work, cfg, summary), wait_s(sim_fn, work, unchanged_cfg, unchanged_summary))
+    waits, quiet_exposed = waiting.waits_of(sim_fn, work, (cfg, summary), (unchanged_cfg, unchanged_summary))
     ranks_cv, source = waiting.rank_noise(base.kind, base.gpu, work if base.kind == "trace" else None, cfg.world_size,
                                           cfg.hardware)
     return Outcome(sim, summary, unchanged, unchanged_summary, recorded, _rel(summary, unchanged_summary),
                    _rel(replayed or unchanged_summary, recorded) if recorded else None, noise, n,
                    cautions(base, trace, cfg, work) + hook_cautions.powersgd_gloo_caution(trace, cfg, summary), waits,
-                   cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed, unchanged_cfg)
+                   cfg.jitter or (ranks_cv if cfg.recorded_ranks else 0.0), source, replayed, unchanged_cfg, quiet_exposed)
 
 
 # Note [The unchanged run is simulated as the what-if is]

@@ -75,7 +75,7 @@ def describe_stragglers(out) -> str | None:
     config, link = out.sim.meta.get("config") or {}, out.sim.meta.get("link") or {}  # link.cpus: cores the ranks share
     return waiting.describe(out.waits, (out.summary, out.unchanged_summary),
                             (out.sim.meta["world_size"], out.unchanged.meta["world_size"]), out.rank_spread,
-                            out.spread_source, int(config.get("no_sync_every") or 1), link.get("cpus"))
+                            out.spread_source, int(config.get("no_sync_every") or 1), link.get("cpus"), out.quiet_exposed)
 
 
 def _drawn(out) -> str:

@@ -40,8 +40,11 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
     if cfg.bandwidth_gbps is not None:  # the flat link given, which replaces a --hardware cluster's NCCL model
         lines.append(f"network: {summary['link']['name']}")
     elif cfg.hardware and work.meta.get("kind") == "trace" and work.meta.get("backend") != "nccl":
+        node = (summary["link"].get("cluster") or {}).get("gpus_per_node") or 0
         lines.append(f"network: {summary['link']['name']}, in place of the recording's "
-                     f"{work.meta.get('backend') or 'network'}: NCCL's collectives and launches")
+                     f"{work.meta.get('backend') or 'network'}: NCCL's collectives and launches"
+                     + (f"; {cfg.world_size} ranks fit in one node of {node}: only its NVLink is used, and every "
+                        "network between nodes gives the same time" if 1 < cfg.world_size <= node else ""))
     algos = Counter(f"{n['algo']}/{n['proto']}" for n in summary.get("nccl") or [] if n.get("algo") != "none")
     hook = cfg.hook()
     if algos and (hook is None or hook.name in ("allreduce", "round-robin")):  # DDP's own fp32 allreduce,

@@ -63,7 +63,8 @@ def resolve_link(w: Workload, cfg: SimConfig) -> network.Link:
         given = f"flat ring, {cfg.bandwidth_gbps:g} Gbit/s a rank (given), in place of {link.name}"
         link = replace(link, cluster=None, algo="ring", name=given)
     elif cfg.bandwidth_gbps is not None and link.name != GIVEN_NETWORK:
-        link = replace(link, name=f"{link.name}, at {cfg.bandwidth_gbps:g} Gbit/s a rank (given)")
+        step = f", {latency_us:g} us a step" if latency_us is not None else ""
+        link = replace(link, name=f"{cfg.bandwidth_gbps:g} Gbit/s a rank{step} (given), the rest as in {link.name}")
     elif link.cluster is not None and latency_us is not None:  # NCCL's model kept: the fabric's own latency a hop
         link, latency_us = replace(link, cluster=replace(link.cluster, net_latency_us=latency_us)), None
     return link.with_(alpha_s=None if latency_us is None else latency_us * 1e-6,
