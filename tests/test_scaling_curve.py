@@ -8,6 +8,7 @@ import pytest
 from ddpsim import load_trace, samples
 from ddpsim.app import scaling, whatif
 from ddpsim.viz import plot_scaling
+from ddpsim.viz.scaling import share
 
 UNCHANGED = dict(bucket_cap_mb=None, order="torch", find_unused_parameters=False, no_sync_every=1, algo=None,
                  broadcast_buffers=None, comm_hook=None, last_bucket_small=None)
@@ -145,8 +146,13 @@ def test_a_flat_ring_at_100000_ranks_is_drawn_in_seconds():
     base, trace, work = recording("05_convnet_torch_no_sync3")  # a CPU recording over a datasheet link
     rows, _ = scaling.rows(base, trace, work, {**UNCHANGED, "no_sync_every": 3, "network": "ib100"}, sizes=(1, 100_000))
     assert rows[-1]["iteration_time_s"] > 10  # gloo's ring over 100,000 ranks: 2(k-1) steps of latency
-    assert plot_scaling(rows).axes[0].get_ylabel() == "iteration time (s)"
+    ax = plot_scaling(rows).axes[0]  # a bar of milliseconds beside one of seconds: both seen on a log axis
+    assert ax.get_ylabel() == "iteration time (s, log scale)" and ax.get_yscale() == "log"
+    assert ax.get_ylim()[0] < rows[0]["iteration_time_s"] / 2 + 1e-12
+    assert [t.get_text() for t in ax.texts][-1] == share(rows[-1]["efficiency"]) != "0%"
     assert plot_scaling(rows[:1]).axes[0].get_ylabel() == "iteration time (ms)"
+    assert plot_scaling(rows[:1]).axes[0].get_yscale() == "linear"
+    assert [share(e) for e in (1.0, 0.0951, 0.094, 0.002, 0.0004)] == ["100%", "10%", "9.4%", "0.2%", "<0.1%"]
 
 
 def test_the_pages_progress_bar_counts_and_is_gone_after_the_work():

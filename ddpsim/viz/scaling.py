@@ -5,7 +5,8 @@ the communication hidden under it, grey as the timeline's backward), the communi
 (the timeline's hatched red) and waiting for the slowest rank (orange). Above each bar, the share of
 its 1-rank throughput each rank keeps (``efficiency``); under a size, the NCCL algorithm and protocol
 of the largest bucket's allreduce where there is one. The what-if's own world size is outlined. Times
-are in milliseconds, in seconds where the tallest bar reaches ten (a flat ring at 100,000 ranks).
+are in milliseconds, in seconds where the tallest bar reaches ten (a flat ring at 100,000 ranks), on a
+logarithmic axis where the tallest bar is ``LOG_FROM`` times the shortest or more.
 Rows are those of ``ddpsim.app.scaling.rows``: world_size, iteration_time_s, compute_s,
 exposed_comm_s, waiting_s, and optionally efficiency and nccl.
 """
@@ -18,6 +19,7 @@ from ddpsim.viz import palette as pal
 
 WAITING = "#E69F00"  # Okabe-Ito orange: waiting for stragglers
 MIN_SLOTS = 8  # bar slots the axis holds at the least
+LOG_FROM = 30.0  # tallest bar over shortest from which the time axis is logarithmic
 SECONDS_FROM = 10.0  # s: an iteration this long or longer is written in seconds (figures and the app's words)
 PARTS = (("compute_s", "compute (communication hidden under it)", {"color": pal.BACKWARD}),
          ("exposed_comm_s", "exposed communication", {"color": "white", "hatch": "////", "edgecolor": pal.EXPOSED}),
@@ -49,11 +51,13 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
         ax.bar(xs, ms, bottom=bottom, width=0.7, label=label, linewidth=0.6, zorder=2, gid=f"scaling_{key}",
                **{"edgecolor": pal.TEXT, **style})
         bottom = [b + m for b, m in zip(bottom, ms)]
-    top = max(bottom)
+    top, log = max(bottom), max(bottom) > LOG_FROM * min(bottom)
+    if log:  # a flat ring at 100,000 ranks next to a step of milliseconds: on a linear axis those bars vanished
+        ax.set_yscale("log")
     for x, (r, height) in enumerate(zip(rows, bottom)):
         if r.get("efficiency") is not None:
-            ax.text(x, height + top * 0.01, f"{r['efficiency']:.0%}", ha="center", va="bottom", fontsize=8.5,
-                    color=pal.TEXT)
+            ax.text(x, height * 1.06 if log else height + top * 0.01, share(r["efficiency"]), ha="center",
+                    va="bottom", fontsize=8.5, color=pal.TEXT)
         if r["world_size"] == chosen:
             ax.bar(x, height, width=0.78, fill=False, edgecolor=pal.TEXT, linewidth=2.0, zorder=3, gid="scaling_chosen")
     ax.set_xticks(list(xs), [_tick(r) for r in rows], fontsize=8)
@@ -62,10 +66,12 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
             tick.set_fontweight("bold")
     pad = max(0.0, (MIN_SLOTS - len(rows)) / 2)  # a few sizes: bars as wide as among many, centred
     ax.set_xlim(-0.5 - pad, len(rows) - 0.5 + pad)
-    ax.set_ylim(0, top * 1.12)
+    ax.set_ylim(*((min(bottom) / 2, top * 2.5) if log else (0, top * 1.12)))
     ax.set_xlabel("world size (ranks)" + ("; under it, NCCL's algorithm and protocol for the largest bucket"
-                                         if any(r.get("nccl") for r in rows) else ""), fontsize=10)
-    ax.set_ylabel(f"iteration time ({unit})", fontsize=10)
+                                         if any(r.get("nccl") for r in rows) else "")
+                  + ("\nabove a bar: each rank's share of its 1-rank throughput (efficiency)"
+                     if any(r.get("efficiency") is not None for r in rows) else ""), fontsize=10)
+    ax.set_ylabel(f"iteration time ({unit}{', log scale' if log else ''})", fontsize=10)
     ax.grid(axis="y", color=pal.GRID, zorder=0.5)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -77,6 +83,11 @@ def plot_scaling(rows: list[dict], chosen: int | None = None, title: str = "") -
     if title:  # the figure's, so that it sits above the legend (an axes title sat under it)
         fig.suptitle(title, x=0.01, ha="left", fontsize=11)
     return fig
+
+
+def share(efficiency: float) -> str:
+    """An efficiency above its bar: whole percent, one decimal under 10% ("0%" stood for 0.2%)."""
+    return f"{efficiency:.0%}" if efficiency >= 0.095 else f"{efficiency:.1%}" if efficiency >= 0.001 else "<0.1%"
 
 
 def _tick(row: dict) -> str:
