@@ -226,6 +226,11 @@ def test_part2_unused_parameter_check_passes_the_reference_and_fails_the_starter
      "rank 0's RuntimeError names neither index 4 nor unused.weight: 'a bucket never launched on rank 0 of 2'"),
     ("raise RuntimeError(str([n for n, p in self.module.named_parameters() "
      "if any(p is self.params[i] for i in missing)]))", "passed: RuntimeError: ['unused.weight']"),
+    # it passed: the 4 is among them
+    ("raise RuntimeError(f'parameters {list(range(len(self.params)))} got no gradient')",
+     "rank 0's RuntimeError also names parameters that got a gradient (0 fc1.weight, 1 fc1.bias, 2 fc2.weight, "
+     "3 fc2.bias, 5 head.weight, 6 head.bias); name only the one(s) that got none: 'parameters [0, 1, 2, 3, 4, 5, 6] "
+     "got no gradient'"),
 ])
 def test_part2_unused_parameter_check_wants_a_runtime_error_that_names_it(variant, expected, tmp_path):
     """By index in self.params or by name, as the handout says; another exception or a message that names
@@ -258,9 +263,37 @@ def test_part2_a_finalize_that_hangs_on_an_unused_parameter_is_stopped_at_the_ra
     assert time.monotonic() - start < 120 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout
     results = json.loads(out.read_text())
     assert [t["number"] for t in results["tests"] if t["score"] < t["max_score"]] == [UNUSED_CHECK], proc.stdout
-    assert unused_check(results)["output"] == (
+    line = next(i for i, t in enumerate(hang.read_text().splitlines(), 1) if "time.sleep(1)" in t)
+    assert unused_check(results)["output"] == (  # it said "(a rank hangs: waiting for a bucket that never launches?)"
         "a parameter that got no gradient (unused.weight, index 4): the 2-rank run of UnusedNet failed: "
-        "timed out after 20 s (a rank hangs: waiting for a bucket that never launches?)"), proc.stdout
+        f"timed out after 20 s: ranks 0 and 1 each stuck in step 0's backward at bucketed_ddp.py:{line} "
+        "(finalize: time.sleep(1)): bucket 1 of 4 never launched, parameter(s) [4] had no gradient"), proc.stdout
+
+
+@pytest.mark.slow
+def test_part2_a_hang_names_each_ranks_step_line_and_bucket(tmp_path):
+    """Rank 1 never marks its last bucket ready (a pending count off by one) and each rank's finalize waits on a
+    future made in prepare_for_backward: the hang read "timed out after 20 s (a rank hangs: waiting for a bucket
+    that never launches?)", naming no rank, no step, no line and no bucket."""
+    text = REFERENCES["part2"].read_text()
+    reset = "            bucket.pending = len(bucket.param_indices)\n            bucket.future = None\n"
+    assert reset in text
+    hang = tmp_path / "bucketed_ddp.py"
+    hang.write_text(text.replace(reset, "            bucket.pending = len(bucket.param_indices) + (dist.get_rank() == 1 "
+                                        "and bucket.index == len(self.buckets) - 1)\n"
+                                        "            bucket.future = torch.futures.Future()\n"))
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "bucket.future.wait()" in t)
+    out = tmp_path / "hang.json"
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part2", str(hang), "--json", str(out),
+                           "--rank-timeout", "20"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    results = json.loads(out.read_text())
+    check = next(t for t in results["tests"] if t["number"] == "2.2")
+    at = f"at bucketed_ddp.py:{line} (finalize: bucket.future.wait())"
+    assert check["output"] == (
+        f"the 2-rank run failed: timed out after 20 s: rank 0 stuck in step 0's backward {at}: waiting for bucket "
+        "5's allreduce (launched, never finished: did the other rank launch it, in the same order?); rank 1 stuck "
+        f"in step 0's backward {at}: bucket 5 of 6 never launched, though all its gradients ([0, 1]) were ready"), \
+        proc.stdout
 
 
 @pytest.mark.slow
@@ -311,5 +344,8 @@ def test_part2_hooks_that_share_one_index_are_told_about_the_loop_variable(tmp_p
     at the line, but nothing said why a .grad was None there."""
     rc, results, stdout = grade("part2", WRONG / "part2_late_binding.py", tmp_path)
     assert validate_results(results) == [] and rc == 1
-    failed = [t["output"] for t in results["tests"] if t["score"] < t["max_score"]]
-    assert failed and all("part2_late_binding.py:18" in o and "lambda p, i=i" in o for o in failed), stdout
+    failed = {t["number"]: t["output"] for t in results["tests"] if t["score"] < t["max_score"]}
+    run = [o for n, o in failed.items() if n != UNUSED_CHECK]
+    assert run and all("part2_late_binding.py:18" in o and "lambda p, i=i" in o for o in run), stdout
+    # in UnusedNet's run every hook reports the last index: its finalize names 0-5, which got gradients, as missing
+    assert "also names parameters that got a gradient" in failed[UNUSED_CHECK], stdout

@@ -133,17 +133,91 @@ def test_a_hung_rank_is_stopped_and_no_process_is_left(tmp_path):
     env = {**os.environ, "HUNG_PIDS": str(pids)}
     out = tmp_path / "hung.json"
     proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part2", str(student), "--json",
-                           str(out), "--rank-timeout", "8"], cwd=ROOT, env=env, capture_output=True,
+                           str(out), "--rank-timeout", "15"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
-    assert time.monotonic() - start < 60, "the hang was not stopped at --rank-timeout"
+    assert time.monotonic() - start < 90, "the hang was not stopped at --rank-timeout"
     assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout
     results = json.loads(out.read_text())
-    run_tests = [t for t in results["tests"] if "timed out after 8 s" in t["output"]]
+    run_tests = [t for t in results["tests"] if "timed out after 15 s" in t["output"]]
     assert run_tests and all(t["score"] == 0 for t in run_tests), proc.stdout
     assert all(len(t["output"].splitlines()) == 1 for t in run_tests)
+    # it said "timed out after 8 s (a rank hangs: waiting for a bucket that never launches?)": no rank, no line
+    line = {w: next(i for i, t in enumerate(HUNG.splitlines(), 1) if w in t) for w in ("sleep", "dist.barrier")}
+    assert all(f"rank 0 stuck in BucketedDDP(...) at hung.py:{line['dist.barrier']} (__init__: dist.barrier())" in t["output"]
+               and f"rank 1 stuck in BucketedDDP(...) at hung.py:{line['sleep']} (__init__: time.sleep(3600))"
+               in t["output"] for t in run_tests), proc.stdout
     ranks = [int(p.read_text()) for p in sorted(pids.glob("*.pid"))]
     # two 2-rank runs, each stopped: GradeNet's and the unused-parameter check's (UnusedNet)
     assert len(ranks) == 4 and not any(alive(pid) for pid in ranks), "a rank outlived the grader"
+
+
+ABORTS = """import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def reducer_params(module):
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+class BucketedDDP(nn.Module):
+    def __init__(self, module, bucket_cap_mb=25.0, recorder=None, process_group=None):
+        super().__init__()
+        dist.all_reduce(torch.zeros(1000 if dist.get_rank() == 0 else 10))  # the ranks disagree on the size
+"""
+
+
+@pytest.mark.slow
+def test_gloos_abort_text_comes_after_the_report_and_in_one_line_in_it(tmp_path):
+    """A rank that gloo aborts (a collective mismatch) printed its C++ message on the grader's stderr as it died,
+    above the report; the report said only "died from signal SIGABRT"."""
+    (student := tmp_path / "aborts.py").write_text(ABORTS)
+    out = tmp_path / "aborts.json"
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part2", str(student), "--json", str(out)],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
+    both, results = proc.stdout, json.loads(out.read_text())
+    report, raw = both.index("ddpsim.grade part2: "), both.find("terminate called after throwing")
+    assert 0 <= report < raw and "  total " in both[report:raw], both  # the raw text, whole, after the report
+    failed = [t["output"] for t in results["tests"] if t["score"] < t["max_score"]]
+    assert len(failed) == 9 and all("died from signal SIGABRT" in o and len(o.splitlines()) == 1 for o in failed), both
+    assert all("on stderr it said: gloo::EnforceNotMet: [pair.cc:" in o for o in failed), failed[0]
+    assert "terminate called after throwing" in results["output"]  # results.json keeps it too
+
+
+def test_part2_given_another_parts_file_says_which_file_and_what_it_lacks(tmp_path):
+    """Part 1's file given to part 2 failed every run check with "AttributeError: module 'ddpsim_student_part2'
+    has no attribute 'BucketedDDP'", the grader's own module name, after starting ranks for nothing."""
+    proc, results = grade("part2", STARTERS["part1"], tmp_path)
+    why = ("buckets.py is not a part 2 file: it defines none of reducer_params, BucketedDDP (the names of "
+           "bucketed_ddp.py); it looks like part 1's buckets.py")
+    assert proc.stderr.strip() == f"ddpsim.grade: error: {why}", proc.stderr
+    assert proc.returncode == 1 and all(t["output"] == why for t in results["tests"]), proc.stdout
+    (half := tmp_path / "bucketed_ddp.py").write_text("def reducer_params(module):\n    return []\n")
+    proc, results = grade("part2", half, tmp_path)  # one of the two names: graded, the other named where it is used
+    outputs = {t["number"]: t["output"] for t in results["tests"]}
+    assert "ddpsim_student" not in proc.stdout + proc.stderr and "error" not in proc.stderr, proc.stdout
+    assert outputs["2.2"] == "bucketed_ddp.py defines no BucketedDDP (the class TODO 2-4 fill in)", proc.stdout
+
+
+def test_the_unused_parameter_check_wants_only_the_unused_one_named():
+    """2.10 passed a message naming every parameter (the index 4 is among them): it must name the one(s) that
+    got no gradient, not list all."""
+    from ddpsim.grade.core import load_file
+
+    grader = load_file(A / "part2" / "autograder.py", "ddpsim_autograder_part2_names")
+    names = grader.H.ddp_param_names(grader.H.UnusedNet())
+    assert names[4] == "unused.weight" and len(names) == 7
+    others = [n for n in names if n != "unused.weight"]
+    for message, named in [("parameters [4] (indices in self.params) got no gradient", []),
+                           ("['unused.weight'] got no gradient", []),
+                           ("parameter 4 (rank 0 of 2, step 0) got no gradient", []),
+                           ("gradients came for [0, 1, 2, 3, 5, 6], not for [4]", []),
+                           ("parameters [0, 1, 2, 3, 4, 5, 6] got no gradient", others),
+                           (f"no gradient: {names}", others),
+                           ("params 0 1 2 3 4 5 6 may have no gradient", others),
+                           ("missing: (4, 5)", ["head.weight"])]:
+        assert grader._others_named(message, 4, "unused.weight", names) == named, message
 
 
 # -- the harness's own overlap measurement, on hand-made stamps (times in ns) ----------------

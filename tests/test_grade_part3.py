@@ -97,3 +97,66 @@ def test_a_run_far_off_its_prediction_is_not_told_runs_differ_by_less(grader):
     assert "+279%" in message, message
     bounds = [float(x) for x in re.findall(r"up to (\d+(?:\.\d+)?)x", message)]
     assert all(measured / predicted <= b for b in bounds), message
+
+
+WRONG_SHAPES = '''from ddpsim import load_trace
+from ddpsim.grade import assignments_dir
+from ddpsim.learn import sweep
+
+CANDIDATES_MB = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 25]
+
+
+def predict_sweep():
+    rows = sweep(load_trace(assignments_dir() / "part3" / "baseline.json"), {"bucket_cap_mb": CANDIDATES_MB})
+    return rows, min(rows, key=lambda r: r["iteration_time_s"])  # a tuple: the rows and the best
+
+
+def choose_bucket_cap_mb():
+    return 1, 2
+
+
+def choose_link_cap_mb():
+    return [0.1]
+
+
+ANSWER = 120
+
+
+def confirm(out_path):
+    return None
+'''
+
+
+def test_a_function_that_returns_the_wrong_shape_is_told_what_it_returned(tmp_path):
+    """A tuple where a list of rows was expected read "TypeError: list indices must be integers or slices, not
+    str (at autograder.py:85)": the grader's own line, and nothing of what the function returned."""
+    import json
+    import subprocess
+    import sys
+
+    (student := tmp_path / "predict.py").write_text(WRONG_SHAPES)
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "ddpsim.grade", "part3", str(student), "--json", str(out)],
+                          cwd=PART3.parent.parent, capture_output=True, text=True, timeout=300)
+    outputs = {t["number"]: t["output"] for t in json.loads(out.read_text())["tests"]}
+    assert "autograder.py" not in proc.stdout and all(len(o.splitlines()) == 1 for o in outputs.values()), proc.stdout
+    assert outputs["3.1"].startswith("predict_sweep() returned a tuple of 2 items (list, dict); expected a list of "
+                                     "dicts, one per candidate cap"), outputs["3.1"]
+    want = "expected one number: a candidate cap in MiB, one of [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 25]"
+    assert outputs["3.2"] == f"choose_bucket_cap_mb() returned a tuple of 2 items (int, int); {want}"
+    assert outputs["3.3"] == f"choose_link_cap_mb() returned a list of 1 item (float); {want}"
+    assert outputs["3.4"] == "ANSWER is the int 120; expected a string: your written answer"
+
+
+@pytest.mark.parametrize("returned, told", [
+    ([[1, 0.06]] * 8, "predict_sweep() returned a list whose item 0 is a list of 2 items (int, float); expected a list"),
+    ([{"bucket_cap_mb": 1, "iteration_time_s": "63 ms"}],
+     "predict_sweep()'s row 0 has iteration_time_s = the str '63 ms'; expected a number"),
+    ([{"bucket_cap_mb": c, "iteration_time_s": 0.06} for c in (1, 2, 5)],
+     "predict_sweep() returned 3 rows, caps [1.0, 2.0, 5.0]; expected one row per candidate, 8 rows: [0.05, "),
+])
+def test_rows_of_the_wrong_shape_are_told_what_came_and_what_was_expected(grader, returned, told):
+    ctx = SimpleNamespace(student=SimpleNamespace(predict_sweep=lambda: returned))
+    with pytest.raises(AssertionError) as e:
+        grader.test_sweep_rows(ctx)
+    assert str(e.value).startswith(told) and len(str(e.value).splitlines()) == 1, str(e.value)

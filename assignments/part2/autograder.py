@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 from pathlib import Path
 
-from ddpsim.grade import points
+from ddpsim.grade import points, watch
 from ddpsim.grade import part2_harness as H
 from ddpsim.grade.probe import analyse, expected_buckets
 from ddpsim.grade.ranks import RankFailure, run_ranks
@@ -44,18 +45,34 @@ def real_run(ctx):
     return ctx.shared("run", compute)
 
 
-def two_ranks(ctx, rank_main, template: str, failed: str = "the 2-rank run failed") -> list:
-    """``rank_main`` on 2 gloo ranks, stopped after ``ctx.rank_timeout``; a rank's failure as one line."""
+def two_ranks(ctx, rank_main, template: str, failed: str = "the 2-rank run failed", name: str = "GradeNet") -> list:
+    """``rank_main`` on 2 gloo ranks, stopped after ``ctx.rank_timeout``; a rank's failure as one line.
+    Each rank's stderr and progress go to ``ctx.tmp/name`` (Note [A stuck rank says where])."""
+    assert hasattr(ctx.student, "BucketedDDP"), f"{ctx.path.name} defines no BucketedDDP (the class TODO 2-4 fill in)"
+    folder = ctx.tmp / name
     try:
         # spawn: each rank its own interpreter and string hashing, as under torchrun, so that
         # ranks cannot agree by accident (Note [Ranks forked from a server that imported torch])
         return run_ranks(rank_main, 2, (str(ctx.path), template), timeout=ctx.rank_timeout,
-                         start_method="spawn")
+                         setup=partial(watch.start, str(folder)), start_method="spawn")
     except RankFailure as e:
         if e.not_implemented:
             raise NotImplementedError(e.not_implemented) from None
-        who = f"rank {e.rank}: " if e.rank >= 0 else ""
-        raise AssertionError(f"{failed}: {who}{e.summary}{_where(e.error, ctx.path)}{_hint(e.summary)}") from None
+        raise AssertionError(f"{failed}: {_why(e, folder, ctx.path)}") from None
+
+
+def _why(e: RankFailure, folder: Path, student: Path) -> str:
+    """A failed run in one line: a hang names each rank's step, line and bucket; a rank that died, what it
+    printed (the whole text is printed after the report)."""
+    if e.rank < 0:
+        head = re.match(r"timed out after \S+ s", e.summary)
+        stuck = watch.describe_stuck(folder, 2)
+        return f"{head.group(0)}: {stuck}" if head and stuck else e.summary
+    summary = re.sub(r"module 'ddpsim_student_part2' has no attribute '(\w+)'",
+                     rf"{Path(student).name} defines no \1", e.summary)
+    words = watch.last_words(folder, e.rank) if e.summary.startswith(("died from", "process exited")) else ""
+    said = f"; on stderr it said: {words} (all it printed is below the report)" if words else ""
+    return f"rank {e.rank}: {summary}{_where(e.error, student)}{_hint(e.summary)}{said}"
 
 
 def _hint(summary: str) -> str:
@@ -224,7 +241,7 @@ def test_unused_parameter_named(ctx):
     name, index = H.unused_param()
     what = f"a parameter that got no gradient ({name}, index {index})"
     outs = two_ranks(ctx, H.unused_rank_main, str(ctx.tmp / "unused.rank{rank}.jsonl"),
-                     f"{what}: the 2-rank run of {H.UnusedNet.__name__} failed")
+                     f"{what}: the 2-rank run of {H.UnusedNet.__name__} failed", H.UnusedNet.__name__)
     for rank, out in enumerate(outs):
         message = out.get("message", "")
         first = " ".join(message.split())[:200]
@@ -232,7 +249,34 @@ def test_unused_parameter_named(ctx):
             f"{what}: backward() ended without an error on rank {rank}; finalize() must raise a RuntimeError naming it"
         assert out["runtime_error"], (f"{what}: backward() raised {out['raised']}: {first}"
                                       f"{_where(out['traceback'], ctx.path)} on rank {rank}, not a RuntimeError naming it")
-        named = name in message or re.search(rf"(?<![\w.]){index}(?!\w|\.\d)", message)
+        named = name in message or _number(index, message)
         assert named, (f"{what}: rank {rank}'s RuntimeError names neither index {index} nor {name}: "
                        f"{first!r}")
+        names = H.ddp_param_names(H.UnusedNet())
+        others = ", ".join(f"{names.index(n)} {n}" for n in _others_named(message, index, name, names))
+        assert not others, (f"{what}: rank {rank}'s RuntimeError also names parameters that got a gradient "
+                            f"({others}); name only the one(s) that got none: {first!r}")
     return f"passed: RuntimeError: {first}"
+
+
+def _number(i: int, text: str) -> bool:
+    return re.search(rf"(?<![\w.]){i}(?!\w|\.\d)", text) is not None
+
+
+def _others_named(message: str, index: int, name: str, names: list[str]) -> list[str]:
+    """The parameters that got a gradient which ``message`` names as if they had not: a list ([...], (...),
+    {...}) of parameters (indices or names) holding the unused one and others, or, outside the lists of
+    the others alone ("came: [0, 1, 2]" is fine), every parameter (each name, or each index as a number)."""
+    others, rest = set(), message
+    for m in re.finditer(r"[\[({]([^\[\](){}]*)[\])}]", message):
+        items = [t.strip().strip("'\"") for t in m.group(1).split(",") if t.strip()]
+        as_params = [names[int(t)] if t.isdigit() and int(t) < len(names) else t for t in items]
+        if items and all(t in names for t in as_params):
+            if name in as_params:
+                others |= set(as_params) - {name}
+            else:
+                rest = rest.replace(m.group(0), " ")
+    named = [n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w.])", rest)]
+    if len(named) == len(names) or all(_number(i, rest) for i in range(len(names))):
+        others = set(names) - {name}
+    return [n for n in names if n in others]

@@ -60,7 +60,45 @@ def check_choice(rows, pick, where: str) -> str:
 
 
 def chosen(ctx) -> float:
-    return ctx.shared("chosen", lambda: float(ctx.student.choose_bucket_cap_mb()))
+    return ctx.shared("chosen", lambda: a_cap(ctx.student.choose_bucket_cap_mb(), "choose_bucket_cap_mb"))
+
+
+def shape(value) -> str:
+    """What a returned value is, in a few words: "a tuple of 2 items (list, str)", "None", "the str 'x'"."""
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple, set)):
+        kinds = f" ({', '.join(type(v).__name__ for v in value)})" if 0 < len(value) <= 4 else ""
+        return f"a {type(value).__name__} of {len(value)} item{'s' * (len(value) != 1)}{kinds}"
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(map(str, value))[:6]}"
+    return f"the {type(value).__name__} {repr(value)[:40]}"
+
+
+def a_cap(value, fn: str) -> float:
+    """A function's cap as a float (anything float() takes); else one line: what it returned, what was expected."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise AssertionError(f"{fn}() returned {shape(value)}; expected one number: a candidate cap in MiB, "
+                             f"one of {CANDIDATES_MB}") from None
+
+
+def sweep_rows(ctx) -> list[dict]:
+    """The student's rows, checked for shape: what predict_sweep returned, and what was expected, in one line."""
+    rows = ctx.student.predict_sweep()
+    want = ("a list of dicts, one per candidate cap, each with 'bucket_cap_mb' and 'iteration_time_s' "
+            "(the rows ddpsim.learn.sweep returns)")
+    assert isinstance(rows, list), f"predict_sweep() returned {shape(rows)}; expected {want}"
+    for i, r in enumerate(rows):
+        assert isinstance(r, dict) and {"bucket_cap_mb", "iteration_time_s"} <= set(r), \
+            f"predict_sweep() returned a list whose item {i} is {shape(r)}; expected {want}"
+        for key in ("bucket_cap_mb", "iteration_time_s"):
+            if isinstance(r[key], bool) or not isinstance(r[key], (int, float)):
+                raise AssertionError(f"predict_sweep()'s row {i} has {key} = {shape(r[key])}; expected a number")
+    return rows
 
 
 def real_trace(ctx):
@@ -81,10 +119,11 @@ def _utc_now():
 
 @points(3, name="predict_sweep covers every candidate cap")
 def test_sweep_rows(ctx):
-    rows = ctx.student.predict_sweep()
+    rows = sweep_rows(ctx)
     caps = sorted(float(r["bucket_cap_mb"]) for r in rows)
-    assert caps == sorted(map(float, CANDIDATES_MB)), \
-        f"expected one row per candidate {CANDIDATES_MB}, got caps {caps}"
+    assert caps == sorted(map(float, CANDIDATES_MB)), (
+        f"predict_sweep() returned {len(rows)} row{'s' * (len(rows) != 1)}, caps {caps}; expected one row per "
+        f"candidate, {len(CANDIDATES_MB)} rows: {CANDIDATES_MB}")
     assert all(math.isfinite(r["iteration_time_s"]) and r["iteration_time_s"] > 0 for r in rows), \
         "every row needs a positive iteration_time_s"
     ours = {float(r["bucket_cap_mb"]): r["iteration_time_s"] for r in simulator_rows(ctx)}
@@ -103,7 +142,7 @@ def test_choice(ctx):
 
 @points(4, name="over LINK: the chosen cap is the simulator's optimum (within 1%)")
 def test_link_choice(ctx):
-    return check_choice(simulator_rows(ctx, LINK), float(ctx.student.choose_link_cap_mb()),
+    return check_choice(simulator_rows(ctx, LINK), a_cap(ctx.student.choose_link_cap_mb(), "choose_link_cap_mb"),
                         "over LINK")
 
 
@@ -111,6 +150,7 @@ def test_link_choice(ctx):
 def test_answer(ctx):
     assert hasattr(ctx.student, "ANSWER"), f"{Path(ctx.student.__file__).name} defines no ANSWER (a string: your written answer)"
     text = ctx.student.ANSWER or ""
+    assert isinstance(text, str), f"ANSWER is {shape(text)}; expected a string: your written answer"
     if "TODO" in text:
         raise NotImplementedError("TODO 3: write ANSWER in predict.py")
     words = len(text.split())  # as `wc -w` counts: "don't" and "0.05-0.1" are one word each

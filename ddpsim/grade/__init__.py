@@ -19,8 +19,8 @@ be written in the JSON format Gradescope reads (``results.json``)::
      "tests": [{"name": "...", "number": "1.1", "score": 5.0, "max_score": 5.0,
                 "status": "passed", "output": "..."}, ...]}
 """
-from ddpsim.grade.core import (GradeResult, TestResult, assignments_dir, grade, points,
-                               results_json, validate_results)
+from ddpsim.grade.core import GradeResult, TestResult, assignments_dir, grade, points
+from ddpsim.grade.results import results_json, validate_results
 
 __all__ = ["grade", "points", "results_json", "validate_results", "assignments_dir",
            "GradeResult", "TestResult"]

@@ -9,7 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from ddpsim.grade.core import PARTS, grade, results_json
+from ddpsim.grade.core import PARTS, grade
+from ddpsim.grade.results import rank_output, results_json
 from ddpsim.proctree import descendants
 
 
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kept {', '.join(map(str, result.kept))}: open it in the app: the sidebar's 'Or upload your own trace'" if result.kept
               else f"no trace to keep in {args.keep}: " + ("part 1 runs no processes" if args.part == "part1"
                                                            else "the run did not get that far"))
+    if result.logs:  # what the ranks printed on stderr (gloo's abort): after the report, whole (watch.py)
+        sys.stdout.flush()
+        print(rank_output(result.logs, limit=sys.maxsize).lstrip("\n"), file=sys.stderr)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results_json(result), indent=2))

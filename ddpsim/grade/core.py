@@ -14,6 +14,9 @@ from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpsim.grade.student import wrong_file
+from ddpsim.grade.watch import rank_logs
+
 PARTS = ("part1", "part2", "part3")
 NOT_IMPLEMENTED = "not implemented"
 IMPORT_TIMEOUT = 60.0  # s: importing the student's file takes longer than this -> every test fails
@@ -57,6 +60,7 @@ class GradeResult:
     seconds: float = 0.0
     error: str | None = None  # one line, when the student's file could not be graded at all
     kept: list = field(default_factory=list)  # the run's traces copied to grade(keep=...)
+    logs: list = field(default_factory=list)  # (label, text): what ranks printed on stderr, shown after the report
 
     @property
     def score(self) -> float:
@@ -233,10 +237,13 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
         try:
             with time_limit(IMPORT_TIMEOUT, "importing it (code at module level that never ends?)"):
                 student = load_file(path, f"{STUDENT}{part}")
+            why = wrong_file(part, student, path)  # e.g. part 1's file given to part 2
         except BaseException as e:  # noqa: BLE001 - a file that does not import fails every test
             if isinstance(e, KeyboardInterrupt):
                 raise
-            why = result.error = f"could not import {path.name}: {describe_failure(e)}"
+            why = f"could not import {path.name}: {describe_failure(e)}"
+        if why:
+            result.error = why
             result.tests = [TestResult(getattr(f, "grade_name", f.__name__), f"{PARTS.index(part) + 1}.{i}",
                                        0.0, getattr(f, "grade_points", 1.0), why)
                             for i, f in enumerate(tests, 1)]
@@ -247,6 +254,7 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
     finally:
         result.seconds = time.monotonic() - start
         try:
+            result.logs = rank_logs(tmp)
             found = sorted(tmp.glob("*.json")) if keep is not None else []
             if found:  # part 1 runs no processes: no folder made for nothing
                 Path(keep).mkdir(parents=True, exist_ok=True)
@@ -254,44 +262,3 @@ def grade(part: str, student_file: str | Path, tests_dir: str | Path | None = No
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return result
-
-
-def results_json(result: GradeResult) -> dict:
-    """The Gradescope ``results.json`` shape (extra keys are ignored by Gradescope)."""
-    return {
-        "score": round(result.score, 4),
-        "max_score": round(result.max_score, 4),
-        "execution_time": round(result.seconds, 2),
-        "output": f"{result.part}: {result.score:g}/{result.max_score:g} points",
-        "visibility": "visible",
-        "stdout_visibility": "visible",
-        "tests": [{"name": t.name, "number": t.number, "score": round(t.score, 4),
-                   "max_score": round(t.max_score, 4), "status": "passed" if t.passed else "failed",
-                   "output": t.output, "visibility": "visible"} for t in result.tests],
-    }
-
-
-def validate_results(data: dict) -> list[str]:
-    """Problems with a results dict against the Gradescope schema; [] when valid."""
-    problems = []
-    num = (int, float)
-    if not isinstance(data, dict):
-        return ["results must be a JSON object"]
-    if not isinstance(data.get("score"), num) or isinstance(data.get("score"), bool):
-        problems.append("top-level 'score' must be a number")
-    tests = data.get("tests")
-    if not isinstance(tests, list) or not tests:
-        return problems + ["'tests' must be a non-empty list"]
-    for i, t in enumerate(tests):
-        for key, typ in (("name", str), ("output", str), ("score", num), ("max_score", num)):
-            if not isinstance(t.get(key), typ) or isinstance(t.get(key), bool):
-                problems.append(f"tests[{i}].{key} must be {'a string' if typ is str else 'a number'}")
-        if isinstance(t.get("score"), num) and isinstance(t.get("max_score"), num) \
-                and not 0 <= t["score"] <= t["max_score"]:
-            problems.append(f"tests[{i}].score must be within 0..max_score")
-        if t.get("status") not in (None, "passed", "failed"):
-            problems.append(f"tests[{i}].status must be 'passed' or 'failed'")
-    if isinstance(data.get("score"), num) and all(isinstance(t.get("score"), num) for t in tests):
-        if abs(sum(t["score"] for t in tests) - data["score"]) > 1e-6:
-            problems.append("top-level score must equal the sum of the tests' scores")
-    return problems

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddpsim.grade.probe import OverlapProbe
+from ddpsim.grade import watch
+from ddpsim.grade.probe import OverlapProbe, expected_buckets
 
 STEPS = 5
 BUCKET_CAP_MB = 0.1  # ~100 KiB: six buckets for GradeNet (MiB, like DDP's bucket_cap_mb)
@@ -109,6 +110,7 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
     # The harness's own clock goes in before the student's module is imported (a
     # `from torch.distributed import all_reduce` then gets the wrapper too) and hooks.
     probe = OverlapProbe(expected_params(model)).install()
+    w = watched(probe, model, BUCKET_CAP_MB, student_path)
     student = load_student(student_path)
     header = {"world_size": world, "backend": "gloo", "impl": "student", "model": "GradeNet",
               "options": {"bucket_cap_mb": BUCKET_CAP_MB, "iters": STEPS},
@@ -118,6 +120,7 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
     rec = RankRecorder(shard_template.format(rank=rank), rank, header)
     try:
         before = flat(model)
+        w.at("BucketedDDP(...)")
         ddp = student.BucketedDDP(model, bucket_cap_mb=BUCKET_CAP_MB, recorder=rec)
         after_broadcast = flat(model)
         opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -128,10 +131,13 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
             rec.begin_iteration(step, True)
             probe.begin_iteration()
             f0 = now_ns()
+            w.at("forward", step)
             loss = F.cross_entropy(ddp(x), y)
             f1 = now_ns()
+            w.at("backward", step)
             loss.backward()
             b1 = now_ns()
+            w.at("optimizer step", step)
             rec.span("forward", f0, f1)
             rec.span("backward", f1, b1)
             opt.step()
@@ -140,6 +146,7 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
             probe.end_iteration()
             rec.end_iteration()
         rec.finish(None)
+        w.at("done")
     except BaseException as e:
         rec.fail(f"{type(e).__name__}: {e}")
         raise
@@ -149,6 +156,15 @@ def rank_main(rank: int, world: int, student_path: str, shard_template: str) -> 
             "before": before, "after_broadcast": after_broadcast, "final": flat(model),
             "frozen_unchanged": torch.equal(model.frozen.weight, rank0_frozen_weight()),
             "tied": model.fc3.weight is model.fc2.weight}
+
+
+def watched(probe, model, cap_mb: float, student_path: str):
+    """This rank's ``watch.Watch`` (Note [A stuck rank says where]), reading the probe against DDP's layout."""
+    params = expected_params(model)
+    w = watch.current()
+    w.attach(probe, expected_buckets(params, int(cap_mb * 1024 * 1024)), [p.numel() for p in params], student_path)
+    w.at("importing your file")
+    return w
 
 
 def rank0_frozen_weight() -> torch.Tensor:
@@ -175,6 +191,14 @@ class UnusedNet(nn.Module):
         return self.head(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
 
+def ddp_param_names(model: nn.Module) -> list[str]:
+    """The names of DDP's parameters (``expected_params``), in its order: the first name of each."""
+    names = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), n)
+    return [names[id(p)] for p in expected_params(model)]
+
+
 def unused_param() -> tuple[str, int]:
     """The unused parameter's name and its index in DDP's parameter list."""
     model = UnusedNet()
@@ -188,19 +212,27 @@ def unused_rank_main(rank: int, world: int, student_path: str, shard_template: s
 
     torch.manual_seed(200 + rank)
     model = UnusedNet()
+    probe = OverlapProbe(expected_params(model)).install()  # only for a hang's message
+    w = watched(probe, model, UNUSED_CAP_MB, student_path)
     student = load_student(student_path)
     rec = RankRecorder(shard_template.format(rank=rank), rank,
                        {"world_size": world, "backend": "gloo", "impl": "student", "model": "UnusedNet"})
+    w.at("BucketedDDP(...)")
     ddp = student.BucketedDDP(model, bucket_cap_mb=UNUSED_CAP_MB, recorder=rec)
     half = FULL_BATCH // world
     x, y = batch(0)
     rec.begin_iteration(0, True)
+    probe.begin_iteration()
+    w.at("forward", 0)
     loss = F.cross_entropy(ddp(x[rank * half:(rank + 1) * half]), y[rank * half:(rank + 1) * half])
     try:
+        w.at("backward", 0)
         loss.backward()
     except NotImplementedError:
         raise
     except Exception as e:  # noqa: BLE001 - what the student raised is the result
+        w.at("done")
         return {"raised": type(e).__name__, "runtime_error": isinstance(e, RuntimeError),
                 "message": str(e), "traceback": traceback.format_exc()}
+    w.at("done")
     return {"raised": None}
