@@ -189,6 +189,9 @@ def test_cli_says_what_it_plays_and_adds_up_as_scaling_does(capsys):
     assert f"without the spread, exposed comm is {row['exposed_comm_s'] * 1e3:.3f} ms" in out, out
     rc, out, _ = run_cli(["simulate", "--trace", mlp], capsys)  # the recorded ranks replayed: nothing to say
     assert rc == 0 and "Not the recorded" not in out and "network:" not in out
+    h100 = str(BUNDLED_DIR / "10_h100_resnet18_gloo_2ranks.json")  # its ranks ran 0.90x and 1.10x: the page's caution
+    rc, out, _ = run_cli(["simulate", "--trace", h100, "--world-size", "8", "--hardware", "h100-eth25"], capsys)
+    assert rc == 0 and "The recorded ranks did not run equally fast (rank 0 0.90x, rank 1 1.10x" in out, out
 
 
 def test_cli_subprocess_end_to_end(recorded, tmp_path):

@@ -16,6 +16,7 @@ from ddpsim.app import units, whatif
 from ddpsim.app.whatif_widgets import nccl_algos, run_seconds
 from ddpsim.learn.scaling import split, with_efficiency
 from ddpsim.sim.api import checked
+from ddpsim.viz.scaling import share
 
 KNOWN = ("recorded", "alone", "calibrated", "node")  # a recording's plans whose network is known at that size
 
@@ -125,12 +126,12 @@ def describe(rows: list[dict], chosen: int, recorded: int | None = None) -> str:
             f"ranks the iteration goes from {_d(first['iteration_time_s'])} to "
             f"{_d(last['iteration_time_s'])}")
     if last.get("efficiency") is not None and last["world_size"] > 1:
-        text += f", and each rank keeps {last['efficiency']:.0%} of the throughput it has alone"
+        text += f", and each rank keeps {share(last['efficiency'])} of the throughput it has alone"
     text += (f"; at {last['world_size']:,} ranks {_d(last['exposed_comm_s'])} of it is exposed communication "
              f"and {_d(last['waiting_s'])} waiting for stragglers.")
     here = next((r for r in rows if r["world_size"] == chosen), None)
     if here is not None and here is not last:
-        eff = f" ({here['efficiency']:.0%} of one rank's throughput)" if here.get("efficiency") is not None else ""
+        eff = f" ({share(here['efficiency'])} of one rank's throughput)" if here.get("efficiency") is not None else ""
         text += (f" The what-if's {chosen:,} ranks (the outlined bar): {_d(here['iteration_time_s'])}{eff}, "
                  f"{_d(here['waiting_s'])} of it waiting for stragglers.")
     if recorded is not None and any(r["world_size"] == recorded for r in rows):

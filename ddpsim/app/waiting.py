@@ -15,7 +15,7 @@ from ddpsim.app.units import duration
 from ddpsim.learn.extract import replays_recorded_ranks
 from ddpsim.learn.hardware import profile_spread
 from ddpsim.learn.noise import wait_and_quiet
-from ddpsim.learn.replay_words import not_replayed
+from ddpsim.learn.replay_words import not_replayed, uneven_ranks
 from ddpsim.sim.network import gpus
 from ddpsim.sim.stragglers import slowest_factor
 
@@ -127,20 +127,15 @@ def _share(part: float, whole: float) -> str:
     return f"{pct:.0f}%" if abs(pct) >= 10 else f"{pct:.1f}%"
 
 
-UNEVEN = 1.10  # slowest over fastest recorded rank's backward speed (rank_factors) that earns a caution
-
-
 def uneven_caution(work, world_size: int, hook: str | None = None) -> str | None:
     """A caution when the recorded ranks (``work``: a recording's Workload, or None) ran at lastingly
     different speeds (Note [Ranks are not equally fast] in learn/gradients.py) and the what-if is at
     another world size, where no rank is known to be that slow and drawn noise of the measured spread
     stands in: the waiting there is not the recorded one's.
     None where nobody waits (one rank, the noop hook)."""
-    factors = {int(r): float(f) for r, f in ((work.meta.get("rank_factors") or {}) if work is not None else {}).items()}
-    if (len(factors) < 2 or world_size == 1 or hook == "noop" or world_size == work.meta.get("recorded_world_size")
-            or max(factors.values()) < UNEVEN * min(factors.values())):
+    if (work is None or world_size == 1 or hook == "noop" or world_size == work.meta.get("recorded_world_size")
+            or (each := uneven_ranks(work.meta)) is None):
         return None
-    each = ", ".join(f"rank {r} {f:.2f}x" for r, f in sorted(factors.items()))
     spread = float(work.meta.get("jitter_estimated", 0.0))
     instead = (f"each rank draws noise of the measured rank-to-rank spread instead ({spread * 100:.1f}%: how far "
                "the ranks' forward and backward compute differed within each recorded iteration)" if spread > 0

@@ -283,7 +283,7 @@ def evaluate(work, base: Base, trace: Trace | None, cfg: SimConfig, simulate_fn=
 # (learn/noise.py). At another world size there are no recorded ranks to replay, and each rank's
 # speed is drawn around the recorded medians (learn.replay_config). The two ways differ on the same
 # run: the sum of each phase's median is not the median iteration (a 1-rank ResNet-50 H100 import:
-# 67.3 ms drawn, 67.8 ms replayed; the 2-rank mlp sample 38.2 against 39.4 ms). Held against the
+# 67.3 ms drawn, 67.8 ms replayed; the 2-rank mlp sample 38.3 against 39.4 ms). Held against the
 # replay, that difference read as the world size's effect: 8 H100s ran "-0.7%" faster per iteration
 # than the one that was profiled, with more communication. So where the what-if draws its ranks,
 # the unchanged configuration is simulated the same way, every rank at the median speed as at another

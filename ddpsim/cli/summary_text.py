@@ -8,7 +8,7 @@ from collections import Counter
 
 from ddpsim.cli.headline import step_name
 from ddpsim.learn.noise import wait_and_quiet
-from ddpsim.learn.replay_words import not_replayed
+from ddpsim.learn.replay_words import not_replayed, uneven_ranks
 from ddpsim.sim import SimConfig
 
 
@@ -23,7 +23,9 @@ def summary_lines(work, cfg: SimConfig, summary: dict, simulate_fn) -> list[str]
         played = {"recorded_ranks": cfg.recorded_ranks, "iters": cfg.iters, "backward_scale": cfg.backward_scale,
                   "jitter": cfg.jitter}  # as the page reads them from a simulated trace's meta.config
         if (said := not_replayed(played, cfg.world_size, (summary.get("link") or {}).get("cpus"), recorded)):
-            lines.append(said)
+            each = uneven_ranks(work.meta) if cfg.world_size != recorded else None
+            lines.append(said + (f" The recorded ranks did not run equally fast ({each} the typical rank's backward): "
+                                 f"at {cfg.world_size} ranks no rank is known to be that slow." if each else ""))
     if not summary.get("communicates", True):  # the noop hook: nothing sent, nobody waits for anybody
         return lines
     if cfg.world_size > 1 and (cfg.jitter or cfg.recorded_ranks or cfg.stragglers):

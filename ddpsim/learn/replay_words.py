@@ -2,6 +2,18 @@
 page and ``simulate`` say under such a figure (Note [Replay the recorded ranks' speeds] in noise.py)."""
 from __future__ import annotations
 
+UNEVEN = 1.10  # slowest over fastest recorded rank's backward speed (rank_factors) that earns a caution
+
+
+def uneven_ranks(meta: dict) -> str | None:
+    """"rank 0 0.90x, rank 1 1.10x": the recorded ranks' lasting backward speeds over the typical rank's
+    (``meta``: a recording's Workload's, Note [Ranks are not equally fast] in gradients.py) where the
+    slowest is ``UNEVEN`` times the fastest or more; else None."""
+    factors = {int(r): float(f) for r, f in (meta.get("rank_factors") or {}).items()}
+    if len(factors) < 2 or max(factors.values()) < UNEVEN * min(factors.values()):
+        return None
+    return ", ".join(f"rank {r} {f:.2f}x" for r, f in sorted(factors.items()))
+
 
 def not_replayed(config: dict, world_size: int, cpus: int | None, recorded_world_size: int | None = None) -> str:
     """The sentence for a simulation whose ``config`` (SimConfig fields, as a trace's meta.config keeps them)

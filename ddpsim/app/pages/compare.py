@@ -3,7 +3,7 @@ import streamlit as st
 
 from ddpsim.app import ui, units
 from ddpsim.app.labels import pretty
-from ddpsim.app.state import all_labels, get_trace, trace_key
+from ddpsim.app.state import SIMULATED_PREFIX, all_labels, get_trace, trace_key
 from ddpsim.experiments import ladder
 from ddpsim.viz import compare_rows, plot_compare, plot_ladder, short_names, usable_runs
 
@@ -56,7 +56,9 @@ def _varies(row) -> str:
 
 rows = compare_rows(runs)
 NAME_CHARS = 48  # a run's name in the table: its start and its end (a kept what-if's settings) around "…"
-names = short_names([pretty(r["run"]) for r in rows], NAME_CHARS)
+# a simulated run's name without "simulated: " (its kind column says so): room for what tells two such runs apart
+names = short_names([pretty(r["run"]).removeprefix(SIMULATED_PREFIX) if r["kind"] == "simulated" else pretty(r["run"])
+                     for r in rows], NAME_CHARS)
 # milliseconds as the Timeline and What-if pages show them (units.ms_digits): an iteration with one decimal,
 # exposed communication with two where a run's is under a millisecond
 it, ex = units.ms_digits(), units.ms_digits(*(r["exposed_comm_ms"] / 1e3 for r in rows))

@@ -195,7 +195,7 @@ if ui.quick_or_asked(sweep_key, swept, sweep_s, widgets.SWEEP_ASK_S, "Run the sw
                                                       f"({beyond.ranks(world)}, SIMULATED)"),
                        "whatif_sweep", alt="Sweep of iteration time against bucket size")
         if world > whatif.SWEEP_RANKS:
-            st.caption(f"Each of the sweep's {len(rows)} simulations keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
+            st.caption(f"Each of the sweep's {len(rows)} rows keeps {whatif.SWEEP_RANKS} of the ranks, to stay fast: "
                        "its exposed communication, the most any kept rank waits, can sit below that of the figure "
                        f"above, which keeps {min(world, cfg.trace_ranks)}.")
     for note in notes:
