@@ -36,6 +36,10 @@ def test_a_failing_command_keeps_its_status():
                             capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 2, result
     assert result.stderr == "ddpsim simulate: error: iters must be an integer >= 1, not 0\n", result.stderr
+    usage = subprocess.run([sys.executable, "-m", "ddpsim", *SIMULATE, "--iters"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env=child_env())  # argparse's error: one prefix for both
+    assert usage.returncode == 2 and usage.stderr == ("ddpsim simulate: error: argument --iters: expected one "
+                                                      "argument (see --help)\n"), usage.stderr
 
 
 @pytest.mark.slow

@@ -35,10 +35,12 @@ COMMANDS = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (the full usage is in --help)."""
+    """argparse, but a usage error is one line (the full usage is in --help), under the prefix every other
+    error has ("ddpsim simulate: error: ..."; the usage line keeps the program as it was started)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        prog = self.prog.replace("python -m ddpsim", "ddpsim", 1)
+        self.exit(2, f"{prog}: error: {message} (see --help)\n")
 
 
 def program_name() -> str:
