@@ -87,6 +87,7 @@ class _RankWriter:
         self.correlation = (rank.rank + 1) * 10_000_000
         self.flow = (rank.rank + 1) * 10_000_000
         self.backend = str(trace.meta.get("backend", "unknown"))
+        self._group_of, self._group = None, ({}, [])  # _grouped's last iteration and its grouping
 
     def kernel(self, name: str, cat: str, tid: int, start_ns: int, end_ns: int, args: dict) -> None:
         """A device span plus its host launch and ac2g flow (Note [Kineto shape])."""
@@ -151,15 +152,21 @@ class _RankWriter:
         events, self.events = self.events, []
         return events
 
+    def _grouped(self, it) -> tuple[dict, list]:
+        """(param -> its bucket in ``it``'s layout, ``it``'s gradients in ready order), kept for the last one asked."""
+        if self._group_of is not it:
+            layout = self.rank.layout_at(it.iteration)
+            bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
+            self._group_of, self._group = it, (bucket_of, sorted(it.grad_ready, key=lambda g: g.t_ns))
+        return self._group
+
     def _iteration(self, it) -> None:
         n, trace = it.iteration, self.trace
-        layout = self.rank.layout_at(n)
-        bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
+        bucket_of, ready = self._grouped(it)
         base = {"iteration": n, "sync": it.sync}
         self.annotation("DistributedDataParallel.forward", it.forward.start_ns, it.forward.end_ns, base)
         self.compute("ddpsim::forward", "forward", it, it.forward.start_ns, it.forward.end_ns, base)
         prev = it.backward.start_ns
-        ready = sorted(it.grad_ready, key=lambda g: g.t_ns)
         for g in ready:
             name = trace.param_name(g.param)
             args = {**base, "param": g.param, "name": name, "bucket": bucket_of.get(g.param), "unused": g.unused}
@@ -193,9 +200,8 @@ class _RankWriter:
                         tid, start, end, args)
             return
         self.kernel(f"{NCCL_NAME} (bucket {c.bucket})", "allreduce", tid, start, end, args)
-        layout = self.rank.layout_at(it.iteration)
-        bucket_of = {p: b.index for b in (layout.buckets if layout else []) for p in b.params}
-        for g in sorted(it.grad_ready, key=lambda g: g.t_ns):
+        bucket_of, ready = self._grouped(it)
+        for g in ready:
             if bucket_of.get(g.param) == c.bucket:
                 self.arrow(min(g.t_ns, c.launch_ns), start, tid, {**base, "param": g.param, "bucket": c.bucket})
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ddpsim.trace.types import RankTrace, Trace
 from ddpsim.trace.writer import write_chunks
 
+
 class Array:
     """A JSON array whose items come from ``batches``, an iterable of lists of JSON-able items (none an
     ``Array``), read once; ``count`` says how many items were written (read it after the text is made)."""
